@@ -1,0 +1,92 @@
+"""stflow: a Sequential Task Flow runtime for Python on CUDA GPUs.
+
+Layout (each name lives in one private module and is re-exported here lazily):
+
+- ``_context``       context: data creation, tasks, fence/wait/finalize
+- ``_task``          task and host_launch: acquire -> body -> release
+- ``_runtime``       the machinery behind a context (streams, prologue/epilogue)
+- ``_logical_data``  logical_data, dep, read/write/rw, AccessMode
+- ``_coherence``     instances per place and their states (pure)
+- ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
+- ``_places``        data_place, exec_place
+- ``_views``         CudaStream, stf_cai
+- ``backends/``      the backend contract, the emulated and CUDA backends
+- ``testing``        random task programs and their sequential NumPy oracle
+
+``import stflow`` loads NumPy only; no CUDA module is imported before a context (or a
+place factory) needs a backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "AccessMode",
+    "CudaStream",
+    "IncludePaths",
+    "context",
+    "data_place",
+    "dep",
+    "exec_place",
+    "get_include_paths",
+    "get_library_dir",
+    "get_library_path",
+    "get_stf_include_dir",
+    "logical_data",
+    "machine_init",
+    "read",
+    "rw",
+    "stf_cai",
+    "task",
+    "write",
+]
+
+_LOCATIONS = {
+    "AccessMode": "._logical_data",
+    "CudaStream": "._views",
+    "IncludePaths": ".paths",
+    "context": "._context",
+    "data_place": "._places",
+    "dep": "._logical_data",
+    "exec_place": "._places",
+    "get_include_paths": ".paths",
+    "get_library_dir": ".paths",
+    "get_library_path": ".paths",
+    "get_stf_include_dir": ".paths",
+    "logical_data": "._logical_data",
+    "machine_init": ".backends",
+    "read": "._logical_data",
+    "rw": "._logical_data",
+    "stf_cai": "._views",
+    "task": "._task",
+    "write": "._logical_data",
+}
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:  # pragma: no cover
+        return "0.0.0"
+    try:
+        return version("stflow")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+__version__ = _version()
+
+
+def __getattr__(name: str) -> Any:
+    module = _LOCATIONS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'stflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,132 @@
+"""Configuration read from the environment, in one place.
+
+Environment variables are read once, on first use, and are only defaults: every knob
+also has an explicit argument (``context(backend=...)``). Tests may call
+:func:`reload` after changing ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import warnings
+from dataclasses import dataclass
+
+__all__ = ["Config", "config", "reload"]
+
+_BACKENDS = ("auto", "cuda", "emulated")
+
+# Variables of the reference's native core that stflow does not read.
+_IGNORED_REFERENCE_VARIABLES = (
+    "CUDASTF_ALLOCATOR",
+    "CUDASTF_CACHE_SIZE",
+    "CUDASTF_GRAPH_CACHE_SIZE",
+    "CUDASTF_SCHEDULE",
+    "CUDASTF_TASK_STATISTICS",
+    "CUDASTF_DISPLAY_STATS",
+    "CUDASTF_NCCL",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Defaults taken from the environment."""
+
+    backend: str
+    """``STFLOW_BACKEND``: ``"auto"``, ``"cuda"`` or ``"emulated"``."""
+    emulated_devices_text: str | None
+    """``STFLOW_EMULATED_DEVICES`` as written; validated by :attr:`emulated_devices`."""
+    emulation_seed: int
+    """``STFLOW_EMULATION_SEED``, or a seed drawn once per process."""
+    emulation_seed_from_environment: bool
+    dot_file: str | None
+    """``STFLOW_DOT_FILE`` (``CUDASTF_DOT_FILE`` when unset)."""
+    trace_file: str | None
+    """``STFLOW_TRACE_FILE``."""
+
+    @property
+    def emulated_devices(self) -> int:
+        """Number of virtual devices of the emulated backend (default 2).
+
+        Raises
+        ------
+        ValueError
+            When ``STFLOW_EMULATED_DEVICES`` is not a positive integer.
+        """
+        text = self.emulated_devices_text
+        if text is None or text.strip() == "":
+            return 2
+        try:
+            count = int(text)
+        except ValueError:
+            count = 0
+        if count <= 0:
+            raise ValueError(
+                f"STFLOW_EMULATED_DEVICES={text!r} is not a positive integer; "
+                "set it to the number of virtual devices, e.g. 2"
+            )
+        return count
+
+
+_config: Config | None = None
+_warned_reference_variables = False
+
+
+def _read() -> Config:
+    backend = os.environ.get("STFLOW_BACKEND", "auto").strip().lower() or "auto"
+    if backend not in _BACKENDS:
+        raise ValueError(
+            f"STFLOW_BACKEND={backend!r} is not one of {', '.join(_BACKENDS)}"
+        )
+    seed_text = os.environ.get("STFLOW_EMULATION_SEED")
+    if seed_text is not None and seed_text.strip():
+        try:
+            seed = int(seed_text)
+        except ValueError:
+            raise ValueError(
+                f"STFLOW_EMULATION_SEED={seed_text!r} is not an integer"
+            ) from None
+        from_env = True
+    else:
+        seed = random.SystemRandom().randrange(1 << 31)
+        from_env = False
+    dot = os.environ.get("STFLOW_DOT_FILE") or os.environ.get("CUDASTF_DOT_FILE") or None
+    return Config(
+        backend=backend,
+        emulated_devices_text=os.environ.get("STFLOW_EMULATED_DEVICES"),
+        emulation_seed=seed,
+        emulation_seed_from_environment=from_env,
+        dot_file=dot,
+        trace_file=os.environ.get("STFLOW_TRACE_FILE") or None,
+    )
+
+
+def config() -> Config:
+    """Return the process configuration, reading the environment on first use."""
+    global _config
+    if _config is None:
+        _config = _read()
+    return _config
+
+
+def reload() -> Config:
+    """Read the environment again (for tests)."""
+    global _config
+    _config = _read()
+    return _config
+
+
+def warn_ignored_reference_variables() -> None:
+    """Warn once if variables of the reference's native core are set."""
+    global _warned_reference_variables
+    if _warned_reference_variables:
+        return
+    _warned_reference_variables = True
+    present = [name for name in _IGNORED_REFERENCE_VARIABLES if name in os.environ]
+    if present:
+        warnings.warn(
+            "stflow does not read these variables of the reference runtime: "
+            + ", ".join(present),
+            UserWarning,
+            stacklevel=3,
+        )

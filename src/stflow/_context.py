@@ -1,0 +1,254 @@
+"""The public ``context``: creates data, submits tasks, synchronises, finalizes.
+
+A context is a thin handle on a :class:`~stflow._runtime.Runtime`. Logical data and
+tasks refer to the runtime, not to the context object, so dropping the last reference
+to a context finalizes it (with a ``ResourceWarning``) even while its data objects are
+still referenced somewhere.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import warnings
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from ._config import warn_ignored_reference_variables
+from ._errors import ContextFinalizedError
+from ._logical_data import dep, logical_data
+from ._places import exec_place
+from ._runtime import Runtime
+from ._task import host_launch, task
+from ._views import stream_handle
+from .backends import get_backend
+
+__all__ = ["context"]
+
+_live_contexts: weakref.WeakSet[context] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+class context:
+    """A Sequential Task Flow context.
+
+    Parameters
+    ----------
+    use_graph : bool
+        ``False`` (stream mode) is supported; graph mode raises ``NotImplementedError``
+        in this release.
+    borrowed : bool
+        Internal: use ``logical_data.borrow_ctx_handle()`` for a borrowed context.
+    stream : stream-like, optional
+        A caller-owned stream: all work is ordered after what was enqueued on it so
+        far, and ``finalize()`` enqueues the completion and write-backs on it without
+        blocking the host.
+    handle : None
+        Shared ``async_resources`` arrive with multi-device support; only ``None`` is
+        accepted now.
+    backend : {"auto", "cuda", "emulated"}
+        Which backend runs the work (default: ``STFLOW_BACKEND``, else ``"auto"``).
+
+    Notes
+    -----
+    Use it as a context manager: leaving the ``with`` block finalizes, which waits for
+    all work, writes every modified logical data back into its user buffer and frees
+    device memory. A context collected unfinalized warns (``ResourceWarning``) and
+    finalizes all the same.
+    """
+
+    def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
+                 handle: Any = None, *, backend: str | None = None) -> None:
+        self._runtime: Runtime | None = None
+        self._borrowed = False
+        if borrowed:
+            raise TypeError("borrowed contexts come from ld.borrow_ctx_handle()")
+        caller_handle = None if stream is None else stream_handle(stream)
+        if handle is not None:
+            raise TypeError(f"handle must be None in this release (async_resources "
+                            f"are not supported yet), got {type(handle).__name__}")
+        if use_graph:
+            raise NotImplementedError("graph mode (use_graph=True) is not available in "
+                                      "this release of stflow; use stream mode")
+        if backend is None:
+            from ._config import config
+            backend = config().backend
+        warn_ignored_reference_variables()
+        native = get_backend(backend)
+        caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
+        self._runtime = Runtime(native, caller)
+        self._stream_owner = stream
+        with _live_lock:
+            _live_contexts.add(self)
+
+    @classmethod
+    def _borrow(cls, runtime: Runtime) -> context:
+        ctx = object.__new__(cls)
+        ctx._runtime = runtime
+        ctx._borrowed = True
+        ctx._stream_owner = None
+        return ctx
+
+    # -- properties --------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        """The name of the backend running this context (stflow-only)."""
+        return self._runtime.backend.name  # type: ignore[union-attr]
+
+    def _live(self) -> Runtime:
+        runtime = self._runtime
+        if runtime is None or runtime.finalized:
+            raise ContextFinalizedError("this context is finalized; create a new one")
+        return runtime
+
+    # -- data --------------------------------------------------------------------
+    def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
+                     ) -> logical_data:
+        """Register ``buf`` (NumPy array, buffer, CAI or DLPack object) as logical data.
+
+        Its bytes are the initial value; the latest value is written back into it at
+        ``finalize()``. A read-only buffer makes read-only data.
+        """
+        return self._live().register(None, buf, dplace, name)
+
+    def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None
+                           ) -> logical_data:
+        """Logical data without an initial value (``float64`` by default)."""
+        return self._live().empty(shape, dtype, name)
+
+    def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
+                          where: Any = None, exec_place: exec_place | None = None,
+                          name: str | None = None) -> logical_data:
+        """Logical data whose every element is ``fill_value``.
+
+        The fill is a task with a ``write()`` dependency at ``where`` (default: the
+        memory of ``exec_place``, itself the current device by default).
+        """
+        from .fill_utils import init_logical_data
+        runtime = self._live()
+        if dtype is None:
+            dtype = np.array(fill_value).dtype
+        ld = runtime.empty(shape, dtype, name)
+        init_logical_data(self, ld, fill_value, where, exec_place)
+        return ld
+
+    def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
+                           exec_place: exec_place | None = None, name: str | None = None
+                           ) -> logical_data:
+        """Logical data filled with zeros (``float64`` by default)."""
+        return self.logical_data_full(shape, 0.0, np.float64 if dtype is None else dtype,
+                                      where, exec_place, name)
+
+    def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
+                          exec_place: exec_place | None = None, name: str | None = None
+                          ) -> logical_data:
+        """Logical data filled with ones (``float64`` by default)."""
+        return self.logical_data_full(shape, 1.0, np.float64 if dtype is None else dtype,
+                                      where, exec_place, name)
+
+    def token(self) -> logical_data:
+        """A logical data without bytes, used only for ordering."""
+        return self._live().token()
+
+    # -- work --------------------------------------------------------------------
+    def task(self, *args: Any, symbol: str | None = None) -> task:
+        """A task with dependencies ``ld.read()/write()/rw()`` and an optional
+        ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
+        return task._make(self._live(), args, symbol)
+
+    def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
+                    args: Any = None, symbol: str | None = None) -> None:
+        """Run ``fn(*arrays, *args)`` on a host thread once ``deps`` are satisfied.
+
+        Notes
+        -----
+        ``arrays`` are zero-copy NumPy views of the host instances, valid during the
+        call only, read-only for ``read()`` dependencies. An exception from ``fn`` is
+        raised at the next synchronisation point (``wait``, ``fence``, ``finalize``,
+        ``check_errors``).
+        """
+        host_launch(self._live(), deps, fn, args, symbol)
+
+    # -- synchronisation -----------------------------------------------------------
+    def fence(self) -> int:
+        """A raw stream handle that completes when all work submitted so far has.
+
+        Does not block the host. Raises pending asynchronous errors.
+        """
+        return self._live().fence()
+
+    def wait(self, ld: logical_data) -> np.ndarray:
+        """Block until ``ld`` can be read and return a new host array of its value."""
+        return self._live().wait(ld)
+
+    def check_errors(self) -> None:
+        """Raise the asynchronous errors captured so far (several → ExceptionGroup)."""
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.raise_errors("check_errors()")
+
+    def finalize(self) -> None:
+        """Wait for all work, write results back to user buffers, free everything.
+
+        Idempotent. Raises pending asynchronous errors. With a caller stream, the
+        completion is enqueued on that stream and the host does not block.
+        """
+        if self._borrowed:
+            raise RuntimeError("a borrowed context cannot be finalized; finalize the "
+                               "context that owns the data")
+        runtime = self._runtime
+        if runtime is not None:
+            runtime.finalize()
+
+    # -- lifecycle ---------------------------------------------------------------
+    def __enter__(self) -> context:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._borrowed:
+            self.finalize()
+
+    def __del__(self) -> None:
+        runtime = getattr(self, "_runtime", None)
+        if runtime is None or self._borrowed or runtime.finalized:
+            return
+        if sys.is_finalizing():
+            return
+        warnings.warn("stflow context collected without finalize(); use 'with "
+                      "stf.context() as ctx:' so results are written back "
+                      "deterministically", ResourceWarning, stacklevel=2)
+        _finalize_quietly(runtime)
+
+    def __repr__(self) -> str:
+        runtime = self._runtime
+        ident = runtime.id if runtime is not None else 0
+        return f"context(handle={ident}, borrowed={self._borrowed})"
+
+
+def _finalize_quietly(runtime: Runtime) -> None:
+    """Finalize where nobody can catch exceptions: they become RuntimeWarnings."""
+    try:
+        runtime.finalize()
+    except BaseException as exc:  # noqa: BLE001
+        errors = list(getattr(exc, "exceptions", None) or [exc])
+        for error in errors:
+            warnings.warn(f"stflow: error while finalizing a collected context: "
+                          f"{error!r}", RuntimeWarning, stacklevel=2)
+    for error in runtime.take_errors():
+        warnings.warn(f"stflow: error while finalizing a collected context: {error!r}",
+                      RuntimeWarning, stacklevel=2)
+
+
+@atexit.register
+def _finalize_at_exit() -> None:
+    """Finalize contexts still alive at exit, so user buffers get their results."""
+    with _live_lock:
+        contexts = list(_live_contexts)
+    for ctx in contexts:
+        runtime = ctx._runtime
+        if runtime is not None and not ctx._borrowed and not runtime.finalized:
+            _finalize_quietly(runtime)
+

@@ -1,0 +1,542 @@
+"""The runtime behind a context: streams, data, acquire and release.
+
+A :class:`Runtime` owns everything a context needs and is shared by the context and
+its borrowed handles. The two halves of every task are here:
+
+``prologue`` (acquire)
+    wait until no started-but-unfinished task conflicts with the accesses; ask the
+    coherence layer what each access needs; choose the task's stream (preferably one
+    that carries a prerequisite); make it wait for the prerequisites it does not
+    already imply; allocate missing instances and copy valid data in, in stream order.
+
+``epilogue`` (release)
+    record the end event on the task's stream and hand it to the coherence and
+    ordering state of every accessed data.
+
+Everything between them (the task body, a host callback) is the caller's business.
+Submission is serialised by one lock per runtime; stflow never holds it while running
+user code.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from ._coherence import DataState, Instance
+from ._deps import READ, WRITE, choose_stream, merge_events, needs_wait
+from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError,
+                      ScopeError, ShapeError, raise_collected)
+from ._logical_data import logical_data
+from ._places import AFFINE, data_place
+from ._sources import check_dtype, describe_buffer
+from .backends._base import HOST, MANAGED, Allocation, Backend, Event, Stream, \
+    callback_state
+
+__all__ = ["Access", "Runtime", "STREAMS_PER_PLACE"]
+
+STREAMS_PER_PLACE = 4
+"""Compute streams created (lazily) per execution place."""
+
+_runtime_ids = itertools.count(1)
+
+
+class Access:
+    """One logical data accessed by one task: what, how, where, and the instance."""
+
+    __slots__ = ("ld", "state", "mode", "device", "instance", "source")
+
+    def __init__(self, ld: logical_data, mode: int, device: int) -> None:
+        self.ld = ld
+        self.state: DataState = ld._state  # type: ignore[assignment]
+        self.mode = mode
+        self.device = device
+        self.instance: Instance | None = None
+        self.source: Instance | None = None
+
+
+class _Pool:
+    """The streams of one execution place."""
+
+    __slots__ = ("streams", "members", "next")
+
+    def __init__(self, streams: list[Stream]) -> None:
+        self.streams = streams
+        self.members = frozenset(streams)
+        self.next = 0
+
+
+def _describe_place(device: int) -> str:
+    if device >= 0:
+        return f"device {device}"
+    return {HOST: "the host", MANAGED: "managed memory"}.get(device, str(device))
+
+
+class Runtime:
+    """The state and mechanisms of one context (see the module docstring)."""
+
+    def __init__(self, backend: Backend, caller_stream: Stream | None) -> None:
+        self.id = next(_runtime_ids)
+        self.backend = backend
+        self.lock = threading.RLock()
+        self.cv = threading.Condition(self.lock)
+        self.pools: dict[int, _Pool] = {}
+        self.streams: list[Stream] = []
+        self.data: dict[int, DataState] = {}
+        self.keys = itertools.count(1)
+        self.retired: deque[int] = deque()
+        self.retired_keepalive: list[Any] = []
+        self.active_tasks: dict[Any, int] = {}   # started task -> thread ident
+        self.errors: list[BaseException] = []
+        self.errors_lock = threading.Lock()
+        self.finalized = False
+        self.closing = False
+        self.caller_stream = caller_stream
+        self.entry_event: Event | None = None
+        self.fence_stream: Stream | None = None
+        if caller_stream is not None:
+            self.entry_event = backend.record(caller_stream)
+
+    # -- errors ------------------------------------------------------------------
+    def capture(self, exc: BaseException) -> None:
+        """Keep an asynchronous failure for the next synchronisation point."""
+        with self.errors_lock:
+            self.errors.append(exc)
+
+    def take_errors(self) -> list[BaseException]:
+        with self.errors_lock:
+            errors, self.errors = self.errors, []
+        return errors
+
+    def raise_errors(self, where: str) -> None:
+        if self.errors:
+            raise_collected(self.take_errors(), where)
+
+    # -- checks ------------------------------------------------------------------
+    def check_submit(self, what: str) -> None:
+        """Refuse work on a finalized context or from a host callback."""
+        if self.finalized or self.closing:
+            raise ContextFinalizedError(
+                f"{what} called on a finalized context; create a new context"
+            )
+        if callback_state.active:
+            raise ScopeError(
+                f"{what} called from a host callback or launched function; work "
+                "running in stream order must not submit to a context"
+            )
+
+    def check_device(self, device: int, what: str) -> int:
+        if device >= self.backend.device_count:
+            raise PlaceError(
+                f"{what}: device {device} does not exist on the {self.backend.name} "
+                f"backend ({self.backend.device_count} device(s))"
+            )
+        return device
+
+    # -- streams -----------------------------------------------------------------
+    def new_stream(self, device: int) -> Stream:
+        stream = self.backend.create_stream(device)
+        stream.error_sink = self.capture
+        if self.entry_event is not None:
+            self.backend.wait(stream, self.entry_event)
+        self.streams.append(stream)
+        return stream
+
+    def pool(self, device: int) -> _Pool:
+        pool = self.pools.get(device)
+        if pool is None:
+            pool = self.pools[device] = _Pool(
+                [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
+        return pool
+
+    # -- data --------------------------------------------------------------------
+    def _adopt(self, ld: logical_data | None, state: DataState | None,
+               shape: tuple | None, dtype: np.dtype | None, readonly: bool,
+               name: str | None, source: Any) -> logical_data:
+        key = next(self.keys)
+        if ld is None:
+            ld = object.__new__(logical_data)
+        ld._runtime = self
+        ld._state = state
+        ld._shape = shape
+        ld._dtype = dtype
+        ld._readonly = readonly
+        ld._symbol = name
+        ld._is_token = shape is None
+        ld._source = source
+        ld._key = key
+        if state is not None:
+            self.data[key] = state
+            finalizer = weakref.finalize(ld, _retire, weakref.ref(self), key)
+            finalizer.atexit = False
+        return ld
+
+    def register(self, ld: logical_data | None, buf: Any, dplace: Any, name: Any,
+                 shape: Any = None, dtype: Any = None) -> logical_data:
+        """Register a user buffer as the reference instance of a new logical data."""
+        self.check_submit("logical_data()")
+        _check_name(name)
+        if dplace is not None and not isinstance(dplace, data_place):
+            raise TypeError(f"dplace must be a data_place or None, got "
+                            f"{type(dplace).__name__}")
+        source = describe_buffer(buf)
+        if shape is not None and tuple(shape) != source.shape:
+            raise ShapeError(f"shape={tuple(shape)} does not match the buffer's shape "
+                             f"{source.shape}")
+        if dtype is not None and np.dtype(dtype) != source.dtype:
+            raise ShapeError(f"dtype={np.dtype(dtype)} does not match the buffer's "
+                             f"dtype {source.dtype}")
+        backend = self.backend
+        if backend.name == "emulated" and (
+                source.interface == "cai" or source.dlpack_device not in (None, (1, 0))):
+            raise BackendUnavailableError(
+                f"a {type(buf).__name__} in GPU memory needs the CUDA backend; this "
+                "context runs on the emulated backend (install stflow[cu12] or "
+                "stflow[cu13] on a machine with a GPU, or pass a NumPy array)"
+            )
+        device = backend.locate(source.ptr) if source.ptr else HOST
+        if dplace is not None:
+            wanted = dplace.device_id
+            if wanted == AFFINE or wanted < MANAGED:
+                raise PlaceError(f"{dplace!r} cannot hold a user buffer; give the place "
+                                 "where the buffer lives, or omit dplace")
+            if wanted != device:
+                raise PlaceError(
+                    f"dplace={dplace!r} contradicts the buffer, which lives in "
+                    f"{_describe_place(device)}; omit dplace to infer it"
+                )
+        self.sync_producer(source.stream)
+        state = DataState(source.nbytes)
+        state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
+                                               source.dtype, source.keepalive))
+        return self._adopt(ld, state, source.shape, source.dtype, source.readonly,
+                           name, source.keepalive)
+
+    def sync_producer(self, stream: int | None) -> None:
+        """Wait for a CUDA Array Interface producer's stream (backends may override)."""
+        if stream is not None:
+            sync = getattr(self.backend, "synchronize_handle", None)
+            if sync is not None:
+                sync(stream)
+
+    def empty(self, shape: Any, dtype: Any, name: Any) -> logical_data:
+        """A logical data without a user buffer or initial value."""
+        self.check_submit("logical_data_empty()")
+        _check_name(name)
+        shape = check_shape(shape, "logical_data_empty")
+        dtype = check_dtype(np.float64 if dtype is None else dtype, "logical_data_empty")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self._adopt(None, DataState(nbytes), shape, dtype, False, name, None)
+
+    def token(self) -> logical_data:
+        self.check_submit("token()")
+        return self._adopt(None, DataState(0), None, None, False, None, None)
+
+    def owns(self, ld: logical_data, what: str) -> None:
+        if ld._runtime is not self:
+            from ._errors import ContextMismatchError
+            if ld._runtime.finalized:
+                raise ContextFinalizedError(
+                    f"{what}: logical data {ld._label()} belongs to a finalized context")
+            raise ContextMismatchError(
+                f"{what}: logical data {ld._label()} belongs to another context; "
+                "create it in this context (ctx.logical_data(...))"
+            )
+
+    # -- acquire and release -----------------------------------------------------
+    def _wait_for_conflicts(self, accesses: list[Access], owner_label: str) -> None:
+        """Block while a started task of another thread conflicts with ``accesses``."""
+        while True:
+            conflict = None
+            for access in accesses:
+                for other, mode in access.state.active.items():
+                    if (mode | access.mode) & WRITE:
+                        conflict = (access, other)
+                        break
+                if conflict:
+                    break
+            if conflict is None:
+                return
+            access, other = conflict
+            if self.active_tasks.get(other) == threading.get_ident():
+                raise ScopeError(
+                    f"{owner_label} accesses logical data {access.ld._label()}, which "
+                    f"{other._label()} (started, not yet ended on this thread) also "
+                    "accesses with a conflicting mode; end that task first"
+                )
+            self.cv.wait()
+
+    def prologue(self, accesses: list[Access], device: int, owner: Any,
+                 owner_label: str) -> tuple[Stream, list[Event], bool]:
+        """Acquire ``accesses`` for work on execution place ``device``.
+
+        Returns
+        -------
+        (stream, prerequisites, enqueued)
+            The stream the work must run on, the events it was ordered after, and
+            whether anything (waits, allocations, copies) was enqueued for it.
+        """
+        if accesses and any(access.state.active for access in accesses):
+            self._wait_for_conflicts(accesses, owner_label)
+        prerequisites: list[Event] = []
+        for access in accesses:
+            if access.ld._is_token:
+                prerequisites.extend(access.state.tracker.prerequisites(access.mode))
+                continue
+            instance, source, needed = access.state.plan_access(access.mode,
+                                                                 access.device)
+            access.instance = instance
+            access.source = source
+            prerequisites.extend(needed)
+        pool = self.pool(device)
+        stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
+                                          pool.next)
+        backend = self.backend
+        enqueued = False
+        if prerequisites:
+            for event in (merge_events(prerequisites) if len(prerequisites) > 1
+                          else prerequisites):
+                if needs_wait(stream, event):
+                    backend.wait(stream, event)
+                    enqueued = True
+        copied = False
+        for access in accesses:
+            instance = access.instance
+            if instance is None:
+                continue
+            if instance.allocation is None:
+                instance.allocation = backend.allocate(
+                    instance.device, access.state.nbytes, stream, access.ld._dtype)
+                enqueued = True
+            if access.source is not None:
+                backend.copy(instance.allocation.ptr, access.source.allocation.ptr,
+                             access.state.nbytes, stream)
+                copied = True
+        if copied:
+            event = backend.record(stream)
+            for access in accesses:
+                if access.source is not None:
+                    access.state.copied(access.instance, access.source, event)
+            enqueued = True
+        if owner is not None:
+            for access in accesses:
+                access.state.active[owner] = access.mode
+            self.active_tasks[owner] = threading.get_ident()
+        return stream, prerequisites, enqueued
+
+    def epilogue(self, accesses: list[Access], stream: Stream, owner: Any) -> Event:
+        """Release ``accesses``: record the end event and update data state."""
+        event = self.backend.record(stream)
+        for access in accesses:
+            access.state.released(access.instance, access.mode, event)
+            if owner is not None:
+                access.state.active.pop(owner, None)
+        if owner is not None:
+            self.active_tasks.pop(owner, None)
+            self.cv.notify_all()
+        return event
+
+    def resolve_device(self, dplace: data_place | None, exec_device: int,
+                       affine_device: int, what: str) -> int:
+        if dplace is None:
+            return affine_device
+        device = dplace._device
+        if device == AFFINE:
+            return affine_device
+        if device >= 0:
+            self.check_device(device, what)
+        elif device not in (HOST, MANAGED):
+            raise PlaceError(f"{what}: {dplace!r} cannot hold an instance")
+        return device  # type: ignore[no-any-return]
+
+    # -- whole-context operations ------------------------------------------------
+    def _copy_into(self, state: DataState, target: Instance, source: Instance,
+                   prerequisites: list[Event], dtype: np.dtype | None,
+                   keep: bool = True) -> Event:
+        """Copy ``source`` into ``target`` on a stream of the target's place.
+
+        ``keep=False`` copies into a temporary buffer that is not an instance.
+        """
+        pool = self.pool(target.device if target.device >= 0 else HOST)
+        stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
+                                          pool.next)
+        backend = self.backend
+        for event in merge_events(prerequisites):
+            if needs_wait(stream, event):
+                backend.wait(stream, event)
+        if target.allocation is None:
+            target.allocation = backend.allocate(target.device, state.nbytes, stream,
+                                                 dtype or np.dtype(np.uint8))
+        backend.copy(target.allocation.ptr, source.allocation.ptr,  # type: ignore
+                     state.nbytes, stream)
+        event = backend.record(stream)
+        if keep:
+            state.copied(target, source, event)
+        state.tracker.release(READ, event)
+        return event
+
+    def writeback(self, state: DataState) -> None:
+        plan = state.writeback_plan()
+        if plan is not None:
+            reference, source, prerequisites = plan
+            self._copy_into(state, reference, source, prerequisites,
+                            reference.allocation.dtype)  # type: ignore[union-attr]
+
+    def drain_retired(self) -> None:
+        """Write back and free the data whose logical_data objects were collected."""
+        retired = self.retired
+        while retired:
+            state = self.data.pop(retired.popleft(), None)
+            if state is None:
+                continue
+            self.writeback(state)
+            events = merge_events([*state.tracker.all_events(),
+                                   *(e for i in state.instances.values()
+                                     for e in i.ready.values())])
+            owned = [i.allocation for i in state.instances.values()
+                     if i.allocation is not None and not i.is_reference]
+            if owned:
+                pool = self.pool(HOST)
+                stream, pool.next = choose_stream(pool.streams, pool.members, events,
+                                                  pool.next)
+                for event in events:
+                    if needs_wait(stream, event):
+                        self.backend.wait(stream, event)
+                for allocation in owned:
+                    self.backend.free(allocation, stream)
+            if state.reference is not None:
+                self.retired_keepalive.append(state.reference.allocation)
+
+    def outstanding_events(self) -> list[Event]:
+        return [s.last_event for s in self.streams if s.last_event is not None]
+
+    def fence(self) -> int:
+        """A stream that completes once everything submitted so far has completed."""
+        with self.lock:
+            self.check_submit("fence()")
+            self.drain_retired()
+            stream = self.fence_stream
+            if stream is None:
+                stream = self.fence_stream = self.new_stream(
+                    max(self.backend.current_device(), 0))
+            for event in self.outstanding_events():
+                if needs_wait(stream, event):
+                    self.backend.wait(stream, event)
+        self.raise_errors("fence()")
+        return int(stream.handle)
+
+    def wait(self, ld: Any) -> np.ndarray:
+        """Block until ``ld`` can be read; return a host copy of its value."""
+        if not isinstance(ld, logical_data):
+            raise TypeError(f"wait() expects a logical_data, got {type(ld).__name__}")
+        if ld._is_token:
+            raise TypeError(f"wait() on token {ld._label()}: a token holds no data; "
+                            "order on it with fence()")
+        event = None
+        with self.lock:
+            self.check_submit("wait()")
+            self.owns(ld, "wait()")
+            self.drain_retired()
+            state: DataState = ld._state  # type: ignore[assignment]
+            dtype: np.dtype = ld._dtype  # type: ignore[assignment]
+            if state.active:
+                self._wait_for_conflicts([Access(ld, READ, HOST)], "wait()")
+            result = np.empty(ld._shape, dtype)  # type: ignore[arg-type]
+            source = state.valid_source()
+            if source is None:
+                from .backends.emulated import poison
+                poison(result.reshape(-1).view(np.uint8), dtype)
+            elif state.nbytes:
+                prerequisites = [*state.tracker.prerequisites(READ),
+                                 *source.ready.values()]
+                target = Instance(HOST, Allocation(
+                    result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
+                    result))
+                event = self._copy_into(state, target, source, prerequisites, dtype,
+                                        keep=False)
+        if event is not None:
+            self.backend.synchronize(event)
+        self.raise_errors("wait()")
+        return result
+
+    def quiesce(self) -> None:
+        """Wait until no task is between start() and end() (other threads)."""
+        me = threading.get_ident()
+        while self.active_tasks:
+            for task, thread in self.active_tasks.items():
+                if thread == me:
+                    raise ScopeError(f"finalize() while {task._label()} is started but "
+                                     "not ended; end the task first")
+            self.cv.wait()
+
+    def finalize(self) -> None:
+        """Complete all work, write results back, free everything (idempotent)."""
+        with self.lock:
+            if self.finalized:
+                return
+            if callback_state.active:
+                raise ScopeError("finalize() called from a host callback or launched "
+                                 "function")
+            self.quiesce()
+            self.closing = True
+            self.drain_retired()
+            for state in self.data.values():
+                self.writeback(state)
+            backend = self.backend
+            caller = self.caller_stream
+            events = self.outstanding_events()
+            if caller is not None:
+                for event in events:
+                    if needs_wait(caller, event):
+                        backend.wait(caller, event)
+        if caller is None:
+            for event in events:
+                backend.synchronize(event)
+        with self.lock:
+            for state in self.data.values():
+                for instance in state.instances.values():
+                    if instance.allocation is not None and not instance.is_reference:
+                        backend.free(instance.allocation, caller)
+                    instance.allocation = None
+            self.data.clear()
+            self.retired_keepalive.clear()
+            for stream in self.streams:
+                backend.destroy_stream(stream)
+            self.streams.clear()
+            self.pools.clear()
+            self.finalized = True
+        self.raise_errors("finalize()")
+
+
+def _retire(runtime_ref: weakref.ref, key: int) -> None:
+    runtime = runtime_ref()
+    if runtime is not None and not runtime.finalized:
+        runtime.retired.append(key)
+
+
+def _check_name(name: Any) -> None:
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+
+
+def check_shape(shape: Any, what: str) -> tuple[int, ...]:
+    """Validate a shape given as an iterable of positive integers."""
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"{what}: shape must be a tuple of ints such as (10,), got "
+                        f"{shape!r}")
+    result = []
+    for extent in shape:
+        if isinstance(extent, bool) or not hasattr(type(extent), "__index__"):
+            raise TypeError(f"{what}: shape {tuple(shape)!r} has a non-integer extent "
+                            f"{extent!r}")
+        result.append(extent.__index__())
+    if not result:
+        raise ValueError(f"{what}: shape must not be empty")
+    if any(extent <= 0 for extent in result):
+        raise ValueError(f"{what}: every extent must be positive, got {tuple(result)}")
+    return tuple(result)

@@ -1,0 +1,178 @@
+"""Turning user buffers into (address, shape, dtype) descriptions.
+
+The interfaces are tried in the order of the API: the CUDA Array Interface v3, the
+buffer protocol (NumPy arrays always take this path), then DLPack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._errors import ShapeError
+
+__all__ = ["Source", "describe_buffer", "check_dtype"]
+
+
+@dataclass
+class Source:
+    """A user buffer, described."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    readonly: bool
+    interface: str
+    """``"cai"``, ``"buffer"`` or ``"dlpack"``."""
+    keepalive: Any
+    """What must stay alive while the data is registered (the buffer export)."""
+    stream: int | None = None
+    """CAI ``stream`` field: work the producer still has in flight."""
+    dlpack_device: tuple[int, int] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def check_dtype(dtype: Any, what: str) -> np.dtype:
+    """Return ``numpy.dtype(dtype)``, refusing types without a fixed byte layout."""
+    try:
+        result = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{what}: {dtype!r} is not a NumPy dtype") from exc
+    if result.hasobject or result.itemsize == 0:
+        raise TypeError(
+            f"{what}: dtype {result} has no fixed-size byte layout; stflow moves raw "
+            "bytes between places, so use a numeric, boolean or fixed-size structured "
+            "dtype"
+        )
+    return result
+
+
+def _compact_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
+def _from_cai(buf: Any, interface: dict) -> Source:
+    if not isinstance(interface, dict):
+        raise TypeError(f"{type(buf).__name__}.__cuda_array_interface__ is not a dict")
+    shape = tuple(interface.get("shape", ()))
+    if any((not isinstance(n, int)) or n < 0 for n in shape):
+        raise ShapeError(f"CUDA Array Interface shape {shape} has a negative or "
+                         "non-integer extent")
+    typestr = interface["typestr"]
+    descr = interface.get("descr")
+    if typestr.startswith("|V") and descr:
+        dtype = np.dtype([tuple(field) for field in descr])
+    else:
+        dtype = np.dtype(typestr)
+    dtype = check_dtype(dtype, "logical_data")
+    if interface.get("mask") is not None:
+        raise ShapeError("masked CUDA arrays are not supported; pass the unmasked data "
+                         "(the CUDA Array Interface 'mask' field must be None)")
+    strides = interface.get("strides")
+    if strides is not None and 0 not in shape:
+        strides = tuple(strides)
+        if len(strides) != len(shape):
+            raise ShapeError(f"CUDA Array Interface strides {strides} do not match shape "
+                             f"{shape}; the buffer is not C-contiguous")
+        compact = _compact_strides(shape, dtype.itemsize)
+        if any(n != 1 and s != c for n, s, c in zip(shape, strides, compact)):
+            raise ShapeError(
+                f"the buffer with shape {shape} and strides {strides} is not "
+                "C-contiguous; make a contiguous copy (e.g. cupy.ascontiguousarray)"
+            )
+    stream = interface.get("stream")
+    if stream == 0:
+        raise ValueError("CUDA Array Interface v3 forbids stream 0; the producer must "
+                         "give None, 1, 2 or a stream handle")
+    ptr, readonly = interface["data"]
+    return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream)
+
+
+def _from_buffer(buf: Any, view: memoryview) -> Source:
+    if not view.c_contiguous:
+        raise ShapeError(
+            f"the {type(buf).__name__} of shape {view.shape} is not C-contiguous; "
+            "register numpy.ascontiguousarray(buf) instead"
+        )
+    try:
+        array = np.asarray(view)
+    except (TypeError, ValueError, NotImplementedError) as exc:
+        raise TypeError(f"the buffer format {view.format!r} of "
+                        f"{type(buf).__name__} has no NumPy dtype") from exc
+    dtype = check_dtype(array.dtype, "logical_data")
+    ptr = array.__array_interface__["data"][0]
+    return Source(int(ptr), tuple(array.shape), dtype, bool(view.readonly), "buffer",
+                  (view, array))
+
+
+def _from_array_interface(buf: Any) -> Source:
+    array = np.asarray(buf)
+    if not array.flags.c_contiguous:
+        raise ShapeError(f"the array of shape {array.shape} is not C-contiguous; "
+                         "register numpy.ascontiguousarray(buf) instead")
+    dtype = check_dtype(array.dtype, "logical_data")
+    return Source(int(array.__array_interface__["data"][0]), tuple(array.shape), dtype,
+                  not array.flags.writeable, "buffer", (buf, array))
+
+
+def _from_dlpack(buf: Any) -> Source:
+    device = tuple(buf.__dlpack_device__())
+    if device[0] != 1:  # not the CPU: the CUDA backend reads it through CAI/DLPack
+        return Source(0, (), np.dtype(np.uint8), False, "dlpack", buf,
+                      dlpack_device=(int(device[0]), int(device[1])))
+    try:
+        array = np.from_dlpack(buf)
+    except BufferError as exc:
+        raise ShapeError(f"cannot import {type(buf).__name__} through DLPack: {exc}") \
+            from exc
+    if not array.flags.c_contiguous:
+        raise ShapeError(f"the DLPack tensor of shape {array.shape} has non-compact "
+                         "strides; pass a contiguous tensor (e.g. .contiguous())")
+    dtype = check_dtype(array.dtype, "logical_data")
+    return Source(int(array.__array_interface__["data"][0]), tuple(array.shape), dtype,
+                  not array.flags.writeable, "dlpack", (buf, array),
+                  dlpack_device=(1, 0))
+
+
+def describe_buffer(buf: Any) -> Source:
+    """Describe ``buf`` through the first interface it supports.
+
+    Raises
+    ------
+    TypeError
+        ``buf`` is ``None`` or supports none of the interfaces.
+    ShapeError
+        The buffer is not C-contiguous, masked, or has a bad shape.
+    """
+    if buf is None:
+        raise TypeError("logical_data(None): there is no buffer to register; use "
+                        "ctx.logical_data_empty(shape, dtype) for data without an "
+                        "initial value")
+    interface = getattr(buf, "__cuda_array_interface__", None)
+    if interface is not None:
+        return _from_cai(buf, interface)
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        view = None
+    if view is not None:
+        return _from_buffer(buf, view)
+    if hasattr(buf, "__array_interface__"):
+        return _from_array_interface(buf)
+    if hasattr(buf, "__dlpack__") and hasattr(buf, "__dlpack_device__"):
+        return _from_dlpack(buf)
+    raise TypeError(
+        f"cannot register a {type(buf).__name__} as logical data: it exports neither "
+        "the CUDA Array Interface, the buffer protocol nor DLPack; pass a NumPy array "
+        "(numpy.asarray(obj)), a CuPy/PyTorch/Numba array, or use logical_data_empty"
+    )

@@ -1,0 +1,109 @@
+"""Stream handles and array views handed to users: ``CudaStream`` and ``stf_cai``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CudaStream", "stf_cai", "stream_handle"]
+
+
+class CudaStream(int):
+    """A raw stream handle that also speaks ``__cuda_stream__``.
+
+    Accepted as is by ``numba.cuda.external_stream``, ``torch.cuda.ExternalStream``,
+    CuPy and any API that takes ``__cuda_stream__``.
+    """
+
+    __slots__ = ()
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, int(self))
+
+    @property
+    def ptr(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return f"CudaStream(0x{int(self):x})"
+
+
+def stream_handle(stream: Any) -> int:
+    """Resolve a stream argument to a raw handle.
+
+    ``None`` is the legacy default stream (``0``); an object with ``__cuda_stream__``
+    is asked for its handle (checked before ``int``); an ``int`` is the handle.
+
+    Raises
+    ------
+    TypeError
+        For any other object, or a ``__cuda_stream__`` that misbehaves.
+    """
+    if stream is None:
+        return 0
+    protocol = getattr(type(stream), "__cuda_stream__", None)
+    if protocol is not None:
+        try:
+            result = stream.__cuda_stream__()
+            version, handle = result[0], result[1]
+        except Exception as exc:
+            raise TypeError(f"{stream!r}.__cuda_stream__() failed: {exc}") from exc
+        if version != 0 or isinstance(handle, bool) or not isinstance(handle, int):
+            raise TypeError(f"{stream!r}.__cuda_stream__() returned {result!r}; "
+                            "expected (0, <int handle>)")
+        return handle
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"a stream must be None, an int handle or an object with "
+                        f"__cuda_stream__, got {type(stream).__name__}")
+    return stream
+
+
+class stf_cai:
+    """A plain view of device memory exposing the CUDA Array Interface v3.
+
+    Parameters
+    ----------
+    ptr : int
+        Device address.
+    shape : tuple of int
+    dtype : dtype-like
+    stream : int, optional
+        Stream the consumer must synchronise with; ``0`` means none is advertised.
+    readonly : bool, optional
+        Advertised in ``data[1]``.
+
+    Notes
+    -----
+    The view borrows: the memory must outlive it. Task views advertise no stream,
+    because their work is already ordered on the task stream.
+    """
+
+    __slots__ = ("ptr", "shape", "dtype", "stream", "readonly",
+                 "__cuda_array_interface__")
+
+    def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
+                 readonly: bool = False) -> None:
+        self.ptr = int(ptr)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.stream = int(stream)
+        self.readonly = bool(readonly)
+        interface: dict[str, Any] = {
+            "version": 3, "shape": self.shape, "typestr": self.dtype.str,
+            "data": (self.ptr, self.readonly), "strides": None,
+            "stream": self.stream or None,
+        }
+        if self.dtype.fields is not None:
+            interface["descr"] = self.dtype.descr
+        self.__cuda_array_interface__ = interface
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__cuda_array_interface__[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__cuda_array_interface__.get(key, default)
+
+    def __repr__(self) -> str:
+        return (f"stf_cai(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype}, "
+                f"stream={self.stream}, readonly={self.readonly})")

@@ -1,0 +1,151 @@
+"""Backend selection.
+
+``"emulated"`` is always available. ``"cuda"`` needs ``cuda.bindings`` (the ``cu12`` or
+``cu13`` extra) and at least one visible device. ``"auto"`` takes CUDA when it is
+usable and otherwise falls back to the emulated backend, saying so once per process
+with a :class:`~stflow.errors.BackendNotice`.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+from .._errors import BackendNotice, BackendUnavailableError, PlaceError
+from ._base import HOST, MANAGED, Allocation, Backend
+
+__all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
+
+_BACKEND_NAMES = ("auto", "cuda", "emulated")
+_auto: Backend | None = None
+_lock = threading.Lock()
+
+
+def _cuda() -> Backend:
+    import importlib
+    try:
+        cuda = importlib.import_module(f"{__name__}.cuda")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.cuda":
+            raise
+        raise BackendUnavailableError(
+            "this installation of stflow has no CUDA backend; use backend='emulated'"
+        ) from None
+    return cuda.get_backend()  # type: ignore[no-any-return]
+
+
+def get_backend(name: str) -> Backend:
+    """Return the process-wide backend called ``name``.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not ``"auto"``, ``"cuda"`` or ``"emulated"``.
+    BackendUnavailableError
+        ``"cuda"`` was asked for and cannot be used; the message says why.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a str, got {type(name).__name__}")
+    if name == "emulated":
+        from .emulated import get_backend as emulated
+        return emulated()
+    if name == "cuda":
+        return _cuda()
+    if name == "auto":
+        return _resolve_auto()
+    raise ValueError(f"backend={name!r} is not one of {', '.join(_BACKEND_NAMES)}")
+
+
+def _resolve_auto() -> Backend:
+    global _auto
+    if _auto is None:
+        with _lock:
+            if _auto is None:
+                try:
+                    _auto = _cuda()
+                except BackendUnavailableError as exc:
+                    from .emulated import get_backend as emulated
+                    backend = emulated()
+                    warnings.warn(
+                        f"stflow: no usable CUDA GPU ({exc}); running on the emulated "
+                        f"CPU backend ({backend.describe()}). Pass backend='emulated' or "
+                        "set STFLOW_BACKEND=emulated to silence this notice.",
+                        BackendNotice, stacklevel=4,
+                    )
+                    _auto = backend
+    return _auto
+
+
+def default_backend() -> Backend:
+    """The backend that ``STFLOW_BACKEND`` (default ``"auto"``) selects."""
+    from .._config import config
+    return get_backend(config().backend)
+
+
+class _PlaceAllocator:
+    """Backs ``data_place.allocate`` / ``deallocate`` outside any context."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, Allocation] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _device(place: Any) -> int:
+        device = place._device
+        if device >= 0 or device in (HOST, MANAGED):
+            return device  # type: ignore[no-any-return]
+        raise PlaceError(f"{place!r} cannot allocate memory; use a host, managed or "
+                         "device place")
+
+    def allocate(self, place: Any, nbytes: int, stream: Any) -> int:
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+            raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}")
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
+        device = self._device(place)
+        if nbytes == 0:
+            return 0
+        import numpy as np
+        backend = default_backend()
+        native = _stream(backend, stream) if device >= 0 else None
+        allocation = backend.allocate(device, nbytes, native, np.dtype(np.uint8))
+        with self._lock:
+            self._live[allocation.ptr] = allocation
+        return allocation.ptr
+
+    def deallocate(self, place: Any, ptr: int, nbytes: int, stream: Any) -> None:
+        self._device(place)
+        if ptr == 0:
+            return
+        with self._lock:
+            allocation = self._live.pop(ptr, None)
+        if allocation is None:
+            raise ValueError(f"0x{ptr:x} was not allocated by data_place.allocate")
+        backend = default_backend()
+        native = _stream(backend, stream) if allocation.device >= 0 else None
+        backend.free(allocation, native)
+
+
+def _stream(backend: Backend, stream: Any) -> Any:
+    from .._views import stream_handle
+    return backend.stream_from_handle(stream_handle(stream))
+
+
+_allocator = _PlaceAllocator()
+
+
+def place_allocator() -> _PlaceAllocator:
+    return _allocator
+
+
+def machine_init() -> None:
+    """Enable peer access, configure memory pools and read the topology.
+
+    Contexts call it; call it yourself only to use places without a context.
+    Idempotent. A driver failure raises ``CudaError``.
+    """
+    backend = default_backend()
+    init = getattr(backend, "machine_init", None)
+    if init is not None:
+        init()

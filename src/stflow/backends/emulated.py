@@ -1,0 +1,362 @@
+"""The emulated backend: an asynchronous device model on the CPU.
+
+It is a real device, not a mock, so that CI can prove the runtime's ordering:
+
+State
+    ``K`` virtual devices (``STFLOW_EMULATED_DEVICES``, default 2). Their memory is
+    ordinary process memory but *separate* from host memory: forgetting a copy gives a
+    wrong answer, as on a GPU. Fresh and freed buffers are poisoned (NaN for floating
+    types, ``0xA5`` bytes otherwise) so reading uninitialised or freed memory shows.
+
+Streams
+    Each stream is a FIFO of operations: *calls* (copies, host callbacks, launched
+    work), *records* (an event completes when its record operation is reached) and
+    *waits* (the head of the stream blocks until an event has completed).
+
+The scheduler
+    One thread, the whole algorithm in :meth:`_Scheduler.run`: under a lock, collect
+    the streams whose head operation is ready (a call or record, or a wait whose event
+    has completed), pick one with a seeded random generator
+    (``STFLOW_EMULATION_SEED``), and run its head; calls run outside the lock. Records
+    and satisfied waits complete at once. Because the choice between ready streams is
+    random, a dependency the runtime forgot to enforce changes the result for some
+    seed. The host blocks on an event with :meth:`EmulatedBackend.synchronize`, which
+    sleeps on the same condition variable.
+
+Task bodies run on the caller's thread (``bodies_wait_on_host``): the runtime records
+an event after a task's prerequisites and blocks on it, while the scheduler keeps
+running other streams, so a missing edge is a real race.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import itertools
+import random
+import threading
+import weakref
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from .._errors import ScopeError
+from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
+
+__all__ = ["EmulatedBackend", "EmulatedView", "get_backend"]
+
+_CALL, _RECORD, _WAIT = 0, 1, 2
+
+
+class EmulatedStream(Stream):
+    __slots__ = ("queue",)
+
+    def __init__(self, handle: int, device: int) -> None:
+        super().__init__(handle, device)
+        self.queue: deque[tuple[int, Any]] = deque()
+
+
+class EmulatedEvent(Event):
+    __slots__ = ("done",)
+
+    def __init__(self, stream: Stream, seq: int) -> None:
+        super().__init__(stream, seq)
+        self.done = False
+
+
+class _Scheduler:
+    """Runs ready stream operations in a seeded random order on one thread."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.cv = threading.Condition(threading.Lock())
+        self.active: dict[EmulatedStream, None] = {}   # streams with queued work
+        self.thread = threading.Thread(target=self.run, name="stflow-emulated-device",
+                                       daemon=True)
+        self.thread.start()
+
+    def enqueue(self, stream: EmulatedStream, kind: int, payload: Any) -> None:
+        with self.cv:
+            stream.queue.append((kind, payload))
+            if stream not in self.active:
+                self.active[stream] = None
+            self.cv.notify_all()
+
+    def run(self) -> None:
+        callback_state.active = True
+        cv = self.cv
+        active = self.active
+        while True:
+            with cv:
+                while True:
+                    ready = [s for s in active
+                             if s.queue[0][0] != _WAIT or s.queue[0][1].done]
+                    if ready:
+                        break
+                    cv.wait()
+                stream = ready[0] if len(ready) == 1 else self.rng.choice(ready)
+                kind, payload = stream.queue[0]
+                if kind != _CALL:
+                    stream.queue.popleft()
+                    if kind == _RECORD:
+                        payload.done = True
+                        cv.notify_all()
+                    if not stream.queue:
+                        del active[stream]
+                    continue
+            try:
+                payload()
+            except BaseException as exc:  # noqa: BLE001 - reported, never lost
+                _report(stream, exc)
+            with cv:
+                stream.queue.popleft()
+                if not stream.queue:
+                    del active[stream]
+                cv.notify_all()
+
+
+def _report(stream: Stream, exc: BaseException) -> None:
+    sink = stream.error_sink
+    if sink is not None:
+        sink(exc)
+    else:  # pragma: no cover - work on a stream nobody owns
+        import warnings
+        warnings.warn(f"stflow: error in emulated device work with no owner: {exc!r}",
+                      RuntimeWarning, stacklevel=1)
+
+
+def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
+    """Fill a byte buffer with the poison pattern for ``dtype``."""
+    if dtype.kind in "fc" and dtype.itemsize and buffer.nbytes % dtype.itemsize == 0:
+        buffer.view(dtype).fill(np.nan)
+    else:
+        buffer.fill(0xA5)
+
+
+class EmulatedView:
+    """A task's view of emulated device memory.
+
+    Exposes ``__array_interface__`` (v3) and CPU DLPack instead of the CUDA Array
+    Interface, so ``numpy.asarray(view)`` is a zero-copy view of the emulated device
+    memory, writable unless the dependency is ``read()``.
+
+    Notes
+    -----
+    The view is valid between the task's ``start()`` and ``end()``; afterwards it raises
+    :class:`ScopeError`. Arrays already made from it keep the memory alive.
+    """
+
+    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid")
+
+    def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
+                 dtype: np.dtype, readonly: bool) -> None:
+        self._allocation = allocation
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype = dtype
+        self.readonly = readonly
+        self.stream = 0
+        self._invalid: str | None = None
+
+    def _invalidate(self, why: str) -> None:
+        self._invalid = why
+
+    @property
+    def __array_interface__(self) -> dict:
+        if self._invalid is not None:
+            raise ScopeError(self._invalid)
+        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
+                "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
+                "strides": None}
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__array_interface__[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__array_interface__.get(key, default)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: Any = None) -> Any:
+        array = np.asarray(self)
+        kwargs: dict[str, Any] = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        return array.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    def __repr__(self) -> str:
+        return (f"EmulatedView(ptr=0x{self.ptr:x}, shape={self.shape}, "
+                f"dtype={self.dtype}, readonly={self.readonly})")
+
+
+class EmulatedBackend(Backend):
+    """K virtual devices driven by one seeded random scheduler thread."""
+
+    name = "emulated"
+    bodies_wait_on_host = True
+
+    def __init__(self, devices: int, seed: int) -> None:
+        self._devices = devices
+        self._scheduler = _Scheduler(seed)
+        self._handles = itertools.count(0x5F0010, 0x10)
+        self._streams: weakref.WeakValueDictionary[int, EmulatedStream] = \
+            weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+        self._memory_starts: list[int] = []       # sorted
+        self._memory: dict[int, tuple[int, int]] = {}   # start -> (end, device)
+        self._local = threading.local()
+        self._default_stream = self.create_stream(0)
+
+    @property
+    def seed(self) -> int:
+        return self._scheduler.seed
+
+    @property
+    def device_count(self) -> int:
+        return self._devices
+
+    def describe(self) -> str:
+        return (f"emulated backend, {self._devices} virtual device(s), "
+                f"seed {self.seed}")
+
+    def current_device(self) -> int:
+        return getattr(self._local, "device", 0)
+
+    def set_current_device(self, device: int) -> None:
+        self._local.device = device
+
+    # -- streams and events ------------------------------------------------------
+    def create_stream(self, device: int) -> EmulatedStream:
+        stream = EmulatedStream(next(self._handles), device)
+        self._streams[stream.handle] = stream
+        return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        self._streams.pop(stream.handle, None)
+
+    def stream_from_handle(self, handle: int) -> EmulatedStream:
+        if handle == 0:
+            return self._default_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            raise ValueError(
+                f"0x{handle:x} is not a stream of the emulated backend; on this backend "
+                "use stream handles that stflow gave you (task.stream_ptr(), fence())"
+            )
+        return stream
+
+    def record(self, stream: Stream) -> EmulatedEvent:
+        stream.recorded += 1
+        event = EmulatedEvent(stream, stream.recorded)
+        stream.last_event = event
+        self._scheduler.enqueue(stream, _RECORD, event)  # type: ignore[arg-type]
+        return event
+
+    def wait(self, stream: Stream, event: Event) -> None:
+        if not event.done:  # type: ignore[attr-defined]
+            self._scheduler.enqueue(stream, _WAIT, event)  # type: ignore[arg-type]
+
+    def query(self, event: Event) -> bool:
+        return event.done  # type: ignore[attr-defined,no-any-return]
+
+    def synchronize(self, event: Event) -> None:
+        if event.done:  # type: ignore[attr-defined]
+            return
+        if callback_state.active:
+            raise ScopeError("device work must not block on the device; do not wait "
+                             "for stflow work from a host callback or launched function")
+        cv = self._scheduler.cv
+        with cv:
+            while not event.done:  # type: ignore[attr-defined]
+                cv.wait()
+
+    def enqueue_call(self, stream: Stream, fn: Callable[[], None]) -> None:
+        """Enqueue ``fn()`` on ``stream``; exceptions go to ``stream.error_sink``."""
+        self._scheduler.enqueue(stream, _CALL, fn)  # type: ignore[arg-type]
+
+    # -- memory ------------------------------------------------------------------
+    def allocate(self, device: int, nbytes: int, stream: Stream | None,
+                 dtype: np.dtype) -> Allocation:
+        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        poison(buffer, dtype)
+        ptr = buffer.ctypes.data
+        allocation = Allocation(ptr, nbytes, device, dtype, buffer)
+        with self._lock:
+            bisect.insort(self._memory_starts, ptr)
+            self._memory[ptr] = (ptr + buffer.nbytes, device)
+        return allocation
+
+    def free(self, allocation: Allocation, stream: Stream | None) -> None:
+        def release() -> None:
+            buffer = allocation.owner
+            if buffer is not None:
+                poison(buffer, allocation.dtype)
+            with self._lock:
+                if self._memory.pop(allocation.ptr, None) is not None:
+                    index = bisect.bisect_left(self._memory_starts, allocation.ptr)
+                    del self._memory_starts[index]
+            allocation.owner = None
+
+        if stream is None:
+            release()
+        else:
+            self.enqueue_call(stream, release)
+
+    def locate(self, ptr: int) -> int:
+        with self._lock:
+            index = bisect.bisect_right(self._memory_starts, ptr) - 1
+            if index >= 0:
+                start = self._memory_starts[index]
+                end, device = self._memory[start]
+                if ptr < end:
+                    return device
+        return HOST
+
+    # -- copies and host work ----------------------------------------------------
+    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+        if nbytes:
+            self.enqueue_call(stream, lambda: ctypes.memmove(dst, src, nbytes))
+
+    def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
+        if not nbytes:
+            return
+        values = np.frombuffer(pattern, dtype=np.uint8)
+
+        def fill() -> None:
+            memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
+            target = np.frombuffer(memory, dtype=np.uint8).reshape(-1, len(pattern))
+            target[:] = values
+
+        self.enqueue_call(stream, fill)
+
+    def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
+        self.enqueue_call(stream, fn)
+
+    # -- views -------------------------------------------------------------------
+    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
+                  dtype: np.dtype, readonly: bool) -> EmulatedView:
+        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+
+
+_backend: EmulatedBackend | None = None
+_backend_lock = threading.Lock()
+
+
+def get_backend() -> EmulatedBackend:
+    """The process-wide emulated backend, created on first use."""
+    global _backend
+    if _backend is None:
+        with _backend_lock:
+            if _backend is None:
+                from .._config import config
+                cfg = config()
+                _backend = EmulatedBackend(cfg.emulated_devices, cfg.emulation_seed)
+    return _backend

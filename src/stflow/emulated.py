@@ -1,0 +1,60 @@
+"""Device work on the emulated backend: the analog of a kernel launch.
+
+``launch(stream, fn, *args)`` enqueues ``fn(*args)`` on a stream of the emulated
+backend (for example ``t.stream_ptr()`` inside a task). It runs asynchronously, in
+stream order, on the emulated device's thread; task views among ``args`` arrive as
+NumPy arrays of the emulated device memory.
+
+Notes
+-----
+An exception raised by ``fn`` is captured and raised by the owning context at its next
+synchronisation point (``wait``, ``fence``, ``finalize``, ``check_errors``). ``fn``
+must not submit work to a context or wait for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ._errors import ScopeError
+from ._views import stream_handle
+from .backends._base import callback_state
+
+__all__ = ["launch"]
+
+
+def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
+    """Enqueue ``fn(*args)`` on ``stream`` of the emulated backend.
+
+    Parameters
+    ----------
+    stream : CudaStream or int
+        A stream handle of the emulated backend, such as ``task.stream_ptr()``.
+    fn : callable
+        Runs on the emulated device thread when the stream reaches it.
+    *args
+        Passed to ``fn``; objects exposing ``__array_interface__`` (task views) are
+        turned into NumPy arrays.
+
+    Raises
+    ------
+    TypeError
+        ``fn`` is not callable or ``stream`` is not a stream.
+    ValueError
+        ``stream`` is not a stream of the emulated backend.
+    ScopeError
+        Called from work that already runs in stream order.
+    """
+    if not callable(fn):
+        raise TypeError(f"launch: fn must be callable, got {type(fn).__name__}")
+    handle = stream_handle(stream)
+    if callback_state.active:
+        raise ScopeError("launch() called from work running in stream order; enqueue "
+                         "from the task body instead")
+    from .backends.emulated import EmulatedView, get_backend
+    backend = get_backend()
+    native = backend.stream_from_handle(handle)
+    arguments = tuple(np.asarray(a) if isinstance(a, EmulatedView) else a for a in args)
+    backend.enqueue_call(native, lambda: fn(*arguments))

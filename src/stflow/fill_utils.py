@@ -1,0 +1,74 @@
+"""Filling logical data with a value: ``init_logical_data``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._errors import ContextMismatchError
+from ._logical_data import logical_data
+from ._places import data_place as data_place_type
+from ._places import exec_place as exec_place_type
+
+__all__ = ["init_logical_data"]
+
+
+def fill_pattern(value: Any, dtype: np.dtype, what: str) -> bytes:
+    """The bytes of ``value`` as one element of ``dtype``.
+
+    Raises
+    ------
+    ValueError
+        ``value`` cannot be cast to ``dtype`` under ``same_kind`` rules (an integral
+        float such as ``0.0`` is accepted for integer types).
+    """
+    try:
+        if dtype.fields is not None:
+            element = np.array(value, dtype=dtype)
+        else:
+            given = np.asarray(value)
+            element = given.astype(dtype)
+            if given.shape != () or not (
+                    np.can_cast(given.dtype, dtype, casting="same_kind")
+                    or element.astype(given.dtype) == given):
+                raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{what}: fill value {value!r} cannot be stored as {dtype} "
+                         "without loss (same_kind casting)") from None
+    return element.tobytes()
+
+
+def init_logical_data(ctx: Any, ld: logical_data, value: Any,
+                      data_place: data_place_type | None = None,
+                      exec_place: exec_place_type | None = None) -> None:
+    """Set every element of ``ld`` to ``value`` with one ``write()`` task.
+
+    Notes
+    -----
+    The fill is ordered on the task stream; the host does not block.
+    ``exec_place.host()`` fills host memory.
+    """
+    from ._context import context
+    if not isinstance(ctx, context):
+        raise TypeError(f"init_logical_data expects a context, got {type(ctx).__name__}")
+    if not isinstance(ld, logical_data) or ld._is_token:
+        raise TypeError("init_logical_data expects a logical data with memory, got "
+                        f"{ld!r}")
+    if ld._runtime is not ctx._runtime:
+        raise ContextMismatchError(f"logical data {ld._label()} belongs to another "
+                                   "context")
+    if data_place is not None and not isinstance(data_place, data_place_type):
+        raise TypeError(f"data_place must be a data_place or None, got "
+                        f"{type(data_place).__name__}")
+    if exec_place is not None and not isinstance(exec_place, exec_place_type):
+        raise TypeError(f"exec_place must be an exec_place or None, got "
+                        f"{type(exec_place).__name__}")
+    pattern = fill_pattern(value, ld._dtype, "init_logical_data")  # type: ignore[arg-type]
+    args: list[Any] = [ld.write(data_place)]
+    if exec_place is not None:
+        args.insert(0, exec_place)
+    backend = ctx._runtime.backend
+    nbytes = ld._state.nbytes  # type: ignore[union-attr]
+    with ctx.task(*args, symbol=f"fill({ld._symbol or ld._key})") as t:
+        backend.fill(t.get_arg(0), nbytes, pattern, t._stream)
