@@ -47,6 +47,7 @@ from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend"]
 
 _CALL, _RECORD, _WAIT = 0, 1, 2
+_HOLD_SECONDS = 50e-6
 
 
 class EmulatedStream(Stream):
@@ -73,6 +74,7 @@ class _Scheduler:
         self.rng = random.Random(seed)
         self.cv = threading.Condition(threading.Lock())
         self.active: dict[EmulatedStream, None] = {}   # streams with queued work
+        self.waiters = 0                                # host threads blocked on events
         self.thread = threading.Thread(target=self.run, name="stflow-emulated-device",
                                        daemon=True)
         self.thread.start()
@@ -94,7 +96,12 @@ class _Scheduler:
                     ready = [s for s in active
                              if s.queue[0][0] != _WAIT or s.queue[0][1].done]
                     if ready:
-                        break
+                        # Let the host run ahead now and then: work it forgot to wait
+                        # for is then still pending when it touches the data.
+                        if self.waiters or self.rng.random() < 0.5:
+                            break
+                        cv.wait(_HOLD_SECONDS)
+                        continue
                     cv.wait()
                 stream = ready[0] if len(ready) == 1 else self.rng.choice(ready)
                 kind, payload = stream.queue[0]
@@ -273,10 +280,16 @@ class EmulatedBackend(Backend):
         if callback_state.active:
             raise ScopeError("device work must not block on the device; do not wait "
                              "for stflow work from a host callback or launched function")
-        cv = self._scheduler.cv
+        scheduler = self._scheduler
+        cv = scheduler.cv
         with cv:
-            while not event.done:  # type: ignore[attr-defined]
-                cv.wait()
+            scheduler.waiters += 1
+            cv.notify_all()
+            try:
+                while not event.done:  # type: ignore[attr-defined]
+                    cv.wait()
+            finally:
+                scheduler.waiters -= 1
 
     def enqueue_call(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Enqueue ``fn()`` on ``stream``; exceptions go to ``stream.error_sink``."""

@@ -1,0 +1,15 @@
+"""Tools to test programs written with stflow, and stflow itself.
+
+The differential test lives here so that the same random programs run on every
+backend: :func:`generate_program` draws a program from a seed, :func:`run_oracle` runs
+it sequentially with NumPy, :func:`run_program` runs it through stflow and
+:func:`check_program` compares the two.
+"""
+
+from ._programs import (DataSpec, Op, Outcome, Program, TaskOp, check_program,
+                        cupy_body, emulated_body, generate_program, initial_arrays,
+                        run_oracle, run_program, task_body)
+
+__all__ = ["DataSpec", "Op", "Outcome", "Program", "TaskOp", "check_program",
+           "cupy_body", "emulated_body", "generate_program", "initial_arrays",
+           "run_oracle", "run_program", "task_body"]

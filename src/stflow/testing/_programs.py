@@ -1,0 +1,390 @@
+"""Random task programs and their sequential NumPy oracle (the differential test).
+
+A :class:`Program` is a plain description: some logical data (from user arrays, by
+``logical_data_full`` / ``zeros``, empty, or tokens) and a list of operations (tasks on
+random execution places with random access modes and data-place overrides, host
+callbacks, ``wait``, ``fence``, dropping a logical data early). :func:`run_oracle`
+executes it sequentially with NumPy; :func:`run_program` executes it through stflow.
+Both apply the same :func:`task_body` to the same bytes, so on the emulated backend the
+results must be identical bit for bit; on CUDA the bodies may fuse multiply-adds, so
+:func:`check_program` compares with a small tolerance there.
+
+Task bodies read three elements of every input (first, middle, last) and rewrite every
+element of every output, so a stale copy, a missing copy or a race shows up.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
+           "run_oracle", "run_program", "task_body"]
+
+READ, WRITE, RW = 1, 2, 3
+_MODE_NAMES = {READ: "read", WRITE: "write", RW: "rw"}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """One logical data of a program."""
+
+    shape: tuple[int, ...] | None      # None for a token
+    dtype: str | None
+    origin: str                        # "array", "full", "empty", "token"
+    fill: float = 0.0                  # for "full"
+    readonly: bool = False             # for "array"
+    fill_place: Any = None             # for "full": None, "host" or a device ordinal
+
+
+@dataclass(frozen=True)
+class TaskOp:
+    """A task (``kind="task"``) or a host callback (``kind="host_launch"``).
+
+    ``deps`` holds ``(data index, mode, place)``; ``place`` is ``None`` (affine),
+    ``"host"``, ``"managed"`` or a device ordinal. ``place_of_exec`` is ``"host"`` or a
+    device ordinal. ``launch`` says whether the body enqueues its work on the task
+    stream rather than touching the data on the host directly.
+    """
+
+    kind: str
+    deps: tuple[tuple[int, int, Any], ...]
+    coef: float
+    place_of_exec: Any = 0
+    launch: bool = False
+
+
+@dataclass(frozen=True)
+class Op:
+    """``wait`` (of ``data``), ``fence`` or ``drop`` (of ``data``)."""
+
+    kind: str
+    data: int = -1
+
+
+@dataclass
+class Program:
+    seed: int
+    data: list[DataSpec]
+    ops: list[Any]
+    devices: int
+    initial: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """A readable listing, printed when a check fails."""
+        lines = [f"program seed={self.seed} devices={self.devices}"]
+        for i, spec in enumerate(self.data):
+            lines.append(f"  d{i}: {spec}")
+        for op in self.ops:
+            if isinstance(op, TaskOp):
+                deps = ", ".join(f"d{i}.{_MODE_NAMES[m]}({p!r})" for i, m, p in op.deps)
+                lines.append(f"  {op.kind}@{op.place_of_exec!r}"
+                             f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
+            else:
+                lines.append(f"  {op.kind} d{op.data}" if op.data >= 0 else
+                             f"  {op.kind}")
+        return "\n".join(lines)
+
+
+def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float) -> None:
+    """The computation of every generated task, for NumPy (``xp=numpy``) or CuPy.
+
+    Reads three samples of each input, then rewrites each output: ``rw`` outputs as
+    ``0.5 * old + base``, ``write`` outputs as ``ramp + base``.
+    """
+    total = None
+    for array, mode in zip(arrays, modes):
+        if mode & READ and array.size:
+            flat = array.reshape(-1)
+            sample = (flat[0].astype(xp.float64) + flat[flat.size // 2].astype(xp.float64)
+                      + flat[-1].astype(xp.float64))
+            total = sample if total is None else total + sample
+    base = xp.asarray(coef, dtype=xp.float64)
+    if total is not None:
+        base = total * 0.1 + base
+    for array, mode in zip(arrays, modes):
+        if not mode & WRITE or not array.size:
+            continue
+        if mode == RW:
+            new = array.astype(xp.float64) * 0.5 + base
+        else:
+            ramp = xp.arange(array.size, dtype=xp.float64).reshape(array.shape)
+            new = ramp * 0.001 + base
+        array[...] = new.astype(array.dtype)
+
+
+# -- generation ------------------------------------------------------------------
+
+def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
+                     max_ops: int = 24, host_callbacks: bool = True,
+                     drops: bool = True) -> Program:
+    """Draw a random program from ``seed``."""
+    rng = random.Random(seed)
+    data: list[DataSpec] = []
+    for _ in range(rng.randint(2, max_data)):
+        roll = rng.random()
+        if roll < 0.12:
+            data.append(DataSpec(None, None, "token"))
+            continue
+        shape = ((rng.randint(1, 300),) if rng.random() < 0.6
+                 else (rng.randint(1, 20), rng.randint(1, 20)))
+        dtype = rng.choice(["float32", "float64"])
+        if roll < 0.6:
+            data.append(DataSpec(shape, dtype, "array", readonly=rng.random() < 0.15))
+        elif roll < 0.85:
+            fill_place = rng.choice([None, "host", *range(devices)])
+            data.append(DataSpec(shape, dtype, "full", fill=rng.choice([0.0, 1.0, 2.5]),
+                                 fill_place=fill_place))
+        else:
+            data.append(DataSpec(shape, dtype, "empty"))
+
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    dropped: set[int] = set()
+    ops: list[Any] = []
+    exec_places = ["host", *range(devices)]
+    for _ in range(rng.randint(4, max_ops)):
+        roll = rng.random()
+        alive = [i for i in range(len(data)) if i not in dropped]
+        if not alive:
+            break
+        if roll < 0.08:
+            ops.append(Op("fence"))
+            continue
+        with_memory = [i for i in alive if data[i].origin != "token" and i in initialised]
+        if roll < 0.18 and with_memory:
+            ops.append(Op("wait", rng.choice(with_memory)))
+            continue
+        if roll < 0.21 and drops and with_memory:
+            victim = rng.choice(with_memory)
+            dropped.add(victim)
+            ops.append(Op("drop", victim))
+            continue
+        kind = "host_launch" if host_callbacks and roll < 0.33 else "task"
+        chosen = rng.sample(alive, rng.randint(1, min(4, len(alive))))
+        deps = []
+        for index in chosen:
+            spec = data[index]
+            if spec.readonly:
+                mode = READ
+            elif index not in initialised:
+                mode = WRITE
+            else:
+                mode = rng.choice([READ, READ, RW, RW, WRITE])
+            if spec.origin == "token":
+                place = None
+            elif kind == "host_launch":
+                place = rng.choice([None, None, "host", "managed"])
+            else:
+                place = rng.choice([None, None, None, "host", "managed",
+                                    *range(devices)])
+            deps.append((index, mode, place))
+            if mode & WRITE:
+                initialised.add(index)
+        place_of_exec = "host" if kind == "host_launch" else rng.choice(exec_places)
+        ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
+                          launch=kind == "task" and rng.random() < 0.4))
+    # Observe every surviving data without a user buffer at the end.
+    for i, spec in enumerate(data):
+        if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
+            ops.append(Op("wait", i))
+    program = Program(seed, data, ops, devices)
+    program.initial = initial_arrays(program)
+    return program
+
+
+def initial_arrays(program: Program) -> dict[int, np.ndarray]:
+    """The user arrays of ``origin="array"`` data, drawn from the program's seed."""
+    rng = np.random.default_rng(program.seed)
+    arrays = {}
+    for i, spec in enumerate(program.data):
+        if spec.origin == "array":
+            arrays[i] = rng.uniform(-1, 1, spec.shape).astype(spec.dtype)
+    return arrays
+
+
+# -- the oracle ------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What a run observed: every ``wait`` result, and the final user arrays."""
+
+    waits: list[tuple[int, np.ndarray]]
+    final: dict[int, np.ndarray]
+
+
+def run_oracle(program: Program) -> Outcome:
+    """Run ``program`` sequentially with NumPy."""
+    values: dict[int, np.ndarray | None] = {}
+    for i, spec in enumerate(program.data):
+        if spec.origin == "array":
+            values[i] = program.initial[i].copy()
+        elif spec.origin == "full":
+            values[i] = np.full(spec.shape, spec.fill, dtype=spec.dtype)
+        elif spec.origin == "empty":
+            values[i] = np.empty(spec.shape, dtype=spec.dtype)
+        else:
+            values[i] = None
+    waits = []
+    for op in program.ops:
+        if isinstance(op, TaskOp):
+            arrays, modes = [], []
+            for index, mode, _ in op.deps:
+                if values[index] is not None:
+                    arrays.append(values[index])
+                    modes.append(mode)
+            task_body(np, arrays, modes, op.coef)
+        elif op.kind == "wait":
+            waits.append((op.data, values[op.data].copy()))  # type: ignore[union-attr]
+    final = {i: values[i] for i, spec in enumerate(program.data)
+             if spec.origin == "array"}
+    return Outcome(waits, final)  # type: ignore[arg-type]
+
+
+# -- running through stflow ------------------------------------------------------
+
+BodyRunner = Callable[[Any, TaskOp, list[int]], None]
+"""``body(task, op, modes)``: run the body of a generated task inside its window."""
+
+
+def emulated_body(t: Any, op: TaskOp, modes: list[int]) -> None:
+    """Body strategy for the emulated backend: direct host access or a launch."""
+    views = t.args_cai()
+    views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
+    if op.launch:
+        from ..emulated import launch
+
+        def kernel(*arrays: np.ndarray) -> None:
+            task_body(np, arrays, modes, op.coef)
+
+        launch(t.stream_ptr(), kernel, *views)
+    else:
+        task_body(np, [np.asarray(v) for v in views], modes, op.coef)
+
+
+def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
+    """Body strategy for the CUDA backend: CuPy on the task stream."""
+    import cupy
+    views = t.args_cai()
+    views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
+    if op.place_of_exec == "host":
+        # A host task sees host memory: synchronise the stream, then use NumPy.
+        cupy.cuda.ExternalStream(int(t.stream_ptr())).synchronize()
+        from ..backends._base import pointer_array
+        arrays = [pointer_array(v.ptr, v.shape, v.dtype, v.readonly, v) for v in views]
+        task_body(np, arrays, modes, op.coef)
+        return
+    with cupy.cuda.ExternalStream(int(t.stream_ptr())):
+        task_body(cupy, [cupy.asarray(v) for v in views], modes, op.coef)
+
+
+def _place(stf: Any, place: Any) -> Any:
+    if place is None:
+        return None
+    if place == "host":
+        return stf.data_place.host()
+    if place == "managed":
+        return stf.data_place.managed()
+    return stf.data_place.device(place)
+
+
+def run_program(program: Program, backend: str = "emulated",
+                body: BodyRunner | None = None) -> Outcome:
+    """Run ``program`` through stflow on ``backend``; returns what it observed."""
+    import stflow as stf
+    if body is None:
+        body = cupy_body if backend == "cuda" else emulated_body
+    user = {i: array.copy() for i, array in program.initial.items()}
+    for i, spec in enumerate(program.data):
+        if spec.readonly:
+            user[i].setflags(write=False)
+    waits = []
+    with stf.context(backend=backend) as ctx:
+        lds: dict[int, Any] = {}
+        for i, spec in enumerate(program.data):
+            if spec.origin == "array":
+                lds[i] = ctx.logical_data(user[i], name=f"d{i}")
+            elif spec.origin == "full":
+                exec_place = None
+                if spec.fill_place == "host":
+                    exec_place = stf.exec_place.host()
+                elif spec.fill_place is not None:
+                    exec_place = stf.exec_place.device(spec.fill_place)
+                lds[i] = ctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
+                                               exec_place=exec_place, name=f"d{i}")
+            elif spec.origin == "empty":
+                lds[i] = ctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
+            else:
+                lds[i] = ctx.token()
+        for op in program.ops:
+            if isinstance(op, TaskOp):
+                deps = []
+                modes = []
+                for index, mode, place in op.deps:
+                    deps.append(stf.dep(lds[index], mode, _place(stf, place)))
+                    if program.data[index].origin != "token":
+                        modes.append(mode)
+                if op.kind == "host_launch":
+                    ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
+                    continue
+                place = (stf.exec_place.host() if op.place_of_exec == "host"
+                         else stf.exec_place.device(op.place_of_exec))
+                with ctx.task(place, *deps) as t:
+                    body(t, op, modes)
+            elif op.kind == "wait":
+                waits.append((op.data, ctx.wait(lds[op.data])))
+            elif op.kind == "fence":
+                ctx.fence()
+            elif op.kind == "drop":
+                del lds[op.data]
+    final = {i: user[i] for i in program.initial}
+    return Outcome(waits, final)
+
+
+def _host_fn(modes: list[int], coef: float) -> Callable[..., None]:
+    def fn(*arrays: np.ndarray) -> None:
+        task_body(np, arrays, modes, coef)
+    return fn
+
+
+def _same(actual: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    if exact:
+        return bool(np.array_equal(actual, expected, equal_nan=True))
+    rtol = 1e-5 if expected.dtype == np.float32 else 1e-12
+    return bool(np.allclose(actual, expected, rtol=rtol, atol=rtol, equal_nan=True))
+
+
+def check_program(program: Program, backend: str = "emulated",
+                  body: BodyRunner | None = None, exact: bool | None = None) -> None:
+    """Run ``program`` through stflow and the oracle; raise if they differ.
+
+    Raises
+    ------
+    AssertionError
+        With the program listing and the first difference.
+    """
+    if exact is None:
+        exact = backend == "emulated"
+    expected = run_oracle(program)
+    actual = run_program(program, backend, body)
+    problems = []
+    if len(actual.waits) != len(expected.waits):
+        problems.append(f"{len(actual.waits)} wait results, expected "
+                        f"{len(expected.waits)}")
+    for number, ((index, got), (_, want)) in enumerate(zip(actual.waits,
+                                                           expected.waits)):
+        if not _same(got, want, exact):
+            problems.append(f"wait #{number} of d{index}: got {got.ravel()[:6]}..., "
+                            f"expected {want.ravel()[:6]}...")
+    for index, want in expected.final.items():
+        got = actual.final[index]
+        if not _same(got, want, exact):
+            problems.append(f"final user array d{index}: got {got.ravel()[:6]}..., "
+                            f"expected {want.ravel()[:6]}...")
+    if problems:
+        raise AssertionError("stflow differs from the sequential oracle:\n  "
+                             + "\n  ".join(problems) + "\n" + program.describe())
