@@ -6,9 +6,16 @@ The emulated scheduler's seed is printed with every failure.
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from helpers.backends import BACKENDS, cuda_unavailable_reason, emulation_seed
+# Place factories validate device ordinals against the default backend; make that the
+# emulated one unless the caller chose, so "auto" does not emit its notice in tests.
+os.environ.setdefault("STFLOW_BACKEND", "emulated")
+
+import pytest  # noqa: E402
+
+from helpers.backends import (BACKENDS, cuda_unavailable_reason,  # noqa: E402
+                              emulation_seed)
 
 
 def pytest_report_header(config):

@@ -51,6 +51,11 @@ class dep:
             raise TypeError(f"the data place of a dependency must be a data_place or "
                             f"None, got {type(dplace).__name__}")
         mode = int(mode)
+        if ld._runtime.finalized:
+            raise ContextFinalizedError(
+                f"logical data {ld._label()} belongs to a finalized context; create "
+                "new data in a live context"
+            )
         if mode & 2 and ld._readonly:
             raise AccessModeError(
                 f"{_MODE_NAMES[mode]}() asked on logical data {ld._label()}, which was "

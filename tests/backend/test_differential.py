@@ -1,0 +1,50 @@
+"""The differential test: random task programs against a sequential NumPy oracle.
+
+Every seed draws a program (stflow.testing.generate_program), runs it through stflow
+and through the oracle, and compares every ``wait()`` result and every final user
+buffer (bit for bit on the emulated backend). ``STFLOW_DIFFERENTIAL_SEEDS`` sets how
+many seeds run (default 1000); ``-m slow`` adds a campaign of large programs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from stflow.testing import check_program, generate_program
+
+SEEDS = int(os.environ.get("STFLOW_DIFFERENTIAL_SEEDS", "1000"))
+CHUNK = 100
+
+
+def _device_count(backend: str) -> int:
+    from stflow.backends import get_backend
+    return get_backend(backend).device_count
+
+
+def _run_seeds(backend: str, seeds: range, **options) -> None:
+    devices = _device_count(backend)
+    failures = []
+    for seed in seeds:
+        try:
+            check_program(generate_program(seed, devices, **options), backend)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS, CHUNK),
+                         ids=lambda first: f"seeds{first}-{min(first + CHUNK, SEEDS) - 1}")
+def test_random_programs_match_the_oracle(backend, first):
+    _run_seeds(backend, range(first, min(first + CHUNK, SEEDS)))
+
+
+def test_large_programs_match_the_oracle(backend):
+    _run_seeds(backend, range(10_000, 10_050), max_data=10, max_ops=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", range(20_000, 25_000, 500))
+def test_campaign_of_large_programs(backend, first):
+    _run_seeds(backend, range(first, first + 500), max_data=10, max_ops=120)
