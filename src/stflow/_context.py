@@ -157,7 +157,9 @@ class context:
     def task(self, *args: Any, symbol: str | None = None) -> task:
         """A task with dependencies ``ld.read()/write()/rw()`` and an optional
         ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
-        return task._make(self._live(), args, symbol)
+        runtime = self._live()
+        runtime.check_submit("task()")
+        return task._make(runtime, args, symbol)
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
                     args: Any = None, symbol: str | None = None) -> None:
