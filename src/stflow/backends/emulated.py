@@ -86,6 +86,29 @@ class _Scheduler:
                 self.active[stream] = None
             self.cv.notify_all()
 
+    def complete_markers(self, stream: EmulatedStream) -> bool:
+        """Complete the records and satisfied waits at the head of ``stream``.
+
+        Called with the lock held by a host thread about to block: when nothing but
+        markers precede what it waits for, there is no device work to wait for. Returns
+        True when anything completed.
+        """
+        queue = stream.queue
+        completed = False
+        while queue:
+            kind, payload = queue[0]
+            if kind == _CALL or (kind == _WAIT and not payload.done):
+                break
+            queue.popleft()
+            if kind == _RECORD:
+                payload.done = True
+            completed = True
+        if completed:
+            if not queue:
+                self.active.pop(stream, None)
+            self.cv.notify_all()
+        return completed
+
     def run(self) -> None:
         callback_state.active = True
         cv = self.cv
@@ -283,6 +306,9 @@ class EmulatedBackend(Backend):
         scheduler = self._scheduler
         cv = scheduler.cv
         with cv:
+            if scheduler.complete_markers(event.stream):  # type: ignore[arg-type]
+                if event.done:  # type: ignore[attr-defined]
+                    return
             scheduler.waiters += 1
             cv.notify_all()
             try:
