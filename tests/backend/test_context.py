@@ -366,3 +366,82 @@ def test_arrays_of_helper_roundtrip(backend):
         ld = ctx.logical_data(np.arange(4.0))
         with ctx.task(ld.read()) as t:
             assert arrays_of(t) is not None
+
+
+def test_write_after_read_waits_for_a_slow_reader(backend):
+    """A writer must not overwrite data a slower reader on another stream still reads."""
+    import time
+    X = np.ones(8)
+    Y = np.zeros(8)
+
+    def slow_copy(x, y):
+        time.sleep(0.05)
+        y[:] = x
+
+    with stf.context(backend=backend) as ctx:
+        lX, lY = ctx.logical_data(X), ctx.logical_data(Y)
+        ctx.host_launch(lX.read(), lY.write(), fn=slow_copy)
+        ctx.host_launch(lX.rw(), fn=lambda x: x.fill(99.0))
+    np.testing.assert_array_equal(Y, np.ones(8))
+    np.testing.assert_array_equal(X, np.full(8, 99.0))
+
+
+def test_read_after_write_sees_a_slow_writer(backend):
+    import time
+    X = np.zeros(8)
+
+    def slow_fill(x):
+        time.sleep(0.05)
+        x.fill(3.0)
+
+    with stf.context(backend=backend) as ctx:
+        lX = ctx.logical_data(X)
+        ctx.host_launch(lX.rw(), fn=slow_fill)
+        with ctx.task(stf.exec_place.device(0), lX.rw()) as t:
+            add_to(t, 0, None, 1.0)
+        np.testing.assert_array_equal(ctx.wait(lX), np.full(8, 4.0))
+
+
+def test_exec_place_scopes_nest_and_restore_the_current_device(backend):
+    from stflow.backends import get_backend
+    native = get_backend(backend)
+    before = native.current_device()
+    last = native.device_count - 1
+    place = stf.exec_place.device(last)
+    with place:
+        assert native.current_device() == last
+        with stf.exec_place.device(0):
+            with place:
+                assert native.current_device() == last
+            assert native.current_device() == 0
+        assert native.current_device() == last
+    assert native.current_device() == before
+
+
+def test_place_factories_and_members():
+    host, dev, managed, affine = (stf.data_place.host(), stf.data_place.device(1),
+                                  stf.data_place.managed(), stf.data_place.affine())
+    assert [p.kind for p in (host, dev, managed, affine)] == ["host", "dev1", "managed",
+                                                              "affine"]
+    assert [p.device_id for p in (host, dev, managed, affine)] == [-1, 1, -2, -3]
+    assert dev.allocation_is_stream_ordered and not host.allocation_is_stream_ordered
+    assert repr(dev) == "data_place('dev1')"
+    assert stf.data_place.current_device().device_id >= 0
+    ep = stf.exec_place.device(1)
+    assert ep.kind == "device" and stf.exec_place.host().kind == "host"
+    assert ep.dims == (1,) and ep.size == 1 and ep[0] is ep
+    assert ep.affine_data_place.device_id == 1
+    ep.set_affine_data_place(stf.data_place.managed())
+    assert ep.affine_data_place.kind == "managed"
+    with pytest.raises(IndexError):
+        ep.get_place(1)
+
+
+def test_data_place_allocate_and_deallocate():
+    for place in (stf.data_place.host(), stf.data_place.device(0),
+                  stf.data_place.managed()):
+        ptr = place.allocate(256)
+        assert ptr != 0
+        place.deallocate(ptr, 256)
+    assert stf.data_place.device(0).allocate(0) == 0
+    stf.data_place.device(0).deallocate(0, 0)
