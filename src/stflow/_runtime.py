@@ -99,6 +99,7 @@ class Runtime:
         self.caller_stream = caller_stream
         self.entry_event: Event | None = None
         self.fence_stream: Stream | None = None
+        self.host_registrations: list[Any] = []   # page-locked user buffers
         if caller_stream is not None:
             self.entry_event = backend.record(caller_stream)
 
@@ -119,15 +120,19 @@ class Runtime:
 
     # -- checks ------------------------------------------------------------------
     def check_submit(self, what: str) -> None:
-        """Refuse work on a finalized context or from a host callback."""
-        if self.finalized or self.closing:
-            raise ContextFinalizedError(
-                f"{what} called on a finalized context; create a new context"
-            )
+        """Refuse work from a host callback or on a finalized context.
+
+        The callback check comes first: a callback still running while the context
+        finalizes is reported for what it did wrong, not as a finalized-context error.
+        """
         if callback_state.active:
             raise ScopeError(
                 f"{what} called from a host callback or launched function; work "
                 "running in stream order must not submit to a context"
+            )
+        if self.finalized or self.closing:
+            raise ContextFinalizedError(
+                f"{what} called on a finalized context; create a new context"
             )
 
     def check_device(self, device: int, what: str) -> int:
@@ -185,6 +190,9 @@ class Runtime:
             raise TypeError(f"dplace must be a data_place or None, got "
                             f"{type(dplace).__name__}")
         source = describe_buffer(buf)
+        if shape is not None and not hasattr(shape, "__iter__"):
+            raise TypeError(f"logical_data: shape must be a tuple of ints such as "
+                            f"{source.shape}, got {shape!r}")
         if shape is not None and tuple(shape) != source.shape:
             raise ShapeError(f"shape={tuple(shape)} does not match the buffer's shape "
                              f"{source.shape}")
@@ -211,6 +219,11 @@ class Runtime:
                     f"{_describe_place(device)}; omit dplace to infer it"
                 )
         self.sync_producer(source.stream)
+        if device == HOST and self.caller_stream is None and source.ptr:
+            token = backend.register_host(source.keepalive[-1]) \
+                if source.interface == "buffer" and not source.readonly else None
+            if token is not None:
+                self.host_registrations.append(token)
         state = DataState(source.nbytes)
         state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
                                                source.dtype, source.keepalive))
@@ -505,6 +518,9 @@ class Runtime:
                     instance.allocation = None
             self.data.clear()
             self.retired_keepalive.clear()
+            for token in self.host_registrations:
+                backend.unregister_host(token)
+            self.host_registrations.clear()
             for stream in self.streams:
                 backend.destroy_stream(stream)
             self.streams.clear()
