@@ -127,7 +127,7 @@ class task:
         from ._context import context as context_type
         if not isinstance(ctx, context_type):
             raise TypeError(f"task expects a context first, got {type(ctx).__name__}")
-        self._setup(ctx._runtime, args, symbol)
+        self._setup(ctx._live(), args, symbol)
 
     def _setup(self, runtime: Runtime, args: tuple, symbol: str | None) -> None:
         self._runtime = runtime
@@ -226,6 +226,9 @@ class task:
 
     def end(self) -> None:
         """Release the dependencies; later tasks order after this one."""
+        if self._phase == _ENDED:
+            raise ScopeError(f"{self._label()}: end() called twice; a task in a 'with' "
+                             "block is ended by the block, do not call end() in it")
         if self._phase != _STARTED:
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
@@ -327,6 +330,9 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
     if symbol is not None and not isinstance(symbol, str):
         raise TypeError(f"symbol must be a str, got {type(symbol).__name__}")
     checked = [_check_dep(runtime, d, label) for d in deps]
+    if args is not None and not hasattr(args, "__iter__"):
+        raise TypeError(f"{label}: args must be an iterable of extra arguments (a "
+                        f"tuple such as (value,)), got {type(args).__name__}")
     extra = () if args is None else tuple(args)
     backend = runtime.backend
     with runtime.lock:

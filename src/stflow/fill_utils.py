@@ -28,7 +28,10 @@ def fill_pattern(value: Any, dtype: np.dtype, what: str) -> bytes:
             element = np.array(value, dtype=dtype)
         else:
             given = np.asarray(value)
-            element = given.astype(dtype)
+            if given.dtype.kind == "c" and dtype.kind != "c":
+                raise ValueError  # never same_kind; astype would only warn
+            with np.errstate(invalid="ignore"):  # nan/inf into integers: rejected below
+                element = given.astype(dtype)
             if given.shape != () or not (
                     np.can_cast(given.dtype, dtype, casting="same_kind")
                     or element.astype(given.dtype) == given):
