@@ -28,6 +28,8 @@ from .backends import get_backend
 
 __all__ = ["context"]
 
+_LogicalData = logical_data
+_Task = task
 _live_contexts: weakref.WeakSet[context] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
@@ -106,7 +108,7 @@ class context:
 
     # -- data --------------------------------------------------------------------
     def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
-                     ) -> logical_data:
+                     ) -> _LogicalData:
         """Register ``buf`` (NumPy array, buffer, CAI or DLPack object) as logical data.
 
         Its bytes are the initial value; the latest value is written back into it at
@@ -115,13 +117,13 @@ class context:
         return self._live().register(None, buf, dplace, name)
 
     def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None
-                           ) -> logical_data:
+                           ) -> _LogicalData:
         """Logical data without an initial value (``float64`` by default)."""
         return self._live().empty(shape, dtype, name)
 
     def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
                           where: Any = None, exec_place: exec_place | None = None,
-                          name: str | None = None) -> logical_data:
+                          name: str | None = None) -> _LogicalData:
         """Logical data whose every element is ``fill_value``.
 
         The fill is a task with a ``write()`` dependency at ``where`` (default: the
@@ -137,24 +139,24 @@ class context:
 
     def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
                            exec_place: exec_place | None = None, name: str | None = None
-                           ) -> logical_data:
+                           ) -> _LogicalData:
         """Logical data filled with zeros (``float64`` by default)."""
         return self.logical_data_full(shape, 0.0, np.float64 if dtype is None else dtype,
                                       where, exec_place, name)
 
     def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
                           exec_place: exec_place | None = None, name: str | None = None
-                          ) -> logical_data:
+                          ) -> _LogicalData:
         """Logical data filled with ones (``float64`` by default)."""
         return self.logical_data_full(shape, 1.0, np.float64 if dtype is None else dtype,
                                       where, exec_place, name)
 
-    def token(self) -> logical_data:
+    def token(self) -> _LogicalData:
         """A logical data without bytes, used only for ordering."""
         return self._live().token()
 
     # -- work --------------------------------------------------------------------
-    def task(self, *args: Any, symbol: str | None = None) -> task:
+    def task(self, *args: Any, symbol: str | None = None) -> _Task:
         """A task with dependencies ``ld.read()/write()/rw()`` and an optional
         ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
         runtime = self._live()
@@ -182,7 +184,7 @@ class context:
         """
         return self._live().fence()
 
-    def wait(self, ld: logical_data) -> np.ndarray:
+    def wait(self, ld: _LogicalData) -> np.ndarray:
         """Block until ``ld`` can be read and return a new host array of its value."""
         return self._live().wait(ld)
 

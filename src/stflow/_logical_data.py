@@ -111,6 +111,15 @@ class logical_data:
 
     __slots__ = ("_runtime", "_state", "_shape", "_dtype", "_readonly", "_symbol",
                  "_is_token", "_source", "_key", "__weakref__")
+    _runtime: Runtime
+    _state: DataState | None
+    _shape: tuple[int, ...] | None
+    _dtype: np.dtype | None
+    _readonly: bool
+    _symbol: str | None
+    _is_token: bool
+    _source: Any
+    _key: int
 
     def __init__(self, ctx: context | None = None, buf: Any = None,
                  dplace: data_place | None = None, shape: Any = None, dtype: Any = None,
@@ -123,7 +132,7 @@ class logical_data:
         if not isinstance(ctx, context_type):
             raise TypeError(f"logical_data expects a context first, got "
                             f"{type(ctx).__name__}")
-        ctx._runtime.register(self, buf, dplace, name, shape, dtype)
+        ctx._live().register(self, buf, dplace, name, shape, dtype)
 
     @classmethod
     def _make(cls, runtime: Runtime, state: DataState | None, shape: tuple | None,

@@ -59,6 +59,7 @@ class data_place:
     """
 
     __slots__ = ("_device", "__weakref__")
+    _device: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("data_place cannot be constructed directly; use "
@@ -138,6 +139,10 @@ class exec_place:
     """
 
     __slots__ = ("_device", "_affine", "_handle", "_saved", "__weakref__")
+    _device: int
+    _affine: data_place | None
+    _handle: int
+    _saved: threading.local
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("exec_place cannot be constructed directly; use "
@@ -202,8 +207,8 @@ class exec_place:
     def _affine_device(self) -> int:
         """The device number of the affine memory (``HOST`` for the host)."""
         if self._affine is not None:
-            return self._affine._device  # type: ignore[no-any-return]
-        return self._device  # type: ignore[no-any-return]
+            return self._affine._device
+        return self._device
 
     def set_affine_data_place(self, dplace: data_place) -> None:
         """Use ``dplace`` for dependencies with ``affine()`` places on this place."""

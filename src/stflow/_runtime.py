@@ -24,7 +24,7 @@ import itertools
 import threading
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,6 +44,7 @@ STREAMS_PER_PLACE = 4
 """Compute streams created (lazily) per execution place."""
 
 _runtime_ids = itertools.count(1)
+_BYTES = np.dtype(np.uint8)
 
 
 class Access:
@@ -319,21 +320,22 @@ class Runtime:
                     enqueued = True
         copied = False
         for access in accesses:
-            instance = access.instance
-            if instance is None:
+            target = access.instance
+            if target is None:
                 continue
-            if instance.allocation is None:
-                instance.allocation = backend.allocate(
-                    instance.device, access.state.nbytes, stream, access.ld._dtype)
+            if target.allocation is None:
+                target.allocation = backend.allocate(
+                    target.device, access.state.nbytes, stream,
+                    access.ld._dtype or _BYTES)
                 enqueued = True
             if access.source is not None:
-                backend.copy(instance.allocation.ptr, access.source.allocation.ptr,
+                backend.copy(target.allocation.ptr, access.source.allocation.ptr,
                              access.state.nbytes, stream)
                 copied = True
         if copied:
             event = backend.record(stream)
             for access in accesses:
-                if access.source is not None:
+                if access.source is not None and access.instance is not None:
                     access.state.copied(access.instance, access.source, event)
             enqueued = True
         if owner is not None:
@@ -455,11 +457,11 @@ class Runtime:
             self.check_submit("wait()")
             self.owns(ld, "wait()")
             self.drain_retired()
-            state: DataState = ld._state  # type: ignore[assignment]
-            dtype: np.dtype = ld._dtype  # type: ignore[assignment]
+            state = cast(DataState, ld._state)
+            dtype = cast(np.dtype, ld._dtype)
             if state.active:
                 self._wait_for_conflicts([Access(ld, READ, HOST)], "wait()")
-            result = np.empty(ld._shape, dtype)  # type: ignore[arg-type]
+            result: np.ndarray = np.empty(cast(tuple, ld._shape), dtype)
             source = state.valid_source()
             if source is None:
                 from .backends.emulated import poison

@@ -9,14 +9,16 @@ of the instances, and ``end()`` releases (:meth:`Runtime.epilogue`).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
+
+import numpy as np
 
 from ._errors import AccessModeError, ContextMismatchError, PlaceError, ScopeError
 from ._logical_data import dep, logical_data
 from ._places import AFFINE, exec_place
 from ._runtime import Access, Runtime
 from ._views import CudaStream
-from .backends._base import HOST, MANAGED, Stream
+from .backends._base import HOST, MANAGED, Allocation, Stream
 
 if TYPE_CHECKING:
     from ._context import context
@@ -91,6 +93,11 @@ def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
     return accesses, per_dependency
 
 
+def _allocation(access: Access) -> Allocation:
+    """The allocation of an acquired, non-token access."""
+    return cast(Allocation, cast(Any, access.instance).allocation)
+
+
 def _host_device(d: dep, what: str) -> int:
     dplace = d.dplace
     if dplace is None or dplace._device in (AFFINE, HOST):
@@ -118,6 +125,16 @@ class task:
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream",
                  "_accesses", "_per_dependency", "_views", "_id", "__weakref__")
+    _runtime: Runtime
+    _deps: list[dep]
+    _place: exec_place | None
+    _symbol: str | None
+    _phase: int
+    _stream: Stream | None
+    _accesses: list[Access]
+    _per_dependency: list[Access]
+    _views: dict[int, Any]
+    _id: int
 
     def __init__(self, ctx: context | None = None, *args: Any,
                  symbol: str | None = None) -> None:
@@ -131,13 +148,13 @@ class task:
 
     def _setup(self, runtime: Runtime, args: tuple, symbol: str | None) -> None:
         self._runtime = runtime
-        self._deps: list[dep] = []
-        self._place: exec_place | None = None
+        self._deps = []
+        self._place = None
         self._phase = _NEW
-        self._stream: Stream | None = None
-        self._accesses: list[Access] = []
-        self._per_dependency: list[Access] = []
-        self._views: dict[int, Any] = {}
+        self._stream = None
+        self._accesses = []
+        self._per_dependency = []
+        self._views = {}
         self._id = next(_task_ids)
         self._symbol = None
         if symbol is not None:
@@ -255,6 +272,11 @@ class task:
             raise ScopeError(f"{self._label()}.{what} is only valid between start() "
                              "and end()")
 
+    def _native_stream(self) -> Stream:
+        if self._stream is None:
+            raise ScopeError(f"{self._label()} has no stream before start()")
+        return self._stream
+
     def stream_ptr(self) -> CudaStream:
         """The stream the body must enqueue its work on."""
         if self._stream is None:
@@ -289,8 +311,7 @@ class task:
 
     def get_arg(self, index: int) -> int:
         """The address of dependency ``index``'s instance."""
-        access = self._access_at(index, "get_arg()")
-        return access.instance.allocation.ptr  # type: ignore[union-attr]
+        return _allocation(self._access_at(index, "get_arg()")).ptr
 
     def get_arg_cai(self, index: int) -> Any:
         """A view of dependency ``index`` (CUDA Array Interface on CUDA)."""
@@ -299,8 +320,8 @@ class task:
             access = self._access_at(index, "get_arg_cai()")
             ld = access.ld
             view = self._views[index] = self._runtime.backend.task_view(
-                access.instance.allocation, 0, ld._shape,  # type: ignore[union-attr]
-                ld._dtype, self._deps[index].mode == 1)  # type: ignore[arg-type]
+                _allocation(access), 0, cast(tuple, ld._shape), cast(np.dtype, ld._dtype),
+                self._deps[index].mode == 1)
         elif self._phase != _STARTED:
             self._check_window("get_arg_cai()")
         return view
@@ -342,8 +363,8 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
         accesses, per_dependency = resolve_accesses(runtime, checked, HOST, HOST, label,
                                                     host_only=True)
         stream, _, _ = runtime.prologue(accesses, HOST, None, label)
-        arguments = [(access.instance.allocation, access.ld._shape, access.ld._dtype,
-                      d.mode == 1)
+        arguments = [(_allocation(access), cast(tuple, access.ld._shape),
+                      cast(np.dtype, access.ld._dtype), d.mode == 1)
                      for d, access in zip(checked, per_dependency)
                      if not access.ld._is_token]
 

@@ -74,4 +74,4 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
     backend = ctx._runtime.backend
     nbytes = ld._state.nbytes  # type: ignore[union-attr]
     with ctx.task(*args, symbol=f"fill({ld._symbol or ld._key})") as t:
-        backend.fill(t.get_arg(0), nbytes, pattern, t._stream)
+        backend.fill(t.get_arg(0), nbytes, pattern, t._native_stream())

@@ -362,7 +362,10 @@ class EmulatedBackend(Backend):
     # -- copies and host work ----------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         if nbytes:
-            self.enqueue_call(stream, lambda: ctypes.memmove(dst, src, nbytes))
+            def move() -> None:
+                ctypes.memmove(dst, src, nbytes)
+
+            self.enqueue_call(stream, move)
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if not nbytes:
@@ -371,7 +374,7 @@ class EmulatedBackend(Backend):
 
         def fill() -> None:
             memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
-            target = np.frombuffer(memory, dtype=np.uint8).reshape(-1, len(pattern))
+            target = np.ctypeslib.as_array(memory).reshape(-1, len(pattern))
             target[:] = values
 
         self.enqueue_call(stream, fill)

@@ -222,9 +222,9 @@ def run_oracle(program: Program) -> Outcome:
         if spec.origin == "array":
             values[i] = program.initial[i].copy()
         elif spec.origin == "full":
-            values[i] = np.full(spec.shape, spec.fill, dtype=spec.dtype)
+            values[i] = np.full(spec.shape or (), spec.fill, dtype=spec.dtype)
         elif spec.origin == "empty":
-            values[i] = np.empty(spec.shape, dtype=spec.dtype)
+            values[i] = np.empty(spec.shape or (), dtype=spec.dtype or "f8")
         else:
             values[i] = None
     waits = []
