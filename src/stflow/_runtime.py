@@ -367,7 +367,7 @@ class Runtime:
             self.check_device(device, what)
         elif device not in (HOST, MANAGED):
             raise PlaceError(f"{what}: {dplace!r} cannot hold an instance")
-        return device  # type: ignore[no-any-return]
+        return device
 
     # -- whole-context operations ------------------------------------------------
     def _copy_into(self, state: DataState, target: Instance, source: Instance,
@@ -387,7 +387,7 @@ class Runtime:
         if target.allocation is None:
             target.allocation = backend.allocate(target.device, state.nbytes, stream,
                                                  dtype or np.dtype(np.uint8))
-        backend.copy(target.allocation.ptr, source.allocation.ptr,  # type: ignore
+        backend.copy(target.allocation.ptr, source.allocation.ptr,
                      state.nbytes, stream)
         event = backend.record(stream)
         if keep:
@@ -400,7 +400,7 @@ class Runtime:
         if plan is not None:
             reference, source, prerequisites = plan
             self._copy_into(state, reference, source, prerequisites,
-                            reference.allocation.dtype)  # type: ignore[union-attr]
+                            reference.allocation.dtype)
 
     def drain_retired(self) -> None:
         """Write back and free the data whose logical_data objects were collected."""

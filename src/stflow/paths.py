@@ -41,7 +41,7 @@ def _cuda_include() -> str | None:
 
 def _cccl_include() -> str | None:
     try:
-        import cuda.cccl as cccl  # type: ignore[import-not-found]
+        import cuda.cccl as cccl
     except ImportError:
         return None
     getter = getattr(cccl, "get_include_paths", None)

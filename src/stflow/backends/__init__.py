@@ -32,7 +32,7 @@ def _cuda() -> Backend:
         raise BackendUnavailableError(
             "this installation of stflow has no CUDA backend; use backend='emulated'"
         ) from None
-    return cuda.get_backend()  # type: ignore[no-any-return]
+    return cuda.get_backend()
 
 
 def get_backend(name: str) -> Backend:
@@ -94,7 +94,7 @@ class _PlaceAllocator:
     def _device(place: Any) -> int:
         device = place._device
         if device >= 0 or device in (HOST, MANAGED):
-            return device  # type: ignore[no-any-return]
+            return device
         raise PlaceError(f"{place!r} cannot allocate memory; use a host, managed or "
                          "device place")
 
