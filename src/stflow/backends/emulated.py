@@ -295,7 +295,7 @@ class EmulatedBackend(Backend):
             self._scheduler.enqueue(stream, _WAIT, event)  # type: ignore[arg-type]
 
     def query(self, event: Event) -> bool:
-        return event.done
+        return event.done  # type: ignore[attr-defined]
 
     def synchronize(self, event: Event) -> None:
         if event.done:  # type: ignore[attr-defined]
