@@ -22,6 +22,7 @@ from ._errors import ContextFinalizedError
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
+from ._sources import check_dtype
 from ._task import host_launch, task
 from ._views import stream_handle
 from .backends import get_backend
@@ -29,6 +30,7 @@ from .backends import get_backend
 __all__ = ["context"]
 
 _LogicalData = logical_data
+_ExecPlace = exec_place
 _Task = task
 _live_contexts: weakref.WeakSet[context] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -129,11 +131,25 @@ class context:
         The fill is a task with a ``write()`` dependency at ``where`` (default: the
         memory of ``exec_place``, itself the current device by default).
         """
-        from .fill_utils import init_logical_data
+        return self._full(shape, fill_value, dtype, where, exec_place, name,
+                          "logical_data_full")
+
+    def _full(self, shape: Any, fill_value: Any, dtype: Any, where: Any,
+              exec_place: Any, name: str | None, what: str) -> _LogicalData:
+        from ._places import data_place
+        from .fill_utils import fill_pattern, init_logical_data
         runtime = self._live()
+        if where is not None and not isinstance(where, data_place):
+            raise TypeError(f"{what}: where must be a data_place or None, got "
+                            f"{type(where).__name__}")
+        if exec_place is not None and not isinstance(exec_place, _ExecPlace):
+            raise TypeError(f"{what}: exec_place must be an exec_place or None, got "
+                            f"{type(exec_place).__name__}")
         if dtype is None:
             dtype = np.array(fill_value).dtype
-        ld = runtime.empty(shape, dtype, name)
+        checked = check_dtype(dtype, what)
+        fill_pattern(fill_value, checked, what)
+        ld = runtime.empty(shape, checked, name, what)
         init_logical_data(self, ld, fill_value, where, exec_place)
         return ld
 
@@ -141,15 +157,15 @@ class context:
                            exec_place: exec_place | None = None, name: str | None = None
                            ) -> _LogicalData:
         """Logical data filled with zeros (``float64`` by default)."""
-        return self.logical_data_full(shape, 0.0, np.float64 if dtype is None else dtype,
-                                      where, exec_place, name)
+        return self._full(shape, 0.0, np.float64 if dtype is None else dtype, where,
+                          exec_place, name, "logical_data_zeros")
 
     def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
                           exec_place: exec_place | None = None, name: str | None = None
                           ) -> _LogicalData:
         """Logical data filled with ones (``float64`` by default)."""
-        return self.logical_data_full(shape, 1.0, np.float64 if dtype is None else dtype,
-                                      where, exec_place, name)
+        return self._full(shape, 1.0, np.float64 if dtype is None else dtype, where,
+                          exec_place, name, "logical_data_ones")
 
     def token(self) -> _LogicalData:
         """A logical data without bytes, used only for ordering."""

@@ -238,12 +238,13 @@ class Runtime:
             if sync is not None:
                 sync(stream)
 
-    def empty(self, shape: Any, dtype: Any, name: Any) -> logical_data:
+    def empty(self, shape: Any, dtype: Any, name: Any,
+              what: str = "logical_data_empty") -> logical_data:
         """A logical data without a user buffer or initial value."""
-        self.check_submit("logical_data_empty()")
+        self.check_submit(f"{what}()")
         _check_name(name)
-        shape = check_shape(shape, "logical_data_empty")
-        dtype = check_dtype(np.float64 if dtype is None else dtype, "logical_data_empty")
+        shape = check_shape(shape, what)
+        dtype = check_dtype(np.float64 if dtype is None else dtype, what)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return self._adopt(None, DataState(nbytes), shape, dtype, False, name, None)
 
