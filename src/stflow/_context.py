@@ -25,7 +25,7 @@ from ._runtime import Runtime
 from ._sources import check_dtype
 from ._task import host_launch, task
 from ._views import stream_handle
-from .backends import get_backend
+from .backends import get_backend, note_context_backend
 
 __all__ = ["context"]
 
@@ -82,6 +82,7 @@ class context:
             backend = config().backend
         warn_ignored_reference_variables()
         native = get_backend(backend)
+        note_context_backend(native)
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
         self._runtime = Runtime(native, caller)
         self._stream_owner = stream

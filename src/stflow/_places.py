@@ -24,8 +24,8 @@ _handles = itertools.count(1)
 
 
 def _default_backend() -> Any:
-    from .backends import default_backend
-    return default_backend()
+    from .backends import places_backend
+    return places_backend()
 
 
 def check_device_ordinal(dev_id: Any, what: str, device_count: int | None = None) -> int:

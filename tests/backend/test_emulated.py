@@ -96,3 +96,28 @@ def test_seed_from_the_environment_is_used():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=env)
     assert result.stdout.strip() == "1234"
+
+
+def test_arrays_from_views_outlive_the_context_safely():
+    import gc
+    with stf.context(backend="emulated") as ctx:
+        ld = ctx.logical_data_empty((1 << 16,), np.float64)
+        with ctx.task(stf.exec_place.device(0), ld.write()) as t:
+            kept = np.asarray(t.get_arg_cai(0))
+            kept[:] = 1.0
+    gc.collect()
+    churn = [np.full(1 << 16, 7.0) for _ in range(20)]
+    assert np.isnan(kept).all() and len(churn) == 20     # poisoned, never released
+
+
+def test_place_factories_do_not_emit_the_fallback_notice():
+    code = ("import warnings, numpy as np, stflow as stf\n"
+            "warnings.simplefilter('error')\n"
+            "ctx = stf.context(backend='emulated')\n"
+            "print(stf.exec_place.device(1).device_id)\n"
+            "ctx.finalize()\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "STFLOW_BACKEND"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1"

@@ -19,6 +19,9 @@ __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_a
 
 _BACKEND_NAMES = ("auto", "cuda", "emulated")
 _auto: Backend | None = None
+_auto_reason: str | None = None      # why "auto" fell back to emulation
+_noticed = False
+_last_context_backend: Backend | None = None
 _lock = threading.Lock()
 
 
@@ -35,7 +38,7 @@ def _cuda() -> Backend:
     return cuda.get_backend()
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, *, notify: bool = True) -> Backend:
     """Return the process-wide backend called ``name``.
 
     Raises
@@ -53,12 +56,13 @@ def get_backend(name: str) -> Backend:
     if name == "cuda":
         return _cuda()
     if name == "auto":
-        return _resolve_auto()
+        return _resolve_auto(notify)
     raise ValueError(f"backend={name!r} is not one of {', '.join(_BACKEND_NAMES)}")
 
 
-def _resolve_auto() -> Backend:
-    global _auto
+def _resolve_auto(notify: bool) -> Backend:
+    """CUDA when usable, else the emulated backend (noticed once, when ``notify``)."""
+    global _auto, _auto_reason, _noticed
     if _auto is None:
         with _lock:
             if _auto is None:
@@ -66,21 +70,38 @@ def _resolve_auto() -> Backend:
                     _auto = _cuda()
                 except BackendUnavailableError as exc:
                     from .emulated import get_backend as emulated
-                    backend = emulated()
-                    warnings.warn(
-                        f"stflow: no usable CUDA GPU ({exc}); running on the emulated "
-                        f"CPU backend ({backend.describe()}). Pass backend='emulated' or "
-                        "set STFLOW_BACKEND=emulated to silence this notice.",
-                        BackendNotice, stacklevel=4,
-                    )
-                    _auto = backend
+                    _auto_reason = str(exc)
+                    _auto = emulated()
+    if notify and _auto_reason is not None and not _noticed:
+        _noticed = True
+        warnings.warn(
+            f"stflow: no usable CUDA GPU ({_auto_reason}); running on the emulated CPU "
+            f"backend ({_auto.describe()}). Pass backend='emulated' or set "
+            "STFLOW_BACKEND=emulated to silence this notice.",
+            BackendNotice, stacklevel=5,
+        )
     return _auto
 
 
-def default_backend() -> Backend:
+def default_backend(*, notify: bool = True) -> Backend:
     """The backend that ``STFLOW_BACKEND`` (default ``"auto"``) selects."""
     from .._config import config
-    return get_backend(config().backend)
+    return get_backend(config().backend, notify=notify)
+
+
+def note_context_backend(backend: Backend) -> None:
+    """Remember the backend of the newest context (see :func:`places_backend`)."""
+    global _last_context_backend
+    _last_context_backend = backend
+
+
+def places_backend() -> Backend:
+    """The backend place factories check device ordinals against.
+
+    The backend of the most recently created context, else the default backend
+    (resolved without the fallback notice: only running work is worth a notice).
+    """
+    return _last_context_backend or default_backend(notify=False)
 
 
 class _PlaceAllocator:

@@ -226,8 +226,8 @@ class Backend(abc.ABC):
     def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
                    readonly: bool) -> np.ndarray:
         """A zero-copy NumPy array of host-accessible memory."""
-        array = pointer_array(allocation.ptr, shape, dtype, readonly, allocation)
-        return array
+        owner = allocation if allocation.owner is None else allocation.owner
+        return pointer_array(allocation.ptr, shape, dtype, readonly, owner)
 
 
 class _ArrayInterfaceHolder:

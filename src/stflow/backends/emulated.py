@@ -182,7 +182,9 @@ class EmulatedView:
 
     def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
                  dtype: np.dtype, readonly: bool) -> None:
-        self._allocation = allocation
+        # Keep the buffer itself: arrays made from the view outlive a free() of the
+        # allocation (they then see the poison pattern, never released memory).
+        self._allocation = allocation.owner
         self.ptr = ptr
         self.shape = shape
         self.dtype = dtype
