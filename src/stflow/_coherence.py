@@ -93,9 +93,10 @@ class DataState:
         Tasks between ``start()`` and ``end()`` that access this data -> their mode.
     """
 
-    __slots__ = ("tracker", "instances", "reference", "active", "nbytes")
+    __slots__ = ("tracker", "instances", "reference", "active", "nbytes", "label")
 
     def __init__(self, nbytes: int) -> None:
+        self.label = "data"
         self.tracker = AccessTracker()
         self.instances: dict[int, Instance] = {}
         self.reference: Instance | None = None

@@ -43,6 +43,9 @@ class Config:
     """``STFLOW_DOT_FILE`` (``CUDASTF_DOT_FILE`` when unset)."""
     trace_file: str | None
     """``STFLOW_TRACE_FILE``."""
+    nvtx: str = "auto"
+    """``STFLOW_NVTX``: ``"auto"`` (ranges on CUDA when ``nvtx`` imports), ``"1"``
+    (required), ``"0"`` (off)."""
 
     @property
     def emulated_devices(self) -> int:
@@ -98,6 +101,7 @@ def _read() -> Config:
         emulation_seed_from_environment=from_env,
         dot_file=dot,
         trace_file=os.environ.get("STFLOW_TRACE_FILE") or None,
+        nvtx=os.environ.get("STFLOW_NVTX", "auto").strip().lower() or "auto",
     )
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ._config import warn_ignored_reference_variables
 from ._errors import ContextFinalizedError
+from ._instrument import Instrument, Statistics
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
@@ -204,6 +205,22 @@ class context:
     def wait(self, ld: _LogicalData) -> np.ndarray:
         """Block until ``ld`` can be read and return a new host array of its value."""
         return self._live().wait(ld)
+
+    def statistics(self) -> Statistics:
+        """Counters of this context so far: tasks, copies and bytes per direction,
+        allocations, waits issued and skipped, and the emulated seed (stflow-only)."""
+        runtime = self._runtime
+        assert runtime is not None
+        return runtime.statistics()
+
+    def attach(self, instrument: Instrument) -> None:
+        """Attach an instrument (``stflow.instrument.DotRecorder``, ...) that sees the
+        work submitted from now on (stflow-only)."""
+        from ._instrument import Instrument as base
+        if not isinstance(instrument, base):
+            raise TypeError(f"attach expects a stflow.instrument.Instrument, got "
+                            f"{type(instrument).__name__}")
+        self._live().attach(instrument)
 
     def check_errors(self) -> None:
         """Raise the asynchronous errors captured so far (several → ExceptionGroup)."""

@@ -173,6 +173,8 @@ class logical_data:
             raise TypeError(f"set_symbol expects a str, got {type(name).__name__}")
         self._alive()
         self._symbol = name
+        if self._state is not None:
+            self._state.label = self._label()
 
     def _label(self) -> str:
         return repr(self._symbol) if self._symbol else f"#{self._key}"

@@ -30,6 +30,8 @@ import numpy as np
 
 from ._coherence import DataState, Instance
 from ._deps import READ, WRITE, choose_stream, merge_events, needs_wait
+from ._instrument import (DotRecorder, Instrument, NvtxRanges, Statistics,
+                          TraceRecorder, WorkRecord, direction)
 from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError,
                       ScopeError, ShapeError, raise_collected)
 from ._logical_data import logical_data
@@ -44,6 +46,8 @@ STREAMS_PER_PLACE = 4
 """Compute streams created (lazily) per execution place."""
 
 _runtime_ids = itertools.count(1)
+work_ids = itertools.count(1)
+"""Idents of tasks, host callbacks and internal copies (unique in the process)."""
 _BYTES = np.dtype(np.uint8)
 
 
@@ -59,6 +63,24 @@ class Access:
         self.device = device
         self.instance: Instance | None = None
         self.source: Instance | None = None
+
+
+class _Counters:
+    """Plain counters behind ``ctx.statistics()`` (cheap enough for the hot path)."""
+
+    __slots__ = ("tasks", "host_callbacks", "copies", "bytes", "allocations",
+                 "allocated_bytes", "waits_issued", "waits_skipped", "fences")
+
+    def __init__(self) -> None:
+        self.tasks = 0
+        self.host_callbacks = 0
+        self.copies = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
+        self.bytes = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
+        self.allocations = 0
+        self.allocated_bytes = 0
+        self.waits_issued = 0
+        self.waits_skipped = 0
+        self.fences = 0
 
 
 class _Pool:
@@ -101,8 +123,90 @@ class Runtime:
         self.entry_event: Event | None = None
         self.fence_stream: Stream | None = None
         self.host_registrations: list[Any] = []   # page-locked user buffers
+        self.instruments: list[Instrument] = []
+        self.open_records: dict[int, WorkRecord] = {}
+        self.counters = _Counters()
+        self._attach_configured_instruments()
         if caller_stream is not None:
             self.entry_event = backend.record(caller_stream)
+
+    # -- instruments and statistics ----------------------------------------------
+    def _attach_configured_instruments(self) -> None:
+        from ._config import config
+        cfg = config()
+        if cfg.dot_file:
+            self.attach(DotRecorder(cfg.dot_file))
+        if cfg.trace_file:
+            self.attach(TraceRecorder(cfg.trace_file))
+        if cfg.nvtx != "0" and self.backend.name == "cuda":
+            try:
+                self.attach(NvtxRanges())
+            except ImportError:
+                if cfg.nvtx == "1":
+                    raise BackendUnavailableError(
+                        "STFLOW_NVTX=1 needs the nvtx package: pip install "
+                        "stflow[nvtx]") from None
+
+    def attach(self, instrument: Instrument) -> None:
+        """Add an instrument; it sees the work submitted from now on."""
+        with self.lock:
+            instrument.attach(self)
+            self.instruments.append(instrument)
+
+    def _open_record(self, ident: int, kind: str, label: str, device: int,
+                     stream: Stream, accesses: list[Access],
+                     prerequisites: list[Event]) -> WorkRecord:
+        predecessors = []
+        for event in prerequisites:
+            producer = getattr(event, "producer", None)
+            if producer is not None and producer not in predecessors:
+                predecessors.append(producer)
+        record = WorkRecord(
+            ident, kind, label, device, stream.handle,
+            [(access.ld._label(), access.mode, access.device) for access in accesses],
+            predecessors)
+        self.open_records[ident] = record
+        for instrument in self.instruments:
+            instrument.work_submitted(record)
+        return record
+
+    def statistics(self) -> Statistics:
+        """The counters of this context so far."""
+        counters = self.counters
+        seed = getattr(self.backend, "seed", None)
+        return Statistics(
+            backend=self.backend.name, tasks=counters.tasks,
+            host_callbacks=counters.host_callbacks,
+            copies_h2d=counters.copies["h2d"], copies_d2h=counters.copies["d2h"],
+            copies_d2d=counters.copies["d2d"], copies_h2h=counters.copies["h2h"],
+            bytes_h2d=counters.bytes["h2d"], bytes_d2h=counters.bytes["d2h"],
+            bytes_d2d=counters.bytes["d2d"], bytes_h2h=counters.bytes["h2h"],
+            allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
+            evictions=0, waits_issued=counters.waits_issued,
+            waits_skipped=counters.waits_skipped, fences=counters.fences, seed=seed)
+
+    def _allocate(self, device: int, nbytes: int, stream: Stream, dtype: np.dtype,
+                  record: WorkRecord | None) -> Allocation:
+        allocation = self.backend.allocate(device, nbytes, stream, dtype)
+        counters = self.counters
+        counters.allocations += 1
+        counters.allocated_bytes += nbytes
+        if record is not None:
+            for instrument in self.instruments:
+                instrument.allocation(record, device, nbytes)
+        return allocation
+
+    def _copy(self, target: Instance, source: Instance, nbytes: int, stream: Stream,
+              record: WorkRecord | None, data: str) -> None:
+        self.backend.copy(target.allocation.ptr, source.allocation.ptr,
+                          nbytes, stream)
+        way = direction(source.device, target.device)
+        self.counters.copies[way] += 1
+        self.counters.bytes[way] += nbytes
+        if record is not None:
+            record.transfers.append((data, source.device, target.device, nbytes))
+            for instrument in self.instruments:
+                instrument.transfer(record, data, source.device, target.device, nbytes)
 
     # -- errors ------------------------------------------------------------------
     def capture(self, exc: BaseException) -> None:
@@ -177,6 +281,7 @@ class Runtime:
         ld._source = source
         ld._key = key
         if state is not None:
+            state.label = ld._label()
             self.data[key] = state
             finalizer = weakref.finalize(ld, _retire, weakref.ref(self), key)
             finalizer.atexit = False
@@ -287,8 +392,9 @@ class Runtime:
             self.cv.wait()
 
     def prologue(self, accesses: list[Access], device: int, owner: Any,
-                 owner_label: str) -> tuple[Stream, list[Event], bool]:
-        """Acquire ``accesses`` for work on execution place ``device``.
+                 owner_label: str, ident: int,
+                 kind: str = "task") -> tuple[Stream, list[Event], bool]:
+        """Acquire ``accesses`` for work ``ident`` on execution place ``device``.
 
         Returns
         -------
@@ -314,40 +420,60 @@ class Runtime:
         backend = self.backend
         enqueued = False
         if prerequisites:
+            counters = self.counters
             for event in (merge_events(prerequisites) if len(prerequisites) > 1
                           else prerequisites):
                 if needs_wait(stream, event):
                     backend.wait(stream, event)
+                    counters.waits_issued += 1
                     enqueued = True
+                else:
+                    counters.waits_skipped += 1
+        record = None
+        if self.instruments:
+            record = self._open_record(ident, kind, owner_label, device, stream, accesses,
+                                       prerequisites)
         copied = False
         for access in accesses:
             target = access.instance
             if target is None:
                 continue
             if target.allocation is None:
-                target.allocation = backend.allocate(
+                target.allocation = self._allocate(
                     target.device, access.state.nbytes, stream,
-                    access.ld._dtype or _BYTES)
+                    access.ld._dtype or _BYTES, record)
                 enqueued = True
             if access.source is not None:
-                backend.copy(target.allocation.ptr, access.source.allocation.ptr,
-                             access.state.nbytes, stream)
+                self._copy(target, access.source, access.state.nbytes, stream, record,
+                           access.ld._label())
                 copied = True
         if copied:
             event = backend.record(stream)
+            if record is not None:
+                event.producer = ident
             for access in accesses:
                 if access.source is not None and access.instance is not None:
                     access.state.copied(access.instance, access.source, event)
             enqueued = True
+        if record is not None:
+            for instrument in self.instruments:
+                instrument.work_body(record)
         if owner is not None:
             for access in accesses:
                 access.state.active[owner] = access.mode
             self.active_tasks[owner] = threading.get_ident()
         return stream, prerequisites, enqueued
 
-    def epilogue(self, accesses: list[Access], stream: Stream, owner: Any) -> Event:
+    def epilogue(self, accesses: list[Access], stream: Stream, owner: Any,
+                 ident: int) -> Event:
         """Release ``accesses``: record the end event and update data state."""
         event = self.backend.record(stream)
+        if self.instruments:
+            event.producer = ident
+            record = self.open_records.pop(ident, None)
+            if record is not None:
+                for instrument in self.instruments:
+                    instrument.work_ended(record)
         for access in accesses:
             access.state.released(access.instance, access.mode, event)
             if owner is not None:
@@ -372,7 +498,7 @@ class Runtime:
 
     # -- whole-context operations ------------------------------------------------
     def _copy_into(self, state: DataState, target: Instance, source: Instance,
-                   prerequisites: list[Event], dtype: np.dtype | None,
+                   prerequisites: list[Event], dtype: np.dtype | None, label: str,
                    keep: bool = True) -> Event:
         """Copy ``source`` into ``target`` on a stream of the target's place.
 
@@ -385,12 +511,28 @@ class Runtime:
         for event in merge_events(prerequisites):
             if needs_wait(stream, event):
                 backend.wait(stream, event)
+                self.counters.waits_issued += 1
+            else:
+                self.counters.waits_skipped += 1
+        record = None
+        ident = next(work_ids)
+        if self.instruments:
+            record = self._open_record(ident, "writeback" if keep else "wait",
+                                       f"{'write-back' if keep else 'wait'} {label}",
+                                       target.device, stream, [], prerequisites)
         if target.allocation is None:
-            target.allocation = backend.allocate(target.device, state.nbytes, stream,
-                                                 dtype or np.dtype(np.uint8))
-        backend.copy(target.allocation.ptr, source.allocation.ptr,
-                     state.nbytes, stream)
+            target.allocation = self._allocate(target.device, state.nbytes, stream,
+                                               dtype or _BYTES, record)
+        self._copy(target, source, state.nbytes, stream, record, label)
+        if record is not None:
+            for instrument in self.instruments:
+                instrument.work_body(record)
         event = backend.record(stream)
+        if record is not None:
+            event.producer = ident
+            self.open_records.pop(ident, None)
+            for instrument in self.instruments:
+                instrument.work_ended(record)
         if keep:
             state.copied(target, source, event)
         state.tracker.release(READ, event)
@@ -401,7 +543,7 @@ class Runtime:
         if plan is not None:
             reference, source, prerequisites = plan
             self._copy_into(state, reference, source, prerequisites,
-                            reference.allocation.dtype)
+                            reference.allocation.dtype, state.label)
 
     def drain_retired(self) -> None:
         """Write back and free the data whose logical_data objects were collected."""
@@ -443,6 +585,9 @@ class Runtime:
             for event in self.outstanding_events():
                 if needs_wait(stream, event):
                     self.backend.wait(stream, event)
+            self.counters.fences += 1
+            for instrument in self.instruments:
+                instrument.fence()
         self.raise_errors("fence()")
         return int(stream.handle)
 
@@ -474,7 +619,7 @@ class Runtime:
                     result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
                     result))
                 event = self._copy_into(state, target, source, prerequisites, dtype,
-                                        keep=False)
+                                        ld._label(), keep=False)
         if event is not None:
             self.backend.synchronize(event)
         self.raise_errors("wait()")
@@ -529,6 +674,11 @@ class Runtime:
             self.streams.clear()
             self.pools.clear()
             self.finalized = True
+        for instrument in self.instruments:
+            try:
+                instrument.finalized()
+            except Exception as exc:  # noqa: BLE001 - reported like async errors
+                self.capture(exc)
         self.raise_errors("finalize()")
 
 

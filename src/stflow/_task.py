@@ -8,7 +8,6 @@ of the instances, and ``end()`` releases (:meth:`Runtime.epilogue`).
 
 from __future__ import annotations
 
-import itertools
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from ._errors import AccessModeError, ContextMismatchError, PlaceError, ScopeError
 from ._logical_data import dep, logical_data
 from ._places import AFFINE, exec_place
-from ._runtime import Access, Runtime
+from ._runtime import Access, Runtime, work_ids
 from ._views import CudaStream
 from .backends._base import HOST, MANAGED, Allocation, Stream
 
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["host_launch", "task"]
 
 _NEW, _STARTED, _ENDED = 0, 1, 2
-_task_ids = itertools.count(1)
 
 
 def _as_exec_place(value: Any) -> exec_place | None:
@@ -155,7 +153,7 @@ class task:
         self._accesses = []
         self._per_dependency = []
         self._views = {}
-        self._id = next(_task_ids)
+        self._id = next(work_ids)
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
@@ -231,7 +229,8 @@ class task:
             self._accesses, self._per_dependency = resolve_accesses(
                 runtime, self._deps, exec_device, affine_device, label)
             stream, prerequisites, enqueued = runtime.prologue(
-                self._accesses, exec_device, self, label)
+                self._accesses, exec_device, self, label, self._id)
+            runtime.counters.tasks += 1
             self._stream = stream
             self._phase = _STARTED
             ready = None
@@ -251,7 +250,8 @@ class task:
         runtime = self._runtime
         with runtime.lock:
             self._phase = _ENDED
-            runtime.epilogue(self._accesses, self._stream, self)  # type: ignore[arg-type]
+            runtime.epilogue(self._accesses, self._stream, self,  # type: ignore[arg-type]
+                             self._id)
         for view in self._views.values():
             invalidate = getattr(view, "_invalidate", None)
             if invalidate is not None:
@@ -362,7 +362,9 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
             runtime.drain_retired()
         accesses, per_dependency = resolve_accesses(runtime, checked, HOST, HOST, label,
                                                     host_only=True)
-        stream, _, _ = runtime.prologue(accesses, HOST, None, label)
+        ident = next(work_ids)
+        stream, _, _ = runtime.prologue(accesses, HOST, None, label, ident, "host_launch")
+        runtime.counters.host_callbacks += 1
         arguments = [(_allocation(access), cast(tuple, access.ld._shape),
                       cast(np.dtype, access.ld._dtype), d.mode == 1)
                      for d, access in zip(checked, per_dependency)
@@ -379,4 +381,4 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
                 runtime.capture(exc)
 
         backend.launch_host_func(stream, callback)
-        runtime.epilogue(accesses, stream, None)
+        runtime.epilogue(accesses, stream, None, ident)

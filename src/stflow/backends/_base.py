@@ -82,13 +82,18 @@ class Stream:
 
 
 class Event:
-    """A point in a stream: complete once the work enqueued before it has run."""
+    """A point in a stream: complete once the work enqueued before it has run.
 
-    __slots__ = ("stream", "seq")
+    ``producer`` (set only while instruments listen) is the ident of the work whose
+    completion the event marks.
+    """
+
+    __slots__ = ("stream", "seq", "producer")
 
     def __init__(self, stream: Stream, seq: int) -> None:
         self.stream = stream
         self.seq = seq
+        self.producer: int | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.stream.handle:x}#{self.seq}>"
@@ -216,6 +221,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a host thread in stream order. ``fn`` must not raise."""
+
+    # -- timestamps (for traces) -------------------------------------------------
+    def timestamp(self, stream: Stream | None) -> Any:
+        """A timestamp taken when ``stream`` reaches this point (``None``: now).
+
+        Read it with :meth:`timestamp_seconds` once the work before it completed.
+        """
+        raise NotImplementedError(f"the {self.name} backend cannot time stream work")
+
+    def timestamp_seconds(self, stamp: Any) -> float:
+        """Seconds of a completed :meth:`timestamp`, on a clock common to all."""
+        raise NotImplementedError(f"the {self.name} backend cannot time stream work")
 
     # -- views -------------------------------------------------------------------
     @abc.abstractmethod

@@ -35,6 +35,7 @@ import ctypes
 import itertools
 import random
 import threading
+import time
 import weakref
 from collections import deque
 from typing import Any, Callable
@@ -383,6 +384,19 @@ class EmulatedBackend(Backend):
 
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         self.enqueue_call(stream, fn)
+
+    # -- timestamps --------------------------------------------------------------
+    def timestamp(self, stream: Stream | None) -> list[float]:
+        stamp = [time.perf_counter()] if stream is None else [float("nan")]
+        if stream is not None:
+            def take() -> None:
+                stamp[0] = time.perf_counter()
+
+            self.enqueue_call(stream, take)
+        return stamp
+
+    def timestamp_seconds(self, stamp: list[float]) -> float:
+        return stamp[0]
 
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
