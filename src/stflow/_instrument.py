@@ -54,9 +54,10 @@ class WorkRecord:
         Execution place (``-1`` for the host).
     stream : int
         Raw handle of the stream it runs on.
-    accesses : list of (data label, mode, place)
+    accesses : list of (data key, data label, mode, place)
     predecessors : list of int
-        Idents of the work it was ordered after (inferred dependencies).
+        Idents of the work whose events it was ordered after (after stream-order
+        pruning: an access implied by stream order may be missing here).
     """
 
     ident: int
@@ -64,7 +65,7 @@ class WorkRecord:
     label: str
     device: int
     stream: int
-    accesses: list[tuple[str, int, int]]
+    accesses: list[tuple[int, str, int, int]]
     predecessors: list[int]
     transfers: list[tuple[str, int, int, int]] = field(default_factory=list)
 
@@ -153,8 +154,10 @@ class DotRecorder(Instrument):
     """Record the inferred task graph; write it in Graphviz DOT.
 
     Tasks and host callbacks are nodes named by their symbol; an edge ``a -> b`` means
-    ``b`` was ordered after ``a`` because of their accesses (RAW, WAR or WAW on some
-    logical data). Copies are separate, dashed nodes feeding the work that needed them.
+    ``b`` must follow ``a`` because of their accesses (read after write, write after
+    read or write after write on some logical data), derived from the accesses in
+    submission order by the rules of ``_deps.py``. Copies are separate, dashed nodes
+    feeding the work that needed them.
     """
 
     def __init__(self, path: str | None = None, reduce: bool = True) -> None:
@@ -168,9 +171,21 @@ class DotRecorder(Instrument):
 
     def edges(self, reduce: bool | None = None) -> set[tuple[int, int]]:
         """The dependency edges between recorded work, optionally reduced."""
-        known = {r.ident for r in self.records}
-        edges = {(p, r.ident) for r in self.records for p in r.predecessors if p in known
-                 and p != r.ident}
+        writers: dict[int, int] = {}
+        readers: dict[int, set[int]] = {}
+        edges = set()
+        for record in self.records:
+            for key, _, mode, _ in record.accesses:
+                before = set(readers.get(key, ())) if mode & 2 else set()
+                if key in writers:
+                    before.add(writers[key])
+                edges.update((p, record.ident) for p in before if p != record.ident)
+            for key, _, mode, _ in record.accesses:
+                if mode & 2:
+                    writers[key] = record.ident
+                    readers[key] = set()
+                else:
+                    readers.setdefault(key, set()).add(record.ident)
         if self.reduce if reduce is None else reduce:
             edges = transitive_reduction(edges)
         return edges
@@ -307,7 +322,7 @@ class TraceRecorder(Instrument):
                 "ph": "X", "cat": record.kind, "pid": pid, "tid": tid,
                 "name": record.label, "ts": t_body, "dur": max(t_end - t_body, 0.001),
                 "args": {"accesses": [f"{d}.{_MODES.get(m, m)}@{place_name(p)}"
-                                      for d, m, p in record.accesses]}})
+                                      for _, d, m, p in record.accesses]}})
             for predecessor in record.predecessors:
                 if predecessor in ends:
                     p_pid, p_tid, p_end = ends[predecessor]

@@ -163,7 +163,8 @@ class Runtime:
                 predecessors.append(producer)
         record = WorkRecord(
             ident, kind, label, device, stream.handle,
-            [(access.ld._label(), access.mode, access.device) for access in accesses],
+            [(access.ld._key, access.ld._label(), access.mode, access.device)
+             for access in accesses],
             predecessors)
         self.open_records[ident] = record
         for instrument in self.instruments:
