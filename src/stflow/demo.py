@@ -195,6 +195,8 @@ class SolveResult:
     """Tasks and host callbacks submitted."""
     seconds: float
     """Wall time from the first submission to the end of ``finalize()``."""
+    statistics: Any = None
+    """``ctx.statistics()`` after ``finalize()``: copies, bytes, waits."""
 
 
 def _cupy_stream(cupy: Any, stream: Any) -> Any:
@@ -334,7 +336,7 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
             if report_every and (it % report_every == 0 or it == iterations):
                 submit.host(_report, scalars.read(), args=(it, out), symbol="report")
     seconds = time.perf_counter() - started
-    return SolveResult(x_full, submit.tasks, seconds)
+    return SolveResult(x_full, submit.tasks, seconds, ctx.statistics())
 
 
 def _report(scalars: np.ndarray, iteration: int, out: Callable[[str], Any]) -> None:
@@ -492,6 +494,7 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
           f"(tolerance {TOLERANCE * scale:.1e}) -> {'PASS' if passed else 'FAIL'}")
     print(f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks "
           f"({per_task:.1f} us per task); NumPy reference {reference_seconds:.3f} s")
+    print(f"statistics: {result.statistics}")
     return 0 if passed else 1
 
 
