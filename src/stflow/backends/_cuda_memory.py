@@ -1,0 +1,441 @@
+"""Memory of the CUDA backend: allocation, location, copies, fills, deferred releases.
+
+:class:`CudaMemory` is the memory half of :class:`~stflow.backends.cuda.CudaBackend`
+(a mixin: it uses the backend's pools, service streams, event pools and host
+callbacks).
+
+Places
+    Device memory comes from each device's default memory pool, stream-ordered
+    (``cuMemAllocFromPoolAsync`` / ``cuMemFreeAsync``). Host places use portable
+    pinned memory (``cuMemHostAlloc``), managed places ``cuMemAllocManaged``.
+
+Deferred releases
+    Pinned and managed memory cannot be freed in stream order. A stream-ordered free
+    records an event instead, and the memory is released once the event has
+    completed; the list is checked at later allocations, frees and synchronisations.
+    Pinned staging buffers of pageable copies go the same way, back to a small cache.
+
+Copies never block and are always stream-ordered
+    ``cuMemcpyAsync`` reads a *pageable* source when it is called (not in stream
+    order), blocks the host until the stream drains for a pageable destination, and
+    is synchronous between host buffers. So :meth:`CudaMemory.copy` classifies both
+    addresses first: device-accessible memory on both sides is one
+    ``cuMemcpyAsync``; pageable memory against device memory goes through a pinned
+    staging buffer whose host half is a ``memmove`` in a host callback; host memory
+    on both sides is one ``memmove`` in a host callback. The runtime calls copies
+    while holding its lock, so a copy that blocked could deadlock against a host
+    callback.
+
+Fills
+    The pattern is reduced to its shortest period: 1, 2 or 4 bytes become one
+    ``cuMemsetD8/D16/D32Async``; up to 16 bytes, one strided 2D memset per 1, 2 or
+    4-byte column; longer patterns are copied once from a pinned tile and doubled
+    with device copies. Pageable memory (and pinned memory for long patterns) is
+    filled with NumPy in a host callback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .._errors import PlaceError
+from . import _cuda_driver as _cu
+from ._base import HOST, MANAGED, Allocation, Stream
+
+__all__ = ["CudaMemory"]
+
+DEVICE, MANAGED_MEMORY, PINNED, PAGEABLE = range(4)
+"""What :meth:`CudaMemory.pointer_kind` says an address is."""
+_STAGING_CACHE = 64 << 20
+"""Bytes of pinned staging buffers kept for reuse."""
+_MAX_STRIDED_PERIOD = 16
+"""Fill patterns up to this many bytes use strided 2D memsets."""
+_REGISTER_MINIMUM = 1 << 20
+"""Host buffers smaller than this are not worth page-locking."""
+_FREED = object()
+"""``Allocation.owner`` once the backend released the memory (double-free guard)."""
+
+
+class CudaMemory:
+    """Memory operations of the backend contract on the CUDA driver (a mixin)."""
+
+    _pools: list[Any]
+    _service: list[Any]
+    _context_device: dict[int, int]
+    _ensure_context: Callable[[], None]
+    _new_event: Callable[[int], Any]
+    launch_host_func: Callable[[Stream, Callable[[], None]], None]
+
+    def _init_memory(self) -> None:
+        d = _cu.driver
+        attribute = d.CUpointer_attribute
+        self._locate_attributes = [attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                   attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+                                   attribute.CU_POINTER_ATTRIBUTE_CONTEXT]
+        self._pool_device = {int(pool): i for i, pool in enumerate(self._pools)}
+        self._kind_attributes = [attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED]
+        self._memorytype_device = int(d.CUmemorytype.CU_MEMORYTYPE_DEVICE)
+        self._memorytype_host = int(d.CUmemorytype.CU_MEMORYTYPE_HOST)
+        self._invalid_value = d.CUresult.CUDA_ERROR_INVALID_VALUE
+        self._not_ready = d.CUresult.CUDA_ERROR_NOT_READY
+        self._deferred: list[tuple[Any, list, Callable[[], None] | None]] = []
+        self._deferred_lock = threading.Lock()
+        self._staging_free: dict[int, list[int]] = {}
+        self._staging_cached = 0
+
+    # -- allocation ----------------------------------------------------------------
+    def allocate(self, device: int, nbytes: int, stream: Stream | None,
+                 dtype: np.dtype) -> Allocation:
+        """Allocate ``nbytes`` at ``device`` (an ordinal, ``HOST`` or ``MANAGED``).
+
+        Notes
+        -----
+        Device memory is stream-ordered on ``stream``: usable by work enqueued on it
+        afterwards. When ``stream`` is ``None`` or belongs to another device, the
+        memory is allocated through the device's own service stream and is usable by
+        any stream on return (so the driver also records the right device for it).
+        Host memory is portable pinned memory, managed memory is attached globally;
+        both are usable at once. ``nbytes == 0`` gives a null pointer.
+        """
+        if not nbytes:
+            return Allocation(0, 0, device, dtype, None)
+        d = _cu.driver
+        if device >= 0:
+            step = f"allocating {nbytes} bytes on device {device}"
+            if stream is not None and stream.cuda_device == device:  # type: ignore
+                err, ptr = d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
+                                                     stream.native)  # type: ignore
+                if err:
+                    raise _cu.error(err, step) from None
+            else:           # no stream, or another device's: allocate ready for use
+                service = self._service[device]
+                ptr = _cu.check(d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
+                                                          service), step)
+                _cu.check(d.cuStreamSynchronize(service), step)
+            return Allocation(int(ptr), nbytes, device, dtype, None)
+        self._reap()
+        self._ensure_context()
+        if device == HOST:
+            flags = d.CU_MEMHOSTALLOC_PORTABLE | d.CU_MEMHOSTALLOC_DEVICEMAP
+            ptr = _cu.check(d.cuMemHostAlloc(nbytes, flags),
+                            f"allocating {nbytes} bytes of pinned host memory")
+        elif device == MANAGED:
+            ptr = _cu.check(d.cuMemAllocManaged(
+                nbytes, int(d.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL)),
+                f"allocating {nbytes} bytes of managed memory")
+        else:
+            raise PlaceError(f"cannot allocate memory at place {device}; use a device "
+                             "ordinal, HOST or MANAGED")
+        return Allocation(int(ptr), nbytes, device, dtype, None)
+
+    def free(self, allocation: Allocation, stream: Stream | None) -> None:
+        """Free memory of :meth:`allocate`, stream-ordered on ``stream`` when given.
+
+        Notes
+        -----
+        Device memory goes back to its pool with ``cuMemFreeAsync``. Pinned and
+        managed memory is released once the work enqueued on ``stream`` so far has
+        completed (at once when ``stream`` is ``None``). Freeing twice, or a null
+        allocation, does nothing.
+        """
+        ptr = allocation.ptr
+        if not ptr or allocation.owner is _FREED:
+            return
+        allocation.owner = _FREED
+        device = allocation.device
+        if device >= 0:
+            native = self._service[device] if stream is None \
+                else stream.native  # type: ignore[attr-defined]
+            (err,) = _cu.driver.cuMemFreeAsync(ptr, native)
+            if err:
+                raise _cu.error(err, f"freeing {allocation!r}") from None
+            return
+        if stream is None:
+            self._release_host(device, ptr)
+        else:
+            self._defer(stream, lambda: self._release_host(device, ptr))
+        self._reap()
+
+    def _release_host(self, device: int, ptr: int) -> None:
+        self._ensure_context()
+        if device == HOST:
+            _cu.check(_cu.driver.cuMemFreeHost(ptr),
+                      f"freeing pinned host memory at 0x{ptr:x}")
+        else:
+            _cu.check(_cu.driver.cuMemFree(ptr), f"freeing managed memory at 0x{ptr:x}")
+
+    def trim_pools(self) -> None:
+        """Give the memory cached by the device pools back to the driver.
+
+        Notes
+        -----
+        Only memory whose stream-ordered free has completed is released; synchronise
+        first (finalize the contexts) to release everything.
+        """
+        for device, pool in enumerate(self._pools):
+            _cu.check(_cu.driver.cuMemPoolTrimTo(pool, 0),
+                      f"trimming the memory pool of device {device}")
+
+    # -- where memory is ---------------------------------------------------------------
+    def locate(self, ptr: int) -> int:
+        """``HOST``, ``MANAGED`` or the ordinal of the device holding ``ptr``.
+
+        Unregistered (pageable) host memory is ``HOST``.
+
+        Notes
+        -----
+        For memory-pool allocations the driver's ``DEVICE_ORDINAL`` attribute
+        names the calling thread's current device, not the pool's, so the device
+        is found from the pool (the devices' default pools) or from the owning
+        context before falling back to that attribute.
+        """
+        err, values = _cu.driver.cuPointerGetAttributes(
+            len(self._locate_attributes), self._locate_attributes, ptr)
+        if err:
+            if err == self._invalid_value:
+                return HOST
+            raise _cu.error(err, f"locating the memory at 0x{ptr:x}") from None
+        memory_type, ordinal, managed, pool, context = values
+        if int(managed):
+            return MANAGED
+        if int(memory_type) != self._memorytype_device:
+            return HOST
+        device = self._pool_device.get(int(pool)) if pool is not None else None
+        if device is None and context is not None and int(context):
+            device = self._context_device.get(int(context))
+        return int(ordinal) if device is None else device
+
+    def pointer_kind(self, ptr: int) -> int:
+        """``DEVICE``, ``MANAGED_MEMORY``, ``PINNED`` or ``PAGEABLE``."""
+        err, values = _cu.driver.cuPointerGetAttributes(2, self._kind_attributes, ptr)
+        if err:
+            if err == self._invalid_value:
+                return PAGEABLE
+            raise _cu.error(err, f"classifying the memory at 0x{ptr:x}") from None
+        memory_type, managed = values
+        if int(managed):
+            return MANAGED_MEMORY
+        memory_type = int(memory_type)
+        if memory_type == self._memorytype_device:
+            return DEVICE
+        return PINNED if memory_type == self._memorytype_host else PAGEABLE
+
+    def register_host(self, array: np.ndarray) -> Any:
+        """Page-lock a large (>= 1 MiB) host buffer; returns a token or ``None``.
+
+        Notes
+        -----
+        Page-locking only speeds transfers up: when the driver refuses it (memory
+        already registered, read-only or file-backed pages), nothing is done and
+        ``None`` is returned. Unregister only after the copies using it completed.
+        """
+        nbytes = int(array.nbytes)
+        if nbytes < _REGISTER_MINIMUM:
+            return None
+        ptr = int(array.__array_interface__["data"][0])
+        self._ensure_context()
+        (err,) = _cu.driver.cuMemHostRegister(ptr, nbytes,
+                                              _cu.driver.CU_MEMHOSTREGISTER_PORTABLE)
+        return None if err else ptr
+
+    def unregister_host(self, token: Any) -> None:
+        """Undo :meth:`register_host` (``None`` does nothing)."""
+        if token is None:
+            return
+        self._ensure_context()
+        _cu.check(_cu.driver.cuMemHostUnregister(token),
+                  f"unregistering host memory at 0x{token:x}")
+
+    # -- copies ------------------------------------------------------------------------
+    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+        """Copy ``nbytes`` from ``src`` to ``dst`` in stream order, without blocking.
+
+        Notes
+        -----
+        See the module docstring: pageable memory is read and written by host
+        callbacks in stream order, never by the driver at call time.
+        """
+        if not nbytes:
+            return
+        source = self.pointer_kind(src)
+        target = self.pointer_kind(dst)
+        if PAGEABLE not in (source, target) and not source == target == PINNED:
+            self._async_copy(dst, src, nbytes, stream)
+        elif DEVICE in (source, target):
+            self._staged_copy(dst, src, nbytes, stream, source == PAGEABLE)
+        else:
+            self.launch_host_func(stream, lambda: _memmove(dst, src, nbytes))
+
+    @staticmethod
+    def _async_copy(dst: int, src: int, nbytes: int, stream: Stream) -> None:
+        (err,) = _cu.driver.cuMemcpyAsync(dst, src, nbytes, stream.native)  # type: ignore
+        if err:
+            raise _cu.error(err, f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x} "
+                                 f"on {stream!r}") from None
+
+    def _staged_copy(self, dst: int, src: int, nbytes: int, stream: Stream,
+                     from_pageable: bool) -> None:
+        """Pageable <-> device memory through a pinned buffer, all in stream order."""
+        staging = self._staging(nbytes)
+        if from_pageable:
+            self.launch_host_func(stream, lambda: _memmove(staging, src, nbytes))
+            self._async_copy(dst, staging, nbytes, stream)
+        else:
+            self._async_copy(staging, src, nbytes, stream)
+            self.launch_host_func(stream, lambda: _memmove(dst, staging, nbytes))
+        self._defer(stream, lambda: self._release_staging(staging, nbytes))
+
+    def _staging(self, nbytes: int) -> int:
+        """A pinned buffer of at least ``nbytes`` bytes (recycled by size class)."""
+        size = _size_class(nbytes)
+        with self._deferred_lock:
+            free = self._staging_free.get(size)
+            if free:
+                self._staging_cached -= size
+                return free.pop()
+        self._ensure_context()
+        return int(_cu.check(
+            _cu.driver.cuMemHostAlloc(size, _cu.driver.CU_MEMHOSTALLOC_PORTABLE),
+            f"allocating a {size}-byte pinned staging buffer"))
+
+    def _release_staging(self, ptr: int, nbytes: int) -> None:
+        size = _size_class(nbytes)
+        with self._deferred_lock:
+            if self._staging_cached + size <= _STAGING_CACHE:
+                self._staging_free.setdefault(size, []).append(ptr)
+                self._staging_cached += size
+                return
+        self._release_host(HOST, ptr)
+
+    # -- fills -------------------------------------------------------------------------
+    def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
+        """Repeat ``pattern`` over ``nbytes`` at ``ptr``, ordered on ``stream``.
+
+        Notes
+        -----
+        Any place, any pattern length; see the module docstring for the strategy.
+        ``nbytes`` must be a whole number of patterns.
+        """
+        if not nbytes:
+            return
+        size = len(pattern)
+        if not size or nbytes % size:
+            raise ValueError(f"fill: {nbytes} bytes is not a whole number of "
+                             f"{size}-byte patterns")
+        pattern = pattern[:_period(pattern)]
+        kind = self.pointer_kind(ptr)
+        if kind == PAGEABLE or (kind == PINNED and len(pattern) > _MAX_STRIDED_PERIOD):
+            self.launch_host_func(stream, _host_filler(ptr, nbytes, pattern))
+        elif len(pattern) > _MAX_STRIDED_PERIOD:
+            self._fill_by_doubling(ptr, nbytes, pattern, stream)
+        else:
+            _memset(ptr, nbytes, pattern, stream)
+
+    def _fill_by_doubling(self, ptr: int, nbytes: int, pattern: bytes,
+                          stream: Stream) -> None:
+        tile = pattern * max(1, min(nbytes, 1 << 16) // len(pattern))
+        staging = self._staging(len(tile))
+        ctypes.memmove(staging, tile, len(tile))      # our own buffer: no ordering needed
+        self._async_copy(ptr, staging, len(tile), stream)
+        self._defer(stream, lambda: self._release_staging(staging, len(tile)))
+        done = len(tile)
+        while done < nbytes:
+            chunk = min(done, nbytes - done)
+            self._async_copy(ptr + done, ptr, chunk, stream)
+            done += chunk
+
+    # -- deferred releases -------------------------------------------------------------
+    def _defer(self, stream: Stream, action: Callable[[], None] | None) -> None:
+        """Run ``action`` once the work enqueued on ``stream`` so far has completed."""
+        pool = stream.events  # type: ignore[attr-defined]
+        try:
+            handle = pool.pop()
+        except IndexError:
+            handle = self._new_event(stream.cuda_device)  # type: ignore[attr-defined]
+        (err,) = _cu.driver.cuEventRecord(handle, stream.native)  # type: ignore
+        if err:
+            pool.append(handle)
+            raise _cu.error(err, f"cuEventRecord on {stream!r}") from None
+        with self._deferred_lock:
+            self._deferred.append((handle, pool, action))
+
+    def _reap(self) -> None:
+        """Run the deferred releases whose events have completed."""
+        if not self._deferred:
+            return
+        query = _cu.driver.cuEventQuery
+        done = []
+        with self._deferred_lock:
+            pending = []
+            for entry in self._deferred:
+                (err,) = query(entry[0])
+                if err == self._not_ready:
+                    pending.append(entry)
+                else:
+                    entry[1].append(entry[0])
+                    done.append(entry[2])
+            self._deferred = pending
+        for action in done:
+            if action is not None:
+                action()
+
+
+def _memset(ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
+    """Fill with a pattern of at most 16 bytes using the driver's memsets."""
+    d = _cu.driver
+    native = stream.native  # type: ignore[attr-defined]
+    period = len(pattern)
+    step = f"filling {nbytes} bytes at 0x{ptr:x} with a {period}-byte pattern"
+    if period == 1:
+        _cu.check(d.cuMemsetD8Async(ptr, pattern[0], nbytes, native), step)
+    elif period == 2 and not ptr % 2:
+        _cu.check(d.cuMemsetD16Async(ptr, int.from_bytes(pattern, "little"),
+                                     nbytes // 2, native), step)
+    elif period == 4 and not ptr % 4:
+        _cu.check(d.cuMemsetD32Async(ptr, int.from_bytes(pattern, "little"),
+                                     nbytes // 4, native), step)
+    else:                                # one strided 2D memset per column
+        width = (4 if not period % 4 and not ptr % 4 else
+                 2 if not period % 2 and not ptr % 2 else 1)
+        memset = {1: d.cuMemsetD2D8Async, 2: d.cuMemsetD2D16Async,
+                  4: d.cuMemsetD2D32Async}[width]
+        rows = nbytes // period
+        for offset in range(0, period, width):
+            value = int.from_bytes(pattern[offset:offset + width], "little")
+            _cu.check(memset(ptr + offset, period, value, 1, rows, native), step)
+
+
+def _host_filler(ptr: int, nbytes: int, pattern: bytes) -> Callable[[], None]:
+    """A host callback writing ``pattern`` over ``nbytes`` at ``ptr``."""
+    tile = np.frombuffer(pattern, dtype=np.uint8)
+
+    def fill_on_host() -> None:
+        target = memoryview((ctypes.c_uint8 * nbytes).from_address(ptr))
+        np.frombuffer(target, dtype=np.uint8).reshape(-1, len(pattern))[:] = tile
+
+    return fill_on_host
+
+
+def _memmove(dst: int, src: int, nbytes: int) -> None:
+    ctypes.memmove(dst, src, nbytes)
+
+
+def _period(pattern: bytes) -> int:
+    """The length of the shortest prefix whose repetition is ``pattern``."""
+    size = len(pattern)
+    for period in range(1, size):
+        if not size % period and pattern[:period] * (size // period) == pattern:
+            return period
+    return size
+
+
+def _size_class(nbytes: int) -> int:
+    """Staging buffers come in powers of two from 4 KiB."""
+    return max(4096, 1 << (nbytes - 1).bit_length())

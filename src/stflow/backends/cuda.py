@@ -1,0 +1,622 @@
+"""The CUDA backend: the backend contract on the CUDA driver API (``cuda.bindings``).
+
+Nothing here is imported by ``import stflow``; :func:`get_backend` loads
+``cuda.bindings.driver`` on first use (``_cuda_driver``) and builds one process-wide
+:class:`CudaBackend`. It works with cuda-bindings 12.x and 13.x (the ``cu12`` /
+``cu13`` extras). Memory (allocation, copies, fills) lives in ``_cuda_memory``.
+
+Devices and contexts
+    Every visible device's *primary* context is retained once, for the life of the
+    process, so stflow shares its contexts with CuPy, PyTorch and Numba. Calls that act
+    on a stream use the stream's context; the few calls that need a *current* context
+    (pinned and managed allocation, host registration, legacy-stream
+    synchronisation) make device 0's primary context current on threads that have
+    none. :meth:`CudaBackend.machine_init` (run once, when the backend is created)
+    keeps freed pool memory cached and enables peer access between devices.
+
+Streams
+    Runtime streams are ``CU_STREAM_NON_BLOCKING`` streams of a device's primary
+    context. :meth:`CudaBackend.destroy_stream` keeps the native stream on a small
+    per-device free list instead of destroying it, so creating a context (a nested
+    ``context(stream=t.stream_ptr())`` inside a task, say) costs no driver call.
+    Foreign handles (``context(stream=...)``) are wrapped, never owned, and the wrapper
+    is cached per handle so the ordering layer sees one object per stream.
+
+Events
+    ``CU_EVENT_DISABLE_TIMING`` events come from a free list per device (events must
+    belong to their stream's context). The runtime keeps :class:`DriverEvent` objects
+    and may wait on old ones long after they were recorded, so a handle goes back to
+    the free list only when its Python object is collected (``__del__``; reference
+    counting makes that deterministic). Re-recording a handle whose previous record
+    has not completed is legal: waits already enqueued captured the earlier state.
+
+Host callbacks
+    :meth:`CudaBackend.launch_host_func` enqueues one C trampoline (a ``ctypes``
+    callback made once) with an integer key as user data; the trampoline pops the
+    Python callable registered under that key, so each callable lives exactly until
+    it has run. While it runs, ``callback_state.active`` is set on the driver's
+    callback thread, which makes submitting work from a callback raise
+    ``ScopeError``. Blocking calls of cuda-bindings 13 release the GIL, so the host
+    may block while callbacks are pending; with older bindings the backend polls.
+
+The hot path
+    ``record`` and ``wait`` pass cached native ``CUstream`` / ``CUevent`` objects (the
+    bindings' fastest argument path, measured), call driver functions bound once as
+    attributes, and create no CUDA objects.
+
+Errors
+    A failing driver call raises :class:`~stflow.errors.CudaError` naming the step and
+    the device, with the driver's error ``name`` and ``code``;
+    ``CUDA_ERROR_OUT_OF_MEMORY`` raises a subclass that is also a ``MemoryError``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+import time
+import warnings
+import weakref
+from typing import Any, Callable
+
+import numpy as np
+
+from .._errors import BackendUnavailableError, PlaceError, ScopeError
+from .._views import stf_cai
+from . import _cuda_driver as _cu
+from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
+from ._cuda_driver import CudaOutOfMemoryError
+from ._cuda_memory import CudaMemory
+
+__all__ = ["CudaBackend", "CudaOutOfMemoryError", "DriverEvent", "DriverStream",
+           "get_backend"]
+
+_STREAM_FREE_LIST = 32
+"""Native streams kept per device for reuse by later contexts."""
+_HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class DriverStream(Stream):
+    """A CUDA stream.
+
+    Attributes
+    ----------
+    native : CUstream
+        The bindings' handle object, passed to driver calls.
+    cuda_device : int
+        The device whose context the stream belongs to (``device`` is ``HOST`` for the
+        streams of host execution places, which still live on a device).
+    events : list
+        The free list of event handles of that device.
+    owned : bool
+        False for wrapped foreign handles, which stflow never destroys.
+    """
+
+    __slots__ = ("native", "cuda_device", "events", "owned")
+
+    def __init__(self, native: Any, device: int, cuda_device: int, events: list,
+                 owned: bool) -> None:
+        super().__init__(int(native), device)
+        self.native = native
+        self.cuda_device = cuda_device
+        self.events = events
+        self.owned = owned
+
+
+class DriverEvent(Event):
+    """A recorded CUDA event; its handle returns to the free list when collected."""
+
+    __slots__ = ("handle", "pool")
+
+    def __init__(self, stream: Stream, seq: int, handle: Any, pool: list) -> None:
+        self.stream = stream
+        self.seq = seq
+        self.handle = handle
+        self.pool = pool
+
+    def __del__(self) -> None:
+        self.pool.append(self.handle)
+
+
+class _Timestamp:
+    """A timing event of :meth:`CudaBackend.timestamp`; pooled like events."""
+
+    __slots__ = ("device", "handle", "pool")
+
+    def __init__(self, device: int, handle: Any, pool: list) -> None:
+        self.device = device
+        self.handle = handle
+        self.pool = pool
+
+    def __del__(self) -> None:
+        self.pool.append(self.handle)
+
+
+class CudaBackend(CudaMemory, Backend):
+    """The backend contract on the CUDA driver (see the module docstring).
+
+    Build it with :func:`get_backend`, never directly.
+    """
+
+    name = "cuda"
+    bodies_wait_on_host = False
+
+    def __init__(self) -> None:
+        d = _cu.driver
+        check = _cu.check
+        self._count = int(check(d.cuDeviceGetCount(), "cuDeviceGetCount"))
+        self._devices = [check(d.cuDeviceGet(i), f"cuDeviceGet({i})")
+                         for i in range(self._count)]
+        self._contexts = [check(d.cuDevicePrimaryCtxRetain(dev),
+                                f"retaining the primary context of device {i}")
+                          for i, dev in enumerate(self._devices)]
+        self._context_device = {int(ctx): i for i, ctx in enumerate(self._contexts)}
+        self._pools = [check(d.cuDeviceGetDefaultMemPool(dev),
+                             f"cuDeviceGetDefaultMemPool on device {i}")
+                       for i, dev in enumerate(self._devices)]
+        self._properties = [self._read_properties(i) for i in range(self._count)]
+        self._event_pools: list[list[Any]] = [[] for _ in range(self._count)]
+        self._free_streams: list[list[Any]] = [[] for _ in range(self._count)]
+        self._streams: weakref.WeakValueDictionary[int, DriverStream] = \
+            weakref.WeakValueDictionary()
+        self._foreign: dict[Any, DriverStream] = {}
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._host_funcs: dict[int, tuple[Callable[[], None], Stream]] = {}
+        self._host_keys = itertools.count(1)
+        self._trampoline = _HOST_FN_TYPE(self._run_host_func)
+        self._host_fn = d.CUhostFn(ctypes.cast(self._trampoline, ctypes.c_void_p).value)
+        self._blocking_releases_gil = _cu.releases_gil()
+        # The hot path: driver functions bound once.
+        self._cuEventRecord = d.cuEventRecord
+        self._cuStreamWaitEvent = d.cuStreamWaitEvent
+        self._cuEventQuery = d.cuEventQuery
+        self._cuEventSynchronize = d.cuEventSynchronize
+        self._cuLaunchHostFunc = d.cuLaunchHostFunc
+        self._init_memory()
+        self._ensure_context()
+        self._service = [self._new_stream(i) for i in range(self._count)]
+        self._timing_pools: list[list[Any]] = [[] for _ in range(self._count)]
+        self._time_origins = [self._time_origin(i) for i in range(self._count)]
+
+    # -- contexts ----------------------------------------------------------------
+    def _ensure_context(self) -> None:
+        """Make device 0's primary context current if the thread has no context."""
+        ctx = _cu.check(_cu.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if not int(ctx):
+            _cu.check(_cu.driver.cuCtxSetCurrent(self._contexts[0]),
+                      "making device 0's primary context current")
+
+    def _push(self, device: int) -> None:
+        _cu.check(_cu.driver.cuCtxPushCurrent(self._contexts[device]),
+                  f"making device {device}'s primary context current")
+
+    def _pop(self, device: int) -> None:
+        _cu.check(_cu.driver.cuCtxPopCurrent(),
+                  f"restoring the context after using device {device}")
+
+    def _read_properties(self, device: int) -> tuple[str, int, int, int]:
+        d = _cu.driver
+        dev = self._devices[device]
+        step = f"reading the properties of device {device}"
+        name = _cu.check(d.cuDeviceGetName(256, dev), step)
+        name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
+        attribute = d.CUdevice_attribute
+        major = _cu.check(d.cuDeviceGetAttribute(
+            attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), step)
+        minor = _cu.check(d.cuDeviceGetAttribute(
+            attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), step)
+        total = _cu.check(d.cuDeviceTotalMem(dev), step)
+        return name, int(major), int(minor), int(total)
+
+    # -- devices -----------------------------------------------------------------
+    @property
+    def device_count(self) -> int:
+        return self._count
+
+    def describe(self) -> str:
+        devices = ", ".join(f"{name} (sm_{major}{minor}, {round(total / 2**30)} GiB)"
+                            for name, major, minor, total in self._properties)
+        return f"cuda backend, {self._count} device(s): {devices}"
+
+    def current_device(self) -> int:
+        """The device of the calling thread's current context (0 when it has none)."""
+        if self._count == 1:
+            return 0
+        ctx = _cu.check(_cu.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        handle = int(ctx)
+        if not handle:
+            return 0
+        device = self._context_device.get(handle)
+        if device is None:              # not a primary context: ask for its device
+            device = int(_cu.check(_cu.driver.cuCtxGetDevice(), "cuCtxGetDevice"))
+        return device
+
+    def set_current_device(self, device: int) -> None:
+        """Make ``device``'s primary context current on the calling thread."""
+        self._check_ordinal(device, "set_current_device")
+        _cu.check(_cu.driver.cuCtxSetCurrent(self._contexts[device]),
+                  f"making device {device}'s primary context current")
+
+    def _check_ordinal(self, device: int, what: str) -> None:
+        if not 0 <= device < self._count:
+            raise PlaceError(f"{what}: device {device} does not exist on the cuda "
+                             f"backend ({self._count} device(s))")
+
+    def machine_init(self) -> None:
+        """Enable peer access between devices and configure the memory pools.
+
+        Idempotent. Each device's default pool keeps freed memory cached (release
+        threshold at its maximum; :meth:`trim_pools` gives it back) and, where
+        ``cuDeviceCanAccessPeer`` allows it, is made accessible to the other devices,
+        whose contexts get peer access.
+
+        Raises
+        ------
+        CudaError
+            A driver call failed; the message names the step and the devices.
+        """
+        if self._initialized:
+            return
+        with self._lock:
+            if self._initialized:
+                return
+            d = _cu.driver
+            threshold = d.cuuint64_t(2**64 - 1)
+            attribute = d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+            for device, pool in enumerate(self._pools):
+                _cu.check(d.cuMemPoolSetAttribute(pool, attribute, threshold),
+                          f"setting the memory pool release threshold of device "
+                          f"{device}")
+            for device in range(self._count):
+                for peer in range(self._count):
+                    if peer != device:
+                        self._enable_peer(device, peer)
+            self._initialized = True
+
+    def _enable_peer(self, device: int, peer: int) -> None:
+        """Let ``device`` access ``peer``'s memory (contexts and pool), if possible."""
+        d = _cu.driver
+        can = _cu.check(d.cuDeviceCanAccessPeer(self._devices[device],
+                                                self._devices[peer]),
+                        f"asking whether device {device} can access device {peer}")
+        if not can:
+            return
+        self._push(device)
+        try:
+            (err,) = d.cuCtxEnablePeerAccess(self._contexts[peer], 0)
+            if err and err != d.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+                raise _cu.error(err, f"enabling peer access from device {device} to "
+                                     f"device {peer}") from None
+        finally:
+            self._pop(device)
+        access = d.CUmemAccessDesc()
+        access.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        access.location.id = device
+        access.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        _cu.check(d.cuMemPoolSetAccess(self._pools[peer], [access], 1),
+                  f"granting device {device} access to device {peer}'s memory pool")
+
+    # -- streams -----------------------------------------------------------------
+    def _new_stream(self, device: int) -> Any:
+        d = _cu.driver
+        self._push(device)
+        try:
+            flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
+            return _cu.check(d.cuStreamCreate(flags),
+                             f"creating a stream on device {device}")
+        finally:
+            self._pop(device)
+
+    def create_stream(self, device: int) -> DriverStream:
+        """A non-blocking stream on ``device`` (``HOST``: on the current device)."""
+        cuda_device = self.current_device() if device == HOST else device
+        self._check_ordinal(cuda_device, "create_stream")
+        try:
+            native = self._free_streams[cuda_device].pop()
+        except IndexError:
+            native = self._new_stream(cuda_device)
+        stream = DriverStream(native, device, cuda_device, self._event_pools[cuda_device],
+                              True)
+        self._streams[stream.handle] = stream
+        return stream
+
+    def destroy_stream(self, stream: Stream) -> None:
+        """Release a stream of :meth:`create_stream` (foreign streams are left alone).
+
+        Notes
+        -----
+        Work still queued on the stream completes normally; the native stream is
+        kept for reuse by a later :meth:`create_stream`.
+        """
+        if not isinstance(stream, DriverStream) or not stream.owned:
+            return
+        stream.owned = False
+        self._streams.pop(stream.handle, None)
+        free = self._free_streams[stream.cuda_device]
+        if len(free) < _STREAM_FREE_LIST:
+            free.append(stream.native)
+        else:
+            _cu.check(_cu.driver.cuStreamDestroy(stream.native),
+                      f"destroying a stream of device {stream.cuda_device}")
+
+    def stream_from_handle(self, handle: int) -> DriverStream:
+        """Wrap a raw ``CUstream`` handle (``0``: the legacy default stream).
+
+        Notes
+        -----
+        The stream is not owned: stflow never destroys it. Handles of stflow's own
+        streams give back those streams. A foreign stream must belong to a primary
+        context (as those of CuPy, PyTorch and Numba do).
+        """
+        own = self._streams.get(handle)
+        if own is not None:
+            return own
+        key: Any = (handle, self.current_device()) if handle in (0, 1, 2) else handle
+        stream = self._foreign.get(key)
+        if stream is None:
+            self._ensure_context()
+            native = _cu.driver.CUstream(handle)
+            cuda_device = (key[1] if isinstance(key, tuple)
+                           else self._stream_device(native))
+            stream = DriverStream(native, cuda_device, cuda_device,
+                                  self._event_pools[cuda_device], False)
+            self._foreign[key] = stream
+        return stream
+
+    def _stream_device(self, native: Any) -> int:
+        d = _cu.driver
+        get_device = getattr(d, "cuStreamGetDevice", None)      # CUDA 12.8 and later
+        if get_device is not None:
+            return int(_cu.check(get_device(native), "cuStreamGetDevice"))
+        ctx = _cu.check(d.cuStreamGetCtx(native), "cuStreamGetCtx")
+        device = self._context_device.get(int(ctx))
+        if device is None:
+            _cu.check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+            try:
+                device = int(_cu.check(d.cuCtxGetDevice(), "cuCtxGetDevice"))
+            finally:
+                _cu.check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        return device
+
+    def synchronize_handle(self, handle: int) -> None:
+        """Block until a producer's stream is idle (1: legacy, 2: per-thread default).
+
+        Raises
+        ------
+        ScopeError
+            Called from a host callback.
+        CudaError
+            ``cuStreamSynchronize`` failed.
+        """
+        self._refuse_in_callback()
+        self._ensure_context()
+        native = _cu.driver.CUstream(handle)
+        step = f"synchronising the producer stream 0x{handle:x}"
+        if self._host_funcs and not self._blocking_releases_gil:
+            self._poll(_cu.driver.cuStreamQuery, native, step)
+        else:
+            _cu.check(_cu.driver.cuStreamSynchronize(native), step)
+        self._reap()
+
+    # -- events ------------------------------------------------------------------
+    def _new_event(self, device: int, timing: bool = False) -> Any:
+        d = _cu.driver
+        flags = int(d.CUevent_flags.CU_EVENT_DEFAULT if timing
+                    else d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        self._push(device)
+        try:
+            return _cu.check(d.cuEventCreate(flags),
+                             f"creating an event on device {device}")
+        finally:
+            self._pop(device)
+
+    def record(self, stream: Stream) -> DriverEvent:
+        pool = stream.events  # type: ignore[attr-defined]
+        try:
+            handle = pool.pop()
+        except IndexError:
+            handle = self._new_event(stream.cuda_device)  # type: ignore[attr-defined]
+        (err,) = self._cuEventRecord(handle, stream.native)  # type: ignore[attr-defined]
+        if err:
+            pool.append(handle)
+            raise _cu.error(err, f"cuEventRecord on {stream!r}") from None
+        seq = stream.recorded = stream.recorded + 1
+        event = DriverEvent(stream, seq, handle, pool)
+        stream.last_event = event
+        return event
+
+    def wait(self, stream: Stream, event: Event) -> None:
+        (err,) = self._cuStreamWaitEvent(stream.native, event.handle, 0)  # type: ignore
+        if err:
+            raise _cu.error(err, f"cuStreamWaitEvent: {stream!r} waiting for "
+                                 f"{event!r}") from None
+
+    def query(self, event: Event) -> bool:
+        (err,) = self._cuEventQuery(event.handle)  # type: ignore[attr-defined]
+        if not err:
+            return True
+        if err == self._not_ready:
+            return False
+        raise _cu.error(err, f"cuEventQuery of {event!r}") from None
+
+    def synchronize(self, event: Event) -> None:
+        """Block the host until ``event`` completes.
+
+        Raises
+        ------
+        ScopeError
+            Called from a host callback, where blocking on the device would
+            deadlock.
+        CudaError
+            The event (or work before it) failed.
+        """
+        self._refuse_in_callback()
+        handle = event.handle  # type: ignore[attr-defined]
+        (err,) = self._cuEventQuery(handle)
+        if err == self._not_ready:
+            if self._host_funcs and not self._blocking_releases_gil:
+                self._poll(self._cuEventQuery, handle, f"synchronising {event!r}")
+                err = 0
+            else:
+                (err,) = self._cuEventSynchronize(handle)
+        if err:
+            raise _cu.error(err, f"synchronising {event!r}") from None
+        if self._deferred:
+            self._reap()
+
+    @staticmethod
+    def _refuse_in_callback() -> None:
+        if callback_state.active:
+            raise ScopeError("device work must not block on the device; do not wait "
+                             "for stflow work from a host callback")
+
+    def _poll(self, query: Callable, handle: Any, step: str) -> None:
+        """Wait for ``query(handle)`` to succeed, releasing the GIL between queries.
+
+        Used instead of a blocking driver call when the bindings hold the GIL during
+        such calls and a host callback (which needs the GIL) may still be pending.
+        """
+        delay = 1e-6
+        while True:
+            (err,) = query(handle)
+            if not err:
+                return
+            if err != self._not_ready:
+                raise _cu.error(err, step) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1e-4)
+
+    # -- timestamps (for traces) -------------------------------------------------
+    def timestamp(self, stream: Stream | None) -> Any:
+        """A timing event recorded on ``stream`` (``None``: the host clock, now).
+
+        Notes
+        -----
+        Read it with :meth:`timestamp_seconds` once the work before it completed.
+        Timing events come from their own per-device pool.
+        """
+        if stream is None:
+            return time.perf_counter()
+        device = stream.cuda_device  # type: ignore[attr-defined]
+        pool = self._timing_pools[device]
+        try:
+            handle = pool.pop()
+        except IndexError:
+            handle = self._new_event(device, timing=True)
+        (err,) = self._cuEventRecord(handle, stream.native)  # type: ignore[attr-defined]
+        if err:
+            pool.append(handle)
+            raise _cu.error(err, f"recording a timestamp on {stream!r}") from None
+        return _Timestamp(device, handle, pool)
+
+    def timestamp_seconds(self, stamp: Any) -> float:
+        """Seconds of ``stamp`` on ``time.perf_counter``'s clock (blocks until taken).
+
+        Device times are offsets from a timing event per device whose host time was
+        read when the backend started, so they are comparable across devices and
+        with host timestamps to within tens of microseconds.
+        """
+        if not isinstance(stamp, _Timestamp):
+            return float(stamp)
+        origin_event, origin_seconds = self._time_origins[stamp.device]
+        _cu.check(self._cuEventSynchronize(stamp.handle), "waiting for a timestamp")
+        elapsed = _cu.check(_cu.driver.cuEventElapsedTime(origin_event, stamp.handle),
+                            f"reading a timestamp of device {stamp.device}")
+        return origin_seconds + float(elapsed) / 1e3
+
+    def _time_origin(self, device: int) -> tuple[Any, float]:
+        event = self._new_event(device, timing=True)
+        service = self._service[device]
+        _cu.check(self._cuEventRecord(event, service), "recording a time origin")
+        _cu.check(self._cuEventSynchronize(event), "recording a time origin")
+        return event, time.perf_counter()
+
+    # -- host callbacks ----------------------------------------------------------
+    def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the driver's callback thread, in stream order.
+
+        Notes
+        -----
+        ``fn`` is kept until it has run. While it runs ``callback_state.active`` is
+        set, so it cannot submit work or block on the device; an exception escaping
+        it goes to ``stream.error_sink``.
+        """
+        key = next(self._host_keys)
+        self._host_funcs[key] = (fn, stream)
+        (err,) = self._cuLaunchHostFunc(stream.native, self._host_fn, key)  # type: ignore
+        if err:
+            del self._host_funcs[key]
+            raise _cu.error(err, f"cuLaunchHostFunc on {stream!r}") from None
+
+    def _run_host_func(self, key: int | None) -> None:
+        """The C trampoline's body: never lets an exception reach the driver."""
+        try:
+            entry = self._host_funcs.pop(key or 0, None)
+            if entry is None:
+                return
+            fn, stream = entry
+            state = callback_state
+            previous = state.active
+            state.active = True
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - reported, never lost
+                sink = stream.error_sink
+                if sink is not None:
+                    sink(exc)
+                else:
+                    warnings.warn(f"stflow: a host callback with no owner raised "
+                                  f"{exc!r}", RuntimeWarning, stacklevel=1)
+            finally:
+                state.active = previous
+        except BaseException:  # noqa: BLE001 - nothing may escape into the driver
+            pass
+
+    # -- views -------------------------------------------------------------------
+    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
+                  dtype: np.dtype, readonly: bool) -> stf_cai:
+        """A CUDA Array Interface view advertising no stream (see ``stf_cai``)."""
+        return stf_cai(allocation.ptr + offset, shape, dtype, 0, readonly)
+
+
+_backend: CudaBackend | None = None
+_unavailable: str | None = None
+_backend_lock = threading.Lock()
+
+
+def get_backend() -> CudaBackend:
+    """The process-wide CUDA backend, created (and ``machine_init``-ed) on first use.
+
+    Raises
+    ------
+    BackendUnavailableError
+        ``cuda.bindings`` is not installed, the driver cannot be loaded or
+        initialised, or no device is visible. The message says which, and names the
+        ``stflow[cu12]`` / ``stflow[cu13]`` extras. The answer is remembered.
+    CudaError
+        A driver call failed while setting the devices up.
+    """
+    backend = _backend
+    if backend is not None:
+        return backend
+    return _create()
+
+
+def _create() -> CudaBackend:
+    global _backend, _unavailable
+    with _backend_lock:
+        if _backend is not None:
+            return _backend
+        if _unavailable is not None:
+            raise BackendUnavailableError(_unavailable)
+        try:
+            _cu.load()
+        except BackendUnavailableError as exc:
+            _unavailable = str(exc)
+            raise
+        backend = CudaBackend()
+        backend.machine_init()
+        _backend = backend
+        return backend
