@@ -35,7 +35,7 @@ _MODES = {1: "read", 2: "write", 3: "rw"}
 def place_name(device: int) -> str:
     if device >= 0:
         return f"dev{device}"
-    return {-1: "host", -2: "managed"}.get(device, str(device))
+    return {-1: "host", -2: "managed", -6: "user"}.get(device, str(device))
 
 
 @dataclass
@@ -173,7 +173,7 @@ class DotRecorder(Instrument):
         """The dependency edges between recorded work, optionally reduced."""
         writers: dict[int, int] = {}
         readers: dict[int, set[int]] = {}
-        edges = set()
+        edges: set[tuple[int, int]] = set()
         for record in self.records:
             for key, _, mode, _ in record.accesses:
                 before = set(readers.get(key, ())) if mode & 2 else set()

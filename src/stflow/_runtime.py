@@ -37,8 +37,8 @@ from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError
 from ._logical_data import logical_data
 from ._places import AFFINE, data_place
 from ._sources import check_dtype, describe_buffer
-from .backends._base import HOST, MANAGED, Allocation, Backend, Event, Stream, \
-    callback_state
+from .backends._base import (HOST, MANAGED, USER_PAGEABLE, Allocation, Backend, Event,
+                             Stream, callback_state)
 
 __all__ = ["Access", "Runtime", "STREAMS_PER_PLACE"]
 
@@ -97,7 +97,8 @@ class _Pool:
 def _describe_place(device: int) -> str:
     if device >= 0:
         return f"device {device}"
-    return {HOST: "the host", MANAGED: "managed memory"}.get(device, str(device))
+    return {HOST: "the host", MANAGED: "managed memory",
+            USER_PAGEABLE: "the host"}.get(device, str(device))
 
 
 class Runtime:
@@ -326,11 +327,15 @@ class Runtime:
                     f"{_describe_place(device)}; omit dplace to infer it"
                 )
         self.sync_producer(source.stream)
-        if device == HOST and self.caller_stream is None and source.ptr:
-            token = backend.register_host(source.keepalive[-1]) \
-                if source.interface == "buffer" and not source.readonly else None
+        if device == HOST and source.ptr:
+            token = None
+            if self.caller_stream is None and source.interface != "cai":
+                # Unregistered only at finalize, after the host has synchronised.
+                token = backend.register_host(source.keepalive[-1])
             if token is not None:
                 self.host_registrations.append(token)
+            elif backend.pinned_host_required:
+                device = USER_PAGEABLE
         state = DataState(source.nbytes)
         state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
                                                source.dtype, source.keepalive))

@@ -122,7 +122,8 @@ class task:
     """
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream",
-                 "_accesses", "_per_dependency", "_views", "_id", "__weakref__")
+                 "_accesses", "_per_dependency", "_views", "_id", "_previous_device",
+                 "__weakref__")
     _runtime: Runtime
     _deps: list[dep]
     _place: exec_place | None
@@ -133,6 +134,7 @@ class task:
     _per_dependency: list[Access]
     _views: dict[int, Any]
     _id: int
+    _previous_device: int | None
 
     def __init__(self, ctx: context | None = None, *args: Any,
                  symbol: str | None = None) -> None:
@@ -154,6 +156,7 @@ class task:
         self._per_dependency = []
         self._views = {}
         self._id = next(work_ids)
+        self._previous_device = None
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
@@ -233,6 +236,12 @@ class task:
             runtime.counters.tasks += 1
             self._stream = stream
             self._phase = _STARTED
+            if exec_device >= 0 and backend.device_count > 1:
+                # The body's libraries (CuPy, PyTorch) launch on the current device.
+                previous = backend.current_device()
+                if previous != exec_device:
+                    backend.set_current_device(exec_device)
+                    self._previous_device = previous
             ready = None
             if backend.bodies_wait_on_host and (
                     enqueued or not all(backend.query(e) for e in prerequisites)):
@@ -248,6 +257,9 @@ class task:
         if self._phase != _STARTED:
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
+        if self._previous_device is not None:
+            runtime.backend.set_current_device(self._previous_device)
+            self._previous_device = None
         with runtime.lock:
             self._phase = _ENDED
             runtime.epilogue(self._accesses, self._stream, self,  # type: ignore[arg-type]

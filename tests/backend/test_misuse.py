@@ -921,7 +921,7 @@ def test_callback_that_submits_work_is_reported_by_finalize(backend):
 def test_callback_with_the_wrong_arity(backend):
     with stf.context(backend=backend) as ctx:
         x = _data(ctx)
-        ctx.host_launch(x.read(), fn=lambda: None, symbol="arity")
+        ctx.host_launch(x.rw(), fn=lambda: None, symbol="arity")   # wait() orders after
         with pytest.raises(TypeError, match=r"takes 0 positional arguments but 1") as info:
             ctx.wait(x)
         assert "raised by host_launch 'arity'" in info.value.__notes__

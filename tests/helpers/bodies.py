@@ -29,7 +29,9 @@ def _run(t, fn, *indices):
         launch(t.stream_ptr(), lambda *arrays: fn(np, *arrays), *views)
         return
     import cupy
-    with cupy.cuda.ExternalStream(int(t.stream_ptr())):
+
+    from stflow.testing import cupy_stream
+    with cupy_stream(t.stream_ptr()):
         fn(cupy, *[cupy.asarray(v) for v in views])
 
 

@@ -33,13 +33,8 @@ def cupy_stream(handle: Any) -> Any:
     CuPy 14 replaced ``ExternalStream`` with ``Stream.from_external``, which takes an
     object speaking the CUDA stream protocol (``__cuda_stream__``).
     """
-    import cupy
-
-    from stflow import CudaStream
-    from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:
-        return from_external(CudaStream(int(handle)))
-    return cupy.cuda.ExternalStream(int(handle))
+    from stflow.testing import cupy_stream as stream
+    return stream(handle)
 
 
 def launch_spin(stream_handle: int, out_ptr: int, value: int,

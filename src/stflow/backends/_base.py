@@ -27,13 +27,17 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Allocation", "Backend", "Event", "Stream", "HOST", "MANAGED", "callback_state",
-           "pointer_array"]
+__all__ = ["Allocation", "Backend", "Event", "Stream", "HOST", "MANAGED", "USER_PAGEABLE",
+           "callback_state", "pointer_array"]
 
 HOST = -1
 """Device number used for host memory and host execution."""
 MANAGED = -2
 """Device number used for managed memory."""
+USER_PAGEABLE = -6
+"""Place of a user's host buffer that could not be page-locked on a backend whose
+host instances must be (see :attr:`Backend.pinned_host_required`): it is only ever a
+copy source or a write-back target, never handed to a task."""
 
 
 class _CallbackState(threading.local):
@@ -135,6 +139,10 @@ class Backend(abc.ABC):
     bodies_wait_on_host: bool
     """True when a task body may touch its data from the host right after ``start()``
     (the emulated backend blocks the host until the prerequisites are done)."""
+    pinned_host_required: bool = False
+    """True when host instances must be page-locked memory (so that device work can
+    reach them): a user buffer that :meth:`register_host` cannot page-lock then lives
+    at ``USER_PAGEABLE`` and tasks get a runtime-allocated pinned instance."""
 
     # -- devices -----------------------------------------------------------------
     @property
@@ -202,8 +210,8 @@ class Backend(abc.ABC):
         """Where the memory at ``ptr`` lives: ``HOST``, ``MANAGED`` or an ordinal."""
 
     def register_host(self, array: np.ndarray) -> Any:
-        """Page-lock a user host buffer when that speeds transfers; returns a token
-        for :meth:`unregister_host` (``None`` when nothing was done)."""
+        """Page-lock a user host buffer; returns a token for :meth:`unregister_host`,
+        or ``None`` when nothing was done (not needed, or refused)."""
         return None
 
     def unregister_host(self, token: Any) -> None:

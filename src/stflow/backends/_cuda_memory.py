@@ -54,7 +54,6 @@ _STAGING_CACHE = 64 << 20
 """Bytes of pinned staging buffers kept for reuse."""
 _MAX_STRIDED_PERIOD = 16
 """Fill patterns up to this many bytes use strided 2D memsets."""
-_REGISTER_MINIMUM = 1 << 20
 """Host buffers smaller than this are not worth page-locking."""
 _FREED = object()
 """``Allocation.owner`` once the backend released the memory (double-free guard)."""
@@ -228,16 +227,19 @@ class CudaMemory:
         return PINNED if memory_type == self._memorytype_host else PAGEABLE
 
     def register_host(self, array: np.ndarray) -> Any:
-        """Page-lock a large (>= 1 MiB) host buffer; returns a token or ``None``.
+        """Page-lock a user host buffer; returns a token or ``None``.
 
         Notes
         -----
-        Page-locking only speeds transfers up: when the driver refuses it (memory
-        already registered, read-only or file-backed pages), nothing is done and
-        ``None`` is returned. Unregister only after the copies using it completed.
+        A page-locked user buffer can be the host instance itself (device work reaches
+        it, copies run at full speed). When the driver refuses (the pages are already
+        registered, e.g. by a neighbouring slice of the same array, or are read-only
+        or file-backed), nothing is done and ``None`` is returned: the runtime then
+        keeps a pinned host instance of its own. Unregister only after the copies
+        using it completed.
         """
         nbytes = int(array.nbytes)
-        if nbytes < _REGISTER_MINIMUM:
+        if nbytes == 0:
             return None
         ptr = int(array.__array_interface__["data"][0])
         self._ensure_context()

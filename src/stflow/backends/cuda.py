@@ -141,6 +141,7 @@ class CudaBackend(CudaMemory, Backend):
 
     name = "cuda"
     bodies_wait_on_host = False
+    pinned_host_required = True
 
     def __init__(self) -> None:
         d = _cu.driver

@@ -264,19 +264,31 @@ def emulated_body(t: Any, op: TaskOp, modes: list[int]) -> None:
         task_body(np, [np.asarray(v) for v in views], modes, op.coef)
 
 
+def cupy_stream(stream: Any) -> Any:
+    """A CuPy stream object for a stflow stream (``with cupy_stream(t.stream_ptr())``).
+
+    CuPy 14 replaced ``ExternalStream`` with ``Stream.from_external``, which takes an
+    object speaking ``__cuda_stream__`` (as ``CudaStream`` does).
+    """
+    import cupy
+
+    from .._views import CudaStream
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(CudaStream(int(stream)))
+    return cupy.cuda.ExternalStream(int(stream))  # pragma: no cover - CuPy < 14
+
+
 def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
-    """Body strategy for the CUDA backend: CuPy on the task stream."""
+    """Body strategy for the CUDA backend: CuPy kernels on the task stream.
+
+    Device kernels reach every place an instance can be in (device memory, and pinned
+    host or managed memory through unified addressing), so host tasks use CuPy too.
+    """
     import cupy
     views = t.args_cai()
     views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
-    if op.place_of_exec == "host":
-        # A host task sees host memory: synchronise the stream, then use NumPy.
-        cupy.cuda.ExternalStream(int(t.stream_ptr())).synchronize()
-        from ..backends._base import pointer_array
-        arrays = [pointer_array(v.ptr, v.shape, v.dtype, v.readonly, v) for v in views]
-        task_body(np, arrays, modes, op.coef)
-        return
-    with cupy.cuda.ExternalStream(int(t.stream_ptr())):
+    with cupy_stream(t.stream_ptr()):
         task_body(cupy, [cupy.asarray(v) for v in views], modes, op.coef)
 
 
