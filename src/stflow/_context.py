@@ -27,6 +27,7 @@ from ._sources import check_dtype
 from ._task import host_launch, task
 from ._views import stream_handle
 from .backends import get_backend, note_context_backend
+from .backends._base import callback_state
 
 __all__ = ["context"]
 
@@ -177,9 +178,11 @@ class context:
     def task(self, *args: Any, symbol: str | None = None) -> _Task:
         """A task with dependencies ``ld.read()/write()/rw()`` and an optional
         ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
-        runtime = self._live()
-        runtime.check_submit("task()")
-        return task._make(runtime, args, symbol)
+        runtime = self._runtime
+        if runtime is None or runtime.finalized or runtime.closing or \
+                callback_state.active:
+            self._live().check_submit("task()")
+        return task._make(runtime, args, symbol)  # type: ignore[arg-type]
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
                     args: Any = None, symbol: str | None = None) -> None:
@@ -193,6 +196,14 @@ class context:
         ``check_errors``).
         """
         host_launch(self._live(), deps, fn, args, symbol)
+
+    def cuda_kernel(self, *args: Any, symbol: str | None = None) -> Any:
+        """A task whose body describes launches, ``k.launch(kernel, grid, block,
+        args)``; takes the arguments of :meth:`task`."""
+        runtime = self._live()
+        runtime.check_submit("cuda_kernel()")
+        from ._kernel import cuda_kernel
+        return cuda_kernel._make(runtime, args, symbol)
 
     # -- synchronisation -----------------------------------------------------------
     def fence(self) -> int:

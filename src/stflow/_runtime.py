@@ -116,6 +116,7 @@ class Runtime:
         self.retired: deque[int] = deque()
         self.retired_keepalive: list[Any] = []
         self.active_tasks: dict[Any, int] = {}   # started task -> thread ident
+        self.waiters = 0                           # threads blocked in _block()
         self.errors: list[BaseException] = []
         self.errors_lock = threading.Lock()
         self.finalized = False
@@ -297,7 +298,7 @@ class Runtime:
         if dplace is not None and not isinstance(dplace, data_place):
             raise TypeError(f"dplace must be a data_place or None, got "
                             f"{type(dplace).__name__}")
-        source = describe_buffer(buf)
+        source = describe_buffer(buf, self.producer_stream)
         if shape is not None and not hasattr(shape, "__iter__"):
             raise TypeError(f"logical_data: shape must be a tuple of ints such as "
                             f"{source.shape}, got {shape!r}")
@@ -337,10 +338,24 @@ class Runtime:
             elif backend.pinned_host_required:
                 device = USER_PAGEABLE
         state = DataState(source.nbytes)
-        state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
-                                               source.dtype, source.keepalive))
+        reference = state.set_reference(device, Allocation(
+            source.ptr, source.nbytes, device, source.dtype, source.keepalive))
+        if source.ordered_on is not None:    # a DLPack producer's pending work
+            reference.ready = {source.ordered_on: backend.record(source.ordered_on)}
         return self._adopt(ld, state, source.shape, source.dtype, source.readonly,
                            name, source.keepalive)
+
+    def producer_stream(self, device: tuple[int, int]) -> Stream | None:
+        """The stream a DLPack producer in GPU memory (DLPack ``device``) is asked to
+        order its pending work on; ``None`` where GPU memory cannot be used."""
+        if self.backend.name != "cuda":
+            return None
+        ordinal = device[1] if device[0] in (2, 13) else HOST
+        if ordinal != HOST:
+            self.check_device(ordinal, "logical_data")
+        with self.lock:
+            pool = self.pool(ordinal)
+            return pool.streams[pool.next]
 
     def sync_producer(self, stream: int | None) -> None:
         """Wait for a CUDA Array Interface producer's stream (backends may override)."""
@@ -395,7 +410,15 @@ class Runtime:
                     f"{other._label()} (started, not yet ended on this thread) also "
                     "accesses with a conflicting mode; end that task first"
                 )
+            self._block()
+
+    def _block(self) -> None:
+        """Wait (lock held) until a started task ends."""
+        self.waiters += 1
+        try:
             self.cv.wait()
+        finally:
+            self.waiters -= 1
 
     def prologue(self, accesses: list[Access], device: int, owner: Any,
                  owner_label: str, ident: int,
@@ -408,8 +431,10 @@ class Runtime:
             The stream the work must run on, the events it was ordered after, and
             whether anything (waits, allocations, copies) was enqueued for it.
         """
-        if accesses and any(access.state.active for access in accesses):
-            self._wait_for_conflicts(accesses, owner_label)
+        for access in accesses:
+            if access.state.active:
+                self._wait_for_conflicts(accesses, owner_label)
+                break
         prerequisites: list[Event] = []
         for access in accesses:
             if access.ld._is_token:
@@ -486,7 +511,8 @@ class Runtime:
                 access.state.active.pop(owner, None)
         if owner is not None:
             self.active_tasks.pop(owner, None)
-            self.cv.notify_all()
+            if self.waiters:
+                self.cv.notify_all()
         return event
 
     def resolve_device(self, dplace: data_place | None, exec_device: int,
@@ -639,7 +665,7 @@ class Runtime:
                 if thread == me:
                     raise ScopeError(f"finalize() while {task._label()} is started but "
                                      "not ended; end the task first")
-            self.cv.wait()
+            self._block()
 
     def finalize(self) -> None:
         """Complete all work, write results back, free everything (idempotent)."""

@@ -17,7 +17,7 @@ from ._logical_data import dep, logical_data
 from ._places import AFFINE, exec_place
 from ._runtime import Access, Runtime, work_ids
 from ._views import CudaStream
-from .backends._base import HOST, MANAGED, Allocation, Stream
+from .backends._base import HOST, MANAGED, Allocation, Stream, callback_state
 
 if TYPE_CHECKING:
     from ._context import context
@@ -60,6 +60,19 @@ def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
     (accesses, per_dependency)
         The distinct accesses, and the access of each dependency in order.
     """
+    if len(deps) == 1:                      # the common case, without bookkeeping
+        d = deps[0]
+        ld = d.ld
+        if ld._is_token:
+            device = HOST
+        elif host_only:
+            device = _host_device(d, what)
+        elif d.dplace is None:
+            device = affine_device
+        else:
+            device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
+        only = [Access(ld, d.mode, device)]
+        return only, only
     accesses: list[Access] = []
     per_dependency: list[Access] = []
     by_key: dict[tuple[int, int], Access] = {}
@@ -69,6 +82,8 @@ def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
             device = HOST
         elif host_only:
             device = _host_device(d, what)
+        elif d.dplace is None:
+            device = affine_device
         else:
             device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
         key = (ld._key, device)
@@ -160,9 +175,13 @@ class task:
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
+        deps = self._deps
         for arg in args:
+            if type(arg) is dep and arg.ld._runtime is runtime:
+                deps.append(arg)
+                continue
             if isinstance(arg, dep):
-                self._deps.append(_check_dep(runtime, arg, self._what()))
+                deps.append(_check_dep(runtime, arg, self._what()))
                 continue
             place = _as_exec_place(arg)
             if place is None:
@@ -216,9 +235,10 @@ class task:
             raise ScopeError(f"{self._label()}: start() called twice")
         runtime = self._runtime
         backend = runtime.backend
-        label = self._label()
+        label = f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
         with runtime.lock:
-            runtime.check_submit(f"{label}.start()")
+            if runtime.finalized or runtime.closing or callback_state.active:
+                runtime.check_submit(f"{label}.start()")
             if runtime.retired:
                 runtime.drain_retired()
             place = self._place
@@ -264,12 +284,13 @@ class task:
             self._phase = _ENDED
             runtime.epilogue(self._accesses, self._stream, self,  # type: ignore[arg-type]
                              self._id)
-        for view in self._views.values():
-            invalidate = getattr(view, "_invalidate", None)
-            if invalidate is not None:
-                invalidate(f"a view of {self._label()} was used after the task ended; "
-                           "use views only between start() and end()")
-        self._views.clear()
+        if self._views:
+            for view in self._views.values():
+                invalidate = getattr(view, "_invalidate", None)
+                if invalidate is not None:
+                    invalidate(f"a view of {self._label()} was used after the task "
+                               "ended; use views only between start() and end()")
+            self._views.clear()
 
     def __enter__(self) -> task:
         self.start()
