@@ -445,9 +445,14 @@ class Runtime:
             access.instance = instance
             access.source = source
             prerequisites.extend(needed)
-        pool = self.pool(device)
-        stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
-                                          pool.next)
+        pool = self.pools.get(device) or self.pool(device)
+        if prerequisites:
+            stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
+                                              pool.next)
+        else:
+            streams = pool.streams
+            stream = streams[pool.next % len(streams)]
+            pool.next += 1
         backend = self.backend
         enqueued = False
         if prerequisites:
