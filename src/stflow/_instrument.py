@@ -68,6 +68,8 @@ class WorkRecord:
     accesses: list[tuple[int, str, int, int]]
     predecessors: list[int]
     transfers: list[tuple[str, int, int, int]] = field(default_factory=list)
+    native_stream: Any = None
+    """The backend's stream object (for instruments that enqueue on it)."""
 
 
 class Instrument:
@@ -285,7 +287,7 @@ class TraceRecorder(Instrument):
             self.spans.append((record, stamps[0], stamps[1], self._stamp(record)))
 
     def _stamp(self, record: WorkRecord) -> Any:
-        return self.backend.timestamp(self.backend.stream_from_handle(record.stream))
+        return self.backend.timestamp(record.native_stream)
 
     def to_json(self) -> dict:
         """The trace as a dict (call after the work completed)."""

@@ -167,7 +167,7 @@ class Runtime:
             ident, kind, label, device, stream.handle,
             [(access.ld._key, access.ld._label(), access.mode, access.device)
              for access in accesses],
-            predecessors)
+            predecessors, native_stream=stream)
         self.open_records[ident] = record
         for instrument in self.instruments:
             instrument.work_submitted(record)
