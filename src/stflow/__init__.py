@@ -10,6 +10,10 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
 - ``_places``        data_place, exec_place
 - ``_views``         CudaStream, stf_cai
+- ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
+- ``_dlpack``        DLPack capsules: dlpack_export, reading producers' capsules
+- ``_kernel``        cuda_kernel: tasks whose body describes kernel launches
+- ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports)
 - ``backends/``      the backend contract, the emulated and CUDA backends
 - ``testing``        random task programs and their sequential NumPy oracle
 
@@ -25,10 +29,13 @@ from typing import Any
 __all__ = [
     "AccessMode",
     "CudaStream",
+    "DeviceArray",
     "IncludePaths",
     "context",
+    "cuda_kernel",
     "data_place",
     "dep",
+    "dlpack_export",
     "exec_place",
     "get_include_paths",
     "get_library_dir",
@@ -46,10 +53,13 @@ __all__ = [
 _LOCATIONS = {
     "AccessMode": "._logical_data",
     "CudaStream": "._views",
+    "DeviceArray": "._device_array",
     "IncludePaths": ".paths",
     "context": "._context",
+    "cuda_kernel": "._kernel",
     "data_place": "._places",
     "dep": "._logical_data",
+    "dlpack_export": "._dlpack",
     "exec_place": "._places",
     "get_include_paths": ".paths",
     "get_library_dir": ".paths",

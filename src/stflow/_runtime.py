@@ -341,7 +341,8 @@ class Runtime:
         reference = state.set_reference(device, Allocation(
             source.ptr, source.nbytes, device, source.dtype, source.keepalive))
         if source.ordered_on is not None:    # a DLPack producer's pending work
-            reference.ready = {source.ordered_on: backend.record(source.ordered_on)}
+            with self.lock:
+                reference.ready = {source.ordered_on: backend.record(source.ordered_on)}
         return self._adopt(ld, state, source.shape, source.dtype, source.readonly,
                            name, source.keepalive)
 

@@ -7,7 +7,7 @@ buffer protocol (NumPy arrays always take this path), then DLPack.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,6 +31,8 @@ class Source:
     stream: int | None = None
     """CAI ``stream`` field: work the producer still has in flight."""
     dlpack_device: tuple[int, int] | None = None
+    ordered_on: Any = None
+    """The runtime stream a DLPack producer ordered its pending work on."""
 
     @property
     def nbytes(self) -> int:
@@ -125,11 +127,16 @@ def _from_array_interface(buf: Any) -> Source:
                   not array.flags.writeable, "buffer", (buf, array))
 
 
-def _from_dlpack(buf: Any) -> Source:
+def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
+                 ) -> Source:
     device = tuple(buf.__dlpack_device__())
-    if device[0] != 1:  # not the CPU: the CUDA backend reads it through CAI/DLPack
-        return Source(0, (), np.dtype(np.uint8), False, "dlpack", buf,
-                      dlpack_device=(int(device[0]), int(device[1])))
+    if device[0] != 1:  # not the CPU: only the CUDA backend can read it
+        location = (int(device[0]), int(device[1]))
+        stream = None if producer_stream is None else producer_stream(location)
+        if stream is None:     # the runtime refuses GPU memory on the emulated backend
+            return Source(0, (), np.dtype(np.uint8), False, "dlpack", buf,
+                          dlpack_device=location)
+        return _from_gpu_dlpack(buf, location, stream)
     try:
         array = np.from_dlpack(buf)
     except BufferError as exc:
@@ -144,8 +151,34 @@ def _from_dlpack(buf: Any) -> Source:
                   dlpack_device=(1, 0))
 
 
-def describe_buffer(buf: Any) -> Source:
+def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
+    """Read a CUDA producer's capsule; its pending work is ordered on ``stream``.
+
+    The capsule stays unconsumed and is kept alive with the producer, so the producer
+    releases the tensor when both are dropped.
+    """
+    from ._dlpack import CUDA, CUDA_HOST, CUDA_MANAGED, read_capsule, request_capsule
+    if device[0] not in (CUDA, CUDA_HOST, CUDA_MANAGED):
+        raise TypeError(f"cannot register a {type(buf).__name__} on DLPack device "
+                        f"{device}: stflow reads CPU and CUDA memory only")
+    capsule = request_capsule(buf, int(stream.handle))
+    tensor = read_capsule(capsule)
+    if not tensor.is_compact():
+        raise ShapeError(f"the DLPack tensor of shape {tensor.shape} has non-compact "
+                         f"strides {tensor.strides}; pass a contiguous tensor (e.g. "
+                         ".contiguous())")
+    dtype = check_dtype(tensor.dtype, "logical_data")
+    return Source(tensor.ptr, tensor.shape, dtype, tensor.readonly, "dlpack",
+                  (buf, capsule), dlpack_device=device, ordered_on=stream)
+
+
+def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
+                    = None) -> Source:
     """Describe ``buf`` through the first interface it supports.
+
+    ``producer_stream(dlpack_device)`` gives the stream a DLPack producer in GPU
+    memory is asked to order its pending work on (``None``: GPU memory is not
+    usable, as on the emulated backend).
 
     Raises
     ------
@@ -170,7 +203,7 @@ def describe_buffer(buf: Any) -> Source:
     if hasattr(buf, "__array_interface__"):
         return _from_array_interface(buf)
     if hasattr(buf, "__dlpack__") and hasattr(buf, "__dlpack_device__"):
-        return _from_dlpack(buf)
+        return _from_dlpack(buf, producer_stream)
     raise TypeError(
         f"cannot register a {type(buf).__name__} as logical data: it exports neither "
         "the CUDA Array Interface, the buffer protocol nor DLPack; pass a NumPy array "

@@ -1,0 +1,110 @@
+"""What the adapters share: lazy framework imports and the task scope they open."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from types import ModuleType
+from typing import Any
+
+from .._errors import BackendUnavailableError
+
+__all__ = ["TaskScope", "add_note", "backend_name", "import_framework", "views_of"]
+
+
+def import_framework(module: str, extra: str, package: str) -> ModuleType:
+    """Import ``module`` or raise ``BackendUnavailableError`` naming the extra."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"this stflow adapter needs {package}, which cannot be imported ({exc}); "
+            f"install it with: pip install 'stflow[{extra}]'") from exc
+
+
+def backend_name(task: Any) -> str:
+    """``"cuda"`` or ``"emulated"``: the backend of the context running ``task``."""
+    return str(task._runtime.backend.name)
+
+
+def task_device(task: Any) -> int:
+    """The device whose context the task stream belongs to."""
+    stream = task._native_stream()
+    return int(getattr(stream, "cuda_device", max(stream.device, 0)))
+
+
+def views_of(task: Any) -> tuple[Any, ...]:
+    """The views of the task's non-token dependencies, always as a tuple."""
+    views = task.args_cai()
+    if views is None:
+        return ()
+    return views if isinstance(views, tuple) else (views,)
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """``error.add_note(note)`` where Python has it (3.11+)."""
+    add = getattr(error, "add_note", None)
+    if add is not None:
+        add(note)
+
+
+class TaskScope:
+    """A task started on entry and ended on exit, with a framework scope inside.
+
+    Subclasses say what the framework scope is (:meth:`open_scope`, entering context
+    managers into an ``ExitStack``) and what entering yields (:meth:`result`).
+
+    Notes
+    -----
+    The task is created when the object is built and started on entry. If entering
+    fails after the start, the framework scope is left, the task is ended and the
+    original error raised. Exit leaves the framework scope, then ends the task; the
+    body's exception wins over an error leaving the scope, which wins over an error
+    of ``end()`` (the losers are attached as notes).
+    """
+
+    def __init__(self, ctx: Any, args: tuple, symbol: str | None) -> None:
+        self.task = ctx.task(*args, symbol=symbol)
+        self._scope: contextlib.ExitStack | None = None
+
+    def open_scope(self, scope: contextlib.ExitStack) -> None:
+        """Enter the framework's stream (and device) scope into ``scope``."""
+
+    def result(self) -> Any:
+        """What ``with`` yields."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self.task.start()
+        try:
+            self._scope = contextlib.ExitStack()
+            self.open_scope(self._scope)
+            return self.result()
+        except BaseException as exc:
+            self._close(exc)
+            raise
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self._close(exc)
+
+    def _close(self, error: BaseException | None) -> None:
+        failures: list[tuple[str, BaseException]] = []
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            try:
+                scope.close()
+            except BaseException as exc:  # noqa: BLE001 - ranked below
+                failures.append(("leaving the stream scope", exc))
+        try:
+            self.task.end()
+        except BaseException as exc:  # noqa: BLE001 - ranked below
+            failures.append(("ending the task", exc))
+        if not failures:
+            return
+        if error is None:
+            error = failures.pop(0)[1]
+            for what, failure in failures:
+                add_note(error, f"{what} also failed: {failure!r}")
+            raise error
+        for what, failure in failures:
+            add_note(error, f"{what} also failed: {failure!r}")

@@ -1,0 +1,86 @@
+"""CuPy arrays for task arguments (CUDA backend only).
+
+A task view becomes ``cupy.asarray(view)``: zero-copy, on the device holding the data.
+:class:`cupy_task` makes the task's device and stream CuPy's current ones, so the
+body's CuPy operations are ordered after the task's prerequisites and before its end.
+The stream is wrapped with ``cupy.cuda.Stream.from_external`` (CuPy 14), or
+``cupy.cuda.ExternalStream`` on older CuPy.
+
+The emulated backend has no GPU memory for CuPy: every function here raises
+``BackendUnavailableError`` there (use NumPy on ``numpy.asarray(view)`` instead).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import BackendUnavailableError
+from .._views import CudaStream
+from ._common import TaskScope, backend_name, import_framework, task_device, views_of
+
+__all__ = ["cupy_arg", "cupy_arguments", "cupy_task"]
+
+
+def _cupy(backend: str) -> Any:
+    if backend != "cuda":
+        raise BackendUnavailableError(
+            "CuPy arrays need the CUDA backend; this task runs on the emulated backend "
+            "(use numpy.asarray(view) in the body, or a context with backend='cuda')")
+    return import_framework("cupy", "cupy", "CuPy")
+
+
+def cupy_stream(cupy: Any, handle: int) -> Any:
+    """A CuPy stream object for a raw stream handle (not owned by CuPy)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(CudaStream(int(handle)))
+    return cupy.cuda.ExternalStream(int(handle))
+
+
+def cupy_arg(task: Any, index: int) -> Any:
+    """A zero-copy CuPy array of dependency ``index`` of a started task."""
+    cupy = _cupy(backend_name(task))
+    return cupy.asarray(task.get_arg_cai(index))
+
+
+def cupy_arguments(task: Any) -> Any:
+    """CuPy arrays of the non-token dependencies, like ``args_cai()``: ``None``, one
+    array, or a tuple."""
+    cupy = _cupy(backend_name(task))
+    arrays = tuple(cupy.asarray(view) for view in views_of(task))
+    if not arrays:
+        return None
+    return arrays[0] if len(arrays) == 1 else arrays
+
+
+class cupy_task(TaskScope):
+    """``with cupy_task(ctx, *deps, symbol=None) as arrays:`` a task whose body uses
+    CuPy.
+
+    Entering starts the task, makes its device and stream CuPy's current ones and
+    yields a tuple of CuPy arrays, one per non-token dependency (empty without data
+    dependencies).
+
+    Raises
+    ------
+    BackendUnavailableError
+        On the emulated backend, or without CuPy (``pip install 'stflow[cupy]'``);
+        raised before the task is created.
+
+    Notes
+    -----
+    Exit leaves the stream and device scope, then ends the task; the body's exception
+    wins over a scope-exit error, which wins over an ``end()`` error.
+    """
+
+    def __init__(self, ctx: Any, *args: Any, symbol: str | None = None) -> None:
+        self._module = _cupy(ctx._live().backend.name)
+        super().__init__(ctx, args, symbol)
+
+    def open_scope(self, scope: Any) -> None:
+        cupy = self._module
+        scope.enter_context(cupy.cuda.Device(task_device(self.task)))
+        scope.enter_context(cupy_stream(cupy, int(self.task.stream_ptr())))
+
+    def result(self) -> Any:
+        return tuple(self._module.asarray(view) for view in views_of(self.task))
