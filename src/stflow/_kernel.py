@@ -304,8 +304,7 @@ class cuda_kernel(task):
                             f"{type(kernel).__name__}")
         backend = self._runtime.backend
         previous = backend.current_device()
-        if previous != device:
-            backend.set_current_device(device)
+        backend.set_current_device(device)      # also when the thread has no context
         try:
             return resolve()
         finally:
