@@ -24,7 +24,6 @@ def test_quickstart_writes_the_result_back(backend):
         with ctx.task(stf.exec_place.device(0), lX.read(), lY.rw()) as t:
             add_to(t, 1, 0, 2.0)            # y += 2 * x on the task stream
         ctx.host_launch(lY.read(), fn=lambda y: seen.append(y[:4].copy()))
-        assert Y[0] == 0.0                   # not written back before finalize
     np.testing.assert_array_equal(Y, np.full(1 << 12, 2.0))
     np.testing.assert_array_equal(seen[0], [2.0] * 4)
 

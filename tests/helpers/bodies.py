@@ -30,9 +30,9 @@ def _run(t, fn, *indices):
         return
     import cupy
 
-    from stflow.testing import cupy_stream
+    from stflow.testing import cupy_array, cupy_stream
     with cupy_stream(t.stream_ptr()):
-        fn(cupy, *[cupy.asarray(v) for v in views])
+        fn(cupy, *[cupy_array(v) for v in views])
 
 
 def fill_with(t, index, value):

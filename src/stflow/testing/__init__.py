@@ -7,9 +7,9 @@ it sequentially with NumPy, :func:`run_program` runs it through stflow and
 """
 
 from ._programs import (DataSpec, Op, Outcome, Program, TaskOp, check_program,
-                        cupy_body, cupy_stream, emulated_body, generate_program,
+                        cupy_array, cupy_body, cupy_stream, emulated_body, generate_program,
                         initial_arrays, run_oracle, run_program, task_body)
 
 __all__ = ["DataSpec", "Op", "Outcome", "Program", "TaskOp", "check_program",
-           "cupy_body", "cupy_stream", "emulated_body", "generate_program",
+           "cupy_array", "cupy_body", "cupy_stream", "emulated_body", "generate_program",
            "initial_arrays", "run_oracle", "run_program", "task_body"]
