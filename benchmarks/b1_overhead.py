@@ -97,8 +97,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where the time of the 1-dependency chain goes")
     args = parser.parse_args(argv)
     function = compile_empty_kernel()
+    if args.profile:
+        import cProfile
+        import pstats
+        stflow_chain(function, 1000, 0)
+        cProfile.runctx("stflow_chain(function, args.tasks, 0)", globals(),
+                        {"function": function, "args": args}, "/tmp/stflow-b1.prof")
+        pstats.Stats("/tmp/stflow-b1.prof").sort_stats("tottime").print_stats(22)
     rows = {}
     for name, fn, deps in (("chain_1dep", stflow_chain, 0), ("chain_2deps", stflow_chain, 1),
                            ("chain_4deps", stflow_chain, 3),
