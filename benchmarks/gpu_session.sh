@@ -16,8 +16,8 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   (cd benchmarks && timeout 60 python3 runtime_overhead.py) 2>&1
   (cd benchmarks && timeout 150 python3 b1_overhead.py --json "$OUT/b1.json" ${B1_EXTRA:-}) 2>&1
-  (cd benchmarks && timeout 120 python3 b4_transfers.py --json "$OUT/b4.json") 2>&1
+  (cd benchmarks && timeout 120 python3 b4_transfers.py --json "$OUT/b4.json" --trace "$OUT/b4-trace.json") 2>&1
   timeout 60 python3 -m stflow.demo --backend cuda 2>&1 | tee "$OUT/demo.txt"
   STFLOW_TRACE_FILE="$OUT/demo-trace.json" STFLOW_DOT_FILE="$OUT/demo.dot" timeout 60 \
-    python3 -m stflow.demo --backend cuda --iterations 20 2>&1
+    python3 -m stflow.demo --backend cuda --size 2048 --iterations 10 2>&1
 fi

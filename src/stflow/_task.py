@@ -242,8 +242,9 @@ class task:
             if runtime.retired:
                 runtime.drain_retired()
             place = self._place
+            current = None
             if place is None:
-                exec_device = affine_device = backend.current_device()
+                exec_device = affine_device = current = backend.current_device()
             else:
                 exec_device = place._device
                 if exec_device >= 0:
@@ -256,7 +257,7 @@ class task:
             runtime.counters.tasks += 1
             self._stream = stream
             self._phase = _STARTED
-            if exec_device >= 0 and backend.device_count > 1:
+            if current is None and exec_device >= 0 and backend.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.
                 previous = backend.current_device()
                 if previous != exec_device:

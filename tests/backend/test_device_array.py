@@ -90,7 +90,8 @@ def test_empty_array_allocates_nothing(ctx):
     assert array.ptr == 0 and array.nbytes == 0
     assert array.copy_to_host().shape == (0,)
     array.copy_to_device(np.empty(0))
-    assert np.from_dlpack(array).shape == (0,)
+    if ctx.backend == "emulated":            # NumPy imports CPU DLPack only
+        assert np.from_dlpack(array).shape == (0,)
 
 
 @pytest.mark.parametrize("size, error", [

@@ -259,4 +259,6 @@ def test_fifty_contexts_leave_device_memory_unchanged(cuda, cupy):
     for i in range(50):
         run_one(i)
     leaked = before - settle()
-    assert leaked < 4 << 20, f"{leaked / 2**20:.1f} MiB of device memory leaked"
+    # Each context allocates ~10 MiB of device and managed memory: a leak of one
+    # context's worth would show 500 MiB; pool granularity leaves a few MiB of noise.
+    assert leaked < 32 << 20, f"{leaked / 2**20:.1f} MiB of device memory leaked"
