@@ -125,6 +125,7 @@ class Runtime:
         self.entry_event: Event | None = None
         self.fence_stream: Stream | None = None
         self.host_registrations: list[Any] = []   # page-locked user buffers
+        self.pinned_roots: dict[int, np.ndarray] = {}
         self.instruments: list[Instrument] = []
         self.open_records: dict[int, WorkRecord] = {}
         self.counters = _Counters()
@@ -328,14 +329,9 @@ class Runtime:
                     f"{_describe_place(device)}; omit dplace to infer it"
                 )
         self.sync_producer(source.stream)
-        if device == HOST and source.ptr:
-            token = None
-            if self.caller_stream is None and source.interface != "cai":
-                # Unregistered only at finalize, after the host has synchronised.
-                token = backend.register_host(source.keepalive[-1])
-            if token is not None:
-                self.host_registrations.append(token)
-            elif backend.pinned_host_required:
+        if device == HOST and source.ptr and source.interface != "cai":
+            if not self._pin_host(source.keepalive[-1], source.ptr, source.nbytes) \
+                    and backend.pinned_host_required:
                 device = USER_PAGEABLE
         state = DataState(source.nbytes)
         reference = state.set_reference(device, Allocation(
@@ -357,6 +353,32 @@ class Runtime:
         with self.lock:
             pool = self.pool(ordinal)
             return pool.streams[pool.next]
+
+    def _pin_host(self, array: np.ndarray, ptr: int, nbytes: int) -> bool:
+        """Page-lock the memory of a user host array; True when it is page-locked.
+
+        The whole array owning the memory is registered, once per context: slices of
+        one array (blocks of a matrix) share pages at their edges, and the driver
+        refuses overlapping registrations. Registrations are undone at finalize,
+        after the host has synchronised; a caller-stream context, which does not
+        synchronise, registers nothing.
+        """
+        backend = self.backend
+        root = array
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        if not root.flags.c_contiguous:
+            root = array
+        key = int(root.__array_interface__["data"][0])
+        if key in self.pinned_roots:
+            return True
+        if self.caller_stream is None:
+            token = backend.register_host(root)
+            if token is not None:
+                self.pinned_roots[key] = root
+                self.host_registrations.append(token)
+                return True
+        return backend.is_pinned(ptr, nbytes)
 
     def sync_producer(self, stream: int | None) -> None:
         """Wait for a CUDA Array Interface producer's stream (backends may override)."""
@@ -707,6 +729,7 @@ class Runtime:
             for token in self.host_registrations:
                 backend.unregister_host(token)
             self.host_registrations.clear()
+            self.pinned_roots.clear()
             for stream in self.streams:
                 backend.destroy_stream(stream)
             self.streams.clear()

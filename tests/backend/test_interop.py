@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -336,6 +337,8 @@ def test_numba_on_the_cuda_backend(backend):
     cuda = pytest.importorskip("numba.cuda")
     if not cuda.is_available():
         pytest.skip("Numba sees no CUDA device")
+    from numba.core.errors import NumbaPerformanceWarning
+    warnings.simplefilter("ignore", NumbaPerformanceWarning)   # a tiny grid, on purpose
 
     @cuda.jit
     def raw_add(x, y):

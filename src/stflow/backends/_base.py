@@ -217,6 +217,10 @@ class Backend(abc.ABC):
     def unregister_host(self, token: Any) -> None:
         """Undo :meth:`register_host`."""
 
+    def is_pinned(self, ptr: int, nbytes: int) -> bool:
+        """True when host memory ``[ptr, ptr + nbytes)`` is already page-locked."""
+        return False
+
     # -- copies and host work ----------------------------------------------------
     @abc.abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:

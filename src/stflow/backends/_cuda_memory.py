@@ -226,6 +226,11 @@ class CudaMemory:
             return DEVICE
         return PINNED if memory_type == self._memorytype_host else PAGEABLE
 
+    def is_pinned(self, ptr: int, nbytes: int) -> bool:
+        """True when both ends of the range are page-locked (registered elsewhere)."""
+        return (self.pointer_kind(ptr) == PINNED
+                and self.pointer_kind(ptr + max(nbytes, 1) - 1) == PINNED)
+
     def register_host(self, array: np.ndarray) -> Any:
         """Page-lock a user host buffer; returns a token or ``None``.
 
