@@ -19,5 +19,5 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   (cd benchmarks && timeout 120 python3 b4_transfers.py --json "$OUT/b4.json" --trace "$OUT/b4-trace.json") 2>&1
   timeout 60 python3 -m stflow.demo --backend cuda 2>&1 | tee "$OUT/demo.txt"
   STFLOW_TRACE_FILE="$OUT/demo-trace.json" STFLOW_DOT_FILE="$OUT/demo.dot" timeout 60 \
-    python3 -m stflow.demo --backend cuda --size 2048 --iterations 10 2>&1
+    python3 -m stflow.demo --backend cuda --size 8192 --iterations 3 --warmup 2>&1
 fi

@@ -366,6 +366,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                              "also how many virtual devices to create")
     parser.add_argument("--blocks", type=int, default=None,
                         help="row strips (default: 2 per device)")
+    parser.add_argument("--warmup", action="store_true",
+                        help="solve a tiny problem first, so that compiling the task "
+                             "kernels (CuPy on CUDA) is not part of the timing or trace")
     args = parser.parse_args(argv)
     if args.size in SIZES:
         args.n, default_iterations = SIZES[args.size]
@@ -477,6 +480,9 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
     print(f"layout: {blocks} row block(s) over {devices} device(s)")
 
     report_every = max(1, iterations // 5)
+    if args.warmup:
+        solve(poisson_rhs(32), 2, backend=native.name, devices=devices,
+              blocks=min(blocks, 32))
     result = solve(b, iterations, backend=native.name, devices=devices, blocks=blocks,
                    report_every=report_every, out=lambda line: print(line, flush=True))
 

@@ -337,8 +337,10 @@ def test_numba_on_the_cuda_backend(backend):
     cuda = pytest.importorskip("numba.cuda")
     if not cuda.is_available():
         pytest.skip("Numba sees no CUDA device")
-    from numba.core.errors import NumbaPerformanceWarning
-    warnings.simplefilter("ignore", NumbaPerformanceWarning)   # a tiny grid, on purpose
+    for config in (getattr(numba, "config", None), getattr(cuda, "config", None)):
+        if config is not None and hasattr(config, "CUDA_LOW_OCCUPANCY_WARNINGS"):
+            config.CUDA_LOW_OCCUPANCY_WARNINGS = 0      # a tiny grid, on purpose
+    warnings.filterwarnings("ignore", message="Grid size")
 
     @cuda.jit
     def raw_add(x, y):
