@@ -244,7 +244,7 @@ class Runtime:
                 f"{what} called on a finalized context; create a new context"
             )
 
-    def check_device(self, device: int, what: str) -> int:
+    def check_device(self, device: int, what: Any) -> int:
         if device >= self.backend.device_count:
             raise PlaceError(
                 f"{what}: device {device} does not exist on the {self.backend.name} "
@@ -413,7 +413,7 @@ class Runtime:
             )
 
     # -- acquire and release -----------------------------------------------------
-    def _wait_for_conflicts(self, accesses: list[Access], owner_label: str) -> None:
+    def _wait_for_conflicts(self, accesses: list[Access], owner_label: Any) -> None:
         """Block while a started task of another thread conflicts with ``accesses``."""
         while True:
             conflict = None
@@ -444,7 +444,7 @@ class Runtime:
             self.waiters -= 1
 
     def prologue(self, accesses: list[Access], device: int, owner: Any,
-                 owner_label: str, ident: int,
+                 owner_label: Any, ident: int,
                  kind: str = "task") -> tuple[Stream, list[Event], bool]:
         """Acquire ``accesses`` for work ``ident`` on execution place ``device``.
 
@@ -459,6 +459,7 @@ class Runtime:
                 self._wait_for_conflicts(accesses, owner_label)
                 break
         prerequisites: list[Event] = []
+        prepare = False                    # allocations or copies to enqueue
         for access in accesses:
             if access.ld._is_token:
                 prerequisites.extend(access.state.tracker.prerequisites(access.mode))
@@ -467,7 +468,10 @@ class Runtime:
                                                                  access.device)
             access.instance = instance
             access.source = source
-            prerequisites.extend(needed)
+            if source is not None or instance.allocation is None:
+                prepare = True
+            if needed:
+                prerequisites.extend(needed)
         pool = self.pools.get(device) or self.pool(device)
         if prerequisites:
             stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
@@ -490,10 +494,10 @@ class Runtime:
                     counters.waits_skipped += 1
         record = None
         if self.instruments:
-            record = self._open_record(ident, kind, owner_label, device, stream, accesses,
-                                       prerequisites)
+            record = self._open_record(ident, kind, str(owner_label), device, stream,
+                                       accesses, prerequisites)
         copied = False
-        for access in accesses:
+        for access in accesses if prepare else ():
             target = access.instance
             if target is None:
                 continue
@@ -544,7 +548,7 @@ class Runtime:
         return event
 
     def resolve_device(self, dplace: data_place | None, exec_device: int,
-                       affine_device: int, what: str) -> int:
+                       affine_device: int, what: Any) -> int:
         if dplace is None:
             return affine_device
         device = dplace._device

@@ -51,7 +51,7 @@ def _check_dep(runtime: Runtime, d: Any, what: str) -> dep:
 
 
 def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
-                     affine_device: int, what: str,
+                     affine_device: int, what: Any,
                      host_only: bool = False) -> tuple[list[Access], list[Access]]:
     """Group dependencies into accesses (one per data and place).
 
@@ -111,7 +111,7 @@ def _allocation(access: Access) -> Allocation:
     return cast(Allocation, cast(Any, access.instance).allocation)
 
 
-def _host_device(d: dep, what: str) -> int:
+def _host_device(d: dep, what: Any) -> int:
     dplace = d.dplace
     if dplace is None or dplace._device in (AFFINE, HOST):
         return HOST
@@ -203,6 +203,7 @@ class task:
         return f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
 
     _what = _label
+    __str__ = _label      # messages format the task itself: labels are built on demand
 
     # -- building ----------------------------------------------------------------
     def add_dep(self, d: dep) -> None:
@@ -235,7 +236,7 @@ class task:
             raise ScopeError(f"{self._label()}: start() called twice")
         runtime = self._runtime
         backend = runtime.backend
-        label = f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
+        label = self                  # formatted (str(self)) only when a message needs it
         with runtime.lock:
             if runtime.finalized or runtime.closing or callback_state.active:
                 runtime.check_submit(f"{label}.start()")
