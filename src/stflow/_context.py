@@ -182,7 +182,9 @@ class context:
         if runtime is None or runtime.finalized or runtime.closing or \
                 callback_state.active:
             self._live().check_submit("task()")
-        return task._make(runtime, args, symbol)  # type: ignore[arg-type]
+        made = object.__new__(task)
+        made._setup(runtime, args, symbol)  # type: ignore[arg-type]
+        return made
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
                     args: Any = None, symbol: str | None = None) -> None:

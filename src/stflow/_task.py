@@ -248,9 +248,10 @@ class task:
                 exec_device = affine_device = current = backend.current_device()
             else:
                 exec_device = place._device
-                if exec_device >= 0:
+                if exec_device >= 0 and exec_device >= backend.device_count:
                     runtime.check_device(exec_device, label)
-                affine_device = place._affine_device()
+                affine = place._affine
+                affine_device = exec_device if affine is None else affine._device
             self._accesses, self._per_dependency = resolve_accesses(
                 runtime, self._deps, exec_device, affine_device, label)
             stream, prerequisites, enqueued = runtime.prologue(
