@@ -134,22 +134,6 @@ class logical_data:
                             f"{type(ctx).__name__}")
         ctx._live().register(self, buf, dplace, name, shape, dtype)
 
-    @classmethod
-    def _make(cls, runtime: Runtime, state: DataState | None, shape: tuple | None,
-              dtype: np.dtype | None, readonly: bool, symbol: str | None,
-              source: Any, key: int) -> logical_data:
-        ld = object.__new__(cls)
-        ld._runtime = runtime
-        ld._state = state
-        ld._shape = shape
-        ld._dtype = dtype
-        ld._readonly = readonly
-        ld._symbol = symbol
-        ld._is_token = state is not None and shape is None
-        ld._source = source
-        ld._key = key
-        return ld
-
     # -- properties --------------------------------------------------------------
     @property
     def dtype(self) -> np.dtype | None:

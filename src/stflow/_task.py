@@ -60,32 +60,25 @@ def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
     (accesses, per_dependency)
         The distinct accesses, and the access of each dependency in order.
     """
+    def place_of(d: dep) -> int:
+        if d.ld._is_token:
+            return HOST
+        if host_only:
+            return _host_device(d, what)
+        if d.dplace is None:
+            return affine_device
+        return runtime.resolve_device(d.dplace, exec_device, affine_device, what)
+
     if len(deps) == 1:                      # the common case, without bookkeeping
         d = deps[0]
-        ld = d.ld
-        if ld._is_token:
-            device = HOST
-        elif host_only:
-            device = _host_device(d, what)
-        elif d.dplace is None:
-            device = affine_device
-        else:
-            device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
-        only = [Access(ld, d.mode, device)]
+        only = [Access(d.ld, d.mode, place_of(d))]
         return only, only
     accesses: list[Access] = []
     per_dependency: list[Access] = []
     by_key: dict[tuple[int, int], Access] = {}
     for d in deps:
         ld = d.ld
-        if ld._is_token:
-            device = HOST
-        elif host_only:
-            device = _host_device(d, what)
-        elif d.dplace is None:
-            device = affine_device
-        else:
-            device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
+        device = place_of(d)
         key = (ld._key, device)
         access = by_key.get(key)
         if access is None:
