@@ -5,7 +5,7 @@ every piece of work (a task, a host callback, an internal copy):
 
 ``work_submitted``  the work's stream is chosen and its waits are enqueued, before any
                     copy (stream order: what an instrument enqueues now precedes them)
-``transfer``        a copy is about to be enqueued for the work
+``transfer``        a copy was enqueued for the work (before its completion event)
 ``allocation``      an instance buffer was allocated
 ``work_body``       copies are enqueued; the body (or callback) comes next
 ``work_ended``      the work's end event was recorded
@@ -350,18 +350,25 @@ class TraceRecorder(Instrument):
 # -- NVTX ------------------------------------------------------------------------
 
 class NvtxRanges(Instrument):
-    """NVTX ranges named by task symbol (needs the ``nvtx`` package)."""
+    """NVTX ranges named by task symbol (needs the ``nvtx`` package).
+
+    A range opens when the work is submitted (``start()``) and closes when it ends;
+    ranges are start/end pairs, not a stack, so tasks may end in any order.
+    """
 
     def __init__(self) -> None:
         import nvtx
-        self._push = nvtx.push_range
-        self._pop = nvtx.pop_range
+        self._start = nvtx.start_range
+        self._end = nvtx.end_range
+        self._open: dict[int, Any] = {}
 
     def work_submitted(self, record: WorkRecord) -> None:
-        self._push(record.label, domain="stflow")
+        self._open[record.ident] = self._start(record.label, domain="stflow")
 
     def work_ended(self, record: WorkRecord) -> None:
-        self._pop(domain="stflow")
+        handle = self._open.pop(record.ident, None)
+        if handle is not None:
+            self._end(handle)
 
 
 def host_clock() -> float:

@@ -330,8 +330,11 @@ class Runtime:
                 )
         self.sync_producer(source.stream)
         if device == HOST and source.ptr and source.interface != "cai":
-            if not self._pin_host(source.keepalive[-1], source.ptr, source.nbytes) \
-                    and backend.pinned_host_required:
+            owner = source.keepalive[-1] if isinstance(source.keepalive, tuple) else None
+            pinned = (self._pin_host(owner, source.ptr, source.nbytes)
+                      if isinstance(owner, np.ndarray)
+                      else backend.is_pinned(source.ptr, source.nbytes))
+            if not pinned and backend.pinned_host_required:
                 device = USER_PAGEABLE
         state = DataState(source.nbytes)
         reference = state.set_reference(device, Allocation(

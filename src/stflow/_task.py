@@ -196,7 +196,9 @@ class task:
         return f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
 
     _what = _label
-    __str__ = _label      # messages format the task itself: labels are built on demand
+
+    def __str__(self) -> str:  # messages format the task itself: labels built on demand
+        return self._label()
 
     # -- building ----------------------------------------------------------------
     def add_dep(self, d: dep) -> None:

@@ -199,14 +199,6 @@ class SolveResult:
     """``ctx.statistics()`` after ``finalize()``: copies, bytes, waits."""
 
 
-def _cupy_stream(cupy: Any, stream: Any) -> Any:
-    """A CuPy stream object for the task stream (``stream`` has ``__cuda_stream__``)."""
-    from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:          # CuPy 14 and later
-        return from_external(stream)
-    return cupy.cuda.ExternalStream(int(stream))
-
-
 class _Submitter:
     """Submits the kernels as tasks, running them on the task stream of the backend."""
 
@@ -224,8 +216,10 @@ class _Submitter:
             views = [t.get_arg_cai(i) for i in range(len(deps))]
             if self.cuda:
                 import cupy  # type: ignore[import-not-found, unused-ignore]
-                with cupy.cuda.Device(device), _cupy_stream(cupy, t.stream_ptr()):
-                    kernel(cupy, *[cupy.asarray(v) for v in views])
+
+                from stflow.interop.cupy import as_cupy, cupy_stream
+                with cupy_stream(t.stream_ptr()):   # the task made `device` current
+                    kernel(cupy, *[as_cupy(v) for v in views])
             else:
                 from stflow.emulated import launch
                 launch(t.stream_ptr(), lambda *arrays: kernel(np, *arrays), *views)

@@ -257,3 +257,11 @@ def test_cupy_raw_kernel(backend):
         with ctx.cuda_kernel(lx.read(), ly.rw()) as k:
             k.launch(kernel, 3, 128, (3.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n)))
     np.testing.assert_array_equal(y, 1 + 3 * np.arange(n))
+
+
+def test_messages_name_the_cuda_kernel(backend):
+    with stf.context(backend=backend) as ctx:
+        kernel = ctx.cuda_kernel(symbol="axpy")
+        assert str(kernel) == "cuda_kernel 'axpy'"
+        with pytest.raises(ScopeError, match="cuda_kernel 'axpy'"):
+            kernel.end()

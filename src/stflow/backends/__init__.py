@@ -163,7 +163,8 @@ def place_allocator() -> _PlaceAllocator:
 def machine_init() -> None:
     """Enable peer access, configure memory pools and read the topology.
 
-    Contexts call it; call it yourself only to use places without a context.
+    The CUDA backend runs it once when it starts (for the first context or place that
+    needs it); call it yourself only to prepare devices before that.
     Idempotent. A driver failure raises ``CudaError``.
     """
     backend = default_backend()

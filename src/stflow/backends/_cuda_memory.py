@@ -54,7 +54,6 @@ _STAGING_CACHE = 64 << 20
 """Bytes of pinned staging buffers kept for reuse."""
 _MAX_STRIDED_PERIOD = 16
 """Fill patterns up to this many bytes use strided 2D memsets."""
-"""Host buffers smaller than this are not worth page-locking."""
 _FREED = object()
 """``Allocation.owner`` once the backend released the memory (double-free guard)."""
 
@@ -87,6 +86,8 @@ class CudaMemory:
         self._deferred: list[tuple[Any, list, Callable[[], None] | None]] = []
         self._deferred_lock = threading.Lock()
         self._staging_free: dict[int, list[int]] = {}
+        self._registered: dict[int, list[int]] = {}   # ptr -> [nbytes, users]
+        self._registered_lock = threading.Lock()
         self._staging_cached = 0
 
     # -- allocation ----------------------------------------------------------------
@@ -240,25 +241,41 @@ class CudaMemory:
         it, copies run at full speed). When the driver refuses (the pages are already
         registered, e.g. by a neighbouring slice of the same array, or are read-only
         or file-backed), nothing is done and ``None`` is returned: the runtime then
-        keeps a pinned host instance of its own. Unregister only after the copies
-        using it completed.
+        keeps a pinned host instance of its own. Registrations are counted: contexts
+        registering the same array share one page-locking, undone by the last
+        :meth:`unregister_host`. Unregister only after the copies using it completed.
         """
         nbytes = int(array.nbytes)
         if nbytes == 0:
             return None
         ptr = int(array.__array_interface__["data"][0])
-        self._ensure_context()
-        (err,) = _cu.driver.cuMemHostRegister(ptr, nbytes,
-                                              _cu.driver.CU_MEMHOSTREGISTER_PORTABLE)
-        return None if err else ptr
+        with self._registered_lock:
+            entry = self._registered.get(ptr)
+            if entry is not None and entry[0] >= nbytes:
+                entry[1] += 1
+                return ptr
+            self._ensure_context()
+            (err,) = _cu.driver.cuMemHostRegister(ptr, nbytes,
+                                                  _cu.driver.CU_MEMHOSTREGISTER_PORTABLE)
+            if err:
+                return None
+            self._registered[ptr] = [nbytes, 1]
+        return ptr
 
     def unregister_host(self, token: Any) -> None:
         """Undo :meth:`register_host` (``None`` does nothing)."""
         if token is None:
             return
-        self._ensure_context()
-        _cu.check(_cu.driver.cuMemHostUnregister(token),
-                  f"unregistering host memory at 0x{token:x}")
+        with self._registered_lock:
+            entry = self._registered.get(token)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] > 0:
+                    return
+                del self._registered[token]
+            self._ensure_context()
+            _cu.check(_cu.driver.cuMemHostUnregister(token),
+                      f"unregistering host memory at 0x{token:x}")
 
     # -- copies ------------------------------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:

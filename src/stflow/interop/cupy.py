@@ -1,6 +1,9 @@
 """CuPy arrays for task arguments (CUDA backend only).
 
-A task view becomes ``cupy.asarray(view)``: zero-copy, on the device holding the data.
+A task view becomes a zero-copy CuPy array attributed to the *current* device
+(:func:`as_cupy`): a task may touch data on a peer device or in pinned host memory,
+which the current device reaches directly, whereas ``cupy.asarray`` would silently
+copy memory that lives on another device (and the body's writes would be lost).
 :class:`cupy_task` makes the task's device and stream CuPy's current ones, so the
 body's CuPy operations are ordered after the task's prerequisites and before its end.
 The stream is wrapped with ``cupy.cuda.Stream.from_external`` (CuPy 14), or
@@ -18,7 +21,7 @@ from .._errors import BackendUnavailableError
 from .._views import CudaStream
 from ._common import TaskScope, backend_name, import_framework, task_device, views_of
 
-__all__ = ["cupy_arg", "cupy_arguments", "cupy_task"]
+__all__ = ["as_cupy", "cupy_arg", "cupy_arguments", "cupy_stream", "cupy_task"]
 
 
 def _cupy(backend: str) -> Any:
@@ -29,25 +32,47 @@ def _cupy(backend: str) -> Any:
     return import_framework("cupy", "cupy", "CuPy")
 
 
-def cupy_stream(cupy: Any, handle: int) -> Any:
-    """A CuPy stream object for a raw stream handle (not owned by CuPy)."""
+def cupy_stream(handle: Any) -> Any:
+    """A CuPy stream object for a raw stream handle, not owned by CuPy
+    (``with cupy_stream(t.stream_ptr()): ...``)."""
+    cupy = import_framework("cupy", "cupy", "CuPy")
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:
+    if from_external is not None:                           # CuPy 14 and later
         return from_external(CudaStream(int(handle)))
     return cupy.cuda.ExternalStream(int(handle))
 
 
+def as_cupy(view: Any) -> Any:
+    """A zero-copy CuPy array over a view (CUDA Array Interface), on the current device.
+
+    Notes
+    -----
+    The array borrows the memory: ``view``'s owner must outlive it. It is attributed
+    to the current device, which reaches peer-device memory (peer access) and pinned
+    host or managed memory (unified addressing) directly.
+    """
+    import numpy as np
+    cupy = import_framework("cupy", "cupy", "CuPy")
+    interface = view.__cuda_array_interface__
+    shape = tuple(interface["shape"])
+    dtype = np.dtype(interface["typestr"])
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    memory = cupy.cuda.UnownedMemory(interface["data"][0], nbytes, view,
+                                     device_id=cupy.cuda.Device().id)
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+
 def cupy_arg(task: Any, index: int) -> Any:
     """A zero-copy CuPy array of dependency ``index`` of a started task."""
-    cupy = _cupy(backend_name(task))
-    return cupy.asarray(task.get_arg_cai(index))
+    _cupy(backend_name(task))
+    return as_cupy(task.get_arg_cai(index))
 
 
 def cupy_arguments(task: Any) -> Any:
     """CuPy arrays of the non-token dependencies, like ``args_cai()``: ``None``, one
     array, or a tuple."""
-    cupy = _cupy(backend_name(task))
-    arrays = tuple(cupy.asarray(view) for view in views_of(task))
+    _cupy(backend_name(task))
+    arrays = tuple(as_cupy(view) for view in views_of(task))
     if not arrays:
         return None
     return arrays[0] if len(arrays) == 1 else arrays
@@ -80,7 +105,7 @@ class cupy_task(TaskScope):
     def open_scope(self, scope: Any) -> None:
         cupy = self._module
         scope.enter_context(cupy.cuda.Device(task_device(self.task)))
-        scope.enter_context(cupy_stream(cupy, int(self.task.stream_ptr())))
+        scope.enter_context(cupy_stream(int(self.task.stream_ptr())))
 
     def result(self) -> Any:
-        return tuple(self._module.asarray(view) for view in views_of(self.task))
+        return tuple(as_cupy(view) for view in views_of(self.task))

@@ -6,9 +6,11 @@ it sequentially with NumPy, :func:`run_program` runs it through stflow and
 :func:`check_program` compares the two.
 """
 
+from ..interop.cupy import as_cupy as cupy_array
+from ..interop.cupy import cupy_stream
 from ._programs import (DataSpec, Op, Outcome, Program, TaskOp, check_program,
-                        cupy_array, cupy_body, cupy_stream, emulated_body, generate_program,
-                        initial_arrays, run_oracle, run_program, task_body)
+                        cupy_body, emulated_body, generate_program, initial_arrays,
+                        run_oracle, run_program, task_body)
 
 __all__ = ["DataSpec", "Op", "Outcome", "Program", "TaskOp", "check_program",
            "cupy_array", "cupy_body", "cupy_stream", "emulated_body", "generate_program",

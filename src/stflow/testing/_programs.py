@@ -264,39 +264,6 @@ def emulated_body(t: Any, op: TaskOp, modes: list[int]) -> None:
         task_body(np, [np.asarray(v) for v in views], modes, op.coef)
 
 
-def cupy_stream(stream: Any) -> Any:
-    """A CuPy stream object for a stflow stream (``with cupy_stream(t.stream_ptr())``).
-
-    CuPy 14 replaced ``ExternalStream`` with ``Stream.from_external``, which takes an
-    object speaking ``__cuda_stream__`` (as ``CudaStream`` does).
-    """
-    import cupy
-
-    from .._views import CudaStream
-    from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:
-        return from_external(CudaStream(int(stream)))
-    return cupy.cuda.ExternalStream(int(stream))  # pragma: no cover - CuPy < 14
-
-
-def cupy_array(view: Any) -> Any:
-    """A zero-copy CuPy array over a task view, usable from the *current* device.
-
-    ``cupy.asarray`` copies an array whose memory lives on another device; a task may
-    touch data on a peer device or in pinned host memory, which the current device
-    reaches directly (peer access, unified addressing), so the array is built over
-    the pointer and attributed to the current device.
-    """
-    import cupy
-    interface = view.__cuda_array_interface__
-    shape = tuple(interface["shape"])
-    dtype = np.dtype(interface["typestr"])
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    memory = cupy.cuda.UnownedMemory(interface["data"][0], nbytes, view,
-                                     device_id=cupy.cuda.Device().id)
-    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
-
-
 def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     """Body strategy for the CUDA backend: CuPy kernels on the task stream.
 
@@ -304,10 +271,12 @@ def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     host or managed memory through unified addressing), so host tasks use CuPy too.
     """
     import cupy
+
+    from ..interop.cupy import as_cupy, cupy_stream
     views = t.args_cai()
     views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
     with cupy_stream(t.stream_ptr()):
-        task_body(cupy, [cupy_array(v) for v in views], modes, op.coef)
+        task_body(cupy, [as_cupy(v) for v in views], modes, op.coef)
 
 
 def _place(stf: Any, place: Any) -> Any:
