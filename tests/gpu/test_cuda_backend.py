@@ -97,9 +97,12 @@ def test_locate_pageable_and_registered_host_memory(cuda):
     try:
         assert token is not None
         assert cuda.locate(big.ctypes.data) == HOST
-        assert cuda.register_host(big) is None        # already registered: no-op
+        assert cuda.register_host(big) == token       # shared, counted
+        cuda.unregister_host(token)
+        assert cuda.is_pinned(big.ctypes.data, big.nbytes)   # one user left
     finally:
         cuda.unregister_host(token)
+    assert not cuda.is_pinned(big.ctypes.data, big.nbytes)
     cuda.unregister_host(None)
 
 
