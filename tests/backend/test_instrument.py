@@ -125,3 +125,23 @@ def test_attach_rejects_other_objects():
     with stf.context(backend="emulated") as ctx:
         with pytest.raises(TypeError, match="Instrument"):
             ctx.attach(object())
+
+
+def test_the_demo_trace_and_graph(tmp_path):
+    dot, trace = tmp_path / "demo.dot", tmp_path / "demo.json"
+    env = {**os.environ, "STFLOW_DOT_FILE": str(dot), "STFLOW_TRACE_FILE": str(trace),
+           "STFLOW_BACKEND": "emulated"}
+    result = subprocess.run([sys.executable, "-m", "stflow.demo", "--size", "small",
+                             "--iterations", "3"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "PASS" in result.stdout and "statistics:" in result.stdout
+    events = json.loads(trace.read_text())["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert {"device 0", "device 1", "host"} <= processes
+    spans = [e for e in events if e["ph"] == "X"]
+    names = {e["name"] for e in spans}
+    assert {"task 'matvec[0]'", "task 'alpha'", "host_launch 'report'"} <= names
+    assert all(e["dur"] > 0 for e in spans)
+    assert any(e["cat"] == "transfer" and e["args"]["bytes"] > 0 for e in spans)
+    graph = dot.read_text()
+    assert "task 'matvec[0]'" in graph and " -> " in graph
