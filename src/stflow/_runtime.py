@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import weakref
 from collections import deque
 from typing import Any, cast
 
@@ -30,15 +29,15 @@ import numpy as np
 
 from ._coherence import DataState, Instance
 from ._deps import READ, WRITE, choose_stream, merge_events, needs_wait
+from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError,
+                      ScopeError, raise_collected)
 from ._instrument import (DotRecorder, Instrument, NvtxRanges, Statistics,
                           TraceRecorder, WorkRecord, direction)
-from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError,
-                      ScopeError, ShapeError, raise_collected)
 from ._logical_data import logical_data
 from ._places import AFFINE, data_place
-from ._sources import check_dtype, describe_buffer
-from .backends._base import (HOST, MANAGED, USER_PAGEABLE, Allocation, Backend, Event,
-                             Stream, callback_state)
+from ._registry import DataRegistry
+from .backends._base import (HOST, MANAGED, Allocation, Backend, Event, Stream,
+                             callback_state)
 
 __all__ = ["Access", "Runtime", "STREAMS_PER_PLACE"]
 
@@ -94,14 +93,7 @@ class _Pool:
         self.next = 0
 
 
-def _describe_place(device: int) -> str:
-    if device >= 0:
-        return f"device {device}"
-    return {HOST: "the host", MANAGED: "managed memory",
-            USER_PAGEABLE: "the host"}.get(device, str(device))
-
-
-class Runtime:
+class Runtime(DataRegistry):
     """The state and mechanisms of one context (see the module docstring)."""
 
     def __init__(self, backend: Backend, caller_stream: Stream | None) -> None:
@@ -267,153 +259,6 @@ class Runtime:
             pool = self.pools[device] = _Pool(
                 [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
         return pool
-
-    # -- data --------------------------------------------------------------------
-    def _adopt(self, ld: logical_data | None, state: DataState | None,
-               shape: tuple | None, dtype: np.dtype | None, readonly: bool,
-               name: str | None, source: Any) -> logical_data:
-        key = next(self.keys)
-        if ld is None:
-            ld = object.__new__(logical_data)
-        ld._runtime = self
-        ld._state = state
-        ld._shape = shape
-        ld._dtype = dtype
-        ld._readonly = readonly
-        ld._symbol = name
-        ld._is_token = shape is None
-        ld._source = source
-        ld._key = key
-        if state is not None:
-            state.label = ld._label()
-            self.data[key] = state
-            finalizer = weakref.finalize(ld, _retire, weakref.ref(self), key)
-            finalizer.atexit = False
-        return ld
-
-    def register(self, ld: logical_data | None, buf: Any, dplace: Any, name: Any,
-                 shape: Any = None, dtype: Any = None) -> logical_data:
-        """Register a user buffer as the reference instance of a new logical data."""
-        self.check_submit("logical_data()")
-        _check_name(name)
-        if dplace is not None and not isinstance(dplace, data_place):
-            raise TypeError(f"dplace must be a data_place or None, got "
-                            f"{type(dplace).__name__}")
-        source = describe_buffer(buf, self.producer_stream)
-        if shape is not None and not hasattr(shape, "__iter__"):
-            raise TypeError(f"logical_data: shape must be a tuple of ints such as "
-                            f"{source.shape}, got {shape!r}")
-        if shape is not None and tuple(shape) != source.shape:
-            raise ShapeError(f"shape={tuple(shape)} does not match the buffer's shape "
-                             f"{source.shape}")
-        if dtype is not None and np.dtype(dtype) != source.dtype:
-            raise ShapeError(f"dtype={np.dtype(dtype)} does not match the buffer's "
-                             f"dtype {source.dtype}")
-        backend = self.backend
-        if backend.name == "emulated" and (
-                source.interface == "cai" or source.dlpack_device not in (None, (1, 0))):
-            raise BackendUnavailableError(
-                f"a {type(buf).__name__} in GPU memory needs the CUDA backend; this "
-                "context runs on the emulated backend (install stflow[cu12] or "
-                "stflow[cu13] on a machine with a GPU, or pass a NumPy array)"
-            )
-        device = backend.locate(source.ptr) if source.ptr else HOST
-        if dplace is not None:
-            wanted = dplace.device_id
-            if wanted == AFFINE or wanted < MANAGED:
-                raise PlaceError(f"{dplace!r} cannot hold a user buffer; give the place "
-                                 "where the buffer lives, or omit dplace")
-            if wanted != device:
-                raise PlaceError(
-                    f"dplace={dplace!r} contradicts the buffer, which lives in "
-                    f"{_describe_place(device)}; omit dplace to infer it"
-                )
-        self.sync_producer(source.stream)
-        if device == HOST and source.ptr and source.interface != "cai":
-            owner = source.keepalive[-1] if isinstance(source.keepalive, tuple) else None
-            pinned = (self._pin_host(owner, source.ptr, source.nbytes)
-                      if isinstance(owner, np.ndarray)
-                      else backend.is_pinned(source.ptr, source.nbytes))
-            if not pinned and backend.pinned_host_required:
-                device = USER_PAGEABLE
-        state = DataState(source.nbytes)
-        reference = state.set_reference(device, Allocation(
-            source.ptr, source.nbytes, device, source.dtype, source.keepalive))
-        if source.ordered_on is not None:    # a DLPack producer's pending work
-            with self.lock:
-                reference.ready = {source.ordered_on: backend.record(source.ordered_on)}
-        return self._adopt(ld, state, source.shape, source.dtype, source.readonly,
-                           name, source.keepalive)
-
-    def producer_stream(self, device: tuple[int, int]) -> Stream | None:
-        """The stream a DLPack producer in GPU memory (DLPack ``device``) is asked to
-        order its pending work on; ``None`` where GPU memory cannot be used."""
-        if self.backend.name != "cuda":
-            return None
-        ordinal = device[1] if device[0] in (2, 13) else HOST
-        if ordinal != HOST:
-            self.check_device(ordinal, "logical_data")
-        with self.lock:
-            pool = self.pool(ordinal)
-            return pool.streams[pool.next]
-
-    def _pin_host(self, array: np.ndarray, ptr: int, nbytes: int) -> bool:
-        """Page-lock the memory of a user host array; True when it is page-locked.
-
-        The whole array owning the memory is registered, once per context: slices of
-        one array (blocks of a matrix) share pages at their edges, and the driver
-        refuses overlapping registrations. Registrations are undone at finalize,
-        after the host has synchronised; a caller-stream context, which does not
-        synchronise, registers nothing.
-        """
-        backend = self.backend
-        root = array
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        if not root.flags.c_contiguous:
-            root = array
-        key = int(root.__array_interface__["data"][0])
-        if key in self.pinned_roots:
-            return True
-        if self.caller_stream is None:
-            token = backend.register_host(root)
-            if token is not None:
-                self.pinned_roots[key] = root
-                self.host_registrations.append(token)
-                return True
-        return backend.is_pinned(ptr, nbytes)
-
-    def sync_producer(self, stream: int | None) -> None:
-        """Wait for a CUDA Array Interface producer's stream (backends may override)."""
-        if stream is not None:
-            sync = getattr(self.backend, "synchronize_handle", None)
-            if sync is not None:
-                sync(stream)
-
-    def empty(self, shape: Any, dtype: Any, name: Any,
-              what: str = "logical_data_empty") -> logical_data:
-        """A logical data without a user buffer or initial value."""
-        self.check_submit(f"{what}()")
-        _check_name(name)
-        shape = check_shape(shape, what)
-        dtype = check_dtype(np.float64 if dtype is None else dtype, what)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self._adopt(None, DataState(nbytes), shape, dtype, False, name, None)
-
-    def token(self) -> logical_data:
-        self.check_submit("token()")
-        return self._adopt(None, DataState(0), None, None, False, None, None)
-
-    def owns(self, ld: logical_data, what: str) -> None:
-        if ld._runtime is not self:
-            from ._errors import ContextMismatchError
-            if ld._runtime.finalized:
-                raise ContextFinalizedError(
-                    f"{what}: logical data {ld._label()} belongs to a finalized context")
-            raise ContextMismatchError(
-                f"{what}: logical data {ld._label()} belongs to another context; "
-                "create it in this context (ctx.logical_data(...))"
-            )
 
     # -- acquire and release -----------------------------------------------------
     def _wait_for_conflicts(self, accesses: list[Access], owner_label: Any) -> None:
@@ -748,32 +593,3 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - reported like async errors
                 self.capture(exc)
         self.raise_errors("finalize()")
-
-
-def _retire(runtime_ref: weakref.ref, key: int) -> None:
-    runtime = runtime_ref()
-    if runtime is not None and not runtime.finalized:
-        runtime.retired.append(key)
-
-
-def _check_name(name: Any) -> None:
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-
-
-def check_shape(shape: Any, what: str) -> tuple[int, ...]:
-    """Validate a shape given as an iterable of positive integers."""
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"{what}: shape must be a tuple of ints such as (10,), got "
-                        f"{shape!r}")
-    result = []
-    for extent in shape:
-        if isinstance(extent, bool) or not hasattr(type(extent), "__index__"):
-            raise TypeError(f"{what}: shape {tuple(shape)!r} has a non-integer extent "
-                            f"{extent!r}")
-        result.append(extent.__index__())
-    if not result:
-        raise ValueError(f"{what}: shape must not be empty")
-    if any(extent <= 0 for extent in result):
-        raise ValueError(f"{what}: every extent must be positive, got {tuple(result)}")
-    return tuple(result)
