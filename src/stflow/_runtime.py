@@ -332,8 +332,14 @@ class Runtime(DataRegistry):
         enqueued = False
         if prerequisites:
             counters = self.counters
-            for event in (merge_events(prerequisites) if len(prerequisites) > 1
-                          else prerequisites):
+            to_wait = prerequisites
+            if len(to_wait) == 2:           # common: a writer and a copy; no dict needed
+                first, second = to_wait
+                if first.stream is second.stream:
+                    to_wait = [first if first.seq > second.seq else second]
+            elif len(to_wait) > 2:
+                to_wait = merge_events(to_wait)
+            for event in to_wait:
                 if needs_wait(stream, event):
                     backend.wait(stream, event)
                     counters.waits_issued += 1

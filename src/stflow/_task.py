@@ -58,45 +58,51 @@ def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
     Returns
     -------
     (accesses, per_dependency)
-        The distinct accesses, and the access of each dependency in order.
+        The distinct accesses, and the access of each dependency in order (the same
+        list when no data appears twice).
     """
-    def place_of(d: dep) -> int:
-        if d.ld._is_token:
-            return HOST
-        if host_only:
-            return _host_device(d, what)
-        if d.dplace is None:
-            return affine_device
-        return runtime.resolve_device(d.dplace, exec_device, affine_device, what)
-
-    if len(deps) == 1:                      # the common case, without bookkeeping
-        d = deps[0]
-        only = [Access(d.ld, d.mode, place_of(d))]
-        return only, only
     accesses: list[Access] = []
-    per_dependency: list[Access] = []
-    by_key: dict[tuple[int, int], Access] = {}
     for d in deps:
         ld = d.ld
-        device = place_of(d)
-        key = (ld._key, device)
-        access = by_key.get(key)
-        if access is None:
-            access = by_key[key] = Access(ld, d.mode, device)
-            accesses.append(access)
+        if ld._is_token:
+            device = HOST
+        elif host_only:
+            device = _host_device(d, what)
+        elif d.dplace is None:
+            device = affine_device
         else:
-            access.mode |= d.mode
-        per_dependency.append(access)
-    if len(by_key) > 1 and len({a.ld._key for a in accesses}) != len(accesses):
-        seen: dict[int, Access] = {}
-        for access in accesses:
-            other = seen.setdefault(access.ld._key, access)
-            if other is not access and (other.mode | access.mode) & 2:
-                raise AccessModeError(
-                    f"{what} accesses logical data {access.ld._label()} at two places "
-                    "and writes it; use one place for data a task writes"
-                )
-    return accesses, per_dependency
+            device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
+        accesses.append(Access(ld, d.mode, device))
+    if len(accesses) == 1 or len({a.ld._key for a in accesses}) == len(accesses):
+        return accesses, accesses
+    return _merge_repeated(accesses, what)
+
+
+def _merge_repeated(accesses: list[Access], what: Any
+                    ) -> tuple[list[Access], list[Access]]:
+    """Merge accesses to the same data at the same place (modes combine); refuse a
+    written data accessed at two places."""
+    merged: list[Access] = []
+    per_dependency: list[Access] = []
+    by_key: dict[tuple[int, int], Access] = {}
+    places: dict[int, Access] = {}
+    for access in accesses:
+        key = (access.ld._key, access.device)
+        kept = by_key.get(key)
+        if kept is None:
+            kept = by_key[key] = access
+            merged.append(access)
+        else:
+            kept.mode |= access.mode
+        per_dependency.append(kept)
+    for access in merged:
+        other = places.setdefault(access.ld._key, access)
+        if other is not access and (other.mode | access.mode) & 2:
+            raise AccessModeError(
+                f"{what} accesses logical data {access.ld._label()} at two places "
+                "and writes it; use one place for data a task writes"
+            )
+    return merged, per_dependency
 
 
 def _allocation(access: Access) -> Allocation:
