@@ -35,7 +35,7 @@ and when it is invalid at the end its content is written back from a valid insta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ._deps import READ, WRITE, AccessTracker
 
@@ -125,9 +125,14 @@ class DataState:
                 fallback = instance
         return fallback
 
-    def plan_access(self, mode: int, device: int) -> tuple[Instance, Instance | None,
-                                                            list[Any]]:
+    def plan_access(self, mode: int, device: int,
+                    completed: Callable[[Any], bool] | None = None
+                    ) -> tuple[Instance, Instance | None, list[Any]]:
         """What an access with ``mode`` at ``device`` needs.
+
+        ``completed(event)``, when given, lets the plan forget copies into the
+        instance that have already completed (they order nothing any more), so that
+        later accesses stop carrying them.
 
         Returns
         -------
@@ -146,7 +151,10 @@ class DataState:
                 if source is not None and source.ready:
                     prerequisites.extend(source.ready.values())
         elif instance.ready:
-            prerequisites.extend(instance.ready.values())
+            if completed is not None and all(map(completed, instance.ready.values())):
+                instance.ready = {}
+            else:
+                prerequisites.extend(instance.ready.values())
         return instance, source, prerequisites
 
     def copied(self, instance: Instance, source: Instance, event: Any) -> None:

@@ -308,12 +308,13 @@ class Runtime(DataRegistry):
                 break
         prerequisites: list[Event] = []
         prepare = False                    # allocations or copies to enqueue
+        completed = self.backend.query
         for access in accesses:
             if access.ld._is_token:
                 prerequisites.extend(access.state.tracker.prerequisites(access.mode))
                 continue
             instance, source, needed = access.state.plan_access(access.mode,
-                                                                 access.device)
+                                                                 access.device, completed)
             access.instance = instance
             access.source = source
             if source is not None or instance.allocation is None:

@@ -99,3 +99,15 @@ def test_never_written_data_has_no_source():
     state = DataState(nbytes=8)
     instance, source, prerequisites = state.plan_access(READ, DEV0)
     assert source is None and instance.state is INVALID and prerequisites == []
+
+
+def test_completed_copies_stop_ordering_later_readers():
+    state = registered()
+    s = FakeStream("s")
+    instance, source, _ = state.plan_access(READ, DEV0)
+    copy_done = s.record()
+    state.copied(instance, source, copy_done)
+    _, _, pending = state.plan_access(READ, DEV0, completed=lambda event: False)
+    assert pending == [copy_done]
+    _, _, done = state.plan_access(READ, DEV0, completed=lambda event: True)
+    assert done == [] and instance.ready == {}
