@@ -9,7 +9,6 @@ from __future__ import annotations
 import gc
 import threading
 import time
-import warnings
 import weakref
 
 import numpy as np
