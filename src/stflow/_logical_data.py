@@ -191,7 +191,8 @@ class logical_data:
         runtime = self._alive()
         if self._is_token:
             return runtime.token()
-        return runtime.empty(self._shape, self._dtype, None)
+        return runtime.empty_checked(self._shape,  # type: ignore[arg-type]
+                                     self._dtype, None)  # type: ignore[arg-type]
 
     def borrow_ctx_handle(self) -> context:
         """A borrowed context bound to this data's context.

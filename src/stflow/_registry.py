@@ -12,6 +12,7 @@ instances at its next submission or synchronisation (``Runtime.drain_retired``).
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import weakref
 from collections import deque
@@ -27,7 +28,7 @@ from ._places import AFFINE, data_place
 from ._sources import check_dtype, describe_buffer
 from .backends._base import HOST, MANAGED, USER_PAGEABLE, Allocation, Backend, Stream
 
-__all__ = ["DataRegistry", "check_shape"]
+__all__ = ["DataRegistry", "byte_size", "check_shape"]
 
 
 def _describe_place(device: int) -> str:
@@ -187,8 +188,15 @@ class DataRegistry:
         _check_name(name)
         shape = check_shape(shape, what)
         dtype = check_dtype(np.float64 if dtype is None else dtype, what)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return self._adopt(None, DataState(nbytes), shape, dtype, False, name, None)
+        return self.empty_checked(shape, dtype, name)
+
+    def empty_checked(self, shape: tuple[int, ...], dtype: np.dtype,
+                      name: str | None) -> logical_data:
+        """``empty`` for a shape and dtype already known to be valid (any shape a
+        registered buffer can have: 0-d and zero-size included)."""
+        self.check_submit("empty_like()")
+        return self._adopt(None, DataState(byte_size(shape, dtype, "logical_data_empty")),
+                           shape, dtype, False, name, None)
 
     def token(self) -> logical_data:
         self.check_submit("token()")
@@ -215,6 +223,15 @@ def _retire(runtime_ref: weakref.ref, key: int) -> None:
 def _check_name(name: Any) -> None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+
+
+def byte_size(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:
+    """``prod(shape) * itemsize`` in exact integers, refusing sizes beyond 2**63."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= 1 << 63:
+        raise ValueError(f"{what}: shape {shape} of {dtype} needs {nbytes} bytes, more "
+                         "than any device can address")
+    return nbytes
 
 
 def check_shape(shape: Any, what: str) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ buffer protocol (NumPy arrays always take this path), then DLPack.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,7 +37,7 @@ class Source:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def check_dtype(dtype: Any, what: str) -> np.dtype:
@@ -194,9 +195,13 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
     interface = getattr(buf, "__cuda_array_interface__", None)
     if interface is not None:
         return _from_cai(buf, interface)
+    if isinstance(buf, np.ndarray):
+        # The array's own dtype: the buffer protocol cannot describe every fixed-size
+        # dtype (datetime64, padded or void records).
+        return _from_array_interface(buf)
     try:
         view = memoryview(buf)
-    except TypeError:
+    except (TypeError, ValueError):
         view = None
     if view is not None:
         return _from_buffer(buf, view)

@@ -22,13 +22,15 @@ and its position in that stream.
 from __future__ import annotations
 
 import abc
+import functools
+import math
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
 __all__ = ["Allocation", "Backend", "Event", "Stream", "HOST", "MANAGED", "USER_PAGEABLE",
-           "callback_state", "pointer_array"]
+           "callback_state", "describable", "pointer_array"]
 
 HOST = -1
 """Device number used for host memory and host execution."""
@@ -267,12 +269,28 @@ class _ArrayInterfaceHolder:
         self.owner = owner
 
 
+@functools.lru_cache(maxsize=256)
+def describable(dtype: np.dtype) -> bool:
+    """True when the array interface's ``descr`` reproduces ``dtype`` exactly (it
+    cannot express the padding of aligned records, for instance)."""
+    try:
+        return bool(np.dtype(dtype.descr) == dtype) if dtype.fields else True
+    except (TypeError, ValueError):
+        return False
+
+
 def pointer_array(ptr: int, shape: tuple[int, ...], dtype: np.dtype, readonly: bool,
                   owner: Any) -> np.ndarray:
-    """A NumPy array over ``ptr`` that keeps ``owner`` alive."""
-    holder = _ArrayInterfaceHolder(
-        {"version": 3, "shape": tuple(shape), "typestr": dtype.str,
-         "descr": dtype.descr, "data": (ptr, readonly), "strides": None},
-        owner,
-    )
-    return np.asarray(holder)
+    """A NumPy array of exactly ``dtype`` over ``ptr`` that keeps ``owner`` alive."""
+    if describable(dtype):
+        holder = _ArrayInterfaceHolder(
+            {"version": 3, "shape": tuple(shape), "typestr": dtype.str,
+             "descr": dtype.descr, "data": (ptr, readonly), "strides": None},
+            owner,
+        )
+        return np.asarray(holder)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.asarray(_ArrayInterfaceHolder(
+        {"version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (ptr, readonly),
+         "strides": None}, owner))
+    return raw.view(dtype).reshape(shape)

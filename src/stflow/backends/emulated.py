@@ -43,7 +43,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._errors import ScopeError
-from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
+from ._base import (HOST, Allocation, Backend, Event, Stream, callback_state, describable,
+                    pointer_array)
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend"]
 
@@ -200,9 +201,22 @@ class EmulatedView:
     def __array_interface__(self) -> dict:
         if self._invalid is not None:
             raise ScopeError(self._invalid)
+        if not describable(self.dtype):
+            # The interface cannot express this dtype (padded records): without the
+            # attribute, NumPy builds the array through __array__, exactly.
+            raise AttributeError("__array_interface__")
         return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
                 "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
                 "strides": None}
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._invalid is not None:
+            raise ScopeError(self._invalid)
+        array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
+                              self._allocation)
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            return array.astype(dtype)
+        return array.copy() if copy else array
 
     def __getitem__(self, key: str) -> Any:
         return self.__array_interface__[key]
