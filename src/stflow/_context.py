@@ -264,8 +264,11 @@ class context:
 
     def __del__(self) -> None:
         runtime = getattr(self, "_runtime", None)
-        if runtime is None or self._borrowed or runtime.finalized:
+        if runtime is None or self._borrowed:
             return
+        if runtime.finalized:
+            _warn_errors(runtime)          # e.g. callbacks that failed after a
+            return                         # caller-stream finalize()
         if sys.is_finalizing():
             return
         warnings.warn("stflow context collected without finalize(); use 'with "
@@ -288,9 +291,14 @@ def _finalize_quietly(runtime: Runtime) -> None:
         for error in errors:
             warnings.warn(f"stflow: error while finalizing a collected context: "
                           f"{error!r}", RuntimeWarning, stacklevel=2)
+    _warn_errors(runtime)
+
+
+def _warn_errors(runtime: Runtime) -> None:
+    """Report errors nobody can catch any more as RuntimeWarnings."""
     for error in runtime.take_errors():
-        warnings.warn(f"stflow: error while finalizing a collected context: {error!r}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(f"stflow: asynchronous error of a context that is gone: "
+                      f"{error!r}", RuntimeWarning, stacklevel=2)
 
 
 @atexit.register
@@ -300,6 +308,9 @@ def _finalize_at_exit() -> None:
         contexts = list(_live_contexts)
     for ctx in contexts:
         runtime = ctx._runtime
-        if runtime is not None and not ctx._borrowed and not runtime.finalized:
-            _finalize_quietly(runtime)
+        if runtime is not None and not ctx._borrowed:
+            if runtime.finalized:
+                _warn_errors(runtime)
+            else:
+                _finalize_quietly(runtime)
 

@@ -109,7 +109,7 @@ class Runtime(DataRegistry):
         self.retired_keepalive: list[Any] = []
         self.active_tasks: dict[Any, int] = {}   # started task -> thread ident
         self.waiters = 0                           # threads blocked in _block()
-        self.errors: list[BaseException] = []
+        self.errors: list[tuple[int, BaseException]] = []
         self.errors_lock = threading.Lock()
         self.finalized = False
         self.closing = False
@@ -205,15 +205,21 @@ class Runtime(DataRegistry):
                 instrument.transfer(record, data, source.device, target.device, nbytes)
 
     # -- errors ------------------------------------------------------------------
-    def capture(self, exc: BaseException) -> None:
-        """Keep an asynchronous failure for the next synchronisation point."""
+    def capture(self, exc: BaseException, order: int | None = None) -> None:
+        """Keep an asynchronous failure for the next synchronisation point.
+
+        ``order`` is the ident of the work that failed (its submission order); errors
+        are raised sorted by it. Without one, the error counts as submitted now.
+        """
         with self.errors_lock:
-            self.errors.append(exc)
+            self.errors.append((next(work_ids) if order is None else order, exc))
 
     def take_errors(self) -> list[BaseException]:
+        """The captured errors, in submission order; forgets them."""
         with self.errors_lock:
             errors, self.errors = self.errors, []
-        return errors
+        errors.sort(key=lambda entry: entry[0])
+        return [exc for _, exc in errors]
 
     def raise_errors(self, where: str) -> None:
         if self.errors:
@@ -282,6 +288,9 @@ class Runtime(DataRegistry):
                     "accesses with a conflicting mode; end that task first"
                 )
             self._block()
+            if self.closing or self.finalized:
+                raise ContextFinalizedError(f"{owner_label}: the context was finalized "
+                                            "while this work waited for a running task")
 
     def _block(self) -> None:
         """Wait (lock held) until a started task ends."""
@@ -545,13 +554,15 @@ class Runtime(DataRegistry):
         return result
 
     def quiesce(self) -> None:
-        """Wait until no task is between start() and end() (other threads)."""
+        """Close the context to new work, then wait until no task of another thread
+        is between start() and end()."""
         me = threading.get_ident()
+        for task, thread in self.active_tasks.items():
+            if thread == me:
+                raise ScopeError(f"finalize() while {task._label()} is started but "
+                                 "not ended; end the task first")
+        self.closing = True               # submissions waiting on a conflict give up
         while self.active_tasks:
-            for task, thread in self.active_tasks.items():
-                if thread == me:
-                    raise ScopeError(f"finalize() while {task._label()} is started but "
-                                     "not ended; end the task first")
             self._block()
 
     def finalize(self) -> None:
@@ -563,7 +574,6 @@ class Runtime(DataRegistry):
                 raise ScopeError("finalize() called from a host callback or launched "
                                  "function")
             self.quiesce()
-            self.closing = True
             self.drain_retired()
             for state in self.data.values():
                 self.writeback(state)

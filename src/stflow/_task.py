@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from ._errors import AccessModeError, ContextMismatchError, PlaceError, ScopeError
+from ._errors import (AccessModeError, ContextFinalizedError, ContextMismatchError,
+                      PlaceError, ScopeError)
 from ._logical_data import dep, logical_data
 from ._places import AFFINE, exec_place
 from ._runtime import Access, Runtime, work_ids
@@ -206,9 +207,15 @@ class task:
     def __str__(self) -> str:  # messages format the task itself: labels built on demand
         return self._label()
 
+    def _finalized(self, what: str) -> ContextFinalizedError:
+        return ContextFinalizedError(f"{self._label()}.{what}: the task's context is "
+                                     "finalized; create tasks in a live context")
+
     # -- building ----------------------------------------------------------------
     def add_dep(self, d: dep) -> None:
         """Add a dependency (before ``start()``)."""
+        if self._runtime.finalized:
+            raise self._finalized("add_dep()")
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: add_dep() after start(); add "
                              "dependencies before starting the task")
@@ -218,10 +225,14 @@ class task:
         """Name the task in messages, DOT output and traces."""
         if not isinstance(name, str):
             raise TypeError(f"symbol must be a str, got {type(name).__name__}")
+        if self._runtime.finalized:
+            raise self._finalized("set_symbol()")
         self._symbol = name
 
     def set_exec_place(self, place: exec_place) -> None:
         """Set the execution place (before ``start()``)."""
+        if self._runtime.finalized:
+            raise self._finalized("set_exec_place()")
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: set_exec_place() after start()")
         converted = _as_exec_place(place)
@@ -275,10 +286,13 @@ class task:
 
     def end(self) -> None:
         """Release the dependencies; later tasks order after this one."""
-        if self._phase == _ENDED:
-            raise ScopeError(f"{self._label()}: end() called twice; a task in a 'with' "
-                             "block is ended by the block, do not call end() in it")
         if self._phase != _STARTED:
+            if self._runtime.finalized:
+                raise self._finalized("end()")
+            if self._phase == _ENDED:
+                raise ScopeError(f"{self._label()}: end() called twice; a task in a "
+                                 "'with' block is ended by the block, do not call end() "
+                                 "in it")
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
         if self._previous_device is not None:
@@ -306,6 +320,8 @@ class task:
     # -- inside the body ---------------------------------------------------------
     def _check_window(self, what: str) -> None:
         if self._phase != _STARTED:
+            if self._runtime.finalized:
+                raise self._finalized(what)
             raise ScopeError(f"{self._label()}.{what} is only valid between start() "
                              "and end()")
 
@@ -316,6 +332,8 @@ class task:
 
     def stream_ptr(self) -> CudaStream:
         """The stream the body must enqueue its work on."""
+        if self._runtime.finalized:
+            raise self._finalized("stream_ptr()")
         if self._stream is None:
             raise ScopeError(f"{self._label()}.stream_ptr() before start()")
         return CudaStream(self._stream.handle)
@@ -415,7 +433,7 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
             except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"raised by {label}")
-                runtime.capture(exc)
+                runtime.capture(exc, ident)
 
         backend.launch_host_func(stream, callback)
         runtime.epilogue(accesses, stream, None, ident)

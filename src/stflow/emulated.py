@@ -57,4 +57,16 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     backend = get_backend()
     native = backend.stream_from_handle(handle)
     arguments = tuple(np.asarray(a) if isinstance(a, EmulatedView) else a for a in args)
-    backend.enqueue_call(native, lambda: fn(*arguments))
+    from ._runtime import work_ids
+    order = next(work_ids)            # errors are reported in submission order
+
+    def run() -> None:
+        try:
+            fn(*arguments)
+        except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+            sink = native.error_sink
+            if sink is None:
+                raise
+            sink(exc, order)
+
+    backend.enqueue_call(native, run)

@@ -81,7 +81,7 @@ class Stream:
         self.recorded = 0
         self.waited: dict[Stream, int] = {}
         self.last_event: Event | None = None
-        self.error_sink: Callable[[BaseException], None] | None = None
+        self.error_sink: Callable[..., None] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} 0x{self.handle:x} device={self.device}>"
