@@ -93,10 +93,11 @@ class DataState:
         Tasks between ``start()`` and ``end()`` that access this data -> their mode.
     """
 
-    __slots__ = ("tracker", "instances", "reference", "active", "nbytes", "label")
+    __slots__ = ("tracker", "instances", "reference", "active", "nbytes", "label", "pin")
 
     def __init__(self, nbytes: int) -> None:
         self.label = "data"
+        self.pin: Any = None           # the page-locking this data uses, if any
         self.tracker = AccessTracker()
         self.instances: dict[int, Instance] = {}
         self.reference: Instance | None = None

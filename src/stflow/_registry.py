@@ -47,8 +47,7 @@ class DataRegistry:
     keys: itertools.count
     retired: deque[int]
     caller_stream: Stream | None
-    pinned_roots: dict[int, np.ndarray]
-    host_registrations: list[Any]
+    pinned_roots: dict[int, list[Any]]
     finalized: bool
 
     def check_submit(self, what: str) -> None:
@@ -122,12 +121,14 @@ class DataRegistry:
         self.sync_producer(source.stream)
         if device == HOST and source.ptr and source.interface != "cai":
             owner = source.keepalive[-1] if isinstance(source.keepalive, tuple) else None
-            pinned = (self._pin_host(owner, source.ptr, source.nbytes)
-                      if isinstance(owner, np.ndarray)
-                      else backend.is_pinned(source.ptr, source.nbytes))
-            if not pinned and backend.pinned_host_required:
+            pin = (self._pin_host(owner) if isinstance(owner, np.ndarray) else None)
+            if pin is None and not backend.is_pinned(source.ptr, source.nbytes) \
+                    and backend.pinned_host_required:
                 device = USER_PAGEABLE
+        else:
+            pin = None
         state = DataState(source.nbytes)
+        state.pin = pin
         reference = state.set_reference(device, Allocation(
             source.ptr, source.nbytes, device, source.dtype, source.keepalive))
         if source.ordered_on is not None:    # a DLPack producer's pending work
@@ -148,31 +149,41 @@ class DataRegistry:
             pool = self.pool(ordinal)
             return pool.streams[pool.next]
 
-    def _pin_host(self, array: np.ndarray, ptr: int, nbytes: int) -> bool:
-        """Page-lock the memory of a user host array; True when it is page-locked.
+    def _pin_host(self, array: np.ndarray) -> int | None:
+        """Page-lock the memory of a user host array; returns the pin's key, or
+        ``None`` when this context did not page-lock it.
 
-        The whole array owning the memory is registered, once per context: slices of
-        one array (blocks of a matrix) share pages at their edges, and the driver
-        refuses overlapping registrations. Registrations are undone at finalize,
-        after the host has synchronised; a caller-stream context, which does not
-        synchronise, registers nothing.
+        The whole array owning the memory is registered, once per context, and
+        counted: slices of one array (blocks of a matrix) share pages at their edges,
+        and the driver refuses overlapping registrations. A pin is undone when the
+        last logical data using it has been retired and its work completed, or at
+        finalize; a caller-stream context, which does not synchronise, pins nothing.
         """
-        backend = self.backend
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
         if not root.flags.c_contiguous:
             root = array
         key = int(root.__array_interface__["data"][0])
-        if key in self.pinned_roots:
-            return True
+        entry = self.pinned_roots.get(key)
+        if entry is not None:
+            entry[2] += 1
+            return key
         if self.caller_stream is None:
-            token = backend.register_host(root)
+            token = self.backend.register_host(root)
             if token is not None:
-                self.pinned_roots[key] = root
-                self.host_registrations.append(token)
-                return True
-        return backend.is_pinned(ptr, nbytes)
+                self.pinned_roots[key] = [root, token, 1]
+                return key
+        return None
+
+    def unpin(self, key: int | None) -> None:
+        """Drop one use of a pin; the last one undoes the page-locking."""
+        entry = self.pinned_roots.get(key) if key is not None else None
+        if entry is not None:
+            entry[2] -= 1
+            if entry[2] == 0:
+                del self.pinned_roots[key]  # type: ignore[arg-type]
+                self.backend.unregister_host(entry[1])
 
     def sync_producer(self, stream: int | None) -> None:
         """Wait for a CUDA Array Interface producer's stream (backends may override)."""

@@ -106,7 +106,7 @@ class Runtime(DataRegistry):
         self.data: dict[int, DataState] = {}
         self.keys = itertools.count(1)
         self.retired: deque[int] = deque()
-        self.retired_keepalive: list[Any] = []
+        self.releases: list[tuple[Event, Any, Any]] = []   # retired data in flight
         self.active_tasks: dict[Any, int] = {}   # started task -> thread ident
         self.waiters = 0                           # threads blocked in _block()
         self.errors: list[tuple[int, BaseException]] = []
@@ -116,8 +116,7 @@ class Runtime(DataRegistry):
         self.caller_stream = caller_stream
         self.entry_event: Event | None = None
         self.fence_stream: Stream | None = None
-        self.host_registrations: list[Any] = []   # page-locked user buffers
-        self.pinned_roots: dict[int, np.ndarray] = {}
+        self.pinned_roots: dict[int, list[Any]] = {}   # key -> [array, token, uses]
         self.instruments: list[Instrument] = []
         self.open_records: dict[int, WorkRecord] = {}
         self.counters = _Counters()
@@ -361,19 +360,30 @@ class Runtime(DataRegistry):
             record = self._open_record(ident, kind, str(owner_label), device, stream,
                                        accesses, prerequisites)
         copied = False
-        for access in accesses if prepare else ():
-            target = access.instance
-            if target is None:
-                continue
-            if target.allocation is None:
-                target.allocation = self._allocate(
-                    target.device, access.state.nbytes, stream,
-                    access.ld._dtype or _BYTES, record)
-                enqueued = True
-            if access.source is not None:
-                self._copy(target, access.source, access.state.nbytes, stream, record,
-                           access.ld._label())
-                copied = True
+        if prepare:
+            # Every allocation before any copy: an allocation failure (out of memory)
+            # then leaves no copy in flight that no later task would know about.
+            for access in accesses:
+                target = access.instance
+                if target is not None and target.allocation is None:
+                    target.allocation = self._allocate(
+                        target.device, access.state.nbytes, stream,
+                        access.ld._dtype or _BYTES, record)
+                    enqueued = True
+            done: list[Access] = []
+            try:
+                for access in accesses:
+                    if access.source is not None and access.instance is not None:
+                        self._copy(access.instance, access.source, access.state.nbytes,
+                                   stream, record, access.ld._label())
+                        done.append(access)
+            except BaseException:
+                if done:       # the copies in flight read their sources: order writers
+                    failed = backend.record(stream)
+                    for access in done:
+                        access.state.tracker.release(READ, failed)
+                raise
+            copied = bool(done)
         if copied:
             event = backend.record(stream)
             if record is not None:
@@ -474,8 +484,15 @@ class Runtime(DataRegistry):
                             reference.allocation.dtype, state.label)
 
     def drain_retired(self) -> None:
-        """Write back and free the data whose logical_data objects were collected."""
+        """Write back and free the data whose logical_data objects were collected.
+
+        For each: the write-back into the user's buffer, then, on one stream ordered
+        after every use of the data, the frees and an event; the user's buffer (and
+        its page-locking) is released once that event completed
+        (:meth:`release_completed`).
+        """
         retired = self.retired
+        backend = self.backend
         while retired:
             state = self.data.pop(retired.popleft(), None)
             if state is None:
@@ -484,19 +501,30 @@ class Runtime(DataRegistry):
             events = merge_events([*state.tracker.all_events(),
                                    *(e for i in state.instances.values()
                                      for e in i.ready.values())])
-            owned = [i.allocation for i in state.instances.values()
-                     if i.allocation is not None and not i.is_reference]
-            if owned:
-                pool = self.pool(HOST)
-                stream, pool.next = choose_stream(pool.streams, pool.members, events,
-                                                  pool.next)
-                for event in events:
-                    if needs_wait(stream, event):
-                        self.backend.wait(stream, event)
-                for allocation in owned:
-                    self.backend.free(allocation, stream)
-            if state.reference is not None:
-                self.retired_keepalive.append(state.reference.allocation)
+            pool = self.pool(HOST)
+            stream, pool.next = choose_stream(pool.streams, pool.members, events,
+                                              pool.next)
+            for event in events:
+                if needs_wait(stream, event):
+                    backend.wait(stream, event)
+            for instance in state.instances.values():
+                if instance.allocation is not None and not instance.is_reference:
+                    backend.free(instance.allocation, stream)
+                    instance.allocation = None
+            keepalive = state.reference.allocation if state.reference else None
+            self.releases.append((backend.record(stream), keepalive, state.pin))
+        if self.releases:
+            self.release_completed()
+
+    def release_completed(self) -> None:
+        """Release the buffers and pins of retired data whose work has completed."""
+        pending = []
+        for entry in self.releases:
+            if self.backend.query(entry[0]):
+                self.unpin(entry[2])
+            else:
+                pending.append(entry)
+        self.releases = pending
 
     def outstanding_events(self) -> list[Event]:
         return [s.last_event for s in self.streams if s.last_event is not None]
@@ -548,8 +576,14 @@ class Runtime(DataRegistry):
                     result))
                 event = self._copy_into(state, target, source, prerequisites, dtype,
                                         ld._label(), keep=False)
+            retiring = [entry[0] for entry in self.releases]
         if event is not None:
             self.backend.synchronize(event)
+        for done in retiring:             # collected data is written back by now
+            self.backend.synchronize(done)
+        if retiring:
+            with self.lock:
+                self.release_completed()
         self.raise_errors("wait()")
         return result
 
@@ -594,10 +628,9 @@ class Runtime(DataRegistry):
                         backend.free(instance.allocation, caller)
                     instance.allocation = None
             self.data.clear()
-            self.retired_keepalive.clear()
-            for token in self.host_registrations:
+            self.releases.clear()
+            for _, token, _ in self.pinned_roots.values():
                 backend.unregister_host(token)
-            self.host_registrations.clear()
             self.pinned_roots.clear()
             for stream in self.streams:
                 backend.destroy_stream(stream)
