@@ -393,11 +393,13 @@ class DeviceArray:
         if isinstance(stream, bool) or not isinstance(stream, int):
             raise TypeError(f"__dlpack__: stream must be an int or None, got "
                             f"{type(stream).__name__}")
-        if stream == -1 or not self.nbytes:
+        if stream == -1:
             return
         if stream < 0:
             raise ValueError(f"__dlpack__: stream {stream} is not valid; use -1 (no "
                              "synchronisation), None, 1, 2 or a stream handle")
+        if not self.nbytes:
+            return
         key = _stream_key(stream)
         if key == _stream_key(self._stream.handle):
             return

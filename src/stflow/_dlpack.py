@@ -270,6 +270,13 @@ def dtype_code(dtype: np.dtype) -> tuple[int, int] | None:
     code = _KIND_CODES.get(dtype.kind)
     if code is None or dtype.fields is not None or dtype.subdtype is not None:
         return None
+    if not dtype.isnative:            # DLPack has no byte order: native only
+        return None
+    if dtype.kind == "f" and dtype.itemsize == 16 and np.finfo(dtype).nmant != 112:
+        return None                   # x87 extended precision is not IEEE binary128
+    if dtype.kind == "c" and dtype.itemsize == 32 and \
+            np.finfo(dtype.type(0).real.dtype).nmant != 112:
+        return None
     return code, dtype.itemsize * 8
 
 

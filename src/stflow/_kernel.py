@@ -129,6 +129,8 @@ def _emulated_value(arg: Any, arrays: dict[int, np.ndarray]) -> Any:
     """What an emulated kernel receives for ``arg``."""
     if isinstance(arg, ctypes._SimpleCData):
         arg = arg.value
+    elif isinstance(arg, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return type(arg).from_buffer_copy(arg)     # captured at the call (API 3.17)
     if type(arg) is int and arg in arrays:
         return arrays[arg]
     return arg

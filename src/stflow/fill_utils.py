@@ -21,7 +21,8 @@ def fill_pattern(value: Any, dtype: np.dtype, what: str) -> bytes:
     ------
     ValueError
         ``value`` cannot be cast to ``dtype`` under ``same_kind`` rules (an integral
-        float such as ``0.0`` is accepted for integer types).
+        float such as ``0.0`` is accepted for integer types), or an integer does not
+        fit the target integer type (it would wrap around).
     """
     try:
         if dtype.fields is not None:
@@ -32,10 +33,14 @@ def fill_pattern(value: Any, dtype: np.dtype, what: str) -> bytes:
                 raise ValueError  # never same_kind; astype would only warn
             with np.errstate(invalid="ignore"):  # nan/inf into integers: rejected below
                 element = given.astype(dtype)
+            lossless = bool(element.astype(given.dtype) == given)
             if given.shape != () or not (
-                    np.can_cast(given.dtype, dtype, casting="same_kind")
-                    or element.astype(given.dtype) == given):
+                    np.can_cast(given.dtype, dtype, casting="same_kind") or lossless):
                 raise ValueError
+            if dtype.kind in "iu" and given.dtype.kind in "iub":
+                limits = np.iinfo(dtype)       # 1000 into int8 would wrap to -24
+                if not limits.min <= int(given) <= limits.max:
+                    raise ValueError
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{what}: fill value {value!r} cannot be stored as {dtype} "
                          "without loss (same_kind casting)") from None

