@@ -8,6 +8,7 @@ every piece of work (a task, a host callback, an internal copy):
 ``transfer``        a copy was enqueued for the work (before its completion event)
 ``allocation``      an instance buffer was allocated
 ``work_body``       copies are enqueued; the body (or callback) comes next
+``work_ending``     the body is over; the work's end event comes next
 ``work_ended``      the work's end event was recorded
 ``fence``           ``fence()`` was called
 
@@ -89,6 +90,9 @@ class Instrument:
         pass
 
     def work_body(self, record: WorkRecord) -> None:
+        pass
+
+    def work_ending(self, record: WorkRecord) -> None:
         pass
 
     def work_ended(self, record: WorkRecord) -> None:
@@ -281,7 +285,8 @@ class TraceRecorder(Instrument):
         if stamps is not None:
             stamps[1] = self._stamp(record) if record.transfers else stamps[0]
 
-    def work_ended(self, record: WorkRecord) -> None:
+    def work_ending(self, record: WorkRecord) -> None:
+        # Before the end event: a successor waiting on it starts after this stamp.
         stamps = self._pending.pop(record.ident, None)
         if stamps is not None:
             self.spans.append((record, stamps[0], stamps[1], self._stamp(record)))
@@ -300,17 +305,31 @@ class TraceRecorder(Instrument):
         def us(stamp: Any) -> float:
             return (seconds(stamp) - origin) * 1e6
 
-        for record, start, body, end in self.spans:
+        lanes: dict[tuple[int, int], list[float]] = {}
+        lane_ids: dict[tuple[int, int, int], int] = {}
+        timed = sorted(((us(start), us(body), us(end), record)
+                        for record, start, body, end in self.spans),
+                       key=lambda item: item[0])
+        for t_start, t_body, t_end, record in timed:
             pid = record.device + 2            # host -> 1, device n -> n + 2
-            tid = record.stream
+            # Spans on one track must nest or be disjoint: work whose windows overlap
+            # on one stream (bodies running on the host) goes to an extra lane.
+            busy = lanes.setdefault((pid, record.stream), [])
+            lane = next((k for k, last in enumerate(busy) if last <= t_start), len(busy))
+            if lane == len(busy):
+                busy.append(t_end)
+            else:
+                busy[lane] = t_end
+            tid = record.stream if lane == 0 else lane_ids.setdefault(
+                (pid, record.stream, lane), (1 << 48) + len(lane_ids))
             if (pid, tid) not in named:
                 named.add((pid, tid))
                 events.append({"ph": "M", "name": "process_name", "pid": pid,
                                "args": {"name": "host" if pid == 1 else
                                         f"device {record.device}"}})
+                name = f"stream 0x{record.stream:x}" + (f" ({lane + 1})" if lane else "")
                 events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": f"stream 0x{tid:x}"}})
-            t_start, t_body, t_end = us(start), us(body), us(end)
+                               "args": {"name": name}})
             if record.transfers and t_body > t_start:
                 moved = sum(t[3] for t in record.transfers)
                 events.append({
@@ -357,7 +376,13 @@ class NvtxRanges(Instrument):
     """
 
     def __init__(self) -> None:
-        import nvtx
+        try:
+            import nvtx
+        except ImportError:
+            from ._errors import BackendUnavailableError
+            raise BackendUnavailableError(
+                "NVTX ranges need the nvtx package: pip install 'stflow[nvtx]'"
+            ) from None
         self._start = nvtx.start_range
         self._end = nvtx.end_range
         self._open: dict[int, Any] = {}

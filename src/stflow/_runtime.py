@@ -135,11 +135,9 @@ class Runtime(DataRegistry):
         if cfg.nvtx != "0" and self.backend.name == "cuda":
             try:
                 self.attach(NvtxRanges())
-            except ImportError:
+            except BackendUnavailableError:
                 if cfg.nvtx == "1":
-                    raise BackendUnavailableError(
-                        "STFLOW_NVTX=1 needs the nvtx package: pip install "
-                        "stflow[nvtx]") from None
+                    raise
 
     def attach(self, instrument: Instrument) -> None:
         """Add an instrument; it sees the work submitted from now on."""
@@ -254,9 +252,23 @@ class Runtime(DataRegistry):
         stream = self.backend.create_stream(device)
         stream.error_sink = self.capture
         if self.entry_event is not None:
-            self.backend.wait(stream, self.entry_event)
+            self.order_after(stream, [self.entry_event])
         self.streams.append(stream)
         return stream
+
+    def order_after(self, stream: Stream, events: list[Event]) -> bool:
+        """Make ``stream`` wait for the ``events`` it does not already imply (and
+        count the waits issued and skipped). Returns whether a wait was enqueued."""
+        issued = False
+        counters = self.counters
+        for event in events:
+            if needs_wait(stream, event):
+                self.backend.wait(stream, event)
+                counters.waits_issued += 1
+                issued = True
+            else:
+                counters.waits_skipped += 1
+        return issued
 
     def pool(self, device: int) -> _Pool:
         pool = self.pools.get(device)
@@ -340,7 +352,6 @@ class Runtime(DataRegistry):
         backend = self.backend
         enqueued = False
         if prerequisites:
-            counters = self.counters
             to_wait = prerequisites
             if len(to_wait) == 2:           # common: a writer and a copy; no dict needed
                 first, second = to_wait
@@ -348,13 +359,7 @@ class Runtime(DataRegistry):
                     to_wait = [first if first.seq > second.seq else second]
             elif len(to_wait) > 2:
                 to_wait = merge_events(to_wait)
-            for event in to_wait:
-                if needs_wait(stream, event):
-                    backend.wait(stream, event)
-                    counters.waits_issued += 1
-                    enqueued = True
-                else:
-                    counters.waits_skipped += 1
+            enqueued = self.order_after(stream, to_wait)
         record = None
         if self.instruments:
             record = self._open_record(ident, kind, str(owner_label), device, stream,
@@ -404,13 +409,15 @@ class Runtime(DataRegistry):
     def epilogue(self, accesses: list[Access], stream: Stream, owner: Any,
                  ident: int) -> Event:
         """Release ``accesses``: record the end event and update data state."""
+        record = self.open_records.pop(ident, None) if self.instruments else None
+        if record is not None:
+            for instrument in self.instruments:
+                instrument.work_ending(record)
         event = self.backend.record(stream)
-        if self.instruments:
+        if record is not None:
             event.producer = ident
-            record = self.open_records.pop(ident, None)
-            if record is not None:
-                for instrument in self.instruments:
-                    instrument.work_ended(record)
+            for instrument in self.instruments:
+                instrument.work_ended(record)
         for access in accesses:
             access.state.released(access.instance, access.mode, event)
             if owner is not None:
@@ -446,12 +453,7 @@ class Runtime(DataRegistry):
         stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
                                           pool.next)
         backend = self.backend
-        for event in merge_events(prerequisites):
-            if needs_wait(stream, event):
-                backend.wait(stream, event)
-                self.counters.waits_issued += 1
-            else:
-                self.counters.waits_skipped += 1
+        self.order_after(stream, merge_events(prerequisites))
         record = None
         ident = next(work_ids)
         if self.instruments:
@@ -465,10 +467,12 @@ class Runtime(DataRegistry):
         if record is not None:
             for instrument in self.instruments:
                 instrument.work_body(record)
+            self.open_records.pop(ident, None)
+            for instrument in self.instruments:
+                instrument.work_ending(record)
         event = backend.record(stream)
         if record is not None:
             event.producer = ident
-            self.open_records.pop(ident, None)
             for instrument in self.instruments:
                 instrument.work_ended(record)
         if keep:
@@ -504,9 +508,7 @@ class Runtime(DataRegistry):
             pool = self.pool(HOST)
             stream, pool.next = choose_stream(pool.streams, pool.members, events,
                                               pool.next)
-            for event in events:
-                if needs_wait(stream, event):
-                    backend.wait(stream, event)
+            self.order_after(stream, events)
             for instance in state.instances.values():
                 if instance.allocation is not None and not instance.is_reference:
                     backend.free(instance.allocation, stream)
@@ -538,9 +540,7 @@ class Runtime(DataRegistry):
             if stream is None:
                 stream = self.fence_stream = self.new_stream(
                     max(self.backend.current_device(), 0))
-            for event in self.outstanding_events():
-                if needs_wait(stream, event):
-                    self.backend.wait(stream, event)
+            self.order_after(stream, self.outstanding_events())
             self.counters.fences += 1
             for instrument in self.instruments:
                 instrument.fence()
@@ -615,9 +615,7 @@ class Runtime(DataRegistry):
             caller = self.caller_stream
             events = self.outstanding_events()
             if caller is not None:
-                for event in events:
-                    if needs_wait(caller, event):
-                        backend.wait(caller, event)
+                self.order_after(caller, events)
         if caller is None:
             for event in events:
                 backend.synchronize(event)

@@ -34,6 +34,7 @@ import bisect
 import ctypes
 import itertools
 import random
+import sys
 import threading
 import time
 import weakref
@@ -141,12 +142,18 @@ class _Scheduler:
             try:
                 payload()
             except BaseException as exc:  # noqa: BLE001 - reported, never lost
-                _report(stream, exc)
-            with cv:
-                stream.queue.popleft()
-                if not stream.queue:
-                    del active[stream]
-                cv.notify_all()
+                try:
+                    _report(stream, exc)
+                except BaseException:  # noqa: BLE001 - the device must keep running
+                    import traceback
+                    sys.stderr.write("stflow: could not report an error of emulated "
+                                     "device work:\n" + traceback.format_exc())
+            finally:
+                with cv:
+                    stream.queue.popleft()
+                    if not stream.queue:
+                        del active[stream]
+                    cv.notify_all()
 
 
 def _report(stream: Stream, exc: BaseException) -> None:
@@ -400,17 +407,25 @@ class EmulatedBackend(Backend):
         self.enqueue_call(stream, fn)
 
     # -- timestamps --------------------------------------------------------------
-    def timestamp(self, stream: Stream | None) -> list[float]:
-        stamp = [time.perf_counter()] if stream is None else [float("nan")]
-        if stream is not None:
-            def take() -> None:
-                stamp[0] = time.perf_counter()
+    def timestamp(self, stream: Stream | None) -> list[Any]:
+        """``[seconds, event]``: the host clock read when ``stream`` gets here."""
+        if stream is None:
+            return [time.perf_counter(), None]
+        stamp: list[Any] = [float("nan"), None]
 
-            self.enqueue_call(stream, take)
+        def take() -> None:
+            stamp[0] = time.perf_counter()
+
+        self.enqueue_call(stream, take)
+        stamp[1] = EmulatedEvent(stream, -1)      # completes right after `take`
+        self._scheduler.enqueue(stream, _RECORD, stamp[1])  # type: ignore[arg-type]
         return stamp
 
-    def timestamp_seconds(self, stamp: list[float]) -> float:
-        return stamp[0]
+    def timestamp_seconds(self, stamp: list[Any]) -> float:
+        """The seconds of a timestamp; blocks until the stream has reached it."""
+        if stamp[1] is not None:
+            self.synchronize(stamp[1])
+        return float(stamp[0])
 
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],

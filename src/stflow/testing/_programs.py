@@ -129,10 +129,12 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
         if roll < 0.12:
             data.append(DataSpec(None, None, "token"))
             continue
-        shape = ((rng.randint(1, 300),) if rng.random() < 0.6
+        shape: tuple[int, ...] = ((rng.randint(1, 300),) if rng.random() < 0.6
                  else (rng.randint(1, 20), rng.randint(1, 20)))
         dtype = rng.choice(["float32", "float64"])
         if roll < 0.6:
+            if rng.random() < 0.08:
+                shape = rng.choice([(), (0,), (3, 0)])     # 0-d and zero-size buffers
             data.append(DataSpec(shape, dtype, "array", readonly=rng.random() < 0.15))
         elif roll < 0.85:
             fill_place = rng.choice([None, "host", *range(devices)])
@@ -164,6 +166,7 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
             continue
         kind = "host_launch" if host_callbacks and roll < 0.33 else "task"
         chosen = rng.sample(alive, rng.randint(1, min(4, len(alive))))
+        initialised_before = set(initialised)
         deps = []
         for index in chosen:
             spec = data[index]
@@ -183,6 +186,17 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
             deps.append((index, mode, place))
             if mode & WRITE:
                 initialised.add(index)
+        if deps and rng.random() < 0.15:
+            # The same data twice: read again elsewhere, or read + rw at one place.
+            index, mode, place = rng.choice(deps)
+            spec = data[index]
+            if spec.origin != "token" and index in initialised_before:
+                if mode == READ:
+                    again = rng.choice([None, "host", "managed", *range(devices)]) \
+                        if kind == "task" else rng.choice([None, "host", "managed"])
+                    deps.append((index, READ, again))
+                elif not spec.readonly:
+                    deps.append((index, READ, place))
         place_of_exec = "host" if kind == "host_launch" else rng.choice(exec_places)
         ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
                           launch=kind == "task" and rng.random() < 0.4))
@@ -319,19 +333,7 @@ def run_program(program: Program, backend: str = "emulated",
                 lds[i] = ctx.token()
         for op in program.ops:
             if isinstance(op, TaskOp):
-                deps = []
-                modes = []
-                for index, mode, place in op.deps:
-                    deps.append(stf.dep(lds[index], mode, _place(stf, place)))
-                    if program.data[index].origin != "token":
-                        modes.append(mode)
-                if op.kind == "host_launch":
-                    ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
-                    continue
-                place = (stf.exec_place.host() if op.place_of_exec == "host"
-                         else stf.exec_place.device(op.place_of_exec))
-                with ctx.task(place, *deps) as t:
-                    body(t, op, modes)
+                _submit(stf, ctx, program, op, lds, body)   # keeps no reference
             elif op.kind == "wait":
                 waits.append((op.data, ctx.wait(lds[op.data])))
             elif op.kind == "fence":
@@ -340,6 +342,25 @@ def run_program(program: Program, backend: str = "emulated",
                 del lds[op.data]
     final = {i: user[i] for i in program.initial}
     return Outcome(waits, final)
+
+
+def _submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
+            body: BodyRunner) -> None:
+    """Submit one task or host callback; nothing of it outlives the call, so a later
+    ``drop`` really drops the data (its retirement is then exercised)."""
+    deps = []
+    modes = []
+    for index, mode, place in op.deps:
+        deps.append(stf.dep(lds[index], mode, _place(stf, place)))
+        if program.data[index].origin != "token":
+            modes.append(mode)
+    if op.kind == "host_launch":
+        ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
+        return
+    place = (stf.exec_place.host() if op.place_of_exec == "host"
+             else stf.exec_place.device(op.place_of_exec))
+    with ctx.task(place, *deps) as t:
+        body(t, op, modes)
 
 
 def _host_fn(modes: list[int], coef: float) -> Callable[..., None]:
