@@ -59,10 +59,8 @@ class Config:
         text = self.emulated_devices_text
         if text is None or text.strip() == "":
             return 2
-        try:
-            count = int(text)
-        except ValueError:
-            count = 0
+        stripped = text.strip()
+        count = int(stripped) if stripped.isdigit() else 0   # no signs, no "1_0"
         if count <= 0:
             raise ValueError(
                 f"STFLOW_EMULATED_DEVICES={text!r} is not a positive integer; "

@@ -212,6 +212,9 @@ def dlpack_export(owner: Any, data_ptr: int, shape: Any, dtype_code: int, dtype_
     dtype_bits = _as_int(dtype_bits, "dtype_bits")
     device_id = _as_int(device_id, "device_id")
     device_type = _as_int(device_type, "device_type")
+    if not isinstance(versioned, bool):
+        raise TypeError(f"dlpack_export: versioned must be a bool, got "
+                        f"{type(versioned).__name__}")
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
         raise TypeError(f"dlpack_export: shape must be a sequence of ints, got "
                         f"{type(shape).__name__}")

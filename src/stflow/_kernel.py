@@ -63,6 +63,9 @@ def _dims(value: Any, what: str) -> tuple[int, int, int]:
                         f"NumPy scalar {value!r}; convert it with int()")
     if isinstance(value, int):
         values: list[Any] = [value]
+    elif isinstance(value, (str, bytes)):
+        raise TypeError(f"launch: {what} must be an int or a tuple of 1 to 3 ints, "
+                        f"got the string {value!r}")
     else:
         try:
             values = list(value)

@@ -85,3 +85,18 @@ def test_fill_value_out_of_range_for_signed_integers_is_refused(backend, dtype, 
             init_logical_data(ctx, ld, value)
         with pytest.raises(ValueError):
             ctx.logical_data_full((3,), value, dtype=dtype)
+
+
+def test_launch_refuses_a_string_grid(backend):
+    # API.md 3.17: grid and block are an int or 1-3 values; a string is neither
+    with stf.context(backend=backend) as ctx:
+        ld = ctx.logical_data(np.zeros(4))
+        with ctx.cuda_kernel(ld.rw()) as k:
+            with pytest.raises(TypeError, match="string"):
+                k.launch(lambda a: None, "12", 1, (k.get_arg(0),))
+
+
+def test_dlpack_export_checks_versioned():
+    # API.md 3.13: a wrong argument type -> TypeError
+    with pytest.raises(TypeError, match="versioned"):
+        stf.dlpack_export(object(), 0, (1,), 2, 64, 0, versioned="yes")
