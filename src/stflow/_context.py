@@ -32,7 +32,6 @@ from .backends._base import callback_state
 __all__ = ["context"]
 
 _LogicalData = logical_data
-_ExecPlace = exec_place
 _Task = task
 _live_contexts: weakref.WeakSet[context] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -139,15 +138,9 @@ class context:
 
     def _full(self, shape: Any, fill_value: Any, dtype: Any, where: Any,
               exec_place: Any, name: str | None, what: str) -> _LogicalData:
-        from ._places import data_place
-        from .fill_utils import fill_pattern, init_logical_data
+        from .fill_utils import check_fill_places, fill_pattern, init_logical_data
         runtime = self._live()
-        if where is not None and not isinstance(where, data_place):
-            raise TypeError(f"{what}: where must be a data_place or None, got "
-                            f"{type(where).__name__}")
-        if exec_place is not None and not isinstance(exec_place, _ExecPlace):
-            raise TypeError(f"{what}: exec_place must be an exec_place or None, got "
-                            f"{type(exec_place).__name__}")
+        check_fill_places(where, exec_place, what, "where")
         if dtype is None:
             dtype = np.array(fill_value).dtype
         checked = check_dtype(dtype, what)

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 
-from ._errors import (AccessModeError, ContextFinalizedError, ContextMismatchError,
-                      PlaceError, ScopeError)
-from ._logical_data import dep, logical_data
+from ._errors import AccessModeError, ContextFinalizedError, PlaceError, ScopeError
+from ._logical_data import dep
 from ._places import AFFINE, exec_place
 from ._runtime import Access, Runtime, work_ids
 from ._views import CudaStream

@@ -47,6 +47,17 @@ def fill_pattern(value: Any, dtype: np.dtype, what: str) -> bytes:
     return element.tobytes()
 
 
+def check_fill_places(data_place: Any, exec_place: Any, what: str,
+                      data_name: str) -> None:
+    """``TypeError`` unless the places of a fill are places or ``None``."""
+    if data_place is not None and not isinstance(data_place, data_place_type):
+        raise TypeError(f"{what}: {data_name} must be a data_place or None, got "
+                        f"{type(data_place).__name__}")
+    if exec_place is not None and not isinstance(exec_place, exec_place_type):
+        raise TypeError(f"{what}: exec_place must be an exec_place or None, got "
+                        f"{type(exec_place).__name__}")
+
+
 def init_logical_data(ctx: Any, ld: logical_data, value: Any,
                       data_place: data_place_type | None = None,
                       exec_place: exec_place_type | None = None) -> None:
@@ -66,12 +77,7 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
     if ld._runtime is not ctx._runtime:
         raise ContextMismatchError(f"logical data {ld._label()} belongs to another "
                                    "context")
-    if data_place is not None and not isinstance(data_place, data_place_type):
-        raise TypeError(f"data_place must be a data_place or None, got "
-                        f"{type(data_place).__name__}")
-    if exec_place is not None and not isinstance(exec_place, exec_place_type):
-        raise TypeError(f"exec_place must be an exec_place or None, got "
-                        f"{type(exec_place).__name__}")
+    check_fill_places(data_place, exec_place, "init_logical_data", "data_place")
     pattern = fill_pattern(value, ld._dtype, "init_logical_data")  # type: ignore[arg-type]
     args: list[Any] = [ld.write(data_place)]
     if exec_place is not None:
