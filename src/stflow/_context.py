@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._config import warn_ignored_reference_variables
-from ._errors import ContextFinalizedError
+from ._errors import BackendUnavailableError, ContextFinalizedError
 from ._instrument import Instrument, Statistics
 from ._logical_data import dep, logical_data
 from ._places import exec_place
@@ -75,9 +75,6 @@ class context:
         if handle is not None:
             raise TypeError(f"handle must be None in this release (async_resources "
                             f"are not supported yet), got {type(handle).__name__}")
-        if use_graph:
-            raise NotImplementedError("graph mode (use_graph=True) is not available in "
-                                      "this release of stflow; use stream mode")
         if backend is None:
             from ._config import config
             backend = config().backend
@@ -85,6 +82,8 @@ class context:
         native = get_backend(backend)
         note_context_backend(native)
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
+        if use_graph:
+            native = _graph_backend(native, caller)
         self._runtime = Runtime(native, caller)
         self._stream_owner = stream
         with _live_lock:
@@ -273,6 +272,20 @@ class context:
         runtime = self._runtime
         ident = runtime.id if runtime is not None else 0
         return f"context(handle={ident}, borrowed={self._borrowed})"
+
+
+def _graph_backend(native: Any, caller: Any) -> Any:
+    """The recording backend of a graph-mode context (emulated backend only, so far)."""
+    if native.name != "emulated":
+        raise BackendUnavailableError(
+            "graph mode (use_graph=True) runs on the emulated backend only in this "
+            "release; CUDA graphs are planned (docs/plan-graph-mode.md); use stream mode "
+            "on CUDA")
+    if caller is not None:
+        raise ValueError("graph mode with a caller stream (context(stream=...)) is not "
+                         "supported yet; use one or the other")
+    from .backends.recording import GraphRecorder
+    return GraphRecorder(native)
 
 
 def _finalize_quietly(runtime: Runtime) -> None:

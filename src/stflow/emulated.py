@@ -54,6 +54,19 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
         raise ScopeError("launch() called from work running in stream order; enqueue "
                          "from the task body instead")
     from .backends.emulated import EmulatedView, get_backend
+    from .backends.recording import recording_stream
+    recording = recording_stream(handle)
+    if recording is not None:                 # graph mode: a node of the graph
+        recorder, stream = recording
+        from .backends._base import pointer_array
+        views = tuple(args)
+
+        def replay() -> None:                 # views are read when the graph runs
+            fn(*(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
+                 if isinstance(a, EmulatedView) else a for a in views))
+
+        recorder.add_call(stream, replay)
+        return
     backend = get_backend()
     native = backend.stream_from_handle(handle)
     arguments = tuple(np.asarray(a) if isinstance(a, EmulatedView) else a for a in args)

@@ -48,3 +48,18 @@ def test_large_programs_match_the_oracle(backend):
 @pytest.mark.parametrize("first", range(20_000, 25_000, 500))
 def test_campaign_of_large_programs(backend, first):
     _run_seeds(backend, range(first, first + 500), max_data=10, max_ops=120)
+
+
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 500), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
+    if backend != "emulated":
+        pytest.skip("graph mode runs on the emulated backend only so far")
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            check_program(generate_program(seed, devices), backend, use_graph=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])

@@ -265,9 +265,19 @@ BodyRunner = Callable[[Any, TaskOp, list[int]], None]
 
 def emulated_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     """Body strategy for the emulated backend: direct host access or a launch."""
+    _emulated(t, op, modes, op.launch)
+
+
+def emulated_graph_body(t: Any, op: TaskOp, modes: list[int]) -> None:
+    """Body strategy for graph mode on the emulated backend: always a launch (what a
+    captured body enqueues is recorded; direct host access is refused)."""
+    _emulated(t, op, modes, True)
+
+
+def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
     views = t.args_cai()
     views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
-    if op.launch:
+    if launched:
         from ..emulated import launch
 
         def kernel(*arrays: np.ndarray) -> None:
@@ -304,17 +314,19 @@ def _place(stf: Any, place: Any) -> Any:
 
 
 def run_program(program: Program, backend: str = "emulated",
-                body: BodyRunner | None = None) -> Outcome:
-    """Run ``program`` through stflow on ``backend``; returns what it observed."""
+                body: BodyRunner | None = None, use_graph: bool = False) -> Outcome:
+    """Run ``program`` through stflow on ``backend`` (in graph mode with
+    ``use_graph``); returns what it observed."""
     import stflow as stf
     if body is None:
-        body = cupy_body if backend == "cuda" else emulated_body
+        body = (cupy_body if backend == "cuda" else
+                emulated_graph_body if use_graph else emulated_body)
     user = {i: array.copy() for i, array in program.initial.items()}
     for i, spec in enumerate(program.data):
         if spec.readonly:
             user[i].setflags(write=False)
     waits = []
-    with stf.context(backend=backend) as ctx:
+    with stf.context(backend=backend, use_graph=use_graph) as ctx:
         lds: dict[int, Any] = {}
         for i, spec in enumerate(program.data):
             if spec.origin == "array":
@@ -379,7 +391,8 @@ def _same(actual: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
 
 
 def check_program(program: Program, backend: str = "emulated",
-                  body: BodyRunner | None = None, exact: bool | None = None) -> None:
+                  body: BodyRunner | None = None, exact: bool | None = None,
+                  use_graph: bool = False) -> None:
     """Run ``program`` through stflow and the oracle; raise if they differ.
 
     Raises
@@ -390,7 +403,7 @@ def check_program(program: Program, backend: str = "emulated",
     if exact is None:
         exact = backend == "emulated"
     expected = run_oracle(program)
-    actual = run_program(program, backend, body)
+    actual = run_program(program, backend, body, use_graph)
     problems = []
     if len(actual.waits) != len(expected.waits):
         problems.append(f"{len(actual.waits)} wait results, expected "

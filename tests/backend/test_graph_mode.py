@@ -1,0 +1,89 @@
+"""Graph mode (``context(use_graph=True)``): record an epoch, replay it at sync points."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.emulated import launch
+from stflow.errors import BackendUnavailableError, ScopeError
+from stflow.instrument import TraceRecorder
+
+
+@pytest.fixture
+def graph_ctx(backend):
+    if backend != "emulated":
+        with pytest.raises(BackendUnavailableError, match="graph mode"):
+            stf.context(backend=backend, use_graph=True)
+        pytest.skip("graph mode runs on the emulated backend only so far")
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        yield ctx
+
+
+def _axpy(t, scale):
+    launch(t.stream_ptr(), lambda x, y: y.__iadd__(scale * x), *t.args_cai())
+
+
+def test_results_match_stream_mode(graph_ctx):
+    X, Y = np.arange(16.0), np.ones(16)
+    ctx = graph_ctx
+    lx, ly = ctx.logical_data(X), ctx.logical_data(Y)
+    for step in range(4):
+        with ctx.task(stf.exec_place.device(step % 2), lx.read(), ly.rw()) as t:
+            _axpy(t, 2.0)
+    assert Y[1] == 1.0                          # nothing ran yet: recorded only
+    np.testing.assert_array_equal(ctx.wait(ly), 1 + 8 * np.arange(16.0))
+    assert ctx.statistics().graph_instantiations == 1
+
+
+def test_work_runs_when_the_graph_is_replayed(graph_ctx):
+    ctx = graph_ctx
+    log = []
+    token = ctx.token()
+    ctx.host_launch(token.rw(), fn=lambda: log.append("first"))
+    ctx.host_launch(token.rw(), fn=lambda: log.append("second"))
+    assert log == []                             # recorded, not run
+    with stf.context(backend="emulated", stream=ctx.fence()):
+        pass                                     # a stream context on the fence stream
+    ctx.finalize()
+    assert log == ["first", "second"]
+
+
+def test_host_access_in_a_recorded_body_is_refused(graph_ctx):
+    ld = graph_ctx.logical_data(np.zeros(4))
+    with graph_ctx.task(ld.rw()) as t:
+        with pytest.raises(ScopeError, match="recorded"):
+            np.asarray(t.get_arg_cai(0))
+
+
+def test_epochs_follow_each_other(graph_ctx):
+    ctx = graph_ctx
+    ld = ctx.logical_data(np.zeros(3))
+    for epoch in range(3):
+        with ctx.task(stf.exec_place.device(epoch % 2), ld.rw()) as t:
+            launch(t.stream_ptr(), lambda a: a.__iadd__(1.0), *[t.get_arg_cai(0)])
+        ctx.fence()
+    np.testing.assert_array_equal(ctx.wait(ld), [3.0, 3.0, 3.0])
+    assert ctx.statistics().graph_instantiations == 4   # three fences and the wait
+
+
+def test_trace_of_a_graph_mode_context(backend):
+    if backend != "emulated":
+        pytest.skip("graph mode runs on the emulated backend only so far")
+    recorder = TraceRecorder()
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        ctx.attach(recorder)
+        ld = ctx.logical_data(np.zeros(8))
+        with ctx.task(ld.rw(), symbol="add") as t:
+            launch(t.stream_ptr(), lambda a: a.__iadd__(1.0), t.get_arg_cai(0))
+    events = json.loads(json.dumps(recorder.to_json()))["traceEvents"]
+    assert "task 'add'" in {e["name"] for e in events if e["ph"] == "X"}
+
+
+def test_graph_mode_with_a_caller_stream_is_refused():
+    with stf.context(backend="emulated") as outer:
+        with pytest.raises(ValueError, match="caller stream"):
+            stf.context(backend="emulated", use_graph=True, stream=outer.fence())
