@@ -177,7 +177,7 @@ class Runtime(DataRegistry):
             allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
             evictions=0, waits_issued=counters.waits_issued,
             waits_skipped=counters.waits_skipped, fences=counters.fences, seed=seed,
-            graph_instantiations=getattr(self.backend, "instantiations", 0))
+            graph_instantiations=self.backend.graph_instantiations)
 
     def _allocate(self, device: int, nbytes: int, stream: Stream, dtype: np.dtype,
                   record: WorkRecord | None) -> Allocation:
@@ -542,9 +542,7 @@ class Runtime(DataRegistry):
                 stream = self.fence_stream = self.new_stream(
                     max(self.backend.current_device(), 0))
             self.order_after(stream, self.outstanding_events())
-            fence_stream = getattr(self.backend, "fence_stream", None)
-            if fence_stream is not None:         # graph mode: replay, then a real stream
-                stream = fence_stream()
+            stream = self.backend.fence_stream(stream)
             self.counters.fences += 1
             for instrument in self.instruments:
                 instrument.fence()
@@ -636,9 +634,7 @@ class Runtime(DataRegistry):
             self.pinned_roots.clear()
             for stream in self.streams:
                 backend.destroy_stream(stream)
-            fence = getattr(backend, "fence", None)
-            if fence is not None:                   # graph mode's real fence stream
-                backend.real.destroy_stream(fence)  # type: ignore[attr-defined]
+            backend.context_finalized()
             self.streams.clear()
             self.pools.clear()
             self.finalized = True

@@ -141,6 +141,8 @@ class Backend(abc.ABC):
     bodies_wait_on_host: bool
     """True when a task body may touch its data from the host right after ``start()``
     (the emulated backend blocks the host until the prerequisites are done)."""
+    graph_instantiations: int = 0
+    """Graphs instantiated so far (graph mode's recording backend counts them)."""
     pinned_host_required: bool = False
     """True when host instances must be page-locked memory (so that device work can
     reach them): a user buffer that :meth:`register_host` cannot page-lock then lives
@@ -235,6 +237,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a host thread in stream order. ``fn`` must not raise."""
+
+    # -- synchronisation points of a context ------------------------------------
+    def fence_stream(self, stream: Stream) -> Stream:
+        """The stream ``fence()`` hands out, once ``stream`` waits for all the work.
+
+        Stream mode: ``stream`` itself. Graph mode: the recorded epoch is launched
+        and a real stream ordered after it is returned.
+        """
+        return stream
+
+    def context_finalized(self) -> None:
+        """Release what a backend holds for one context (per-context backends)."""
 
     # -- timestamps (for traces) -------------------------------------------------
     def timestamp(self, stream: Stream | None) -> Any:

@@ -99,7 +99,7 @@ class GraphRecorder(Backend):
         self.nodes: list[Node] = []
         self.streams: list[RecordingStream] = []
         self.previous: list[Event] = []           # real ends of the last epoch
-        self.instantiations = 0
+        self.graph_instantiations = 0
         self.fence: Stream | None = None
 
     # -- devices -------------------------------------------------------------------
@@ -238,7 +238,7 @@ class GraphRecorder(Backend):
             self.real.synchronize(node.done)
         return float(stamp[0])
 
-    def fence_stream(self) -> Stream:
+    def fence_stream(self, stream: Stream) -> Stream:
         """Replay the epoch; a real stream that completes once the replay has."""
         ends = self.complete_epoch()
         if self.fence is None:
@@ -246,6 +246,11 @@ class GraphRecorder(Backend):
         for event in ends:
             self.real.wait(self.fence, event)
         return self.fence
+
+    def context_finalized(self) -> None:
+        if self.fence is not None:
+            self.real.destroy_stream(self.fence)
+            self.fence = None
 
     # -- replay ----------------------------------------------------------------------
     def complete_epoch(self) -> list[Event]:
@@ -269,7 +274,7 @@ class GraphRecorder(Backend):
             self._replay(node, target)
             node.done = real.record(target)
         if nodes:
-            self.instantiations += 1
+            self.graph_instantiations += 1
             self.previous = [stream.real.last_event for stream in used  # type: ignore
                              if stream.real.last_event is not None]  # type: ignore
         self.epoch += 1
