@@ -177,6 +177,25 @@ class DataState:
             if instance.ready:
                 instance.ready = {}
 
+    def snapshot(self) -> tuple:
+        """The ordering and instance states, for :meth:`restore` (graph scopes whose
+        recording is discarded or never launched)."""
+        tracker = self.tracker
+        return (dict(tracker.writer), dict(tracker.readers),
+                {device: (instance.state, dict(instance.ready))
+                 for device, instance in self.instances.items()})
+
+    def restore(self, snapshot: tuple) -> None:
+        """Go back to the states of :meth:`snapshot`; instances created since are
+        invalid (their buffers are kept)."""
+        writer, readers, instances = snapshot
+        self.tracker.writer = dict(writer)
+        self.tracker.readers = dict(readers)
+        for device, instance in self.instances.items():
+            state, ready = instances.get(device, (INVALID, {}))
+            instance.state = state
+            instance.ready = dict(ready)
+
     def writeback_plan(self) -> tuple[Instance, Instance, list[Any]] | None:
         """The copy that brings the reference instance up to date, if one is needed.
 

@@ -85,6 +85,9 @@ class context:
         if use_graph:
             native = _graph_backend(native, caller)
         self._runtime = Runtime(native, caller)
+        if use_graph:
+            self._runtime.graph_mode = True
+            self._runtime.epoch_begin()
         self._stream_owner = stream
         with _live_lock:
             _live_contexts.add(self)
@@ -275,15 +278,13 @@ class context:
 
 
 def _graph_backend(native: Any, caller: Any) -> Any:
-    """The recording backend of a graph-mode context (emulated backend only, so far)."""
-    if native.name != "emulated":
-        raise BackendUnavailableError(
-            "graph mode (use_graph=True) runs on the emulated backend only in this "
-            "release; CUDA graphs are planned (docs/plan-graph-mode.md); use stream mode "
-            "on CUDA")
+    """The recording backend of a graph-mode context."""
     if caller is not None:
         raise ValueError("graph mode with a caller stream (context(stream=...)) is not "
-                         "supported yet; use one or the other")
+                         "supported; use one or the other")
+    if native.graphs is None:
+        raise BackendUnavailableError(f"graph mode (use_graph=True) needs graph support, "
+                                      f"which the {native.name} backend lacks")
     from .backends.recording import GraphRecorder
     return GraphRecorder(native)
 

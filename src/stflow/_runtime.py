@@ -36,6 +36,7 @@ from ._instrument import (DotRecorder, Instrument, NvtxRanges, Statistics,
 from ._logical_data import logical_data
 from ._places import AFFINE, data_place
 from ._registry import DataRegistry
+from ._scopes import ScopeRuntime
 from .backends._base import (HOST, MANAGED, Allocation, Backend, Event, Stream,
                              callback_state)
 
@@ -93,7 +94,7 @@ class _Pool:
         self.next = 0
 
 
-class Runtime(DataRegistry):
+class Runtime(DataRegistry, ScopeRuntime):
     """The state and mechanisms of one context (see the module docstring)."""
 
     def __init__(self, backend: Backend, caller_stream: Stream | None) -> None:
@@ -120,6 +121,10 @@ class Runtime(DataRegistry):
         self.instruments: list[Instrument] = []
         self.open_records: dict[int, WorkRecord] = {}
         self.counters = _Counters()
+        self.scopes = []                            # graph scopes (graph mode)
+        self.graph_mode = False                     # context(use_graph=True): epochs
+        if backend.records:
+            backend.error_sink = self.capture       # type: ignore[attr-defined]
         self._attach_configured_instruments()
         if caller_stream is not None:
             self.entry_event = backend.record(caller_stream)
@@ -177,7 +182,8 @@ class Runtime(DataRegistry):
             allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
             evictions=0, waits_issued=counters.waits_issued,
             waits_skipped=counters.waits_skipped, fences=counters.fences, seed=seed,
-            graph_instantiations=self.backend.graph_instantiations)
+            graph_instantiations=self.backend.graph_instantiations,
+            graph_updates=getattr(self.backend, "graph_updates", 0))
 
     def _allocate(self, device: int, nbytes: int, stream: Stream, dtype: np.dtype,
                   record: WorkRecord | None) -> Allocation:
@@ -252,6 +258,9 @@ class Runtime(DataRegistry):
     def new_stream(self, device: int) -> Stream:
         stream = self.backend.create_stream(device)
         stream.error_sink = self.capture
+        real = getattr(stream, "real", None)      # a recording stream's capture stream
+        if real is not None:
+            real.error_sink = self.capture
         if self.entry_event is not None:
             self.order_after(stream, [self.entry_event])
         self.streams.append(stream)
@@ -342,6 +351,10 @@ class Runtime(DataRegistry):
                 prepare = True
             if needed:
                 prerequisites.extend(needed)
+        if self.scopes:
+            for access in accesses:
+                self.scope_access(access.state, access.mode, access.instance,
+                                  access.source)
         pool = self.pools.get(device) or self.pool(device)
         if prerequisites:
             stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
@@ -397,6 +410,8 @@ class Runtime(DataRegistry):
             for access in accesses:
                 if access.source is not None and access.instance is not None:
                     access.state.copied(access.instance, access.source, event)
+                    if self.scopes:
+                        self.scope_wrote(access.state, access.instance)
             enqueued = True
         if record is not None:
             for instrument in self.instruments:
@@ -419,8 +434,11 @@ class Runtime(DataRegistry):
             event.producer = ident
             for instrument in self.instruments:
                 instrument.work_ended(record)
+        scopes = self.scopes
         for access in accesses:
             access.state.released(access.instance, access.mode, event)
+            if scopes and access.mode & WRITE and access.instance is not None:
+                self.scope_wrote(access.state, access.instance)
             if owner is not None:
                 access.state.active.pop(owner, None)
         if owner is not None:
@@ -478,6 +496,8 @@ class Runtime(DataRegistry):
                 instrument.work_ended(record)
         if keep:
             state.copied(target, source, event)
+            if self.scopes:
+                self.scope_wrote(state, target)
         state.tracker.release(READ, event)
         return event
 
@@ -498,6 +518,8 @@ class Runtime(DataRegistry):
         """
         retired = self.retired
         backend = self.backend
+        if self.scopes and not self.scopes[0].kind == "epoch":
+            return                        # written back once the scopes are closed
         while retired:
             state = self.data.pop(retired.popleft(), None)
             if state is None:
@@ -530,12 +552,16 @@ class Runtime(DataRegistry):
         self.releases = pending
 
     def outstanding_events(self) -> list[Event]:
-        return [s.last_event for s in self.streams if s.last_event is not None]
+        events = [s.last_event for s in self.streams if s.last_event is not None]
+        if self.backend.records:
+            events.extend(self.backend.pending_events())
+        return events
 
     def fence(self) -> int:
         """A stream that completes once everything submitted so far has completed."""
         with self.lock:
             self.check_submit("fence()")
+            self.epoch_boundary()
             self.drain_retired()
             stream = self.fence_stream
             if stream is None:
@@ -546,6 +572,7 @@ class Runtime(DataRegistry):
             self.counters.fences += 1
             for instrument in self.instruments:
                 instrument.fence()
+            self.epoch_begin()
         self.raise_errors("fence()")
         return int(stream.handle)
 
@@ -560,6 +587,7 @@ class Runtime(DataRegistry):
         with self.lock:
             self.check_submit("wait()")
             self.owns(ld, "wait()")
+            self.epoch_boundary()
             self.drain_retired()
             state = cast(DataState, ld._state)
             dtype = cast(np.dtype, ld._dtype)
@@ -579,6 +607,7 @@ class Runtime(DataRegistry):
                 event = self._copy_into(state, target, source, prerequisites, dtype,
                                         ld._label(), keep=False)
             retiring = [entry[0] for entry in self.releases]
+            self.epoch_begin()
         if event is not None:
             self.backend.synchronize(event)
         for done in retiring:             # collected data is written back by now
@@ -609,7 +638,11 @@ class Runtime(DataRegistry):
             if callback_state.active:
                 raise ScopeError("finalize() called from a host callback or launched "
                                  "function")
+            if self.scopes and self.scopes[0].kind != "epoch":
+                raise ScopeError(f"finalize() with {len(self.scopes)} graph scope(s) "
+                                 "still open; close them first")
             self.quiesce()
+            self.epoch_boundary()
             self.drain_retired()
             for state in self.data.values():
                 self.writeback(state)

@@ -269,6 +269,8 @@ class task:
                 self._accesses, exec_device, self, label, self._id)
             runtime.counters.tasks += 1
             self._stream = stream
+            if backend.records:           # graph mode: the body is captured
+                backend.begin_body(stream)
             self._phase = _STARTED
             if current is None and exec_device >= 0 and backend.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.

@@ -22,7 +22,14 @@ from ._errors import ScopeError
 from ._views import stream_handle
 from .backends._base import callback_state
 
-__all__ = ["launch"]
+__all__ = ["launch", "set_conditional"]
+
+
+def set_conditional(handle: int, value: Any) -> None:
+    """Set the condition of a ``while_loop`` from launched work (``loop.cond_handle``):
+    the emulated analog of ``cudaGraphSetConditional`` (non-zero: run the body again)."""
+    from .backends._emulated_graphs import set_conditional as set_value
+    set_value(handle, value)
 
 
 def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
@@ -53,23 +60,14 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     if callback_state.active:
         raise ScopeError("launch() called from work running in stream order; enqueue "
                          "from the task body instead")
+    from .backends._base import pointer_array
     from .backends.emulated import EmulatedView, get_backend
-    from .backends.recording import recording_stream
-    recording = recording_stream(handle)
-    if recording is not None:                 # graph mode: a node of the graph
-        recorder, stream = recording
-        from .backends._base import pointer_array
-        views = tuple(args)
-
-        def replay() -> None:                 # views are read when the graph runs
-            fn(*(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
-                 if isinstance(a, EmulatedView) else a for a in views))
-
-        recorder.add_call(stream, replay)
-        return
     backend = get_backend()
     native = backend.stream_from_handle(handle)
-    arguments = tuple(np.asarray(a) if isinstance(a, EmulatedView) else a for a in args)
+    # Task views become arrays of their memory (also the views of a task recorded into
+    # a graph, which refuse host access: the work reads them when the graph runs).
+    arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
+                      if isinstance(a, EmulatedView) else a for a in args)
     from ._runtime import work_ids
     order = next(work_ids)            # errors are reported in submission order
 

@@ -143,6 +143,10 @@ class Backend(abc.ABC):
     (the emulated backend blocks the host until the prerequisites are done)."""
     graph_instantiations: int = 0
     """Graphs instantiated so far (graph mode's recording backend counts them)."""
+    graphs: Any = None
+    """Graph construction and launch (a ``_graphs.GraphSupport``), or ``None``."""
+    records: bool = False
+    """True for graph mode's recorder: task bodies are captured (``begin_body``)."""
     pinned_host_required: bool = False
     """True when host instances must be page-locked memory (so that device work can
     reach them): a user buffer that :meth:`register_host` cannot page-lock then lives
@@ -246,6 +250,15 @@ class Backend(abc.ABC):
         and a real stream ordered after it is returned.
         """
         return stream
+
+    def begin_body(self, stream: Stream) -> None:
+        """A task body is about to enqueue work on ``stream`` (graph mode captures
+        it); called only when :attr:`records` is true."""
+
+    def pending_events(self) -> list[Event]:
+        """Events of work the backend itself enqueued for the context (graph
+        launches) that a fence or finalize must wait for."""
+        return []
 
     def context_finalized(self) -> None:
         """Release what a backend holds for one context (per-context backends)."""

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import itertools
 import random
 import sys
@@ -54,11 +55,12 @@ _HOLD_SECONDS = 50e-6
 
 
 class EmulatedStream(Stream):
-    __slots__ = ("queue",)
+    __slots__ = ("queue", "capture")
 
     def __init__(self, handle: int, device: int) -> None:
         super().__init__(handle, device)
         self.queue: deque[tuple[int, Any]] = deque()
+        self.capture: Any = None        # a graph capture (``_emulated_graphs``)
 
 
 class EmulatedEvent(Event):
@@ -342,8 +344,21 @@ class EmulatedBackend(Backend):
                 scheduler.waiters -= 1
 
     def enqueue_call(self, stream: Stream, fn: Callable[[], None]) -> None:
-        """Enqueue ``fn()`` on ``stream``; exceptions go to ``stream.error_sink``."""
-        self._scheduler.enqueue(stream, _CALL, fn)  # type: ignore[arg-type]
+        """Enqueue ``fn()`` on ``stream``; exceptions go to ``stream.error_sink``.
+
+        On a capturing stream, ``fn`` becomes a node of the graph instead.
+        """
+        capture = stream.capture  # type: ignore[attr-defined]
+        if capture is not None:
+            capture.add(fn)
+        else:
+            self._scheduler.enqueue(stream, _CALL, fn)  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def graphs(self) -> Any:
+        """Graph construction and launch (:class:`~._emulated_graphs.EmulatedGraphs`)."""
+        from ._emulated_graphs import EmulatedGraphs
+        return EmulatedGraphs(self)
 
     # -- memory ------------------------------------------------------------------
     def allocate(self, device: int, nbytes: int, stream: Stream | None,

@@ -1,30 +1,33 @@
-"""Graph mode as a backend: record the work of an epoch, then replay it.
+"""Graph mode as a backend: the stream operations of a scope become a graph.
 
-``context(use_graph=True)`` runs the same runtime over a :class:`GraphRecorder`, which
-implements the backend contract by building a graph instead of running anything:
+``context(use_graph=True)`` and the scopes of ``stackable_context`` run the same
+runtime over a :class:`GraphRecorder`. It implements the backend contract over a real
+backend that has graph support (``backend.graphs``, see ``_graphs.py``):
 
-- a *recording stream* holds a frontier, the graph nodes its next operation depends on;
-- ``record`` returns an event whose payload is that frontier (and the epoch);
-- ``wait`` adds an event's nodes to the waiting stream's frontier;
-- copies, fills, host callbacks, frees and work launched on a recording stream
-  (``stflow.emulated.launch``) become nodes depending on the frontier;
-- allocations are made at once, outside the graph.
+- outside any scope (the root of a stackable context) it passes everything through to
+  the real backend: streams and events are real ones;
+- inside a scope, streams are :class:`RecordingStream` objects, each wrapping a real
+  stream used only for capture. Their operations (copies, fills, host functions, and
+  whatever a task body enqueues on ``t.stream_ptr()``) are *captured* into the scope's
+  graph: a capture begins at the first operation after an event or a wait, depending
+  on the stream's *frontier* (the graph nodes that came before on that stream, plus
+  those of the events it waited for), and ends when an event is recorded;
+- an event of a recording stream (:class:`GraphEvent`) is a snapshot of the frontier.
 
-``fence()``, ``wait()`` and ``finalize()`` close the epoch: its nodes are replayed onto
-real streams of the wrapped backend (one per recording stream, waits on real events for
-edges between streams), after everything of the previous epoch, as if the graph were
-launched on one stream. Events of a closed epoch are implied by that order.
+Graphs nest: a loop scope adds a loop node to the enclosing graph and records its body
+into the node's body graph. A node used as a dependency in another graph is *lifted*:
+from inside a loop body, a node of an enclosing graph becomes a dependency of the loop
+node; from outside, a node of a loop body stands for its loop node. A node of another
+top-level graph stands for that graph's launch, whose completion event the launch of
+this graph waits for (as it waits for every real event the scope's work depends on).
 
-Task bodies run at recording time: direct host access to a view would run once, not
-when the graph runs, so views of a graph-mode task raise ``ScopeError``; work must be
-enqueued on the task stream. Only the emulated backend is wrapped for now; CUDA graph
-mode (stream capture into a CUDA graph) is planned in docs/plan-graph-mode.md.
+When the outermost scope closes, its graph is instantiated (or an executable of the
+same topology is updated) and launched on the recorder's launch stream; frees asked
+for during the recording run after it.
 """
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from typing import Any, Callable
 
@@ -33,79 +36,108 @@ import numpy as np
 from .._errors import ScopeError
 from ._base import Allocation, Backend, Event, Stream
 
-__all__ = ["GraphRecorder", "recording_stream"]
+__all__ = ["GraphEvent", "GraphRecorder", "RecordingStream"]
 
-_handles = itertools.count(0x6A0010, 0x10)
-_recording: dict[int, tuple[GraphRecorder, RecordingStream]] = {}
-_recording_lock = threading.Lock()
+CAPTURED = ("a view of a task recorded into a graph was touched from the host: the body "
+            "runs once, when the graph is recorded, not when it runs; enqueue the work on "
+            "the task stream instead (on the emulated backend: "
+            "stflow.emulated.launch(t.stream_ptr(), fn, *views))")
 
-CAPTURED = ("a view of a graph-mode task was touched from the host: the body runs once, "
-            "when the graph is recorded, not when it runs; enqueue the work on the task "
-            "stream instead (stflow.emulated.launch(t.stream_ptr(), fn, *views))")
+
+class Graph:
+    """A graph being recorded: a top-level graph, or the body of a loop node."""
+
+    __slots__ = ("handle", "parent", "top", "prereqs", "done", "frees", "sinks",
+                 "executable", "launches", "used")
+
+    def __init__(self, handle: Any, parent: Node | None) -> None:
+        self.handle = handle
+        self.parent = parent                        # the loop node of a body
+        self.top: Graph = self if parent is None else parent.graph.top
+        self.prereqs: list[Event] = []              # real events the launch waits for
+        self.done: Event | None = None              # completion of the latest launch
+        self.frees: list[Allocation] = []
+        self.sinks: dict[Node, None] = {}           # nodes nothing depends on yet
+        self.executable: Any = None
+        self.launches = 0
+        self.used = False
+
+    def encloses(self, other: Graph) -> bool:
+        """True when ``other`` is this graph or nested in it."""
+        graph: Graph | None = other
+        while graph is not None:
+            if graph is self:
+                return True
+            graph = graph.parent.graph if graph.parent is not None else None
+        return False
 
 
 class Node:
-    """One operation of a recorded graph."""
+    """Nodes of a graph: the leaves of one capture, or a loop node."""
 
-    __slots__ = ("kind", "payload", "deps", "stream", "done")
+    __slots__ = ("graph", "handles", "__weakref__")
 
-    def __init__(self, kind: str, payload: Any, deps: list[Node],
-                 stream: RecordingStream) -> None:
-        self.kind = kind
-        self.payload = payload
-        self.deps = deps
-        self.stream = stream
-        self.done: Event | None = None          # real event after its replay
+    def __init__(self, graph: Graph, handles: list[Any]) -> None:
+        self.graph = graph
+        self.handles = handles
 
 
 class RecordingStream(Stream):
-    """A stream of a graph under construction: a frontier of nodes."""
+    """A stream of a scope: a frontier of nodes, captured on a real stream."""
 
-    __slots__ = ("frontier", "real")
+    __slots__ = ("real", "frontier", "capturing", "top")
 
-    def __init__(self, handle: int, device: int) -> None:
-        super().__init__(handle, device)
+    def __init__(self, real: Stream, top: Graph) -> None:
+        super().__init__(real.handle, real.device)
+        self.real = real
+        self.top = top
         self.frontier: list[Node] = []
-        self.real: Stream | None = None
+        self.capturing: Graph | None = None
 
 
 class GraphEvent(Event):
-    """A point of a recording stream: the nodes before it, in one epoch."""
+    """A point of a recording stream: the nodes recorded before it."""
 
-    __slots__ = ("nodes", "epoch")
+    __slots__ = ("nodes",)
 
-    def __init__(self, stream: Stream, seq: int, nodes: tuple[Node, ...],
-                 epoch: int) -> None:
+    def __init__(self, stream: Stream, seq: int, nodes: tuple[Node, ...]) -> None:
         super().__init__(stream, seq)
         self.nodes = nodes
-        self.epoch = epoch
-
-
-def recording_stream(handle: int) -> tuple[GraphRecorder, RecordingStream] | None:
-    """The recorder and stream of a recording stream handle, if it is one."""
-    return _recording.get(handle)
 
 
 class GraphRecorder(Backend):
-    """The backend contract over a real backend, recording epochs as graphs."""
+    """The backend contract over a real backend, recording scopes as graphs."""
 
-    bodies_wait_on_host = False
+    records = True
 
     def __init__(self, real: Backend) -> None:
+        graphs = real.graphs
+        if graphs is None:
+            from .._errors import BackendUnavailableError
+            raise BackendUnavailableError(f"the {real.name} backend has no graph support")
         self.real = real
+        self.graphs = graphs
         self.name = real.name
         self.pinned_host_required = real.pinned_host_required
-        self.epoch = 0
-        self.nodes: list[Node] = []
-        self.streams: list[RecordingStream] = []
-        self.previous: list[Event] = []           # real ends of the last epoch
+        self.current: Graph | None = None           # innermost graph being recorded
+        self.capturing: list[RecordingStream] = []  # streams with an open capture
+        self.spare: dict[int, list[Stream]] = {}    # real streams for captures
+        self.lent: dict[Graph, list[Stream]] = {}   # capture streams of each top graph
+        self.launch_streams: dict[int, Stream] = {}
+        self.retiring: list[tuple[Event, Graph]] = []
+        self.cache: dict[Any, Any] = {}             # topology -> executable
         self.graph_instantiations = 0
+        self.graph_updates = 0
         self.fence: Stream | None = None
 
     # -- devices -------------------------------------------------------------------
     @property
     def device_count(self) -> int:
         return self.real.device_count
+
+    @property
+    def bodies_wait_on_host(self) -> bool:  # type: ignore[override]
+        return self.current is None and self.real.bodies_wait_on_host
 
     def current_device(self) -> int:
         return self.real.current_device()
@@ -116,63 +148,295 @@ class GraphRecorder(Backend):
     def describe(self) -> str:
         return f"graph mode on the {self.real.describe()}"
 
-    # -- streams and events -----------------------------------------------------------
-    def create_stream(self, device: int) -> RecordingStream:
-        stream = RecordingStream(next(_handles), device)
-        self.streams.append(stream)
-        with _recording_lock:
-            _recording[stream.handle] = (self, stream)
-        return stream
+    # -- scopes ----------------------------------------------------------------------
+    def open_graph(self) -> Graph:
+        """Start recording a top-level graph (outside any scope)."""
+        if self.current is not None:
+            raise ScopeError("a top-level graph is opened inside a scope")
+        graph = self.current = Graph(self.graphs.create_graph(), None)
+        return graph
+
+    def open_loop(self, count: int | None) -> tuple[Node, Graph, int]:
+        """Add a loop node to the current graph; record into its body from now on."""
+        parent = self.current
+        if parent is None:
+            raise ScopeError("a loop is opened outside any graph")
+        self._end_captures()
+        handle, body_handle, condition = self.graphs.add_loop(
+            parent.handle, [], max(self.real.current_device(), 0), count)
+        node = Node(parent, [handle])
+        parent.sinks[node] = None
+        parent.used = True
+        body = self.current = Graph(body_handle, node)
+        return node, body, condition
+
+    def close_loop(self, body: Graph, condition: int) -> None:
+        """The body is recorded: back to the enclosing graph."""
+        self._end_captures()
+        sinks = [h for node in body.sinks for h in node.handles]
+        self.graphs.end_loop_body(body.handle, condition, sinks)
+        assert body.parent is not None
+        self.current = body.parent.graph
+
+    def discard_loop(self, body: Graph) -> None:
+        """Drop a loop whose body raised: its node leaves the enclosing graph."""
+        self._end_captures(keep=False)
+        assert body.parent is not None
+        node = body.parent
+        parent = self.current = node.graph
+        parent.sinks.pop(node, None)
+        self.graphs.remove_node(parent.handle, node.handles[0])
+
+    def close_graph(self, graph: Graph) -> None:
+        """Stop recording the top-level ``graph`` (it can be launched)."""
+        self._end_captures()
+        self.current = None
+        self._return_streams(graph)
+
+    def discard_graph(self, graph: Graph) -> None:
+        """Drop a top-level graph whose recording failed; its frees still run."""
+        self._end_captures(keep=False)
+        self.current = None
+        self._return_streams(graph)
+        stream = self._launch_stream()
+        for event in graph.prereqs:
+            self.real.wait(stream, event)
+        for allocation in graph.frees:
+            self.real.free(allocation, stream)
+        self.graphs.destroy_graph(graph.handle)
+
+    def launch(self, graph: Graph, release: bool = True) -> Event:
+        """Launch a closed top-level graph; returns its completion event.
+
+        ``release=False`` keeps the graph for more launches (``launchable``); call
+        :meth:`release` after the last one.
+        """
+        graphs = self.graphs
+        real = self.real
+        executable = graph.executable
+        if executable is None:
+            key = graphs.topology(graph.handle)
+            cached = self.cache.pop(key, None) if key is not None else None
+            if cached is not None and graphs.update(cached, graph.handle):
+                executable = cached
+                self.graph_updates += 1
+            else:
+                if cached is not None:
+                    graphs.destroy_exec(cached)
+                executable = graphs.instantiate(graph.handle)
+                self.graph_instantiations += 1
+            graph.executable = (key, executable)
+        stream = self._launch_stream()
+        if graph.launches == 0:
+            for event in graph.prereqs:
+                if event.stream is not stream:
+                    real.wait(stream, event)
+        graphs.launch(graph.executable[1], stream)
+        graph.launches += 1
+        graph.done = real.record(stream)
+        if release:
+            self.release(graph)
+        return graph.done
+
+    def release(self, graph: Graph) -> None:
+        """After the last launch: frees, then the graph once its work completed."""
+        stream = self._launch_stream()
+        for allocation in graph.frees:
+            self.real.free(allocation, stream)
+        graph.frees = []
+        done = graph.done if graph.done is not None else self.real.record(stream)
+        self.retiring.append((done, graph))
+        self._retire()
+
+    def _retire(self) -> None:
+        pending = []
+        for done, graph in self.retiring:
+            if self.real.query(done):
+                self._destroy(graph)
+            else:
+                pending.append((done, graph))
+        self.retiring = pending
+
+    def _destroy(self, graph: Graph) -> None:
+        if graph.executable is not None:
+            key, executable = graph.executable
+            if key is not None and key not in self.cache:
+                self.cache[key] = executable
+            else:
+                self.graphs.destroy_exec(executable)
+            graph.executable = None
+        self.graphs.destroy_graph(graph.handle)
+
+    def pending_events(self) -> list[Event]:
+        self._retire()
+        return [done for done, _ in self.retiring]
+
+    # -- streams ---------------------------------------------------------------------
+    def create_stream(self, device: int) -> Stream:
+        graph = self.current
+        if graph is None:
+            return self.real.create_stream(device)
+        spare = self.spare.get(device)
+        real = spare.pop() if spare else self.real.create_stream(device)
+        self.lent.setdefault(graph.top, []).append(real)
+        return RecordingStream(real, graph.top)
+
+    def _return_streams(self, top: Graph) -> None:
+        for real in self.lent.pop(top, ()):
+            self.spare.setdefault(real.device, []).append(real)
 
     def destroy_stream(self, stream: Stream) -> None:
-        with _recording_lock:
-            _recording.pop(stream.handle, None)
-        real = getattr(stream, "real", None)
-        if real is not None:
-            self.real.destroy_stream(real)
+        if not isinstance(stream, RecordingStream):
+            self.real.destroy_stream(stream)
 
     def stream_from_handle(self, handle: int) -> Stream:
-        found = _recording.get(handle)
-        if found is None or found[0] is not self:
-            raise ValueError(f"0x{handle:x} is not a stream of this graph-mode context")
-        return found[1]
+        return self.real.stream_from_handle(handle)
 
-    def record(self, stream: Stream) -> GraphEvent:
+    def _launch_stream(self) -> Stream:
+        stream = self.launch_streams.get(0)
+        if stream is None:
+            stream = self.launch_streams[0] = self.real.create_stream(0)
+        return stream
+
+    # -- capture ---------------------------------------------------------------------
+    def _capture(self, stream: RecordingStream) -> None:
+        """Make ``stream`` capture into the current graph."""
+        graph = self.current
+        if graph is None or graph.top is not stream.top:
+            raise ScopeError("work was enqueued on a stream of a graph scope that is "
+                             "closed; a task must start and end in the same scope")
+        if stream.capturing is graph:
+            return
+        if stream.capturing is not None:
+            self._end_capture(stream)
+        deps = self._dependencies(stream.frontier, graph)
+        self.graphs.begin_capture(stream.real, graph.handle, deps)
+        stream.capturing = graph
+        graph.used = True
+        self.capturing.append(stream)
+
+    def _end_capture(self, stream: RecordingStream, keep: bool = True) -> None:
+        graph = stream.capturing
+        assert graph is not None
+        leaves = self.graphs.end_capture(stream.real)
+        stream.capturing = None
+        self.capturing.remove(stream)
+        if keep:
+            node = Node(graph, list(leaves))
+            graph.sinks[node] = None
+            stream.frontier = [node]
+
+    def _end_captures(self, keep: bool = True) -> None:
+        for stream in list(self.capturing):
+            self._end_capture(stream, keep)
+
+    def _dependencies(self, frontier: list[Node], graph: Graph) -> list[Any]:
+        """The node handles in ``graph`` that work after ``frontier`` depends on."""
+        handles: list[Any] = []
+        for node in frontier:
+            if node.graph.top is not graph.top:          # another top-level graph
+                done = node.graph.top.done
+                if done is not None and done not in graph.top.prereqs:
+                    graph.top.prereqs.append(done)
+                continue
+            while not node.graph.encloses(graph):        # from inside a closed body
+                assert node.graph.parent is not None
+                node = node.graph.parent
+            if node.graph is graph:
+                graph.sinks.pop(node, None)
+                handles.extend(h for h in node.handles if h not in handles)
+            else:                                        # from an enclosing graph
+                container = graph.parent
+                assert container is not None
+                while container.graph is not node.graph:
+                    assert container.graph.parent is not None
+                    container = container.graph.parent
+                node.graph.sinks.pop(node, None)
+                self.graphs.add_dependencies(node.graph.handle, node.handles,
+                                             container.handles[0])
+        return handles
+
+    def begin_body(self, stream: Stream) -> None:
+        if isinstance(stream, RecordingStream):
+            self._capture(stream)
+
+    # -- events ----------------------------------------------------------------------
+    def record(self, stream: Stream) -> Event:
+        if not isinstance(stream, RecordingStream):
+            return self.real.record(stream)
+        if stream.capturing is not None:
+            self._end_capture(stream)
         stream.recorded += 1
-        event = GraphEvent(stream, stream.recorded,
-                           tuple(stream.frontier), self.epoch)  # type: ignore[attr-defined]
+        event = GraphEvent(stream, stream.recorded, tuple(stream.frontier))
         stream.last_event = event
         return event
 
     def wait(self, stream: Stream, event: Event) -> None:
-        if event.epoch != self.epoch:             # type: ignore[attr-defined]
-            return                                # ordered by the epoch's launch
-        frontier = stream.frontier                # type: ignore[attr-defined]
-        for node in event.nodes:                  # type: ignore[attr-defined]
-            if node not in frontier:
-                frontier.append(node)
+        if isinstance(stream, RecordingStream):
+            if isinstance(event, GraphEvent):
+                if stream.capturing is not None:
+                    self._end_capture(stream)
+                frontier = stream.frontier
+                for node in event.nodes:
+                    if node not in frontier:
+                        frontier.append(node)
+            elif event not in stream.top.prereqs:
+                stream.top.prereqs.append(event)
+            return
+        if isinstance(event, GraphEvent):
+            for done in self._completions(event):
+                self.real.wait(stream, done)
+        else:
+            self.real.wait(stream, event)
+
+    def _completions(self, event: GraphEvent) -> list[Event]:
+        """The real events a graph event stands for (its graphs' launches)."""
+        found: list[Event] = []
+        for node in event.nodes:
+            top = node.graph.top
+            if top.done is None:
+                if top.launches == 0 and top is self._open_top():
+                    raise ScopeError("work outside a graph scope depends on work "
+                                     "recorded in a scope that is still open")
+                continue                     # never launched: nothing to wait for
+            if top.done not in found:
+                found.append(top.done)
+        return found
+
+    def _open_top(self) -> Graph | None:
+        return self.current.top if self.current is not None else None
 
     def query(self, event: Event) -> bool:
-        """True for events of closed epochs (implied by launch order)."""
-        return event.epoch < self.epoch  # type: ignore[attr-defined]
+        if isinstance(event, GraphEvent):
+            for node in event.nodes:
+                top = node.graph.top
+                if top.done is None:
+                    if top is self._open_top():
+                        return False
+                elif not self.real.query(top.done):
+                    return False
+            return True
+        return self.real.query(event)
 
     def synchronize(self, event: Event) -> None:
-        if event.epoch == self.epoch:             # type: ignore[attr-defined]
-            self.complete_epoch()
-        for node in event.nodes:                  # type: ignore[attr-defined]
-            if node.done is not None:
-                self.real.synchronize(node.done)
+        if isinstance(event, GraphEvent):
+            for done in self._completions(event):
+                self.real.synchronize(done)
+        else:
+            self.real.synchronize(event)
 
-    # -- memory (outside the graph) ------------------------------------------------------
+    # -- memory (outside the graph) ----------------------------------------------------
     def allocate(self, device: int, nbytes: int, stream: Stream | None,
                  dtype: np.dtype) -> Allocation:
-        return self.real.allocate(device, nbytes, None, dtype)
+        if isinstance(stream, RecordingStream):
+            stream = None
+        return self.real.allocate(device, nbytes, stream, dtype)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
-        if stream is None:
-            self.real.free(allocation, None)
+        if isinstance(stream, RecordingStream):
+            stream.top.frees.append(allocation)
         else:
-            self._node("free", allocation, stream)
+            self.real.free(allocation, stream)
 
     def locate(self, ptr: int) -> int:
         return self.real.locate(ptr)
@@ -186,115 +450,79 @@ class GraphRecorder(Backend):
     def is_pinned(self, ptr: int, nbytes: int) -> bool:
         return self.real.is_pinned(ptr, nbytes)
 
-    # -- operations become nodes ---------------------------------------------------------
-    def _node(self, kind: str, payload: Any, stream: Stream) -> Node:
-        frontier = stream.frontier                # type: ignore[attr-defined]
-        node = Node(kind, payload, list(frontier), stream)  # type: ignore[arg-type]
-        self.nodes.append(node)
-        frontier[:] = [node]
-        return node
-
+    # -- operations ------------------------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
-        if nbytes:
-            self._node("copy", (dst, src, nbytes), stream)
+        if isinstance(stream, RecordingStream):
+            if not nbytes:
+                return
+            self._capture(stream)
+            stream = stream.real
+        self.real.copy(dst, src, nbytes, stream)
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
-        if nbytes:
-            self._node("fill", (ptr, nbytes, pattern), stream)
+        if isinstance(stream, RecordingStream):
+            if not nbytes:
+                return
+            self._capture(stream)
+            stream = stream.real
+        self.real.fill(ptr, nbytes, pattern, stream)
 
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
-        self._node("host", fn, stream)
+        if isinstance(stream, RecordingStream):
+            self._capture(stream)
+            stream = stream.real
+        self.real.launch_host_func(stream, fn)
 
-    def add_call(self, stream: Stream, fn: Callable[[], None]) -> None:
-        """Work launched on a recording stream (``stflow.emulated.launch``)."""
-        self._node("call", fn, stream)
+    def set_condition(self, stream: Stream, handle: int, terms: list, combiner: str
+                      ) -> None:
+        """Enqueue a loop condition's evaluation on ``stream`` (in a loop body)."""
+        assert isinstance(stream, RecordingStream)
+        self._capture(stream)
+        self.graphs.set_condition(stream.real, handle, terms, combiner)
 
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> Any:
         view = self.real.task_view(allocation, offset, shape, dtype, readonly)
-        invalidate = getattr(view, "_invalidate", None)
-        if invalidate is not None:
-            invalidate(CAPTURED)
+        if self.current is not None:
+            invalidate = getattr(view, "_invalidate", None)
+            if invalidate is not None:
+                invalidate(CAPTURED)
         return view
+
+    def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
+                   readonly: bool) -> np.ndarray:
+        return self.real.host_array(allocation, shape, dtype, readonly)
 
     # -- timestamps ------------------------------------------------------------------
     def timestamp(self, stream: Stream | None) -> Any:
-        """``[seconds, node]``: the host clock read when the replay gets here."""
-        if stream is None:
+        """Inside a scope, the host clock at recording (the graph runs later)."""
+        if isinstance(stream, RecordingStream) or stream is None:
             return [time.perf_counter(), None]
-        stamp: list[Any] = [float("nan"), None]
-
-        def take() -> None:
-            stamp[0] = time.perf_counter()
-
-        stamp[1] = self._node("call", take, stream)
-        return stamp
+        return ["real", self.real.timestamp(stream)]
 
     def timestamp_seconds(self, stamp: list[Any]) -> float:
-        node = stamp[1]
-        if node is not None:
-            if node.done is None:
-                self.complete_epoch()
-            self.real.synchronize(node.done)
+        if stamp[0] == "real":
+            return self.real.timestamp_seconds(stamp[1])
         return float(stamp[0])
 
+    # -- synchronisation points of a context --------------------------------------------
     def fence_stream(self, stream: Stream) -> Stream:
-        """Replay the epoch; a real stream that completes once the replay has."""
-        ends = self.complete_epoch()
-        if self.fence is None:
-            self.fence = self.real.create_stream(max(self.real.current_device(), 0))
-        for event in ends:
-            self.real.wait(self.fence, event)
-        return self.fence
+        for event in self.pending_events():
+            self.real.wait(stream, event)
+        return stream
 
     def context_finalized(self) -> None:
-        if self.fence is not None:
-            self.real.destroy_stream(self.fence)
-            self.fence = None
-
-    # -- replay ----------------------------------------------------------------------
-    def complete_epoch(self) -> list[Event]:
-        """Replay the current epoch onto real streams; returns their end events."""
-        real = self.real
-        nodes, self.nodes = self.nodes, []
-        used: dict[RecordingStream, Stream] = {}
-        for node in nodes:
-            stream = node.stream
-            target = stream.real
-            if target is None:
-                target = stream.real = real.create_stream(stream.device)
-                target.error_sink = stream.error_sink
-            if stream not in used:
-                used[stream] = target
-                for event in self.previous:       # after all of the last epoch
-                    real.wait(target, event)
-            for dep in node.deps:
-                if dep.stream is not stream and dep.done is not None:
-                    real.wait(target, dep.done)
-            self._replay(node, target)
-            node.done = real.record(target)
-        if nodes:
-            self.graph_instantiations += 1
-            self.previous = [stream.real.last_event for stream in used  # type: ignore
-                             if stream.real.last_event is not None]  # type: ignore
-        self.epoch += 1
-        for stream in self.streams:
-            stream.frontier = []
-        return list(self.previous)
-
-    def _replay(self, node: Node, target: Stream) -> None:
-        real = self.real
-        kind, payload = node.kind, node.payload
-        if kind == "copy":
-            real.copy(payload[0], payload[1], payload[2], target)
-        elif kind == "fill":
-            real.fill(payload[0], payload[1], payload[2], target)
-        elif kind == "host":
-            real.launch_host_func(target, payload)
-        elif kind == "free":
-            real.free(payload, target)
-        else:
-            enqueue = getattr(real, "enqueue_call", None)
-            if enqueue is None:  # pragma: no cover - only the emulated backend records
-                raise ScopeError("launched work cannot be replayed on this backend")
-            enqueue(target, payload)
+        for done, graph in self.retiring:
+            self.real.synchronize(done)
+            self._destroy(graph)
+        self.retiring = []
+        for executable in self.cache.values():
+            self.graphs.destroy_exec(executable)
+        self.cache.clear()
+        for streams in self.spare.values():
+            for real in streams:
+                self.real.destroy_stream(real)
+        self.spare.clear()
+        for stream in self.launch_streams.values():
+            self.real.destroy_stream(stream)
+        self.launch_streams.clear()

@@ -1,0 +1,177 @@
+"""Graph scopes of a runtime: epochs of graph mode, graph scopes, loops, launchables.
+
+A runtime whose backend is a :class:`~stflow.backends.recording.GraphRecorder` keeps a
+stack of :class:`Scope` objects. The outermost one records a top-level graph (the
+runtime then uses a fresh set of recording streams, so that stream order inside a graph
+never stands in for an order the graph does not have); nested ones record the body of a
+loop node (a nested ``graph_scope`` is a loop that runs once).
+
+Two duties of the runtime come with scopes:
+
+Discarding
+    A scope whose block raises is discarded: nothing of it runs. The first time a
+    scope's work touches a logical data, the data's ordering and coherence state is
+    snapshotted; discarding restores the snapshots, so later work sees the data as if
+    the scope had never been recorded. A launchable graph closed without any launch is
+    restored the same way.
+
+Repeating
+    The body of a loop, or a launchable graph, runs many times from one recording. Its
+    work assumes the instances it reads first (valid when the scope opened, not
+    written in it) are still valid when it runs again. When the scope closes, every
+    such instance that the recording left invalid is brought up to date by a copy at
+    the end of the body, so every iteration starts where the recording assumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._coherence import INVALID, DataState, Instance
+from ._deps import READ
+from ._errors import ScopeError
+
+__all__ = ["Scope", "ScopeRuntime"]
+
+
+class Scope:
+    """One open scope of a runtime."""
+
+    __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
+                 "fresh", "condition", "condition_set", "count", "closed", "owner")
+
+    def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
+        self.kind = kind                  # "epoch", "graph", "while", "repeat", "launchable"
+        self.graph: Any = None            # the recorder's graph of this scope
+        self.top = False
+        self.saved: Any = None            # root pools and streams, for a top scope
+        self.snapshots: dict[int, tuple[DataState, tuple]] | None = \
+            {} if discardable else None
+        self.repeatable = repeatable
+        self.assumed: dict[tuple[int, int], DataState] = {}
+        self.fresh: set[tuple[int, int]] = set()
+        self.condition = 0                # a loop's condition handle
+        self.condition_set = False
+        self.count: int | None = None
+        self.closed = False
+        self.owner: Any = None            # what holds a launchable graph
+
+
+class ScopeRuntime:
+    """The scope half of :class:`~stflow._runtime.Runtime` (a mixin)."""
+
+    scopes: list[Scope]
+    graph_mode: bool
+    finalized: bool
+    backend: Any
+    pools: dict
+    streams: list
+    lock: Any
+
+    def open_scope(self, kind: str, count: int | None = None) -> Scope:
+        """Open a scope of ``kind`` (see :class:`Scope`); the lock must be held."""
+        recorder = self.backend
+        repeatable = kind in ("while", "repeat", "launchable")
+        scope = Scope(kind, repeatable, kind != "epoch")
+        scope.count = count
+        if not self.scopes:
+            scope.top = True
+            scope.graph = recorder.open_graph()
+            scope.saved = (self.pools, self.streams)
+            self.pools, self.streams = {}, []
+        else:
+            loop_count = count if kind == "repeat" else (None if kind == "while" else 1)
+            _, scope.graph, scope.condition = recorder.open_loop(loop_count)
+        self.scopes.append(scope)
+        return scope
+
+    def close_scope(self, scope: Scope, launch: bool = True) -> None:
+        """Close the innermost scope ``scope``; a top-level one is launched when
+        ``launch`` (else it is kept, for a launchable graph)."""
+        self._check_innermost(scope)
+        recorder = self.backend
+        if scope.repeatable:
+            self._refresh_assumed(scope)
+        self.scopes.pop()
+        scope.closed = True
+        if not scope.top:
+            recorder.close_loop(scope.graph, scope.condition)
+            return
+        recorder.close_graph(scope.graph)
+        self.pools, self.streams = scope.saved
+        if launch:
+            if scope.graph.used:
+                recorder.launch(scope.graph)
+            else:
+                recorder.discard_graph(scope.graph)
+
+    def discard_scope(self, scope: Scope) -> None:
+        """Drop the innermost scope ``scope``: nothing it recorded runs."""
+        self._check_innermost(scope)
+        recorder = self.backend
+        self.scopes.pop()
+        scope.closed = True
+        self.restore_data(scope)
+        if scope.top:
+            recorder.discard_graph(scope.graph)
+            self.pools, self.streams = scope.saved
+        else:
+            recorder.discard_loop(scope.graph)
+            self.pools, self.streams = {}, []     # stream order no longer holds
+
+    def restore_data(self, scope: Scope) -> None:
+        """Give every data the scope touched its state from before the scope."""
+        for state, snapshot in (scope.snapshots or {}).values():
+            state.restore(snapshot)
+
+    def _check_innermost(self, scope: Scope) -> None:
+        if not self.scopes or self.scopes[-1] is not scope:
+            raise ScopeError("scopes must be closed innermost first")
+
+    # -- bookkeeping from the prologue and epilogue --------------------------------------
+    def scope_access(self, state: DataState, mode: int, instance: Instance | None,
+                     source: Instance | None) -> None:
+        """Note an access (after ``plan_access``) in every open scope."""
+        key = id(state)
+        for scope in self.scopes:
+            snapshots = scope.snapshots
+            if snapshots is not None and key not in snapshots:
+                snapshots[key] = (state, state.snapshot())
+            if scope.repeatable and instance is not None:
+                used = source if source is not None else (
+                    instance if mode & READ else None)
+                if used is not None:
+                    place = (key, used.device)
+                    if place not in scope.fresh:
+                        scope.assumed[place] = state
+
+    def epoch_boundary(self) -> None:
+        """Graph mode: launch what the current epoch recorded (fence, wait, finalize
+        then run at the root, between epochs); the lock must be held."""
+        if self.scopes and self.scopes[0].kind == "epoch":
+            self.close_scope(self.scopes[0])
+
+    def epoch_begin(self) -> None:
+        """Graph mode: record the next epoch."""
+        if self.graph_mode and not self.scopes and not self.finalized:
+            self.open_scope("epoch")
+
+    def scope_wrote(self, state: DataState, instance: Instance) -> None:
+        """``instance`` was written or copied into inside the open scopes."""
+        place = (id(state), instance.device)
+        for scope in self.scopes:
+            if scope.repeatable:
+                scope.fresh.add(place)
+
+    def _refresh_assumed(self, scope: Scope) -> None:
+        """Copy into the assumed instances the recording left invalid (in the body)."""
+        for (_, device), state in scope.assumed.items():
+            instance = state.instances.get(device)
+            if instance is None or instance.state is not INVALID:
+                continue
+            source = state.valid_source(device)
+            if source is None:
+                continue
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            self._copy_into(state, instance, source, prerequisites, None,  # type: ignore
+                            state.label)

@@ -1,0 +1,231 @@
+"""Graphs on the emulated backend: capture, loops and launches, as on CUDA.
+
+A graph is a list of nodes, each a Python callable with the nodes it depends on. While
+an emulated stream captures (:meth:`EmulatedGraphs.begin_capture`), every operation
+enqueued on it (copies, fills, host functions, ``stflow.emulated.launch`` work) becomes
+a node after the previous one instead of running. A loop node holds a body graph and a
+condition *handle*; ``stflow.emulated.set_conditional(handle, value)`` sets it from
+launched work, as ``cudaGraphSetConditional`` does on a GPU.
+
+Launching an executable enqueues one operation on the stream; when the scheduler runs
+it, the nodes run one after the other in a random order that respects the edges (seeded
+from the launch), so an edge the recorder forgot changes results for some seeds. A
+while loop runs its body once and again while its handle is non-zero; its handle is
+set to 1 each time the loop node is reached. A repeat loop runs its body ``count``
+times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._base import Stream
+from ._graphs import ConditionTerm, GraphSupport
+
+__all__ = ["EmulatedGraphs", "set_conditional"]
+
+_handles = itertools.count(0x7C0001)
+_conditions: dict[int, list[int]] = {}
+_conditions_lock = threading.Lock()
+
+_COMPARE: dict[str, Callable[[Any, float], bool]] = {
+    ">": lambda value, threshold: value > threshold,
+    "<": lambda value, threshold: value < threshold,
+    ">=": lambda value, threshold: value >= threshold,
+    "<=": lambda value, threshold: value <= threshold,
+}
+
+
+def set_conditional(handle: int, value: int) -> None:
+    """Set the condition of a loop from emulated device work (``loop.cond_handle``)."""
+    cell = _conditions.get(int(handle))
+    if cell is None:
+        raise ValueError(f"{handle!r} is not a live loop condition handle")
+    cell[0] = 1 if value else 0
+
+
+class Node:
+    """A node of an emulated graph: a callable, or a loop."""
+
+    __slots__ = ("run", "deps", "loop")
+
+    def __init__(self, run: Callable[[], None] | None, deps: list[Node],
+                 loop: Loop | None = None) -> None:
+        self.run = run
+        self.deps = deps
+        self.loop = loop
+
+
+class Loop:
+    __slots__ = ("body", "count", "handle")
+
+    def __init__(self, body: Graph, count: int | None, handle: int) -> None:
+        self.body = body
+        self.count = count
+        self.handle = handle
+
+
+class Graph:
+    __slots__ = ("nodes", "handles")
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.handles: list[int] = []          # condition handles it owns
+
+
+class Capture:
+    """The state of a capturing emulated stream."""
+
+    __slots__ = ("graph", "deps")
+
+    def __init__(self, graph: Graph, deps: list[Node]) -> None:
+        self.graph = graph
+        self.deps = deps
+
+    def add(self, fn: Callable[[], None]) -> None:
+        node = Node(fn, self.deps)
+        self.graph.nodes.append(node)
+        self.deps = [node]
+
+
+class Executable:
+    __slots__ = ("graph", "launches")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.launches = 0
+
+
+class EmulatedGraphs(GraphSupport):
+    """:class:`GraphSupport` of the emulated backend."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def create_graph(self) -> Graph:
+        return Graph()
+
+    def destroy_graph(self, graph: Graph) -> None:
+        with _conditions_lock:
+            for handle in graph.handles:
+                _conditions.pop(handle, None)
+        graph.handles = []
+
+    def begin_capture(self, stream: Stream, graph: Graph, deps: Sequence[Any]) -> None:
+        if stream.capture is not None:  # type: ignore[attr-defined]
+            raise RuntimeError(f"{stream!r} is already capturing")
+        stream.capture = Capture(graph, list(deps))  # type: ignore[attr-defined]
+
+    def end_capture(self, stream: Stream) -> list[Any]:
+        capture = stream.capture  # type: ignore[attr-defined]
+        if capture is None:
+            raise RuntimeError(f"{stream!r} is not capturing")
+        stream.capture = None  # type: ignore[attr-defined]
+        return capture.deps
+
+    def add_dependencies(self, graph: Graph, before: Sequence[Any], after: Any) -> None:
+        for node in before:
+            if node not in after.deps:
+                after.deps.append(node)
+
+    def remove_node(self, graph: Graph, node: Any) -> None:
+        graph.nodes.remove(node)
+        for other in graph.nodes:
+            if node in other.deps:
+                other.deps.remove(node)
+        if node.loop is not None:
+            self.destroy_graph(node.loop.body)
+
+    def add_loop(self, graph: Graph, deps: Sequence[Any], device: int,
+                 count: int | None) -> tuple[Node, Graph, int]:
+        handle = next(_handles)
+        with _conditions_lock:
+            _conditions[handle] = [1]
+        graph.handles.append(handle)
+        body = Graph()
+        node = Node(None, list(deps), Loop(body, count, handle))
+        graph.nodes.append(node)
+        return node, body, handle
+
+    def set_condition(self, stream: Stream, handle: int, terms: Sequence[ConditionTerm],
+                      combiner: str) -> None:
+        readers = [(_reader(ptr, dtype), _COMPARE[op], threshold, negate)
+                   for ptr, dtype, op, threshold, negate in terms]
+        combine = all if combiner == "all" else any
+
+        def evaluate() -> None:
+            value = combine(compare(read(), threshold) != negate
+                            for read, compare, threshold, negate in readers)
+            set_conditional(handle, int(value))
+
+        self.backend.enqueue_call(stream, evaluate)
+
+    def end_loop_body(self, body: Graph, handle: int, sinks: Sequence[Any]) -> None:
+        """Nothing to add: the emulated loop node counts its own iterations."""
+
+    def instantiate(self, graph: Graph) -> Executable:
+        return Executable(graph)
+
+    def update(self, executable: Executable, graph: Graph) -> bool:
+        executable.graph = graph
+        return True
+
+    def topology(self, graph: Graph) -> Any:
+        return None
+
+    def launch(self, executable: Executable, stream: Stream) -> None:
+        executable.launches += 1
+        rng = random.Random(hash((self.backend.seed, id(executable),
+                                  executable.launches)))
+        graph = executable.graph
+
+        def run() -> None:
+            _run_graph(graph, rng)
+
+        self.backend.enqueue_call(stream, run)
+
+    def destroy_exec(self, executable: Executable) -> None:
+        executable.graph = Graph()
+
+
+def _reader(ptr: int, dtype: np.dtype) -> Callable[[], Any]:
+    ctype = np.ctypeslib.as_ctypes_type(dtype)
+    cell = ctype.from_address(ptr)
+    return lambda: cell.value
+
+
+def _run_graph(graph: Graph, rng: random.Random) -> None:
+    """Run every node once, in a random order compatible with the edges."""
+    nodes = graph.nodes
+    waiting = {node: len(set(node.deps)) for node in nodes}
+    users: dict[Node, list[Node]] = {}
+    for node in nodes:
+        for dep in set(node.deps):
+            users.setdefault(dep, []).append(node)
+    ready = [node for node, count in waiting.items() if count == 0]
+    while ready:
+        node = ready.pop(rng.randrange(len(ready)))
+        if node.loop is not None:
+            _run_loop(node.loop, rng)
+        elif node.run is not None:
+            node.run()
+        for user in users.get(node, ()):
+            waiting[user] -= 1
+            if waiting[user] == 0:
+                ready.append(user)
+
+
+def _run_loop(loop: Loop, rng: random.Random) -> None:
+    if loop.count is not None:
+        for _ in range(loop.count):
+            _run_graph(loop.body, rng)
+        return
+    cell = _conditions[loop.handle]
+    cell[0] = 1
+    while cell[0]:
+        _run_graph(loop.body, rng)
