@@ -66,7 +66,8 @@ class context:
     """
 
     def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
-                 handle: Any = None, *, backend: str | None = None) -> None:
+                 handle: Any = None, *, backend: str | None = None,
+                 _recorded: bool = False) -> None:
         self._runtime: Runtime | None = None
         self._borrowed = False
         if borrowed:
@@ -82,7 +83,7 @@ class context:
         native = get_backend(backend)
         note_context_backend(native)
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
-        if use_graph:
+        if use_graph or _recorded:      # _recorded: the runtime of a stackable_context
             native = _graph_backend(native, caller)
         self._runtime = Runtime(native, caller)
         if use_graph:

@@ -49,6 +49,9 @@ class DataRegistry:
     caller_stream: Stream | None
     pinned_roots: dict[int, list[Any]]
     finalized: bool
+    data_class: type = logical_data
+    """The class of the logical data this registry creates (stackable contexts
+    create ``stackable_logical_data``)."""
 
     def check_submit(self, what: str) -> None:
         raise NotImplementedError  # pragma: no cover - provided by Runtime
@@ -64,7 +67,7 @@ class DataRegistry:
                name: str | None, source: Any) -> logical_data:
         key = next(self.keys)
         if ld is None:
-            ld = object.__new__(logical_data)
+            ld = object.__new__(self.data_class)
         ld._runtime = self  # type: ignore[assignment]  # the Runtime this is mixed into
         ld._state = state
         ld._shape = shape

@@ -38,7 +38,7 @@ class Scope:
     """One open scope of a runtime."""
 
     __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
-                 "fresh", "condition", "condition_set", "count", "closed", "owner")
+                 "fresh", "condition", "condition_set", "count", "closed", "wrapper")
 
     def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
         self.kind = kind                  # "epoch", "graph", "while", "repeat", "launchable"
@@ -54,7 +54,7 @@ class Scope:
         self.condition_set = False
         self.count: int | None = None
         self.closed = False
-        self.owner: Any = None            # what holds a launchable graph
+        self.wrapper: Scope | None = None  # the graph holding a root-level loop
 
 
 class ScopeRuntime:
@@ -71,7 +71,13 @@ class ScopeRuntime:
     def open_scope(self, kind: str, count: int | None = None) -> Scope:
         """Open a scope of ``kind`` (see :class:`Scope`); the lock must be held."""
         recorder = self.backend
-        repeatable = kind in ("while", "repeat", "launchable")
+        if not self.scopes and kind in ("while", "repeat"):
+            wrapper = self.open_scope("graph")     # a loop node needs a graph
+            scope = self.open_scope(kind, count)
+            scope.wrapper = wrapper
+            return scope
+        # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
+        repeatable = kind in ("while", "repeat") or (kind != "epoch" and not self.scopes)
         scope = Scope(kind, repeatable, kind != "epoch")
         scope.count = count
         if not self.scopes:
@@ -90,12 +96,14 @@ class ScopeRuntime:
         ``launch`` (else it is kept, for a launchable graph)."""
         self._check_innermost(scope)
         recorder = self.backend
-        if scope.repeatable:
+        if scope.kind in ("while", "repeat") or (scope.top and not launch):
             self._refresh_assumed(scope)
         self.scopes.pop()
         scope.closed = True
         if not scope.top:
             recorder.close_loop(scope.graph, scope.condition)
+            if scope.wrapper is not None:
+                self.close_scope(scope.wrapper)
             return
         recorder.close_graph(scope.graph)
         self.pools, self.streams = scope.saved
@@ -118,6 +126,8 @@ class ScopeRuntime:
         else:
             recorder.discard_loop(scope.graph)
             self.pools, self.streams = {}, []     # stream order no longer holds
+            if scope.wrapper is not None:
+                self.discard_scope(scope.wrapper)
 
     def restore_data(self, scope: Scope) -> None:
         """Give every data the scope touched its state from before the scope."""

@@ -211,8 +211,23 @@ class GraphRecorder(Backend):
         ``release=False`` keeps the graph for more launches (``launchable``); call
         :meth:`release` after the last one.
         """
+        self.executable(graph)
+        stream = self._launch_stream()
+        if graph.launches == 0:
+            for event in graph.prereqs:
+                if event.stream is not stream:
+                    self.real.wait(stream, event)
+        self.graphs.launch(graph.executable[1], stream)
+        graph.launches += 1
+        graph.done = self.real.record(stream)
+        if release:
+            self.release(graph)
+        return graph.done
+
+    def executable(self, graph: Graph) -> Any:
+        """The executable of a closed top-level graph (instantiated on first use, or
+        an updated cached executable of the same topology)."""
         graphs = self.graphs
-        real = self.real
         executable = graph.executable
         if executable is None:
             key = graphs.topology(graph.handle)
@@ -226,17 +241,7 @@ class GraphRecorder(Backend):
                 executable = graphs.instantiate(graph.handle)
                 self.graph_instantiations += 1
             graph.executable = (key, executable)
-        stream = self._launch_stream()
-        if graph.launches == 0:
-            for event in graph.prereqs:
-                if event.stream is not stream:
-                    real.wait(stream, event)
-        graphs.launch(graph.executable[1], stream)
-        graph.launches += 1
-        graph.done = real.record(stream)
-        if release:
-            self.release(graph)
-        return graph.done
+        return graph.executable[1]
 
     def release(self, graph: Graph) -> None:
         """After the last launch: frees, then the graph once its work completed."""
@@ -291,6 +296,10 @@ class GraphRecorder(Backend):
 
     def stream_from_handle(self, handle: int) -> Stream:
         return self.real.stream_from_handle(handle)
+
+    def launch_stream(self) -> Stream:
+        """The stream graphs are launched on."""
+        return self._launch_stream()
 
     def _launch_stream(self) -> Stream:
         stream = self.launch_streams.get(0)

@@ -1,0 +1,602 @@
+"""``stackable_context``: work nested in graph scopes, device-side loops and
+re-launchable graphs.
+
+The root level of a stackable context runs in stream mode. ``graph_scope()`` (or
+``push()``/``pop()``) records the work of a block into a graph that runs when the block
+closes; ``while_loop()`` and ``repeat(count)`` record a body that the device runs many
+times; ``launchable_graph_scope()`` and ``pop_prologue_shared()`` keep a recording that
+``launch()`` runs as often as asked. The machinery is the runtime's scopes
+(``_scopes.py``) over the graph recorder (``backends/recording.py``).
+"""
+
+from __future__ import annotations
+
+import numbers
+import threading
+import weakref
+from typing import Any, Callable
+
+from ._cond import cond, condition_terms
+from ._context import context
+from ._errors import ContextMismatchError, ScopeError
+from ._logical_data import AccessMode, dep, logical_data
+from ._runtime import Runtime
+from ._scopes import Scope
+from ._task import host_launch, task
+
+__all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
+           "stackable_task"]
+
+class stackable_logical_data(logical_data):
+    """Logical data of a :class:`stackable_context` (see ``logical_data``), plus
+    ``set_read_only``, ``push`` and comparisons building loop conditions."""
+
+    __slots__ = ()
+
+    def set_read_only(self) -> None:
+        """Make the data read-only everywhere: later ``write()``/``rw()`` raise
+        ``AccessModeError``, and scopes only read it, so they can overlap."""
+        self._alive()
+        self._readonly = True
+
+    def push(self, mode: Any, dplace: Any = None) -> None:
+        """Import the data into the innermost open scope with ``mode`` (at ``dplace``).
+
+        Data used in a scope without ``push`` is imported on first use; ``push`` makes
+        the import explicit: it is ordered like an access with ``mode`` at ``dplace``
+        (a copy to that place when the mode reads), recorded in the scope.
+        """
+        runtime = self._alive()
+        access = dep(self, mode if isinstance(mode, int) else int(mode), dplace)
+        if not runtime.scopes:
+            raise ScopeError(f"push() of {self._label()} with no scope open; open one "
+                             "with push(), graph_scope() or a loop first")
+        made = task._make(runtime, (access,), f"push {self._label()}")
+        made.start()
+        made.end()
+
+    # -- loop conditions -------------------------------------------------------------
+    def _leaf(self, op: str, other: Any) -> cond:
+        if isinstance(other, logical_data):
+            raise TypeError("a loop condition compares logical data with a number, not "
+                            "with other logical data")
+        if not isinstance(other, numbers.Real):
+            raise TypeError(f"a loop condition compares logical data with a real number, "
+                            f"got {type(other).__name__}")
+        return cond(self, op, other)
+
+    def __gt__(self, other: Any) -> cond:
+        return self._leaf(">", other)
+
+    def __lt__(self, other: Any) -> cond:
+        return self._leaf("<", other)
+
+    def __ge__(self, other: Any) -> cond:
+        return self._leaf(">=", other)
+
+    def __le__(self, other: Any) -> cond:
+        return self._leaf("<=", other)
+
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return (f"stackable_logical_data(shape={self._shape}, dtype={self._dtype}, "
+                f"is_token={self._is_token}, symbol={self._symbol!r})")
+
+
+class stackable_task(task):
+    """A task of a :class:`stackable_context`, recorded in its innermost open scope."""
+
+    __slots__ = ()
+
+    def add_dep(self, d: dep) -> None:
+        _check_stackable(d, self._runtime, f"{self._label()}.add_dep()")
+        super().add_dep(d)
+
+
+def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
+    if isinstance(d, dep):
+        if not isinstance(d.ld, stackable_logical_data):
+            raise TypeError(f"{what}: {d.ld._label()} is not data of a stackable "
+                            "context; create it with sctx.logical_data(...)")
+        if d.ld._runtime is not runtime:
+            raise ContextMismatchError(f"{what}: {d.ld._label()} belongs to another "
+                                       "context")
+
+
+class _ScopeGuard:
+    """The ``with`` form of a graph scope (``graph_scope()``)."""
+
+    def __init__(self, sctx: stackable_context) -> None:
+        self._sctx = sctx
+        self._scope: Scope | None = None
+
+    def __enter__(self) -> object:
+        self._scope = self._sctx._open("graph")
+        return object()
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        assert self._scope is not None
+        self._sctx._close(self._scope, failed=exc_type is not None)
+
+
+class _Loop:
+    """A ``while_loop()`` or ``repeat(count)`` block; ``with`` gives the loop."""
+
+    def __init__(self, sctx: stackable_context, kind: str, count: int | None) -> None:
+        self._sctx = sctx
+        self._kind = kind
+        self._count = count
+        self._scope: Scope | None = None
+        self._handle_used = False
+
+    def __enter__(self) -> _Loop:
+        self._scope = self._sctx._open(self._kind, self._count)
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        scope = self._scope
+        assert scope is not None
+        if exc_type is None and self._kind == "while" and not (
+                scope.condition_set or self._handle_used):
+            self._sctx._close(scope, failed=True)
+            raise ScopeError("a while_loop body ended without continue_while(...): the "
+                             "loop could never end; call loop.continue_while(cond) once "
+                             "in the body")
+        self._sctx._close(scope, failed=exc_type is not None)
+
+    def _open_scope(self, what: str) -> Scope:
+        scope = self._scope
+        if scope is None or scope.closed or self._kind != "while":
+            raise ScopeError(f"{what} is only valid inside the 'with sctx.while_loop() "
+                             "as loop:' block")
+        return scope
+
+    @property
+    def cond_handle(self) -> int:
+        """The raw condition handle, for device code that sets the condition itself
+        (``cudaGraphSetConditional``; ``stflow.emulated.set_conditional``)."""
+        scope = self._open_scope("cond_handle")
+        self._handle_used = True
+        return scope.condition
+
+    def condition_task(self, *args: Any) -> stackable_task:
+        """A plain task of the body, for a hand-written condition kernel."""
+        self._open_scope("condition_task()")
+        self._handle_used = True
+        return self._sctx.task(*args)
+
+    def continue_while(self, *args: Any) -> None:
+        """Run the body again while the condition holds (checked after this body).
+
+        ``continue_while(expr)`` with a ``cond`` expression, or the three-argument form
+        ``continue_while(ld, op, threshold)``.
+        """
+        scope = self._open_scope("continue_while()")
+        if len(args) == 3:
+            expr: Any = cond(*args)
+        elif len(args) == 1:
+            expr = args[0]
+        else:
+            raise ValueError(f"continue_while takes a condition or (ld, op, threshold), "
+                             f"got {len(args)} arguments")
+        combiner, leaves = condition_terms(expr)
+        runtime = self._sctx._runtime
+        for leaf in leaves:
+            if leaf._ld._runtime is not runtime:
+                raise ContextMismatchError(f"continue_while: {leaf._ld._label()} belongs "
+                                           "to another context")
+        if scope.condition_set:
+            raise ScopeError("continue_while() called twice in one while_loop body; "
+                             "combine the conditions with & or |")
+        if self._sctx._runtime.scopes[-1] is not scope:
+            raise ScopeError("continue_while() must be called in the loop's own body, "
+                             "not in a scope nested in it")
+        distinct: list[stackable_logical_data] = []
+        for leaf in leaves:
+            if leaf._ld not in distinct:
+                distinct.append(leaf._ld)
+        made = self._sctx.task(*(ld.read() for ld in distinct), symbol="while_condition")
+        with made:
+            pointers = {id(ld): made.get_arg(i) for i, ld in enumerate(distinct)}
+            terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
+                      leaf._threshold, leaf._negate) for leaf in leaves]
+            runtime.backend.set_condition(made._stream, scope.condition, terms, combiner)
+        scope.condition_set = True
+
+
+class _Launchable:
+    """The state behind :class:`LaunchableGraph` handles: one recorded graph."""
+
+    def __init__(self, sctx: stackable_context, scope: Scope) -> None:
+        self.sctx = sctx
+        self.scope = scope
+        self.recording = True
+        self.released = False
+        self.lock = threading.Lock()
+        sctx._launchables.add(self)
+
+    def label(self) -> str:
+        return "a launchable graph (not yet reset)"
+
+    _label = label
+
+    def close_recording(self) -> None:
+        """The prologue: stop recording; the data it uses is held until release."""
+        if not self.recording:
+            return
+        runtime = self.sctx._runtime
+        with runtime.lock:
+            runtime.close_scope(self.scope, launch=False)
+            self.recording = False
+            for state, _ in (self.scope.snapshots or {}).values():
+                state.active[self] = AccessMode.RW
+            runtime.active_tasks[self] = threading.get_ident()
+
+    def check(self, what: str) -> None:
+        if self.released:
+            raise RuntimeError(f"{what} on a launchable graph that was reset; record a "
+                               "new one")
+
+    def launch(self) -> None:
+        self.check("launch()")
+        self.close_recording()
+        runtime = self.sctx._runtime
+        with runtime.lock:
+            runtime.backend.launch(self.scope.graph, release=False)
+        runtime.raise_errors("launch()")
+
+    def executable(self) -> int:
+        self.check("exec_graph")
+        self.close_recording()
+        return _handle_int(self.sctx._runtime.backend.executable(self.scope.graph))
+
+    def stream(self) -> int:
+        self.check("stream")
+        self.close_recording()
+        return int(self.sctx._runtime.backend.launch_stream().handle)
+
+    def graph(self) -> int:
+        self.check("graph")
+        self.close_recording()
+        return _handle_int(self.scope.graph.handle)
+
+    def release(self) -> None:
+        """The epilogue: release the data (written back at finalize), free the graph."""
+        with self.lock:
+            if self.released:
+                return
+            self.released = True
+        sctx = self.sctx
+        sctx._launchables.discard(self)
+        runtime = sctx._runtime
+        if runtime.finalized:
+            return
+        with runtime.lock:
+            if self.recording:
+                runtime.close_scope(self.scope, launch=False)
+                self.recording = False
+            else:
+                for state, _ in (self.scope.snapshots or {}).values():
+                    state.active.pop(self, None)
+                runtime.active_tasks.pop(self, None)
+                if runtime.waiters:
+                    runtime.cv.notify_all()
+            graph = self.scope.graph
+            if graph.launches == 0:
+                runtime.restore_data(self.scope)   # never launched: data unchanged
+            runtime.backend.release(graph)
+
+
+def _handle_int(handle: Any) -> int:
+    try:
+        return int(handle)
+    except TypeError:
+        return int(getattr(handle, "getPtr", lambda: id(handle))())
+
+
+class LaunchableGraph:
+    """A recorded graph that can be launched many times (``pop_prologue_shared()``,
+    ``launchable_graph_scope()``, ``TaskGraph.raw``).
+
+    ``LaunchableGraph()`` built directly is an already-reset handle.
+    """
+
+    def __init__(self) -> None:
+        self._state: _Launchable | None = None
+
+    @classmethod
+    def _of(cls, state: _Launchable) -> LaunchableGraph:
+        handle = cls()
+        handle._state = state
+        return handle
+
+    def _live(self, what: str) -> _Launchable:
+        state = self._state
+        if state is None or state.released:
+            raise RuntimeError(f"{what} on a LaunchableGraph that was reset")
+        return state
+
+    @property
+    def valid(self) -> bool:
+        return self._state is not None and not self._state.released
+
+    def launch(self) -> None:
+        """Run the recorded work once, asynchronously."""
+        self._live("launch()").launch()
+
+    @property
+    def exec_graph(self) -> int:
+        """The executable graph handle (instantiated on first use)."""
+        return self._live("exec_graph").executable()
+
+    @property
+    def stream(self) -> int:
+        """The stream launches are ordered on."""
+        return self._live("stream").stream()
+
+    @property
+    def graph(self) -> int:
+        """The graph handle."""
+        return self._live("graph").graph()
+
+    def reset(self) -> None:
+        """Release the graph: its data is released (written back at finalize).
+        Idempotent."""
+        state, self._state = self._state, None
+        if state is not None:
+            state.release()
+
+    def __enter__(self) -> LaunchableGraph:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.reset()
+
+    def __del__(self) -> None:
+        state = getattr(self, "_state", None)
+        if state is not None and not state.released:
+            try:
+                state.release()
+            except Exception:  # noqa: BLE001 - collection cannot raise
+                pass
+
+    def __repr__(self) -> str:
+        return f"LaunchableGraph(valid={self.valid})"
+
+
+class _LaunchableScope:
+    """``with sctx.launchable_graph_scope() as lg:``."""
+
+    def __init__(self, sctx: stackable_context) -> None:
+        self._sctx = sctx
+        self._handle: LaunchableGraph | None = None
+
+    def __enter__(self) -> LaunchableGraph:
+        scope = self._sctx._open("launchable", root_only="launchable_graph_scope()")
+        self._handle = LaunchableGraph._of(_Launchable(self._sctx, scope))
+        return self._handle
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        handle = self._handle
+        assert handle is not None and handle._state is not None
+        state = handle._state
+        if exc_type is not None and state.recording:
+            state.released = True
+            self._sctx._launchables.discard(state)
+            self._sctx._close(state.scope, failed=True)
+            handle._state = None
+            return
+        handle.reset()
+
+
+class stackable_context:
+    """A context whose work nests in scopes: graphs, device-side loops and record-once
+    graphs. The root level runs in stream mode; ``with`` finalizes on exit.
+
+    Parameters
+    ----------
+    backend : {"auto", "cuda", "emulated"}
+        Which backend runs the work (stflow-only; default ``STFLOW_BACKEND``).
+    """
+
+    def __init__(self, *, backend: str | None = None) -> None:
+        self._ctx = context(backend=backend, _recorded=True)
+        self._runtime: Runtime = self._ctx._runtime  # type: ignore[assignment]
+        self._runtime.data_class = stackable_logical_data
+        self._pushed: list[Scope] = []
+        self._launchables: weakref.WeakSet[_Launchable] = weakref.WeakSet()
+
+    # -- scopes ----------------------------------------------------------------------
+    def _open(self, kind: str, count: int | None = None, root_only: str | None = None
+              ) -> Scope:
+        runtime = self._ctx._live()
+        with runtime.lock:
+            runtime.check_submit(f"{kind} scope")
+            if root_only is not None and runtime.scopes:
+                raise ScopeError(f"{root_only} is only valid at the root level, not "
+                                 "inside another scope")
+            return runtime.open_scope(kind, count)
+
+    def _close(self, scope: Scope, failed: bool) -> None:
+        runtime = self._runtime
+        with runtime.lock:
+            if failed:
+                runtime.discard_scope(scope)
+            else:
+                runtime.close_scope(scope)
+        if not failed and not runtime.scopes:
+            runtime.raise_errors("closing a scope")
+
+    def graph_scope(self) -> _ScopeGuard:
+        """A nested graph: ``with sctx.graph_scope():`` records the block, which runs
+        when the block closes (nothing runs if it raises)."""
+        self._ctx._live()
+        return _ScopeGuard(self)
+
+    def push(self) -> None:
+        """Open a graph scope without ``with`` (close it with :meth:`pop`)."""
+        self._pushed.append(self._open("graph"))
+
+    def pop(self) -> None:
+        """Close the scope of the latest :meth:`push`."""
+        runtime = self._ctx._live()
+        if not self._pushed:
+            raise ScopeError("pop() without a matching push()")
+        scope = self._pushed[-1]
+        if not runtime.scopes or runtime.scopes[-1] is not scope:
+            raise ScopeError("pop() while a scope opened after the matching push() is "
+                             "still open; close it first")
+        self._pushed.pop()
+        self._close(scope, failed=False)
+
+    def while_loop(self) -> _Loop:
+        """``with sctx.while_loop() as loop:`` — a body the device runs at least once,
+        then again while ``loop.continue_while(cond)`` holds."""
+        self._ctx._live()
+        return _Loop(self, "while", None)
+
+    def repeat(self, count: int) -> _Loop:
+        """``with sctx.repeat(count):`` — a body the device runs ``count`` times."""
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+            raise TypeError(f"repeat(count): count must be an int, got "
+                            f"{type(count).__name__}")
+        if count < 0:
+            raise ValueError(f"repeat(count): count must be >= 0, got {count}")
+        self._ctx._live()
+        return _Loop(self, "repeat", int(count))
+
+    def launchable_graph_scope(self) -> _LaunchableScope:
+        """``with sctx.launchable_graph_scope() as lg:`` — record once, then
+        ``lg.launch()`` as often as needed (root level only)."""
+        runtime = self._ctx._live()
+        if runtime.scopes:
+            raise ScopeError("launchable_graph_scope() is only valid at the root level")
+        return _LaunchableScope(self)
+
+    def pop_prologue_shared(self) -> LaunchableGraph:
+        """Close the recording of an unmatched root-level :meth:`push` and return a
+        handle that launches it; the scope closes when the last handle is reset."""
+        runtime = self._ctx._live()
+        if not self._pushed or len(runtime.scopes) != 1 or \
+                runtime.scopes[0] is not self._pushed[-1]:
+            raise ScopeError("pop_prologue_shared() needs exactly one open scope, opened "
+                             "by push() at the root level")
+        scope = self._pushed.pop()
+        scope.kind = "launchable"
+        state = _Launchable(self, scope)
+        state.close_recording()
+        return LaunchableGraph._of(state)
+
+    # -- data and work -----------------------------------------------------------------
+    def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
+                     ) -> stackable_logical_data:
+        """Register ``buf`` as logical data (see ``context.logical_data``)."""
+        return self._ctx.logical_data(buf, dplace, name)  # type: ignore[return-value]
+
+    def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None,
+                           *, no_export: bool = False) -> stackable_logical_data:
+        """Logical data without an initial value. ``no_export`` marks a temporary of
+        the innermost scope (accepted; such data is simply never written back)."""
+        _check_bool(no_export)
+        return self._ctx.logical_data_empty(shape, dtype, name)  # type: ignore
+
+    def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
+                          where: Any = None, exec_place: Any = None,
+                          name: str | None = None, *, no_export: bool = False
+                          ) -> stackable_logical_data:
+        """Logical data filled with ``fill_value``; the fill runs in the current scope."""
+        _check_bool(no_export)
+        return self._ctx.logical_data_full(shape, fill_value, dtype, where,  # type: ignore
+                                           exec_place, name)
+
+    def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
+                           exec_place: Any = None, name: str | None = None, *,
+                           no_export: bool = False) -> stackable_logical_data:
+        _check_bool(no_export)
+        return self._ctx.logical_data_zeros(shape, dtype, where, exec_place,  # type: ignore
+                                            name)
+
+    def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
+                          exec_place: Any = None, name: str | None = None, *,
+                          no_export: bool = False) -> stackable_logical_data:
+        _check_bool(no_export)
+        return self._ctx.logical_data_ones(shape, dtype, where, exec_place,  # type: ignore
+                                           name)
+
+    def token(self) -> stackable_logical_data:
+        """A logical data without bytes, for ordering only."""
+        return self._ctx.token()  # type: ignore[return-value]
+
+    def task(self, *args: Any, symbol: str | None = None) -> stackable_task:
+        """A task in the innermost open scope (the root level when none is open)."""
+        runtime = self._ctx._live()
+        runtime.check_submit("task()")
+        for arg in args:
+            _check_stackable(arg, runtime, "task()")
+        return stackable_task._make(runtime, args, symbol)  # type: ignore[return-value]
+
+    def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
+                    args: Any = None, symbol: str | None = None) -> None:
+        """Run ``fn`` on the host in order with ``deps`` (see ``context.host_launch``);
+        not inside loop bodies or nested graph scopes, which hold no host work."""
+        runtime = self._ctx._live()
+        for d in deps:
+            _check_stackable(d, runtime, "host_launch()")
+        if any(not s.top for s in runtime.scopes):
+            raise ScopeError("host_launch() inside a while_loop/repeat body or a nested "
+                             "graph scope: those run as conditional graph nodes, which "
+                             "cannot hold host work; move it to the enclosing level")
+        host_launch(runtime, deps, fn, args, symbol)
+
+    # -- synchronisation -----------------------------------------------------------------
+    def fence(self) -> int:
+        """A stream that completes when all work so far has (root level only)."""
+        runtime = self._ctx._live()
+        if runtime.scopes:
+            raise ScopeError("fence() is only valid at the root level; close the open "
+                             "scopes first")
+        return self._ctx.fence()
+
+    def check_errors(self) -> None:
+        self._ctx.check_errors()
+
+    def finalize(self) -> None:
+        """Wait for all work, write results back, free everything (idempotent)."""
+        runtime = self._runtime
+        if runtime.finalized:
+            return
+        if runtime.scopes:
+            raise ScopeError(f"finalize() with {len(runtime.scopes)} scope(s) still "
+                             "open; close them (pop(), end the with blocks) first")
+        live = [state for state in self._launchables if not state.released]
+        if live:
+            raise ScopeError(f"finalize() while {len(live)} launchable graph handle(s) "
+                             "are alive; reset() them first")
+        self._ctx.finalize()
+
+    @property
+    def backend(self) -> str:
+        return self._ctx.backend
+
+    def statistics(self) -> Any:
+        return self._ctx.statistics()
+
+    def attach(self, instrument: Any) -> None:
+        self._ctx.attach(instrument)
+
+    def __enter__(self) -> stackable_context:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finalize()
+
+    def __repr__(self) -> str:
+        return f"stackable_context(handle={self._runtime.id})"
+
+
+def _check_bool(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"no_export must be a bool, got {type(value).__name__}")
