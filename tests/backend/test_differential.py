@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from stflow.testing import check_program, generate_program
+from stflow.testing import check_program, check_scoped_program, generate_program
 
 SEEDS = int(os.environ.get("STFLOW_DIFFERENTIAL_SEEDS", "1000"))
 CHUNK = 100
@@ -63,3 +63,26 @@ def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 400), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_random_scoped_programs_match_the_unrolled_oracle(backend, first):
+    """Graph scopes, repeat/while loops and launchable graphs (stackable_context)
+    around random runs of tasks, against the oracle with the repetitions unrolled."""
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            check_scoped_program(seed, devices, backend)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", range(30_000, 32_000, 500))
+def test_campaign_of_large_scoped_programs(backend, first):
+    devices = _device_count(backend)
+    for seed in range(first, first + 500):
+        check_scoped_program(seed, devices, backend, max_data=10, max_ops=80)

@@ -11,7 +11,9 @@ from ..interop.cupy import cupy_stream
 from ._programs import (DataSpec, Op, Outcome, Program, TaskOp, check_program,
                         cupy_body, emulated_body, generate_program, initial_arrays,
                         run_oracle, run_program, task_body)
+from ._scoped import Scoped, check_scoped_program, generate_scoped_program
 
-__all__ = ["DataSpec", "Op", "Outcome", "Program", "TaskOp", "check_program",
+__all__ = ["DataSpec", "Op", "Outcome", "Program", "Scoped", "TaskOp", "check_program",
+           "check_scoped_program", "generate_scoped_program",
            "cupy_array", "cupy_body", "cupy_stream", "emulated_body", "generate_program",
            "initial_arrays", "run_oracle", "run_program", "task_body"]

@@ -1,0 +1,218 @@
+"""The differential test for scopes: random programs with graph scopes, loops and
+launchable graphs, against the sequential oracle with the repetitions unrolled.
+
+:func:`generate_scoped_program` draws a program (:func:`generate_program`) and wraps
+random runs of its tasks in scopes of a ``stackable_context``: ``graph_scope``,
+``repeat(k)``, ``while_loop`` (counting ``k`` iterations down in device memory) and, at
+the root, ``launchable_graph_scope`` launched ``k`` times; scopes nest two deep.
+``wait`` has no stackable counterpart, so final user buffers are compared; host
+callbacks, fences and drops stay at the root level.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._programs import (BodyRunner, Outcome, Program, TaskOp, _place, _same,
+                        cupy_body, emulated_graph_body, generate_program, run_oracle)
+
+__all__ = ["Scoped", "check_scoped_program", "generate_scoped_program"]
+
+KINDS = ("graph", "repeat", "while", "launchable")
+
+
+@dataclass
+class Scoped:
+    """A scope of a scoped program: ``kind``, its count ``k`` and what it holds."""
+
+    kind: str
+    k: int
+    items: list[Any] = field(default_factory=list)
+
+    def times(self) -> int:
+        return 1 if self.kind == "graph" else self.k
+
+
+def generate_scoped_program(seed: int, devices: int = 2, **options: Any
+                            ) -> tuple[Program, list[Any]]:
+    """A program and its ops arranged in scopes (nested lists of ops and
+    :class:`Scoped`)."""
+    program = generate_program(seed, devices, **options)
+    rng = random.Random(seed * 7919 + 1)
+    ops = [op for op in program.ops if not (not isinstance(op, TaskOp)
+                                            and op.kind == "wait")]
+    items: list[Any] = []
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if _scopable(op) and rng.random() < 0.35:
+            span = []
+            while i < len(ops) and _scopable(ops[i]) and len(span) < rng.randint(1, 6):
+                span.append(ops[i])
+                i += 1
+            items.append(_wrap(span, rng, root=True))
+            continue
+        items.append(op)
+        i += 1
+    return program, items
+
+
+def _scopable(op: Any) -> bool:
+    return isinstance(op, TaskOp) and op.kind == "task"
+
+
+def _wrap(span: list[Any], rng: random.Random, root: bool) -> Scoped:
+    kind = rng.choice(KINDS if root else KINDS[:3])
+    scope = Scoped(kind, rng.randint(1, 3))
+    if root and len(span) > 1 and rng.random() < 0.4:
+        start = rng.randrange(len(span))
+        stop = rng.randint(start + 1, len(span))
+        scope.items = [*span[:start], _wrap(span[start:stop], rng, root=False),
+                       *span[stop:]]
+    else:
+        scope.items = span
+    return scope
+
+
+def _unrolled(items: list[Any]) -> list[Any]:
+    ops: list[Any] = []
+    for item in items:
+        if isinstance(item, Scoped):
+            for _ in range(item.times()):
+                ops.extend(_unrolled(item.items))
+        else:
+            ops.append(item)
+    return ops
+
+
+def run_scoped_program(program: Program, items: list[Any], backend: str = "emulated",
+                       body: BodyRunner | None = None) -> dict[int, np.ndarray]:
+    """Run a scoped program through a ``stackable_context``; returns the final user
+    arrays."""
+    import stflow as stf
+    if body is None:
+        body = cupy_body if backend == "cuda" else emulated_graph_body
+    user = {i: array.copy() for i, array in program.initial.items()}
+    for i, spec in enumerate(program.data):
+        if spec.readonly:
+            user[i].setflags(write=False)
+    with stf.stackable_context(backend=backend) as sctx:
+        lds: dict[int, Any] = {}
+        for i, spec in enumerate(program.data):
+            if spec.origin == "array":
+                lds[i] = sctx.logical_data(user[i], name=f"d{i}")
+            elif spec.origin == "full":
+                exec_place = None
+                if spec.fill_place == "host":
+                    exec_place = stf.exec_place.host()
+                elif spec.fill_place is not None:
+                    exec_place = stf.exec_place.device(spec.fill_place)
+                lds[i] = sctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
+                                                exec_place=exec_place, name=f"d{i}")
+            elif spec.origin == "empty":
+                lds[i] = sctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
+            else:
+                lds[i] = sctx.token()
+        _run_items(stf, sctx, program, items, lds, body, backend)
+    return user
+
+
+def _run_items(stf: Any, sctx: Any, program: Program, items: list[Any],
+               lds: dict[int, Any], body: BodyRunner, backend: str) -> None:
+    for item in items:
+        if isinstance(item, Scoped):
+            _run_scope(stf, sctx, program, item, lds, body, backend)
+        elif isinstance(item, TaskOp):
+            _submit(stf, sctx, program, item, lds, body)
+        elif item.kind == "fence":
+            sctx.fence()
+        elif item.kind == "drop":
+            del lds[item.data]
+
+
+def _run_scope(stf: Any, sctx: Any, program: Program, scope: Scoped,
+               lds: dict[int, Any], body: BodyRunner, backend: str) -> None:
+    inner = (stf, sctx, program, scope.items, lds, body, backend)
+    if scope.kind == "graph":
+        with sctx.graph_scope():
+            _run_items(*inner)
+    elif scope.kind == "repeat":
+        with sctx.repeat(scope.k):
+            _run_items(*inner)
+    elif scope.kind == "while":
+        # Filled in the enclosing scope, so that an enclosing loop refills it.
+        counter = sctx.logical_data_full((1,), scope.k, dtype=np.int64, name="counter")
+        with sctx.while_loop() as loop:
+            _run_items(*inner)
+            with sctx.task(counter.rw()) as t:
+                _decrement(t, backend)
+            loop.continue_while(counter > 0)
+    else:
+        with sctx.launchable_graph_scope() as lg:
+            _run_items(*inner)
+            for _ in range(scope.k):
+                lg.launch()
+
+
+def _decrement(t: Any, backend: str) -> None:
+    if backend == "cuda":
+        from ..interop.cupy import as_cupy, cupy_stream
+        with cupy_stream(t.stream_ptr()):
+            as_cupy(t.get_arg_cai(0))[...] -= 1
+        return
+    from ..emulated import launch
+    launch(t.stream_ptr(), lambda a: a.__isub__(1), t.get_arg_cai(0))
+
+
+def _submit(stf: Any, sctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
+            body: BodyRunner) -> None:
+    deps = []
+    modes = []
+    for index, mode, place in op.deps:
+        deps.append(stf.dep(lds[index], mode, _place(stf, place)))
+        if program.data[index].origin != "token":
+            modes.append(mode)
+    if op.kind == "host_launch":
+        from ._programs import _host_fn
+        sctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
+        return
+    place = (stf.exec_place.host() if op.place_of_exec == "host"
+             else stf.exec_place.device(op.place_of_exec))
+    with sctx.task(place, *deps) as t:
+        body(t, op, modes)
+
+
+def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
+                         body: BodyRunner | None = None, exact: bool | None = None,
+                         **options: Any) -> None:
+    """Run the scoped program of ``seed`` and the unrolled oracle; raise
+    ``AssertionError`` (with both listings) if a final user buffer differs."""
+    if exact is None:
+        exact = backend == "emulated"
+    program, items = generate_scoped_program(seed, devices, **options)
+    unrolled = Program(program.seed, program.data, _unrolled(items), devices,
+                       program.initial)
+    expected: Outcome = run_oracle(unrolled)
+    actual = run_scoped_program(program, items, backend, body)
+    problems = [f"final user array d{index}: got {actual[index].ravel()[:6]}..., "
+                f"expected {want.ravel()[:6]}..."
+                for index, want in expected.final.items()
+                if not _same(actual[index], want, exact)]
+    if problems:
+        raise AssertionError("\n".join(problems) + "\n" + program.describe() +
+                             "\nscopes:\n" + _describe(items))
+
+
+def _describe(items: list[Any], indent: str = "  ") -> str:
+    lines = []
+    for item in items:
+        if isinstance(item, Scoped):
+            lines.append(f"{indent}{item.kind}({item.k}):")
+            lines.append(_describe(item.items, indent + "  "))
+        else:
+            lines.append(f"{indent}{item}")
+    return "\n".join(lines)
