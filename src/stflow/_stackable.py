@@ -14,7 +14,7 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ._cond import cond, condition_terms
 from ._context import context
@@ -23,6 +23,7 @@ from ._logical_data import AccessMode, dep, logical_data
 from ._runtime import Runtime
 from ._scopes import Scope
 from ._task import host_launch, task
+from .backends.recording import GraphRecorder
 
 __all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
            "stackable_task"]
@@ -203,7 +204,8 @@ class _Loop:
             pointers = {id(ld): made.get_arg(i) for i, ld in enumerate(distinct)}
             terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
                       leaf._threshold, leaf._negate) for leaf in leaves]
-            runtime.backend.set_condition(made._stream, scope.condition, terms, combiner)
+            recorder = cast(GraphRecorder, runtime.backend)
+            recorder.set_condition(made._stream, scope.condition, terms, combiner)
         scope.condition_set = True
 
 
@@ -217,6 +219,9 @@ class _Launchable:
         self.released = False
         self.lock = threading.Lock()
         sctx._launchables.add(self)
+
+    def recorder(self) -> GraphRecorder:
+        return cast(GraphRecorder, self.sctx._runtime.backend)
 
     def label(self) -> str:
         return "a launchable graph (not yet reset)"
@@ -245,18 +250,18 @@ class _Launchable:
         self.close_recording()
         runtime = self.sctx._runtime
         with runtime.lock:
-            runtime.backend.launch(self.scope.graph, release=False)
+            self.recorder().launch(self.scope.graph, release=False)
         runtime.raise_errors("launch()")
 
     def executable(self) -> int:
         self.check("exec_graph")
         self.close_recording()
-        return _handle_int(self.sctx._runtime.backend.executable(self.scope.graph))
+        return _handle_int(self.recorder().executable(self.scope.graph))
 
     def stream(self) -> int:
         self.check("stream")
         self.close_recording()
-        return int(self.sctx._runtime.backend.launch_stream().handle)
+        return int(self.recorder().launch_stream().handle)
 
     def graph(self) -> int:
         self.check("graph")
@@ -287,7 +292,7 @@ class _Launchable:
             graph = self.scope.graph
             if graph.launches == 0:
                 runtime.restore_data(self.scope)   # never launched: data unchanged
-            runtime.backend.release(graph)
+            self.recorder().release(graph)
 
 
 def _handle_int(handle: Any) -> int:

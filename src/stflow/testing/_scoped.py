@@ -50,7 +50,7 @@ def generate_scoped_program(seed: int, devices: int = 2, **options: Any
     while i < len(ops):
         op = ops[i]
         if _scopable(op) and rng.random() < 0.35:
-            span = []
+            span: list[Any] = []
             while i < len(ops) and _scopable(ops[i]) and len(span) < rng.randint(1, 6):
                 span.append(ops[i])
                 i += 1
