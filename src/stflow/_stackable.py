@@ -205,7 +205,7 @@ class _Loop:
             terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
                       leaf._threshold, leaf._negate) for leaf in leaves]
             recorder = cast(GraphRecorder, runtime.backend)
-            recorder.set_condition(made._stream, scope.condition, terms, combiner)
+            recorder.set_condition(made._native_stream(), scope.condition, terms, combiner)
         scope.condition_set = True
 
 
