@@ -336,6 +336,8 @@ class Runtime(DataRegistry, ScopeRuntime):
             if access.state.active:
                 self._wait_for_conflicts(accesses, owner_label)
                 break
+        if self.scopes and self.scopes[-1].repeatable:
+            self.hoist_imports(accesses)
         prerequisites: list[Event] = []
         prepare = False                    # allocations or copies to enqueue
         completed = self.backend.query

@@ -25,7 +25,8 @@ Repeating
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from ._coherence import INVALID, DataState, Instance
 from ._deps import READ
@@ -138,15 +139,69 @@ class ScopeRuntime:
         if not self.scopes or self.scopes[-1] is not scope:
             raise ScopeError("scopes must be closed innermost first")
 
+    # -- imports of repeated scopes ---------------------------------------------------------
+    def hoist_imports(self, accesses: list[Any]) -> None:
+        """Copy data a repeated scope reads from outside it *before* the scope.
+
+        An access of the innermost scope (a loop body, a launchable graph) that reads
+        an instance it would fill by copying from an instance valid before the scope
+        gets that copy at the enclosing level instead (the root for a launchable
+        graph), once, rather than in the body at every iteration or launch.
+        """
+        scope = self.scopes[-1]
+        for access in accesses:
+            if not access.mode & READ or access.ld._is_token:
+                continue
+            state = access.state
+            instance = state.instances.get(access.device)
+            if instance is not None and instance.state is not INVALID:
+                continue
+            source = state.valid_source(access.device)
+            if source is None or (id(state), source.device) in scope.fresh:
+                continue
+            self.scope_snapshot(state)
+            if instance is None:
+                instance = state.instances[access.device] = Instance(access.device)
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            with self._enclosing_level(scope):
+                self.scope_access(state, READ, instance, source)    # enclosing scopes
+                self._copy_into(state, instance, source, prerequisites,  # type: ignore
+                                access.ld._dtype, state.label)
+
+    @contextlib.contextmanager
+    def _enclosing_level(self, scope: Scope) -> Iterator[None]:
+        """Record (or, outside any graph, run) at the level enclosing ``scope``."""
+        recorder = self.backend
+        saved = self.pools, self.streams
+        self.scopes.pop()
+        if scope.top:
+            self.pools, self.streams = scope.saved
+        previous = recorder.enter_level(
+            None if scope.top else scope.graph.parent.graph)
+        try:
+            yield
+        finally:
+            recorder.enter_level(previous)
+            if scope.top:
+                scope.saved = (self.pools, self.streams)
+            self.pools, self.streams = saved
+            self.scopes.append(scope)
+
     # -- bookkeeping from the prologue and epilogue --------------------------------------
-    def scope_access(self, state: DataState, mode: int, instance: Instance | None,
-                     source: Instance | None) -> None:
-        """Note an access (after ``plan_access``) in every open scope."""
+    def scope_snapshot(self, state: DataState) -> None:
+        """Snapshot ``state`` in every open scope that has not seen it yet."""
         key = id(state)
         for scope in self.scopes:
             snapshots = scope.snapshots
             if snapshots is not None and key not in snapshots:
                 snapshots[key] = (state, state.snapshot())
+
+    def scope_access(self, state: DataState, mode: int, instance: Instance | None,
+                     source: Instance | None) -> None:
+        """Note an access (after ``plan_access``) in every open scope."""
+        key = id(state)
+        self.scope_snapshot(state)
+        for scope in self.scopes:
             if scope.repeatable and instance is not None:
                 used = source if source is not None else (
                     instance if mode & READ else None)

@@ -187,6 +187,12 @@ class GraphRecorder(Backend):
         parent.sinks.pop(node, None)
         self.graphs.remove_node(parent.handle, node.handles[0])
 
+    def enter_level(self, graph: Graph | None) -> Graph | None:
+        """Record into ``graph`` (``None``: run at the root) until called again with
+        what this returns (the level it replaces)."""
+        previous, self.current = self.current, graph
+        return previous
+
     def close_graph(self, graph: Graph) -> None:
         """Stop recording the top-level ``graph`` (it can be launched)."""
         self._end_captures()
