@@ -53,8 +53,6 @@ def test_campaign_of_large_programs(backend, first):
 @pytest.mark.parametrize("first", range(0, min(SEEDS, 500), CHUNK),
                          ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
 def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
-    if backend != "emulated":
-        pytest.skip("graph mode runs on the emulated backend only so far")
     devices = _device_count(backend)
     failures = []
     for seed in range(first, first + CHUNK):

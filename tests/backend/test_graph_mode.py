@@ -8,23 +8,23 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow.emulated import launch
-from stflow.errors import BackendUnavailableError, ScopeError
+from stflow.errors import ScopeError
 from stflow.instrument import TraceRecorder
+from tests.helpers.bodies import add_to
 
 
 @pytest.fixture
 def graph_ctx(backend):
-    if backend != "emulated":
-        with pytest.raises(BackendUnavailableError, match="graph mode"):
-            stf.context(backend=backend, use_graph=True)
-        pytest.skip("graph mode runs on the emulated backend only so far")
     with stf.context(backend=backend, use_graph=True) as ctx:
         yield ctx
 
 
 def _axpy(t, scale):
-    launch(t.stream_ptr(), lambda x, y: y.__iadd__(scale * x), *t.args_cai())
+    add_to(t, 1, 0, scale)
+
+
+def _last_device(ctx):
+    return ctx._runtime.backend.device_count - 1
 
 
 def test_results_match_stream_mode(graph_ctx):
@@ -32,7 +32,8 @@ def test_results_match_stream_mode(graph_ctx):
     ctx = graph_ctx
     lx, ly = ctx.logical_data(X), ctx.logical_data(Y)
     for step in range(4):
-        with ctx.task(stf.exec_place.device(step % 2), lx.read(), ly.rw()) as t:
+        with ctx.task(stf.exec_place.device(step % 2 and _last_device(ctx)), lx.read(),
+                      ly.rw()) as t:
             _axpy(t, 2.0)
     assert Y[1] == 1.0                          # nothing ran yet: recorded only
     np.testing.assert_array_equal(ctx.wait(ly), 1 + 8 * np.arange(16.0))
@@ -46,13 +47,15 @@ def test_work_runs_when_the_graph_is_replayed(graph_ctx):
     ctx.host_launch(token.rw(), fn=lambda: log.append("first"))
     ctx.host_launch(token.rw(), fn=lambda: log.append("second"))
     assert log == []                             # recorded, not run
-    with stf.context(backend="emulated", stream=ctx.fence()):
+    with stf.context(backend=ctx.backend, stream=ctx.fence()):
         pass                                     # a stream context on the fence stream
     ctx.finalize()
     assert log == ["first", "second"]
 
 
 def test_host_access_in_a_recorded_body_is_refused(graph_ctx):
+    if graph_ctx.backend != "emulated":
+        pytest.skip("CUDA task views are device memory: no host access to refuse")
     ld = graph_ctx.logical_data(np.zeros(4))
     with graph_ctx.task(ld.rw()) as t:
         with pytest.raises(ScopeError, match="recorded"):
@@ -63,22 +66,21 @@ def test_epochs_follow_each_other(graph_ctx):
     ctx = graph_ctx
     ld = ctx.logical_data(np.zeros(3))
     for epoch in range(3):
-        with ctx.task(stf.exec_place.device(epoch % 2), ld.rw()) as t:
-            launch(t.stream_ptr(), lambda a: a.__iadd__(1.0), *[t.get_arg_cai(0)])
+        with ctx.task(stf.exec_place.device(epoch % 2 and _last_device(ctx)),
+                      ld.rw()) as t:
+            add_to(t, 0, None, 1.0)
         ctx.fence()
     np.testing.assert_array_equal(ctx.wait(ld), [3.0, 3.0, 3.0])
     assert ctx.statistics().graph_instantiations == 3   # one per fence; wait() copies between epochs
 
 
 def test_trace_of_a_graph_mode_context(backend):
-    if backend != "emulated":
-        pytest.skip("graph mode runs on the emulated backend only so far")
     recorder = TraceRecorder()
     with stf.context(backend=backend, use_graph=True) as ctx:
         ctx.attach(recorder)
         ld = ctx.logical_data(np.zeros(8))
         with ctx.task(ld.rw(), symbol="add") as t:
-            launch(t.stream_ptr(), lambda a: a.__iadd__(1.0), t.get_arg_cai(0))
+            add_to(t, 0, None, 1.0)
     events = json.loads(json.dumps(recorder.to_json()))["traceEvents"]
     assert "task 'add'" in {e["name"] for e in events if e["ph"] == "X"}
 

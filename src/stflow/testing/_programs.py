@@ -102,7 +102,9 @@ def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float)
             sample = (flat[0].astype(xp.float64) + flat[flat.size // 2].astype(xp.float64)
                       + flat[-1].astype(xp.float64))
             total = sample if total is None else total + sample
-    base = xp.asarray(coef, dtype=xp.float64)
+    # A Python float, not an array: no host-to-device transfer, which a body recorded
+    # into a CUDA graph could not make (the host value would be read at replay).
+    base: Any = float(coef)
     if total is not None:
         base = total * 0.1 + base
     for array, mode in zip(arrays, modes):
