@@ -39,7 +39,8 @@ class Scope:
     """One open scope of a runtime."""
 
     __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
-                 "fresh", "condition", "condition_set", "count", "closed", "wrapper")
+                 "fresh", "condition", "condition_set", "count", "closed", "wrapper",
+                 "hoist_pools")
 
     def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
         self.kind = kind                  # "epoch", "graph", "while", "repeat", "launchable"
@@ -56,6 +57,7 @@ class Scope:
         self.count: int | None = None
         self.closed = False
         self.wrapper: Scope | None = None  # the graph holding a root-level loop
+        self.hoist_pools: dict = {}        # streams for imports hoisted out of it
 
 
 class ScopeRuntime:
@@ -176,6 +178,10 @@ class ScopeRuntime:
         self.scopes.pop()
         if scope.top:
             self.pools, self.streams = scope.saved
+        else:
+            # Streams of their own: the scope's streams carry the body's nodes, which
+            # would order the copy after the loop node it must precede.
+            self.pools = scope.hoist_pools
         previous = recorder.enter_level(
             None if scope.top else scope.graph.parent.graph)
         try:

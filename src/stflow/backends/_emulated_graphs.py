@@ -208,7 +208,9 @@ def _run_graph(graph: Graph, rng: random.Random) -> None:
         for dep in set(node.deps):
             users.setdefault(dep, []).append(node)
     ready = [node for node, count in waiting.items() if count == 0]
+    ran = 0
     while ready:
+        ran += 1
         node = ready.pop(rng.randrange(len(ready)))
         if node.loop is not None:
             _run_loop(node.loop, rng)
@@ -218,6 +220,9 @@ def _run_graph(graph: Graph, rng: random.Random) -> None:
             waiting[user] -= 1
             if waiting[user] == 0:
                 ready.append(user)
+    if ran != len(nodes):
+        raise RuntimeError(f"an emulated graph has a dependency cycle: {len(nodes) - ran} "
+                           "of its nodes never became ready")
 
 
 def _run_loop(loop: Loop, rng: random.Random) -> None:
