@@ -32,6 +32,15 @@ Fills
     4-byte column; longer patterns are copied once from a pinned tile and doubled
     with device copies. Pageable memory (and pinned memory for long patterns) is
     filled with NumPy in a host callback.
+
+Graph capture
+    On a stream capturing into a CUDA graph (``_cuda_graphs``) the same calls become
+    graph nodes that run at every launch: a host callback becomes a host node, and a
+    deferred release (a staging buffer, the pinned tile of a long fill pattern) waits
+    for the graph and its executables to be released instead of for the stream.
+    Pageable copies therefore read and write the user's buffer at every launch, in
+    graph order. A loop body cannot hold host nodes: the copies and fills that need a
+    host callback raise ``ScopeError`` there, before enqueuing anything.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._errors import PlaceError
+from .._errors import PlaceError, ScopeError
 from . import _cuda_driver as _cu
 from ._base import HOST, MANAGED, Allocation, Stream
 
@@ -64,6 +73,7 @@ class CudaMemory:
     _pools: list[Any]
     _service: list[Any]
     _context_device: dict[int, int]
+    _captures: dict[int, Any]
     _ensure_context: Callable[[], None]
     _new_event: Callable[[int], Any]
     launch_host_func: Callable[[Stream, Callable[[], None]], None]
@@ -292,7 +302,10 @@ class CudaMemory:
         target = self.pointer_kind(dst)
         if PAGEABLE not in (source, target) and not source == target == PINNED:
             self._async_copy(dst, src, nbytes, stream)
-        elif DEVICE in (source, target):
+            return
+        what = f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x}"
+        self._refuse_host_work(stream, what)
+        if DEVICE in (source, target):
             self._staged_copy(dst, src, nbytes, stream, source == PAGEABLE)
         else:
             self.launch_host_func(stream, lambda: _memmove(dst, src, nbytes))
@@ -356,6 +369,7 @@ class CudaMemory:
         pattern = pattern[:_period(pattern)]
         kind = self.pointer_kind(ptr)
         if kind == PAGEABLE or (kind == PINNED and len(pattern) > _MAX_STRIDED_PERIOD):
+            self._refuse_host_work(stream, f"filling {nbytes} bytes at 0x{ptr:x}")
             self.launch_host_func(stream, _host_filler(ptr, nbytes, pattern))
         elif len(pattern) > _MAX_STRIDED_PERIOD:
             self._fill_by_doubling(ptr, nbytes, pattern, stream)
@@ -375,9 +389,29 @@ class CudaMemory:
             self._async_copy(ptr + done, ptr, chunk, stream)
             done += chunk
 
+    def _refuse_host_work(self, stream: Stream, what: str) -> None:
+        """Raise ``ScopeError`` if ``stream`` captures a loop body (no host nodes)."""
+        capture = self._captures.get(stream.handle) if self._captures else None
+        if capture is not None and capture.in_loop_body:
+            raise ScopeError(
+                f"{what} on {stream!r} runs on the host, in a host callback, and the "
+                "body of a loop on the CUDA backend cannot hold host callbacks (a "
+                "conditional graph node runs kernels, copies and fills only); keep "
+                "host work out of the loop, or use device or page-locked memory "
+                "(register the host array) so that copies run on the device")
+
     # -- deferred releases -------------------------------------------------------------
     def _defer(self, stream: Stream, action: Callable[[], None] | None) -> None:
-        """Run ``action`` once the work enqueued on ``stream`` so far has completed."""
+        """Run ``action`` once the work enqueued on ``stream`` so far has completed.
+
+        On a stream capturing into a graph, ``action`` runs when the graph and its
+        executables are released instead.
+        """
+        capture = self._captures.get(stream.handle) if self._captures else None
+        if capture is not None:
+            if action is not None:
+                capture.resources.releases.append(action)
+            return
         pool = stream.events  # type: ignore[attr-defined]
         try:
             handle = pool.pop()
@@ -389,6 +423,23 @@ class CudaMemory:
             raise _cu.error(err, f"cuEventRecord on {stream!r}") from None
         with self._deferred_lock:
             self._deferred.append((handle, pool, action))
+
+    def _after_events(self, events: list[tuple[Any, list]],
+                      action: Callable[[], None]) -> None:
+        """Run ``action`` once all ``events`` (recorded ``(handle, pool)`` pairs)
+        have completed; each handle then returns to its pool."""
+        left = [len(events)]
+        lock = threading.Lock()
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                last = not left[0]
+            if last:
+                action()
+
+        with self._deferred_lock:
+            self._deferred.extend((handle, pool, one_done) for handle, pool in events)
 
     def _reap(self) -> None:
         """Run the deferred releases whose events have completed."""

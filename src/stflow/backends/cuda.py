@@ -38,6 +38,15 @@ Host callbacks
     callback thread, which makes submitting work from a callback raise
     ``ScopeError``. Blocking calls of cuda-bindings 13 release the GIL, so the host
     may block while callbacks are pending; with older bindings the backend polls.
+    A callable enqueued on a stream that is capturing into a CUDA graph becomes a
+    host node, run at every launch: it stays registered until the graph and its
+    executables are gone (``_cuda_graphs``).
+
+Graphs
+    :attr:`CudaBackend.graphs` builds CUDA graphs by stream capture and launches them
+    (``_cuda_graphs``, the graph-mode contract of ``_graphs``). ``_captures`` maps
+    each capturing stream to its capture, so that host callbacks and deferred
+    releases enqueued on it follow the graph's lifetime instead of one run.
 
 The hot path
     ``record`` and ``wait`` pass cached native ``CUstream`` / ``CUevent`` objects (the
@@ -67,6 +76,7 @@ from .._views import stf_cai
 from . import _cuda_driver as _cu
 from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError
+from ._cuda_graphs import CudaGraphSupport
 from ._cuda_memory import CudaMemory
 
 __all__ = ["CudaBackend", "CudaOutOfMemoryError", "DriverEvent", "DriverStream",
@@ -164,7 +174,8 @@ class CudaBackend(CudaMemory, Backend):
         self._foreign: dict[Any, DriverStream] = {}
         self._lock = threading.Lock()
         self._initialized = False
-        self._host_funcs: dict[int, tuple[Callable[[], None], Stream]] = {}
+        self._host_funcs: dict[int, tuple[Callable[[], None], Stream, bool]] = {}
+        self._captures: dict[int, Any] = {}         # capturing stream -> _Capture
         self._host_keys = itertools.count(1)
         self._trampoline = _HOST_FN_TYPE(self._run_host_func)
         self._host_fn = d.CUhostFn(ctypes.cast(self._trampoline, ctypes.c_void_p).value)
@@ -180,6 +191,7 @@ class CudaBackend(CudaMemory, Backend):
         self._service = [self._new_stream(i) for i in range(self._count)]
         self._timing_pools: list[list[Any]] = [[] for _ in range(self._count)]
         self._time_origins = [self._time_origin(i) for i in range(self._count)]
+        self.graphs = CudaGraphSupport(self)
 
     # -- contexts ----------------------------------------------------------------
     def _ensure_context(self) -> None:
@@ -542,10 +554,28 @@ class CudaBackend(CudaMemory, Backend):
         -----
         ``fn`` is kept until it has run. While it runs ``callback_state.active`` is
         set, so it cannot submit work or block on the device; an exception escaping
-        it goes to ``stream.error_sink``.
+        it goes to ``stream.error_sink``. On a stream capturing into a graph, ``fn``
+        becomes a host node: it runs at every launch and is kept until the graph and
+        its executables are released.
+
+        Raises
+        ------
+        ScopeError
+            The stream is capturing the body of a loop, which cannot hold host nodes.
         """
+        capture = self._captures.get(stream.handle) if self._captures else None
         key = next(self._host_keys)
-        self._host_funcs[key] = (fn, stream)
+        if capture is not None:
+            self._refuse_host_work(stream, "a host callback")
+            self._host_funcs[key] = (fn, stream, True)
+            try:
+                self.graphs.capture_host_node(stream, self._host_fn, key)
+            except BaseException:
+                del self._host_funcs[key]
+                raise
+            capture.resources.releases.append(lambda: self._host_funcs.pop(key, None))
+            return
+        self._host_funcs[key] = (fn, stream, False)
         (err,) = self._cuLaunchHostFunc(stream.native, self._host_fn, key)  # type: ignore
         if err:
             del self._host_funcs[key]
@@ -554,10 +584,12 @@ class CudaBackend(CudaMemory, Backend):
     def _run_host_func(self, key: int | None) -> None:
         """The C trampoline's body: never lets an exception reach the driver."""
         try:
-            entry = self._host_funcs.pop(key or 0, None)
+            entry = self._host_funcs.get(key or 0)
             if entry is None:
                 return
-            fn, stream = entry
+            fn, stream, kept = entry
+            if not kept:                # a host node of a graph runs at every launch
+                self._host_funcs.pop(key or 0, None)
             state = callback_state
             previous = state.active
             state.active = True

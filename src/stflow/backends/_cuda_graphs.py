@@ -1,0 +1,650 @@
+"""CUDA graphs for the CUDA backend: the graph-mode contract of ``_graphs.py``.
+
+:class:`CudaGraphSupport` is ``CudaBackend.graphs``. Graphs are built by stream capture
+(``cuStreamBeginCaptureToGraph`` in relaxed mode), so whatever a task body enqueues
+on its stream (CuPy, Numba, cuda.core kernels, the backend's own copies and fills)
+becomes nodes; loops are conditional WHILE nodes.
+
+Captures
+    :meth:`~CudaGraphSupport.begin_capture` starts a capture into an existing graph,
+    the first captured node depending on the given nodes (which may come from earlier
+    captures into the same graph, on any device). :meth:`~CudaGraphSupport.end_capture`
+    returns the stream's capture dependencies just before the capture ends: the
+    leaves of the captured work, or the initial nodes when nothing was captured.
+    While a stream captures, the backend knows it (``CudaBackend._captures``): a host
+    callback enqueued then becomes a host node added to the graph directly
+    (:meth:`~CudaGraphSupport.capture_host_node`) and stays registered for the life
+    of the graph, since a host node runs at every launch; the releases the backend
+    would do once the enqueued work completed (pinned staging buffers of pageable
+    copies and long fill patterns) wait for the graph instead.
+
+Resources and their lifetime
+    What a graph's nodes use (host callbacks, loop counters, staging buffers) belongs
+    to its :class:`_Resources`, shared by the graph, its loop bodies and every
+    executable made from it or updated with it. They are released when the last of
+    those goes: the graph at :meth:`~CudaGraphSupport.destroy_graph`, an executable
+    once the launches enqueued before :meth:`~CudaGraphSupport.destroy_exec` (or
+    before an update gave it another graph's parameters) completed. Each launch
+    re-records one event per stream for that purpose.
+
+Loops
+    A loop is a conditional WHILE node preceded by a *start* kernel node, which sets
+    the condition every time the loop is reached: to 1 for a while loop
+    (``count=None``; the body runs once, then as long as the last
+    :meth:`~CudaGraphSupport.set_condition` of the body set 1), to ``n > 0`` for a
+    repeat loop (``count=n``), whose start node also resets a 32-bit device counter
+    to ``n``; a kernel node after the body's sinks decrements it and sets the
+    condition to ``counter != 0``. A handle's default value
+    (``CU_GRAPH_COND_ASSIGN_DEFAULT``) would not do: it is applied when the whole
+    executable is launched, not each time a loop nested in another loop's body
+    starts again. The body of a conditional node can hold kernels, copies, fills and
+    nested conditional nodes only, all in the loop node's device context: host
+    callbacks (and the pageable copies and host fills made of them) raise
+    ``ScopeError`` there, and so does a capture into a body from a stream of
+    another device.
+
+Condition kernels
+    ``set_condition`` launches a one-thread kernel reading element 0 of each term and
+    calling ``cudaGraphSetConditional``. The kernels are generated per signature
+    (dtypes, comparisons, negations, combiner), compiled with NVRTC to a cubin for
+    the device's architecture and cached. NVRTC knows ``cudaGraphConditionalHandle``
+    and ``cudaGraphSetConditional`` as built-ins: the function is declared
+    ``__cudart_builtin__`` and needs no header and no device linking. Thresholds are
+    compared exactly: in double precision against float elements, and against
+    integer elements as 64-bit integers after rounding the threshold towards the
+    side that keeps the comparison's truth (``x > 2.5`` is ``x > 2``).
+
+Updates
+    :meth:`~CudaGraphSupport.topology` keys graphs by node types and edges, with the
+    key of each loop body in place of its loop node's type. ``cuGraphExecUpdate``
+    cannot change a conditional node's parameters, but handles are numbered per
+    graph in creation order, so graphs recorded alike get equal handles and update
+    (measured with repeat and while loops).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .._errors import CudaError, ScopeError
+from . import _cuda_driver as _cu
+from ._base import Allocation, Stream
+from ._graphs import ConditionTerm, GraphSupport
+
+__all__ = ["CudaGraphSupport"]
+
+MAX_TERMS = 8
+"""Terms one condition may combine."""
+_COMPARISONS = (">", "<", ">=", "<=")
+_ELEMENT_TYPES = {"float32": "float", "float64": "double", "int32": "int",
+                  "int64": "long long"}
+_INT64 = (-(2**63), 2**63 - 1)
+
+_SET_CONDITIONAL = ('extern "C" __device__ __cudart_builtin__ void '
+                    "cudaGraphSetConditional(cudaGraphConditionalHandle handle, "
+                    "unsigned int value);\n")
+_LOOP_KERNELS = _SET_CONDITIONAL + r"""
+extern "C" __global__ void stflow_loop_start(cudaGraphConditionalHandle handle,
+                                             unsigned int* counter, unsigned int count,
+                                             unsigned int value)
+{
+    if (counter) *counter = count;
+    cudaGraphSetConditional(handle, value);
+}
+
+extern "C" __global__ void stflow_repeat_step(cudaGraphConditionalHandle handle,
+                                              unsigned int* counter)
+{
+    const unsigned int left = *counter - 1u;
+    *counter = left;
+    cudaGraphSetConditional(handle, left != 0u ? 1u : 0u);
+}
+"""
+
+
+class _Resources:
+    """What the nodes of one graph need while it or an executable made from it lives.
+
+    ``users`` counts the graph and those executables; ``releases`` run when it drops
+    to zero. ``bodies`` and ``loops`` are the keys of the graph's loop bodies and loop
+    nodes in :class:`CudaGraphSupport`'s tables.
+    """
+
+    __slots__ = ("users", "releases", "bodies", "loops")
+
+    def __init__(self) -> None:
+        self.users = 1
+        self.releases: list[Callable[[], None]] = []
+        self.bodies: list[int] = []
+        self.loops: list[int] = []
+
+
+class _Capture:
+    """An open capture: the graph's resources, and whether it records a loop body."""
+
+    __slots__ = ("resources", "in_loop_body")
+
+    def __init__(self, resources: _Resources, in_loop_body: bool) -> None:
+        self.resources = resources
+        self.in_loop_body = in_loop_body
+
+
+class _Loop:
+    """A loop node: its body graph, device, and for repeat loops the counter."""
+
+    __slots__ = ("node", "body", "device", "counter", "start")
+
+    def __init__(self, node: Any, body: Any, device: int, counter: Allocation | None,
+                 start: Any) -> None:
+        self.node = node
+        self.body = body
+        self.device = device
+        self.counter = counter
+        self.start = start          # the kernel node setting the condition
+
+
+class _Executable:
+    """An executable graph, the resources its parameters use, and its launch events."""
+
+    __slots__ = ("native", "resources", "launched")
+
+    def __init__(self, native: Any, resources: _Resources) -> None:
+        self.native = native
+        self.resources = resources
+        self.launched: dict[int, tuple[Any, list]] = {}   # stream -> (event, pool)
+
+
+class CudaGraphSupport(GraphSupport):
+    """Graph construction and launch on the CUDA driver (see the module docstring).
+
+    Parameters
+    ----------
+    backend : CudaBackend
+        The backend whose streams capture and whose contexts run the graphs.
+    """
+
+    def __init__(self, backend: Any) -> None:
+        d = _cu.driver
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._resources: dict[int, _Resources] = {}    # graph or body -> resources
+        self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
+        self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
+        self._libraries: dict[tuple[str, tuple[int, int]], Any] = {}
+        self._functions: dict[tuple[str, int], Any] = {}
+        # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
+        # suffix (same arguments).
+        self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
+        self._add_edges = (getattr(d, "cuGraphAddDependencies_v2", None)
+                           or d.cuGraphAddDependencies)
+        self._get_edges = getattr(d, "cuGraphGetEdges_v2", None) or d.cuGraphGetEdges
+        self._capture_info = (getattr(d, "cuStreamGetCaptureInfo_v3", None)
+                              or d.cuStreamGetCaptureInfo)
+        self._set_capture_deps = (getattr(d, "cuStreamUpdateCaptureDependencies_v2",
+                                          None) or d.cuStreamUpdateCaptureDependencies)
+        self._cuGraphLaunch = d.cuGraphLaunch
+        self._cuEventRecord = d.cuEventRecord
+        self._conditional_type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        self._update_failure = d.CUresult.CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE
+
+    # -- graphs --------------------------------------------------------------------
+    def create_graph(self) -> Any:
+        graph = _cu.check(_cu.driver.cuGraphCreate(0), "creating a CUDA graph")
+        with self._lock:
+            self._resources[int(graph)] = _Resources()
+        return graph
+
+    def destroy_graph(self, graph: Any) -> None:
+        """Destroy ``graph``; its resources go once its executables are gone too."""
+        resources = self._owner(graph)
+        with self._lock:
+            del self._resources[int(graph)]
+            for body in resources.bodies:
+                self._resources.pop(body, None)
+                self._bodies.pop(body, None)
+            for node in resources.loops:
+                self._loop_nodes.pop(node, None)
+            resources.bodies = []
+            resources.loops = []
+        _cu.check(_cu.driver.cuGraphDestroy(graph), "destroying a CUDA graph")
+        self._drop(resources)
+
+    def remove_node(self, graph: Any, node: Any) -> None:
+        """Remove ``node`` (and, for a loop node, its start node) from ``graph``."""
+        d = _cu.driver
+        with self._lock:
+            loop = self._loop_nodes.pop(int(node), None)
+            if loop is not None:
+                self._bodies.pop(int(loop.body), None)
+                self._resources.pop(int(loop.body), None)
+        _cu.check(d.cuGraphDestroyNode(node), "removing a node from a CUDA graph")
+        if loop is not None:
+            _cu.check(d.cuGraphDestroyNode(loop.start),
+                      "removing the start of a loop from a CUDA graph")
+
+    def _drop(self, resources: _Resources) -> None:
+        """One user of ``resources`` is gone; the last runs the releases."""
+        with self._lock:
+            resources.users -= 1
+            if resources.users:
+                return
+            releases, resources.releases = resources.releases, []
+        for release in releases:
+            release()
+
+    def _owner(self, graph: Any) -> _Resources:
+        try:
+            return self._resources[int(graph)]
+        except KeyError:
+            raise ScopeError(f"CUDA graph 0x{int(graph):x} was not made by "
+                             "create_graph or add_loop, or was destroyed") from None
+
+    # -- capture -------------------------------------------------------------------
+    def begin_capture(self, stream: Stream, graph: Any, deps: Sequence[Any]) -> None:
+        """Capture the work enqueued on ``stream`` into ``graph``, after ``deps``.
+
+        Notes
+        -----
+        Relaxed capture mode: other threads may keep making calls that are illegal
+        during a global capture (allocations, synchronisations).
+
+        Raises
+        ------
+        ScopeError
+            The stream is capturing already, or ``graph`` is the body of a loop on
+            another device than the stream's.
+        """
+        backend = self._backend
+        if stream.handle in backend._captures:
+            raise ScopeError(f"{stream!r} is already capturing into a graph; end that "
+                             "capture first")
+        d = _cu.driver
+        deps = list(deps)
+        resources = self._owner(graph)
+        loop = self._bodies.get(int(graph))
+        device = stream.cuda_device  # type: ignore[attr-defined]
+        if loop is not None and device != loop.device:
+            raise ScopeError(f"work of device {device} cannot run in the body of a loop "
+                             f"on device {loop.device}: the body of a CUDA conditional "
+                             "node runs in the loop node's device context only; keep "
+                             "the work of a loop on one device")
+        mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+        _cu.check(d.cuStreamBeginCaptureToGraph(stream.native,  # type: ignore
+                                                graph, deps, None, len(deps), mode),
+                  f"beginning a graph capture on {stream!r}")
+        backend._captures[stream.handle] = _Capture(resources, loop is not None)
+
+    def end_capture(self, stream: Stream) -> list[Any]:
+        """End the capture on ``stream``; returns the captured leaves (or the deps).
+
+        Raises
+        ------
+        CudaError
+            The capture was invalidated: something enqueued on the stream cannot be
+            captured (a synchronous call, work of a legacy stream, an event of
+            another capture); the message says so.
+        """
+        d = _cu.driver
+        native = stream.native  # type: ignore[attr-defined]
+        try:
+            info = _cu.check(self._capture_info(native),
+                             f"reading the capture state of {stream!r}")
+            status, deps, count = info[0], info[3], info[-1]
+        finally:
+            self._backend._captures.pop(stream.handle, None)
+            ended = d.cuStreamEndCapture(native)
+        if ended[0] or status != d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+            error = ended[0] or d.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            raise _cu.error(error, f"capturing the work enqueued on {stream!r} into a "
+                                   "graph (an operation on it could not be captured: "
+                                   "a synchronous call, a legacy-stream dependency or "
+                                   "an event of another capture)")
+        return list(deps[:count]) if count else []
+
+    def capture_host_node(self, stream: Stream, function: Any, user_data: int) -> None:
+        """Add a host node calling ``function(user_data)`` to the capture of ``stream``.
+
+        Notes
+        -----
+        ``cuLaunchHostFunc`` of cuda-bindings calls the C function through a wrapper
+        that it frees after the first call, so a captured one crashes at the second
+        launch of the graph. The node is added to the captured graph directly
+        instead, after the stream's capture dependencies, and becomes the stream's
+        only dependency: later captured work comes after it.
+        """
+        d = _cu.driver
+        native = stream.native  # type: ignore[attr-defined]
+        step = f"capturing a host callback on {stream!r}"
+        info = _cu.check(self._capture_info(native), step)
+        graph, deps, count = info[2], info[3], info[-1]
+        deps = list(deps[:count]) if count else []
+        params = d.CUgraphNodeParams()
+        params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_HOST
+        params.host.fn = function
+        params.host.userData = user_data
+        node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
+        flags = d.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+        _cu.check(self._set_capture_deps(native, [node], None, 1, int(flags)), step)
+
+    # -- edges and loops -----------------------------------------------------------
+    def add_dependencies(self, graph: Any, before: Sequence[Any], after: Any) -> None:
+        before = list(before)
+        if not before:
+            return
+        _cu.check(self._add_edges(graph, before, [after] * len(before), None,
+                                  len(before)),
+                  "adding dependencies to a CUDA graph node")
+
+    def add_loop(self, graph: Any, deps: Sequence[Any], device: int,
+                 count: int | None) -> tuple[Any, Any, int]:
+        """Add a conditional WHILE node to ``graph`` on ``device``, after ``deps``.
+
+        Returns ``(node, body, handle)``: the loop node, the body graph to capture
+        into, and the ``CUgraphConditionalHandle`` value. See the module docstring.
+
+        Raises
+        ------
+        ValueError
+            ``count`` is negative or does not fit 32 bits.
+        CudaError
+            The driver refused the node (conditional nodes need CUDA 12.4 or later).
+        """
+        if count is not None and not 0 <= count < 2**32:
+            raise ValueError(f"a repeat loop runs 0 to {2**32 - 1} times, not {count}")
+        d = _cu.driver
+        backend = self._backend
+        backend._check_ordinal(device, "add_loop")
+        resources = self._owner(graph)
+        context = backend._contexts[device]
+        step = f"adding a loop node to a CUDA graph on device {device}"
+        handle = _cu.check(d.cuGraphConditionalHandleCreate(graph, context, 0, 0), step)
+        counter = None
+        if count:
+            counter = backend.allocate(device, 4, None, np.dtype(np.uint32))
+            resources.releases.append(lambda: backend.free(counter, None))
+        kernel = self._function(_LOOP_KERNELS, "stflow_loop_start", device)
+        args = [ctypes.c_uint64(int(handle)),
+                ctypes.c_uint64(counter.ptr if counter is not None else 0),
+                ctypes.c_uint32(count or 0),
+                ctypes.c_uint32(1 if count is None else int(count > 0))]
+        start = self._add_kernel_node(graph, [], kernel, args, device)
+        deps = [*deps, start]
+        params = d.CUgraphNodeParams()
+        params.type = self._conditional_type
+        conditional = params.conditional
+        conditional.handle = handle
+        conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
+        conditional.size = 1
+        conditional.ctx = context
+        node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
+        body = conditional.phGraph_out[0]
+        loop = _Loop(node, body, device, counter, start)
+        with self._lock:
+            self._resources[int(body)] = resources
+            self._bodies[int(body)] = loop
+            self._loop_nodes[int(node)] = loop
+            resources.bodies.append(int(body))
+            resources.loops.append(int(node))
+        return node, body, int(handle)
+
+    def end_loop_body(self, body: Any, handle: int, sinks: Sequence[Any]) -> None:
+        """Close a loop body; a repeat loop gets its counter step after ``sinks``."""
+        loop = self._bodies.get(int(body))
+        if loop is None:
+            raise ScopeError(f"CUDA graph 0x{int(body):x} is not the body of a loop")
+        if loop.counter is None:
+            return
+        kernel = self._function(_LOOP_KERNELS, "stflow_repeat_step", loop.device)
+        args = [ctypes.c_uint64(handle), ctypes.c_uint64(loop.counter.ptr)]
+        self._add_kernel_node(body, list(sinks), kernel, args, loop.device)
+
+    def set_condition(self, stream: Stream, handle: int,
+                      terms: Sequence[ConditionTerm], combiner: str) -> None:
+        """Enqueue on ``stream`` the kernel setting ``handle`` from ``terms``.
+
+        Raises
+        ------
+        ValueError
+            No term or more than :data:`MAX_TERMS`, an unknown combiner, comparison
+            or dtype, or a NaN threshold against an integer element.
+        """
+        if combiner not in ("all", "any"):
+            raise ValueError(f"a condition combines its terms with 'all' or 'any', "
+                             f"not {combiner!r}")
+        if not 1 <= len(terms) <= MAX_TERMS:
+            raise ValueError(f"a condition has 1 to {MAX_TERMS} terms, not {len(terms)}")
+        signature = []
+        args: list[Any] = [ctypes.c_uint64(handle)]
+        for ptr, dtype, op, threshold, negate in terms:
+            name = np.dtype(dtype).name
+            if name not in _ELEMENT_TYPES:
+                raise ValueError(f"a condition term reads float32, float64, int32 or "
+                                 f"int64 elements, not {name}")
+            if op not in _COMPARISONS:
+                raise ValueError(f"a condition term compares with one of "
+                                 f"{', '.join(_COMPARISONS)}, not {op!r}")
+            signature.append((name, op, bool(negate)))
+            args.append(ctypes.c_uint64(ptr))
+            if name.startswith("float"):
+                args.append(ctypes.c_double(float(threshold)))
+            else:
+                args.append(ctypes.c_int64(_integer_threshold(op, float(threshold))))
+        source = _condition_source(tuple(signature), combiner)
+        device = stream.cuda_device  # type: ignore[attr-defined]
+        kernel = self._function(source, "stflow_condition", device)
+        array = _kernel_params(args)
+        _cu.check(_cu.driver.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0,
+                                            stream.native,  # type: ignore
+                                            ctypes.addressof(array), 0),
+                  f"launching a loop condition kernel on {stream!r}")
+
+    # -- executables ---------------------------------------------------------------
+    def instantiate(self, graph: Any) -> _Executable:
+        resources = self._owner(graph)
+        native = _cu.check(_cu.driver.cuGraphInstantiate(graph, 0),
+                           "instantiating a CUDA graph")
+        with self._lock:
+            resources.users += 1
+        return _Executable(native, resources)
+
+    def update(self, executable: Any, graph: Any) -> bool:
+        """Give ``executable`` the parameters of ``graph``; False when refused.
+
+        Notes
+        -----
+        The resources of the graph the executable used before are released once the
+        launches enqueued so far completed (and that graph is destroyed).
+        """
+        resources = self._owner(graph)
+        (err, _info) = _cu.driver.cuGraphExecUpdate(executable.native, graph)
+        if err == self._update_failure:
+            return False
+        if err:
+            raise _cu.error(err, "updating an executable CUDA graph") from None
+        with self._lock:
+            resources.users += 1
+        self._release_after_launches(executable)
+        executable.resources = resources
+        return True
+
+    def launch(self, executable: Any, stream: Stream) -> None:
+        native = stream.native  # type: ignore[attr-defined]
+        (err,) = self._cuGraphLaunch(executable.native, native)
+        if err:
+            raise _cu.error(err, f"launching a CUDA graph on {stream!r}") from None
+        entry = executable.launched.get(stream.handle)
+        if entry is None:
+            pool = stream.events  # type: ignore[attr-defined]
+            try:
+                event = pool.pop()
+            except IndexError:
+                event = self._backend._new_event(stream.cuda_device)  # type: ignore
+            entry = executable.launched[stream.handle] = (event, pool)
+        _cu.check(self._cuEventRecord(entry[0], native),
+                  f"recording the end of a CUDA graph launch on {stream!r}")
+
+    def destroy_exec(self, executable: Any) -> None:
+        _cu.check(_cu.driver.cuGraphExecDestroy(executable.native),
+                  "destroying an executable CUDA graph")
+        self._release_after_launches(executable)
+
+    def _release_after_launches(self, executable: _Executable) -> None:
+        """Drop the executable's use of its resources once its launches completed."""
+        resources = executable.resources
+        events = list(executable.launched.values())
+        executable.launched = {}
+        if events:
+            self._backend._after_events(events, lambda: self._drop(resources))
+        else:
+            self._drop(resources)
+
+    def topology(self, graph: Any) -> Any:
+        """Node types and edges of ``graph``, a loop's body key in place of its type.
+
+        ``None`` when the graph holds a conditional node that :meth:`add_loop` did
+        not make.
+        """
+        d = _cu.driver
+        step = "reading the topology of a CUDA graph"
+        count = _cu.check(d.cuGraphGetNodes(graph, 0), step)[-1]
+        nodes = _cu.check(d.cuGraphGetNodes(graph, count), step)[0][:count] \
+            if count else []
+        kinds: list[Any] = []
+        for node in nodes:
+            kind = _cu.check(d.cuGraphNodeGetType(node), step)
+            if kind == self._conditional_type:
+                loop = self._loop_nodes.get(int(node))
+                body = self.topology(loop.body) if loop is not None else None
+                if body is None:
+                    return None
+                kinds.append(body)
+            else:
+                kinds.append(int(kind))
+        index = {int(node): i for i, node in enumerate(nodes)}
+        count = _cu.check(self._get_edges(graph, 0), step)[-1]
+        edges: tuple[tuple[int, int], ...] = ()
+        if count:
+            found = _cu.check(self._get_edges(graph, count), step)
+            edges = tuple(sorted((index[int(a)], index[int(b)])
+                                 for a, b in zip(found[0][:count], found[1][:count])))
+        return tuple(kinds), edges
+
+    # -- kernels -------------------------------------------------------------------
+    def _function(self, source: str, name: str, device: int) -> Any:
+        """The kernel ``name`` of ``source`` loaded in ``device``'s context (cached)."""
+        key = (source, device)
+        function = self._functions.get(key)
+        if function is not None:
+            return function
+        backend = self._backend
+        _name, major, minor, _total = backend._properties[device]
+        arch = (major, minor)
+        library = self._libraries.get((source, arch))
+        d = _cu.driver
+        if library is None:
+            cubin = _compile(source, arch)
+            library = _cu.check(d.cuLibraryLoadData(cubin, None, None, 0, None, None, 0),
+                                f"loading the {name} kernel")
+            self._libraries[(source, arch)] = library
+        kernel = _cu.check(d.cuLibraryGetKernel(library, name.encode()),
+                           f"finding the {name} kernel")
+        backend._push(device)
+        try:        # load it into the context now, not lazily during a capture
+            function = _cu.check(d.cuKernelGetFunction(kernel),
+                                 f"loading the {name} kernel on device {device}")
+        finally:
+            backend._pop(device)
+        self._functions[key] = function
+        return function
+
+    def _add_kernel_node(self, graph: Any, deps: list[Any], function: Any,
+                         args: list[Any], device: int) -> Any:
+        d = _cu.driver
+        params = d.CUgraphNodeParams()
+        params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        kernel = params.kernel
+        kernel.func = function
+        kernel.gridDimX = kernel.gridDimY = kernel.gridDimZ = 1
+        kernel.blockDimX = kernel.blockDimY = kernel.blockDimZ = 1
+        array = _kernel_params(args)
+        kernel.kernelParams = ctypes.addressof(array)
+        return _cu.check(self._add_node(graph, deps, None, len(deps), params),
+                         f"adding a kernel node to a CUDA graph on device {device}")
+
+
+def _kernel_params(args: list[Any]) -> Any:
+    """The ``void*`` array of a launch: the addresses of ``args`` (ctypes values),
+    which the caller keeps alive until the driver has read them."""
+    return (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+
+
+def _integer_threshold(op: str, threshold: float) -> int:
+    """The 64-bit integer ``t`` with ``x op t == x op threshold`` for integers ``x``."""
+    if math.isnan(threshold):
+        raise ValueError("a condition term on integer elements needs a threshold that "
+                         "is a number, not NaN")
+    if math.isinf(threshold):
+        return _INT64[1] if threshold > 0 else _INT64[0]
+    rounded = math.floor(threshold) if op in (">", "<=") else math.ceil(threshold)
+    return min(max(rounded, _INT64[0]), _INT64[1])
+
+
+def _condition_source(signature: tuple[tuple[str, str, bool], ...],
+                      combiner: str) -> str:
+    """CUDA C++ of the kernel evaluating a condition of this signature."""
+    params = ["cudaGraphConditionalHandle handle"]
+    tests = []
+    for i, (dtype, op, negate) in enumerate(signature):
+        element = _ELEMENT_TYPES[dtype]
+        threshold = "double" if dtype.startswith("float") else "long long"
+        params.append(f"const {element}* p{i}")
+        params.append(f"{threshold} t{i}")
+        test = f"(({threshold})p{i}[0] {op} t{i})"
+        tests.append(f"!{test}" if negate else test)
+    join = " && " if combiner == "all" else " || "
+    return (_SET_CONDITIONAL
+            + 'extern "C" __global__ void stflow_condition(' + ", ".join(params) + ")\n"
+            + "{\n    const bool value = " + join.join(tests) + ";\n"
+            + "    cudaGraphSetConditional(handle, value ? 1u : 0u);\n}\n")
+
+
+def _compile(source: str, arch: tuple[int, int]) -> bytes:
+    """Compile ``source`` with NVRTC to a cubin for ``sm_<arch>``."""
+    try:
+        from cuda.bindings import nvrtc
+        nvrtc.nvrtcVersion()                    # loads libnvrtc
+    except Exception as exc:  # noqa: BLE001 - not installed, or no libnvrtc
+        raise CudaError(f"loops in CUDA graphs compile their condition kernels with "
+                        f"NVRTC, which cannot be loaded ({exc}); install the NVRTC of "
+                        "your CUDA version (pip install nvidia-cuda-nvrtc)") from exc
+
+    def check(result: tuple, step: str) -> Any:
+        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CudaError(f"{step} failed: {result[0].name}", name=result[0].name,
+                            code=int(result[0]))
+        return result[1] if len(result) > 1 else None
+
+    program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"stflow_graph.cu", 0,
+                                             [], []), "creating an NVRTC program")
+    try:
+        options = [f"--gpu-architecture=sm_{arch[0]}{arch[1]}".encode()]
+        result = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            size = check(nvrtc.nvrtcGetProgramLogSize(program), "reading the NVRTC log")
+            log = b" " * size
+            check(nvrtc.nvrtcGetProgramLog(program, log), "reading the NVRTC log")
+            raise CudaError(f"compiling a graph kernel for sm_{arch[0]}{arch[1]} "
+                            f"failed: {result[0].name}\n"
+                            f"{log.decode(errors='replace')}",
+                            name=result[0].name, code=int(result[0]))
+        size = check(nvrtc.nvrtcGetCUBINSize(program), "reading the cubin size")
+        cubin = b" " * size
+        check(nvrtc.nvrtcGetCUBIN(program, cubin), "reading the cubin")
+        return cubin
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
