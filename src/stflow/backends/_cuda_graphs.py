@@ -176,7 +176,7 @@ class CudaGraphSupport(GraphSupport):
         self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
         self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
         self._libraries: dict[tuple[str, tuple[int, int]], Any] = {}
-        self._functions: dict[tuple[str, int], Any] = {}
+        self._functions: dict[tuple[str, str, int], Any] = {}
         # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
         # suffix (same arguments).
         self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
@@ -537,7 +537,7 @@ class CudaGraphSupport(GraphSupport):
     # -- kernels -------------------------------------------------------------------
     def _function(self, source: str, name: str, device: int) -> Any:
         """The kernel ``name`` of ``source`` loaded in ``device``'s context (cached)."""
-        key = (source, device)
+        key = (source, name, device)
         function = self._functions.get(key)
         if function is not None:
             return function
