@@ -47,7 +47,7 @@ __global__ void update_x(double* x, const double* p, const double* alpha, int n)
 __global__ void update_r(double* r, const double* Ap, const double* alpha, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) r[i] -= alpha[0] * Ap[i];
 }
-__global__ void norm(const double* r, double* rr_new, int n) {
+__global__ void squared_norm(const double* r, double* rr_new, int n) {
     double s = block_dot(r, r, n); if (threadIdx.x == 0) rr_new[0] = s;
 }
 __global__ void update_p(double* p, const double* r, double* rr, const double* rr_new, long long* it, int n) {
@@ -73,7 +73,7 @@ def _numpy_kernels() -> dict[str, Callable[..., None]]:
     def update_r(r: Any, Ap: Any, alpha: Any) -> None:
         r -= alpha[0] * Ap
 
-    def norm(r: Any, rr_new: Any) -> None:
+    def squared_norm(r: Any, rr_new: Any) -> None:
         rr_new[0] = np.dot(r, r)
 
     def update_p(p: Any, r: Any, rr: Any, rr_new: Any, it: Any) -> None:
@@ -96,7 +96,7 @@ class Kernels:
             import cupy
             module = cupy.RawModule(code=_CUDA_SOURCE)
             self.functions = {name: module.get_function(name) for name in
-                              ("matvec", "step_alpha", "update_x", "update_r", "norm",
+                              ("matvec", "step_alpha", "update_x", "update_r", "squared_norm",
                                "update_p", "finish")}
         else:
             self.functions = _numpy_kernels()
@@ -136,7 +136,7 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: in
         alpha = sctx.logical_data_empty((1,), name="alpha")
         rr_new = sctx.logical_data_empty((1,), name="rr_new")
         with sctx.task(r.read(), rr.write()) as t:
-            kernels(t, "norm", single_block=True)
+            kernels(t, "squared_norm", single_block=True)
         with sctx.while_loop() as loop:
             with sctx.task(A.read(), p.read(), Ap.write()) as t:
                 kernels(t, "matvec")
@@ -147,7 +147,7 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: in
             with sctx.task(r.rw(), Ap.read(), alpha.read()) as t:
                 kernels(t, "update_r")
             with sctx.task(r.read(), rr_new.write()) as t:
-                kernels(t, "norm", single_block=True)
+                kernels(t, "squared_norm", single_block=True)
             with sctx.task(p.rw(), r.read(), rr.read(), rr_new.read(), it.read()) as t:
                 kernels(t, "update_p")
             with sctx.task(rr.rw(), rr_new.read(), it.rw()) as t:

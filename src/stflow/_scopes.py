@@ -39,7 +39,7 @@ class Scope:
     """One open scope of a runtime."""
 
     __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
-                 "fresh", "condition", "condition_set", "count", "closed", "wrapper",
+                 "fresh", "condition_set", "count", "closed", "wrapper",
                  "hoist_pools")
 
     def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
@@ -52,7 +52,6 @@ class Scope:
         self.repeatable = repeatable
         self.assumed: dict[tuple[int, int], DataState] = {}
         self.fresh: set[tuple[int, int]] = set()
-        self.condition = 0                # a loop's condition handle
         self.condition_set = False
         self.count: int | None = None
         self.closed = False
@@ -90,7 +89,7 @@ class ScopeRuntime:
             self.pools, self.streams = {}, []
         else:
             loop_count = count if kind == "repeat" else (None if kind == "while" else 1)
-            _, scope.graph, scope.condition = recorder.open_loop(loop_count)
+            scope.graph = recorder.open_loop(loop_count)
         self.scopes.append(scope)
         return scope
 
@@ -104,7 +103,7 @@ class ScopeRuntime:
         self.scopes.pop()
         scope.closed = True
         if not scope.top:
-            recorder.close_loop(scope.graph, scope.condition)
+            recorder.close_loop(scope.graph)
             if scope.wrapper is not None:
                 self.close_scope(scope.wrapper)
             return

@@ -20,6 +20,7 @@ from ._cond import cond, condition_terms
 from ._context import context
 from ._errors import ContextMismatchError, ScopeError
 from ._logical_data import AccessMode, dep, logical_data
+from ._places import exec_place
 from ._runtime import Runtime
 from ._scopes import Scope
 from ._task import host_launch, task
@@ -161,7 +162,7 @@ class _Loop:
         (``cudaGraphSetConditional``; ``stflow.emulated.set_conditional``)."""
         scope = self._open_scope("cond_handle")
         self._handle_used = True
-        return scope.condition
+        return cast(GraphRecorder, self._sctx._runtime.backend).loop_condition(scope.graph)
 
     def condition_task(self, *args: Any) -> stackable_task:
         """A plain task of the body, for a hand-written condition kernel."""
@@ -199,13 +200,17 @@ class _Loop:
         for leaf in leaves:
             if leaf._ld not in distinct:
                 distinct.append(leaf._ld)
-        made = self._sctx.task(*(ld.read() for ld in distinct), symbol="while_condition")
+        device = scope.graph.device                 # the loop's device, once known
+        place = () if device is None else (exec_place.device(device),)
+        made = self._sctx.task(*place, *(ld.read() for ld in distinct),
+                               symbol="while_condition")
         with made:
             pointers = {id(ld): made.get_arg(i) for i, ld in enumerate(distinct)}
             terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
                       leaf._threshold, leaf._negate) for leaf in leaves]
             recorder = cast(GraphRecorder, runtime.backend)
-            recorder.set_condition(made._native_stream(), scope.condition, terms, combiner)
+            recorder.set_condition(made._native_stream(),
+                                   recorder.loop_condition(scope.graph), terms, combiner)
         scope.condition_set = True
 
 

@@ -270,7 +270,12 @@ class task:
             runtime.counters.tasks += 1
             self._stream = stream
             if backend.records:           # graph mode: the body is captured
-                backend.begin_body(stream)
+                try:
+                    backend.begin_body(stream)
+                except BaseException:
+                    self._phase = _ENDED
+                    runtime.epilogue(self._accesses, stream, self, self._id)
+                    raise
             self._phase = _STARTED
             if current is None and exec_device >= 0 and backend.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.

@@ -178,19 +178,41 @@ def test_nested_loops(sctx):
     np.testing.assert_array_equal(X, 12.0)
 
 
-def test_loop_over_data_on_another_device(sctx):
+def test_loop_over_two_devices(sctx, backend):
     last = sctx._runtime.backend.device_count - 1
+    if last == 0:
+        pytest.skip("needs two devices")
     X = np.arange(6.0)
     x = sctx.logical_data(X)
-    with sctx.repeat(3):
-        _increment(sctx, x, 1.0, stf.exec_place.device(last))
-        with sctx.task(stf.exec_place.device(0), x.rw()) as t:
-            _run(t, lambda xp, a: a.__imul__(2.0), 0)
+
+    def body():
+        with sctx.repeat(3):
+            _increment(sctx, x, 1.0, stf.exec_place.device(last))
+            with sctx.task(stf.exec_place.device(0), x.rw()) as t:
+                _run(t, lambda xp, a: a.__imul__(2.0), 0)
+
+    if backend == "cuda":       # a conditional node's body is on one device
+        with pytest.raises(ScopeError, match="device"):
+            body()
+        sctx.finalize()
+        np.testing.assert_array_equal(X, np.arange(6.0))      # discarded
+        return
+    body()
     sctx.finalize()
     expected = np.arange(6.0)
     for _ in range(3):
         expected = (expected + 1) * 2
     np.testing.assert_array_equal(X, expected)
+
+
+def test_loop_on_another_device_than_the_first(sctx):
+    last = sctx._runtime.backend.device_count - 1
+    X = np.arange(4.0)
+    x = sctx.logical_data(X)
+    with sctx.repeat(2):
+        _increment(sctx, x, 1.0, stf.exec_place.device(last))
+    sctx.finalize()
+    np.testing.assert_array_equal(X, np.arange(4.0) + 2)
 
 
 def test_while_body_without_continue_while_is_an_error_and_runs_nothing(sctx):

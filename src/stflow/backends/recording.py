@@ -48,7 +48,8 @@ class Graph:
     """A graph being recorded: a top-level graph, or the body of a loop node."""
 
     __slots__ = ("handle", "parent", "top", "prereqs", "done", "frees", "sinks",
-                 "executable", "launches", "used")
+                 "executable", "launches", "used", "loop_count", "condition",
+                 "device")
 
     def __init__(self, handle: Any, parent: Node | None) -> None:
         self.handle = handle
@@ -61,6 +62,9 @@ class Graph:
         self.executable: Any = None
         self.launches = 0
         self.used = False
+        self.loop_count: int | None = None          # of a loop body
+        self.condition = 0                          # a loop body's condition handle
+        self.device: int | None = None              # a loop body's device, once known
 
     def encloses(self, other: Graph) -> bool:
         """True when ``other`` is this graph or nested in it."""
@@ -156,25 +160,47 @@ class GraphRecorder(Backend):
         graph = self.current = Graph(self.graphs.create_graph(), None)
         return graph
 
-    def open_loop(self, count: int | None) -> tuple[Node, Graph, int]:
-        """Add a loop node to the current graph; record into its body from now on."""
+    def open_loop(self, count: int | None) -> Graph:
+        """Add a loop to the current graph; record into its body from now on.
+
+        The loop node itself is added when the body's first work is captured, on the
+        device of that work (on CUDA a conditional node's body is on one device).
+        """
         parent = self.current
         if parent is None:
             raise ScopeError("a loop is opened outside any graph")
         self._end_captures()
-        handle, body_handle, condition = self.graphs.add_loop(
-            parent.handle, [], max(self.real.current_device(), 0), count)
-        node = Node(parent, [handle])
+        node = Node(parent, [])
         parent.sinks[node] = None
         parent.used = True
-        body = self.current = Graph(body_handle, node)
-        return node, body, condition
+        body = self.current = Graph(None, node)
+        body.loop_count = count
+        return body
 
-    def close_loop(self, body: Graph, condition: int) -> None:
+    def _materialize(self, body: Graph, device: int) -> None:
+        """Add the loop node of ``body`` (and of the bodies enclosing it) on ``device``."""
+        if body.handle is not None:
+            return
+        assert body.parent is not None
+        parent = body.parent.graph
+        self._materialize(parent, device)
+        body.device = max(device, 0)
+        handle, body.handle, body.condition = self.graphs.add_loop(
+            parent.handle, [], body.device, body.loop_count)
+        body.parent.handles = [handle]
+
+    def loop_condition(self, body: Graph) -> int:
+        """The condition handle of a loop (its node is added on the current device if
+        nothing was captured into its body yet)."""
+        self._materialize(body, self.real.current_device())
+        return body.condition
+
+    def close_loop(self, body: Graph) -> None:
         """The body is recorded: back to the enclosing graph."""
         self._end_captures()
+        self._materialize(body, self.real.current_device())
         sinks = [h for node in body.sinks for h in node.handles]
-        self.graphs.end_loop_body(body.handle, condition, sinks)
+        self.graphs.end_loop_body(body.handle, body.condition, sinks)
         assert body.parent is not None
         self.current = body.parent.graph
 
@@ -185,7 +211,8 @@ class GraphRecorder(Backend):
         node = body.parent
         parent = self.current = node.graph
         parent.sinks.pop(node, None)
-        self.graphs.remove_node(parent.handle, node.handles[0])
+        if body.handle is not None:
+            self.graphs.remove_node(parent.handle, node.handles[0])
 
     def enter_level(self, graph: Graph | None) -> Graph | None:
         """Record into ``graph`` (``None``: run at the root) until called again with
@@ -324,6 +351,9 @@ class GraphRecorder(Backend):
             return
         if stream.capturing is not None:
             self._end_capture(stream)
+        if graph.handle is None:
+            real = stream.real
+            self._materialize(graph, getattr(real, "cuda_device", real.device))
         deps = self._dependencies(stream.frontier, graph)
         self.graphs.begin_capture(stream.real, graph.handle, deps)
         stream.capturing = graph

@@ -34,13 +34,18 @@ class Scoped:
     items: list[Any] = field(default_factory=list)
 
     def times(self) -> int:
-        return 1 if self.kind == "graph" else self.k
+        return 1 if self.kind in ("graph", "flat") else self.k
 
 
-def generate_scoped_program(seed: int, devices: int = 2, **options: Any
+def generate_scoped_program(seed: int, devices: int = 2, *,
+                            single_device_loops: bool = False, **options: Any
                             ) -> tuple[Program, list[Any]]:
     """A program and its ops arranged in scopes (nested lists of ops and
-    :class:`Scoped`)."""
+    :class:`Scoped`).
+
+    ``single_device_loops`` keeps loops and nested graph scopes (conditional graph
+    nodes) to tasks on device 0, as CUDA requires of a conditional node's body.
+    """
     program = generate_program(seed, devices, **options)
     rng = random.Random(seed * 7919 + 1)
     ops = [op for op in program.ops if not (not isinstance(op, TaskOp)
@@ -54,7 +59,7 @@ def generate_scoped_program(seed: int, devices: int = 2, **options: Any
             while i < len(ops) and _scopable(ops[i]) and len(span) < rng.randint(1, 6):
                 span.append(ops[i])
                 i += 1
-            items.append(_wrap(span, rng, root=True))
+            items.append(_wrap(span, rng, root=True, single=single_device_loops))
             continue
         items.append(op)
         i += 1
@@ -65,13 +70,18 @@ def _scopable(op: Any) -> bool:
     return isinstance(op, TaskOp) and op.kind == "task"
 
 
-def _wrap(span: list[Any], rng: random.Random, root: bool) -> Scoped:
-    kind = rng.choice(KINDS if root else KINDS[:3])
+def _wrap(span: list[Any], rng: random.Random, root: bool, single: bool) -> Scoped:
+    kinds: tuple[str, ...] = KINDS if root else KINDS[:3]
+    if single and any(op.place_of_exec != 0 for op in span):
+        kinds = ("graph", "launchable") if root else ()
+    if not kinds:                      # cannot nest here: record it at the parent level
+        return Scoped("flat", 1, span)
+    kind = rng.choice(kinds)
     scope = Scoped(kind, rng.randint(1, 3))
     if root and len(span) > 1 and rng.random() < 0.4:
         start = rng.randrange(len(span))
         stop = rng.randint(start + 1, len(span))
-        scope.items = [*span[:start], _wrap(span[start:stop], rng, root=False),
+        scope.items = [*span[:start], _wrap(span[start:stop], rng, False, single),
                        *span[stop:]]
     else:
         scope.items = span
@@ -137,7 +147,9 @@ def _run_items(stf: Any, sctx: Any, program: Program, items: list[Any],
 def _run_scope(stf: Any, sctx: Any, program: Program, scope: Scoped,
                lds: dict[int, Any], body: BodyRunner, backend: str) -> None:
     inner = (stf, sctx, program, scope.items, lds, body, backend)
-    if scope.kind == "graph":
+    if scope.kind == "flat":
+        _run_items(*inner)
+    elif scope.kind == "graph":
         with sctx.graph_scope():
             _run_items(*inner)
     elif scope.kind == "repeat":
@@ -193,7 +205,9 @@ def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
     ``AssertionError`` (with both listings) if a final user buffer differs."""
     if exact is None:
         exact = backend == "emulated"
-    program, items = generate_scoped_program(seed, devices, **options)
+    program, items = generate_scoped_program(seed, devices,
+                                             single_device_loops=backend == "cuda",
+                                             **options)
     unrolled = Program(program.seed, program.data, _unrolled(items), devices,
                        program.initial)
     expected: Outcome = run_oracle(unrolled)
