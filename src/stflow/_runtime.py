@@ -468,9 +468,15 @@ class Runtime(DataRegistry, ScopeRuntime):
                    keep: bool = True) -> Event:
         """Copy ``source`` into ``target`` on a stream of the target's place.
 
-        ``keep=False`` copies into a temporary buffer that is not an instance.
+        ``keep=False`` copies into a temporary buffer that is not an instance. In a
+        loop body the copy runs on the loop's device (CUDA bodies are single-device).
         """
-        pool = self.pool(target.device if target.device >= 0 else HOST)
+        device = target.device if target.device >= 0 else HOST
+        if self.scopes:
+            loop_device = self.backend.loop_device()    # type: ignore[attr-defined]
+            if loop_device is not None:
+                device = loop_device
+        pool = self.pool(device)
         stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
                                           pool.next)
         backend = self.backend

@@ -436,7 +436,17 @@ class stackable_context:
             if failed:
                 runtime.discard_scope(scope)
             else:
-                runtime.close_scope(scope)
+                try:
+                    runtime.close_scope(scope)
+                except BaseException:
+                    # Closing failed (a copy that cannot be captured, say): drop the
+                    # scope, and the graph holding a root-level loop, as if it raised.
+                    for doomed in (scope, scope.wrapper):
+                        if doomed is not None and doomed in runtime.scopes:
+                            while runtime.scopes[-1] is not doomed:
+                                runtime.discard_scope(runtime.scopes[-1])
+                            runtime.discard_scope(doomed)
+                    raise
         if not failed and not runtime.scopes:
             runtime.raise_errors("closing a scope")
 

@@ -189,6 +189,11 @@ class GraphRecorder(Backend):
             parent.handle, [], body.device, body.loop_count)
         body.parent.handles = [handle]
 
+    def loop_device(self) -> int | None:
+        """The device of the loop body being recorded, once known (else ``None``)."""
+        graph = self.current
+        return None if graph is None or graph.parent is None else graph.device
+
     def loop_condition(self, body: Graph) -> int:
         """The condition handle of a loop (its node is added on the current device if
         nothing was captured into its body yet)."""
