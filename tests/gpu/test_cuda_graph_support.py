@@ -165,8 +165,7 @@ def test_captures_depend_on_earlier_captures(cuda, graphs, host, cupy):
             cupy.multiply(x, 2, out=y)
     with capture(graphs, first, graph, doubled):
         cuda.copy(out.ctypes.data, ptr(y), y.nbytes, first)
-    types, edges = graphs.topology(graph)
-    assert len(types) == 3 and len(edges) == 2
+    assert graphs.topology(graph) == (3, 2)           # three child nodes in a chain
     run(graphs, cuda, launcher, graphs.instantiate(graph))
     assert (out == 6).all()
     for s in (first, second, launcher):
@@ -249,8 +248,7 @@ def test_update_gives_an_executable_the_parameters_of_another_graph(cuda, stream
     other = graphs.create_graph()
     with capture(graphs, stream, other):
         cuda.fill(devices[0].ptr, 16, b"\x03", stream)
-    assert graphs.topology(other) != graphs.topology(second)
-    assert graphs.update(executable, other) is False
+    assert graphs.update(executable, other) is False   # another topology inside
     for device in devices:
         cuda.free(device, None)
 
@@ -405,7 +403,6 @@ def test_update_exchanges_loop_counts(cuda, stream, graphs, host, cupy):
     counter -= 1
     looping = graphs.create_graph()
     _while_loop(cuda, graphs, stream, looping, [], counter, iterations, cupy)
-    assert graphs.topology(looping) != key
     assert graphs.update(executable, looping) is False
 
 
@@ -504,7 +501,7 @@ def test_removing_a_loop_node(cuda, stream, graphs):
     graph = graphs.create_graph()
     node, body, handle = graphs.add_loop(graph, [], 0, 3)
     graphs.remove_node(graph, node)
-    assert graphs.topology(graph) == ((), ())
+    assert graphs.topology(graph) == (0, 0)
     with pytest.raises(ScopeError, match="not the body of a loop"):
         graphs.end_loop_body(body, handle, [])
 
