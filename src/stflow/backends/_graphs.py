@@ -71,9 +71,9 @@ class GraphSupport(abc.ABC):
     def end_capture(self, stream: Stream) -> list[Any]:
         """Stop capturing on ``stream``.
 
-        Returns the nodes later work must depend on to come after everything captured:
-        the leaves of what was captured, or the ``deps`` given to
-        :meth:`begin_capture` when nothing was.
+        Returns the nodes later work must depend on to come after everything captured
+        (and after the ``deps`` given to :meth:`begin_capture`): the leaves of what
+        was captured, one node holding it, or ``deps`` themselves when nothing was.
         """
 
     @abc.abstractmethod
