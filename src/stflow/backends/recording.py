@@ -77,19 +77,25 @@ class Graph:
 
 
 class Node:
-    """Nodes of a graph: the leaves of one capture, or a loop node."""
+    """Nodes of a graph: the leaves of one capture, or a loop node.
 
-    __slots__ = ("graph", "handles", "__weakref__")
+    ``handles`` is ``None`` while the capture is still open on ``stream``: it ends when
+    work of another stream (or level) has to depend on it.
+    """
 
-    def __init__(self, graph: Graph, handles: list[Any]) -> None:
+    __slots__ = ("graph", "handles", "stream", "__weakref__")
+
+    def __init__(self, graph: Graph, handles: list[Any] | None,
+                 stream: RecordingStream | None = None) -> None:
         self.graph = graph
         self.handles = handles
+        self.stream = stream
 
 
 class RecordingStream(Stream):
     """A stream of a scope: a frontier of nodes, captured on a real stream."""
 
-    __slots__ = ("real", "frontier", "capturing", "top")
+    __slots__ = ("real", "frontier", "capturing", "open_node", "top")
 
     def __init__(self, real: Stream, top: Graph) -> None:
         super().__init__(real.handle, real.device)
@@ -97,6 +103,7 @@ class RecordingStream(Stream):
         self.top = top
         self.frontier: list[Node] = []
         self.capturing: Graph | None = None
+        self.open_node: Node | None = None          # the open capture, as a node
 
 
 class GraphEvent(Event):
@@ -204,7 +211,7 @@ class GraphRecorder(Backend):
         """The body is recorded: back to the enclosing graph."""
         self._end_captures()
         self._materialize(body, self.real.current_device())
-        sinks = [h for node in body.sinks for h in node.handles]
+        sinks = [h for node in body.sinks for h in node.handles or ()]
         self.graphs.end_loop_body(body.handle, body.condition, sinks)
         assert body.parent is not None
         self.current = body.parent.graph
@@ -217,7 +224,7 @@ class GraphRecorder(Backend):
         parent = self.current = node.graph
         parent.sinks.pop(node, None)
         if body.handle is not None:
-            self.graphs.remove_node(parent.handle, node.handles[0])
+            self.graphs.remove_node(parent.handle, node.handles[0])  # type: ignore[index]
 
     def enter_level(self, graph: Graph | None) -> Graph | None:
         """Record into ``graph`` (``None``: run at the root) until called again with
@@ -347,7 +354,14 @@ class GraphRecorder(Backend):
 
     # -- capture ---------------------------------------------------------------------
     def _capture(self, stream: RecordingStream) -> None:
-        """Make ``stream`` capture into the current graph."""
+        """Make ``stream`` capture into the current graph.
+
+        A capture stays open across events, so that a run of tasks on one stream is
+        one capture: it ends when another stream's work depends on it, when the
+        stream waits for other work, or when the level of recording changes. Into a
+        loop body (captured straight into the body, where CUDA allows one capture at
+        a time) captures end at every event.
+        """
         graph = self.current
         if graph is None or graph.top is not stream.top:
             raise ScopeError("work was enqueued on a stream of a graph scope that is "
@@ -359,20 +373,27 @@ class GraphRecorder(Backend):
         if graph.handle is None:
             real = stream.real
             self._materialize(graph, getattr(real, "cuda_device", real.device))
+        if graph.parent is not None:
+            for other in list(self.capturing):
+                if other.capturing is graph:
+                    self._end_capture(other)
         deps = self._dependencies(stream.frontier, graph)
         self.graphs.begin_capture(stream.real, graph.handle, deps)
         stream.capturing = graph
+        stream.open_node = Node(graph, None, stream)
         graph.used = True
         self.capturing.append(stream)
 
     def _end_capture(self, stream: RecordingStream, keep: bool = True) -> None:
         graph = stream.capturing
-        assert graph is not None
-        leaves = self.graphs.end_capture(stream.real)
+        node = stream.open_node
+        assert graph is not None and node is not None
         stream.capturing = None
+        stream.open_node = None
         self.capturing.remove(stream)
+        leaves = self.graphs.end_capture(stream.real)
+        node.handles = list(leaves) if keep else []
         if keep:
-            node = Node(graph, list(leaves))
             graph.sinks[node] = None
             stream.frontier = [node]
 
@@ -384,6 +405,9 @@ class GraphRecorder(Backend):
         """The node handles in ``graph`` that work after ``frontier`` depends on."""
         handles: list[Any] = []
         for node in frontier:
+            if node.handles is None:                     # a capture still open
+                assert node.stream is not None
+                self._end_capture(node.stream)
             if node.graph.top is not graph.top:          # another top-level graph
                 done = node.graph.top.done
                 if done is not None and done not in graph.top.prereqs:
@@ -394,7 +418,7 @@ class GraphRecorder(Backend):
                 node = node.graph.parent
             if node.graph is graph:
                 graph.sinks.pop(node, None)
-                handles.extend(h for h in node.handles if h not in handles)
+                handles.extend(h for h in node.handles or () if h not in handles)
             else:                                        # from an enclosing graph
                 container = graph.parent
                 assert container is not None
@@ -402,8 +426,8 @@ class GraphRecorder(Backend):
                     assert container.graph.parent is not None
                     container = container.graph.parent
                 node.graph.sinks.pop(node, None)
-                self.graphs.add_dependencies(node.graph.handle, node.handles,
-                                             container.handles[0])
+                self.graphs.add_dependencies(node.graph.handle, node.handles or [],
+                                             container.handles[0])  # type: ignore[index]
         return handles
 
     def begin_body(self, stream: Stream) -> None:
@@ -414,8 +438,12 @@ class GraphRecorder(Backend):
     def record(self, stream: Stream) -> Event:
         if not isinstance(stream, RecordingStream):
             return self.real.record(stream)
-        if stream.capturing is not None:
-            self._end_capture(stream)
+        capturing = stream.capturing
+        if capturing is not None:
+            if capturing.parent is not None:
+                self._end_capture(stream)
+            else:
+                stream.frontier = [stream.open_node]  # type: ignore[list-item]
         stream.recorded += 1
         event = GraphEvent(stream, stream.recorded, tuple(stream.frontier))
         stream.last_event = event
