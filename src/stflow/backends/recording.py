@@ -8,11 +8,14 @@ backend that has graph support (``backend.graphs``, see ``_graphs.py``):
   the real backend: streams and events are real ones;
 - inside a scope, streams are :class:`RecordingStream` objects, each wrapping a real
   stream used only for capture. Their operations (copies, fills, host functions, and
-  whatever a task body enqueues on ``t.stream_ptr()``) are *captured* into the scope's
-  graph: a capture begins at the first operation after an event or a wait, depending
-  on the stream's *frontier* (the graph nodes that came before on that stream, plus
-  those of the events it waited for), and ends when an event is recorded;
-- an event of a recording stream (:class:`GraphEvent`) is a snapshot of the frontier.
+  whatever a task body enqueues on ``t.stream_ptr()``) are *captured* for the scope's
+  graph: a capture begins at the stream's first operation, depending on its
+  *frontier* (the graph nodes that came before on that stream, plus those of the
+  events it waited for), and stays open across events until other work depends on it,
+  the stream waits for other work, or the recording level changes (in loop bodies it
+  ends at every event);
+- an event of a recording stream (:class:`GraphEvent`) is a snapshot of the frontier,
+  the open capture included (as a node whose handles are filled when it ends).
 
 Graphs nest: a loop scope adds a loop node to the enclosing graph and records its body
 into the node's body graph. A node used as a dependency in another graph is *lifted*:
