@@ -228,10 +228,9 @@ class _Launchable:
     def recorder(self) -> GraphRecorder:
         return cast(GraphRecorder, self.sctx._runtime.backend)
 
-    def label(self) -> str:
-        return "a launchable graph (not yet reset)"
-
-    _label = label
+    def _label(self) -> str:
+        """How conflict messages name the graph holding the data."""
+        return "a launchable graph holding it until its reset()"
 
     def close_recording(self) -> None:
         """The prologue: stop recording; the data it uses is held until release."""
