@@ -265,3 +265,18 @@ def test_messages_name_the_cuda_kernel(backend):
         assert str(kernel) == "cuda_kernel 'axpy'"
         with pytest.raises(ScopeError, match="cuda_kernel 'axpy'"):
             kernel.end()
+
+
+def test_cuda_kernel_in_graph_mode(backend, axpy):
+    # API.md 3.16/3.17: in graph mode the launches become nodes of the epoch's graph;
+    # they run at the next fence/wait/finalize, several times if recorded several times.
+    n = 256
+    x, y = np.arange(n, dtype=np.float64), np.zeros(n)
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        lx, ly = ctx.logical_data(x), ctx.logical_data(y)
+        for _ in range(3):
+            with ctx.cuda_kernel(lx.read(), ly.rw()) as k:
+                k.launch(axpy, (n + 127) // 128, 128,
+                         (1.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n)))
+        assert ctx.statistics().graph_instantiations == 0        # recorded only
+        np.testing.assert_array_equal(ctx.wait(ly), 3 * np.arange(n))
