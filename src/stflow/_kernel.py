@@ -267,6 +267,7 @@ class cuda_kernel(task):
                     f"cuda_kernel.launch needs cuda.core; {_EXTRAS}") from exc
         from .backends import _cuda_driver as _cu
         stream = self._native_stream()
+        stream = getattr(stream, "real", stream)    # graph mode: the capturing stream
         function = self._function(kernel, getattr(stream, "cuda_device", 0))
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
             *[ctypes.addressof(value) for value in packed])
