@@ -266,14 +266,14 @@ class cuda_kernel(task):
                 raise BackendUnavailableError(
                     f"cuda_kernel.launch needs cuda.core; {_EXTRAS}") from exc
         from .backends import _cuda_driver as _cu
-        stream = self._native_stream()
-        stream = getattr(stream, "real", stream)    # graph mode: the capturing stream
+        task_stream = self._native_stream()
+        stream: Any = getattr(task_stream, "real", task_stream)   # graph mode: capture
         function = self._function(kernel, getattr(stream, "cuda_device", 0))
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
             *[ctypes.addressof(value) for value in packed])
         self._launches.append((packed, pointers))
         _cu.check(_cu.driver.cuLaunchKernel(
-            function, *dims, shmem, stream.native,  # type: ignore[attr-defined]
+            function, *dims, shmem, stream.native,
             ctypes.addressof(pointers) if packed else 0, 0),
             f"{self._label()}: cuLaunchKernel")
 
