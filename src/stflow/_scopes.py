@@ -39,7 +39,7 @@ class Scope:
     """One open scope of a runtime."""
 
     __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
-                 "fresh", "condition_set", "count", "closed", "wrapper",
+                 "fresh", "condition_set", "closed", "wrapper",
                  "hoist_pools")
 
     def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
@@ -53,7 +53,6 @@ class Scope:
         self.assumed: dict[tuple[int, int], DataState] = {}
         self.fresh: set[tuple[int, int]] = set()
         self.condition_set = False
-        self.count: int | None = None
         self.closed = False
         self.wrapper: Scope | None = None  # the graph holding a root-level loop
         self.hoist_pools: dict = {}        # streams for imports hoisted out of it
@@ -81,7 +80,6 @@ class ScopeRuntime:
         # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
         repeatable = kind in ("while", "repeat") or (kind != "epoch" and not self.scopes)
         scope = Scope(kind, repeatable, kind != "epoch")
-        scope.count = count
         if not self.scopes:
             scope.top = True
             scope.graph = recorder.open_graph()

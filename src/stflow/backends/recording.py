@@ -142,7 +142,6 @@ class GraphRecorder(Backend):
         self.cache: dict[Any, Any] = {}             # topology -> executable
         self.graph_instantiations = 0
         self.graph_updates = 0
-        self.fence: Stream | None = None
 
     # -- devices -------------------------------------------------------------------
     @property

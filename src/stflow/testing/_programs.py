@@ -315,6 +315,37 @@ def _place(stf: Any, place: Any) -> Any:
     return stf.data_place.device(place)
 
 
+def user_arrays(program: Program) -> dict[int, np.ndarray]:
+    """Fresh copies of the program's user arrays (read-only where the spec says)."""
+    user = {i: array.copy() for i, array in program.initial.items()}
+    for i, spec in enumerate(program.data):
+        if spec.readonly:
+            user[i].setflags(write=False)
+    return user
+
+
+def declare_data(stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarray]
+                 ) -> dict[int, Any]:
+    """The program's logical data in ``ctx`` (a context or a stackable context)."""
+    lds: dict[int, Any] = {}
+    for i, spec in enumerate(program.data):
+        if spec.origin == "array":
+            lds[i] = ctx.logical_data(user[i], name=f"d{i}")
+        elif spec.origin == "full":
+            exec_place = None
+            if spec.fill_place == "host":
+                exec_place = stf.exec_place.host()
+            elif spec.fill_place is not None:
+                exec_place = stf.exec_place.device(spec.fill_place)
+            lds[i] = ctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
+                                           exec_place=exec_place, name=f"d{i}")
+        elif spec.origin == "empty":
+            lds[i] = ctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
+        else:
+            lds[i] = ctx.token()
+    return lds
+
+
 def run_program(program: Program, backend: str = "emulated",
                 body: BodyRunner | None = None, use_graph: bool = False) -> Outcome:
     """Run ``program`` through stflow on ``backend`` (in graph mode with
@@ -323,31 +354,13 @@ def run_program(program: Program, backend: str = "emulated",
     if body is None:
         body = (cupy_body if backend == "cuda" else
                 emulated_graph_body if use_graph else emulated_body)
-    user = {i: array.copy() for i, array in program.initial.items()}
-    for i, spec in enumerate(program.data):
-        if spec.readonly:
-            user[i].setflags(write=False)
+    user = user_arrays(program)
     waits = []
     with stf.context(backend=backend, use_graph=use_graph) as ctx:
-        lds: dict[int, Any] = {}
-        for i, spec in enumerate(program.data):
-            if spec.origin == "array":
-                lds[i] = ctx.logical_data(user[i], name=f"d{i}")
-            elif spec.origin == "full":
-                exec_place = None
-                if spec.fill_place == "host":
-                    exec_place = stf.exec_place.host()
-                elif spec.fill_place is not None:
-                    exec_place = stf.exec_place.device(spec.fill_place)
-                lds[i] = ctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
-                                               exec_place=exec_place, name=f"d{i}")
-            elif spec.origin == "empty":
-                lds[i] = ctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
-            else:
-                lds[i] = ctx.token()
+        lds = declare_data(stf, ctx, program, user)
         for op in program.ops:
             if isinstance(op, TaskOp):
-                _submit(stf, ctx, program, op, lds, body)   # keeps no reference
+                submit(stf, ctx, program, op, lds, body)    # keeps no reference
             elif op.kind == "wait":
                 waits.append((op.data, ctx.wait(lds[op.data])))
             elif op.kind == "fence":
@@ -358,8 +371,8 @@ def run_program(program: Program, backend: str = "emulated",
     return Outcome(waits, final)
 
 
-def _submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
-            body: BodyRunner) -> None:
+def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
+           body: BodyRunner) -> None:
     """Submit one task or host callback; nothing of it outlives the call, so a later
     ``drop`` really drops the data (its retirement is then exercised)."""
     deps = []

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ._programs import (BodyRunner, Outcome, Program, TaskOp, _place, _same,
-                        cupy_body, emulated_graph_body, generate_program, run_oracle)
+from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
+                        declare_data, emulated_graph_body, generate_program, run_oracle,
+                        submit, user_arrays)
 
 __all__ = ["Scoped", "check_scoped_program", "generate_scoped_program"]
 
@@ -106,27 +107,9 @@ def run_scoped_program(program: Program, items: list[Any], backend: str = "emula
     import stflow as stf
     if body is None:
         body = cupy_body if backend == "cuda" else emulated_graph_body
-    user = {i: array.copy() for i, array in program.initial.items()}
-    for i, spec in enumerate(program.data):
-        if spec.readonly:
-            user[i].setflags(write=False)
+    user = user_arrays(program)
     with stf.stackable_context(backend=backend) as sctx:
-        lds: dict[int, Any] = {}
-        for i, spec in enumerate(program.data):
-            if spec.origin == "array":
-                lds[i] = sctx.logical_data(user[i], name=f"d{i}")
-            elif spec.origin == "full":
-                exec_place = None
-                if spec.fill_place == "host":
-                    exec_place = stf.exec_place.host()
-                elif spec.fill_place is not None:
-                    exec_place = stf.exec_place.device(spec.fill_place)
-                lds[i] = sctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
-                                                exec_place=exec_place, name=f"d{i}")
-            elif spec.origin == "empty":
-                lds[i] = sctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
-            else:
-                lds[i] = sctx.token()
+        lds = declare_data(stf, sctx, program, user)
         _run_items(stf, sctx, program, items, lds, body, backend)
     return user
 
@@ -137,7 +120,7 @@ def _run_items(stf: Any, sctx: Any, program: Program, items: list[Any],
         if isinstance(item, Scoped):
             _run_scope(stf, sctx, program, item, lds, body, backend)
         elif isinstance(item, TaskOp):
-            _submit(stf, sctx, program, item, lds, body)
+            submit(stf, sctx, program, item, lds, body)
         elif item.kind == "fence":
             sctx.fence()
         elif item.kind == "drop":
@@ -178,24 +161,6 @@ def _decrement(t: Any, backend: str) -> None:
         return
     from ..emulated import launch
     launch(t.stream_ptr(), lambda a: a.__isub__(1), t.get_arg_cai(0))
-
-
-def _submit(stf: Any, sctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
-            body: BodyRunner) -> None:
-    deps = []
-    modes = []
-    for index, mode, place in op.deps:
-        deps.append(stf.dep(lds[index], mode, _place(stf, place)))
-        if program.data[index].origin != "token":
-            modes.append(mode)
-    if op.kind == "host_launch":
-        from ._programs import _host_fn
-        sctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
-        return
-    place = (stf.exec_place.host() if op.place_of_exec == "host"
-             else stf.exec_place.device(op.place_of_exec))
-    with sctx.task(place, *deps) as t:
-        body(t, op, modes)
 
 
 def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
