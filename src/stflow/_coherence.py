@@ -1,20 +1,21 @@
 """Coherence: where the bytes of a logical data are, and which copy is current.
 
-Pure Python; nothing here talks to a device. The runtime asks this module *what* to do
-(:meth:`DataState.plan_access`) and reports back what it did
-(:meth:`DataState.copied`, :meth:`DataState.released`).
+Pure Python; nothing here talks to a device. The planner (``_plan.py``) asks this
+module *what* an access needs (:meth:`DataState.valid_source`) and reports back what
+was done (:meth:`DataState.copied`, :meth:`DataState.released`).
 
 The model
 ---------
 A logical data has at most one :class:`Instance` per data place (host, managed, or a
-device ordinal). An instance has a state:
+device ordinal). An instance has a :class:`Coherence` state:
 
-``invalid``
+``INVALID``
     its buffer (if allocated) holds stale bytes;
-``shared``
+``SHARED``
     it holds the current value, and so may others;
-``modified``
-    it is the only instance holding the current value.
+``MODIFIED``
+    it is the only instance holding the current value (so every other one is
+    invalid, and nothing is being copied into it).
 
 For an access ``(mode, place)``:
 
@@ -26,8 +27,8 @@ For an access ``(mode, place)``:
 3. the task waits for the ordering prerequisites (``_deps.AccessTracker``) plus the
    readiness of the instances it touches: the *ready* events of an instance are the
    copies into it since the last write;
-4. when the task ends, a write makes its instance ``modified`` and every other
-   instance ``invalid`` (buffers are kept for reuse).
+4. when the task ends, a write makes its instance ``MODIFIED`` and every other
+   instance ``INVALID`` (buffers are kept for reuse).
 
 The user's buffer, when there is one, is the *reference instance*: it is never freed,
 and when it is invalid at the end its content is written back from a valid instance.
@@ -35,15 +36,32 @@ and when it is invalid at the end its content is written back from a valid insta
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import enum
+from typing import TYPE_CHECKING, Any, Final
 
-from ._deps import READ, WRITE, AccessTracker
+from ._access import READ, WRITE
+from ._deps import AccessTracker
 
-__all__ = ["INVALID", "MODIFIED", "SHARED", "DataState", "Instance"]
+if TYPE_CHECKING:
+    import numpy as np
 
-INVALID = "invalid"
-SHARED = "shared"
-MODIFIED = "modified"
+    from .backends._base import Allocation, Event, Stream
+
+__all__ = ["Coherence", "DataState", "INVALID", "Instance", "MODIFIED", "SHARED",
+           "Snapshot"]
+
+
+class Coherence(enum.Enum):
+    """The state of one instance."""
+
+    INVALID = "invalid"
+    SHARED = "shared"
+    MODIFIED = "modified"
+
+
+INVALID: Final = Coherence.INVALID
+SHARED: Final = Coherence.SHARED
+MODIFIED: Final = Coherence.MODIFIED
 
 
 class Instance:
@@ -52,11 +70,11 @@ class Instance:
     Attributes
     ----------
     device : int
-        The place: a device ordinal, or ``HOST`` / ``MANAGED``.
-    allocation : object or None
+        The place: a device ordinal, or ``HOST`` / ``MANAGED`` (``USER_PAGEABLE`` for
+        a user buffer that could not be page-locked).
+    allocation : Allocation or None
         The backend allocation; ``None`` until first used.
-    state : str
-        ``INVALID``, ``SHARED`` or ``MODIFIED``.
+    state : Coherence
     ready : dict
         stream -> event of the copies into this instance since the last write.
     is_reference : bool
@@ -65,17 +83,30 @@ class Instance:
 
     __slots__ = ("device", "allocation", "state", "ready", "is_reference")
 
-    def __init__(self, device: int, allocation: Any = None, state: str = INVALID,
-                 is_reference: bool = False) -> None:
+    def __init__(self, device: int, allocation: Allocation | None = None,
+                 state: Coherence = INVALID, is_reference: bool = False) -> None:
         self.device = device
         self.allocation = allocation
         self.state = state
-        self.ready: dict[Any, Any] = {}
+        self.ready: dict[Stream, Event] = {}
         self.is_reference = is_reference
 
     def __repr__(self) -> str:
-        ref = " reference" if self.is_reference else ""
-        return f"<Instance device={self.device} {self.state}{ref}>"
+        reference = " reference" if self.is_reference else ""
+        return f"<Instance device={self.device} {self.state.value}{reference}>"
+
+
+class Snapshot:
+    """The ordering and instance states of a :class:`DataState` at one moment."""
+
+    __slots__ = ("writer", "readers", "instances")
+
+    def __init__(self, state: DataState) -> None:
+        tracker = state.tracker
+        self.writer = tracker.writer
+        self.readers = dict(tracker.readers)
+        self.instances = {device: (instance.state, dict(instance.ready))
+                          for device, instance in state.instances.items()}
 
 
 class DataState:
@@ -83,32 +114,61 @@ class DataState:
 
     Attributes
     ----------
+    key : int
+        Unique in the process (never reused).
+    label : str
+        How messages name the data.
+    nbytes : int
+    dtype : numpy.dtype or None
+        ``None`` for a token.
+    is_token : bool
+        A token has no bytes and no instances; it only orders.
     tracker : AccessTracker
         Last writer and readers (ordering).
     instances : dict
         place -> :class:`Instance`.
     reference : Instance or None
         The user's buffer, if the data was registered from one.
-    active : dict
-        Tasks between ``start()`` and ``end()`` that access this data -> their mode.
+    writing : object or None
+        The started, not yet ended work that writes this data.
+    reading : int
+        How many started, not yet ended accesses read it.
+    pin : object
+        The page-locking the reference instance uses, if any.
     """
 
-    __slots__ = ("tracker", "instances", "reference", "active", "nbytes", "label", "pin")
+    __slots__ = ("key", "label", "nbytes", "dtype", "is_token", "tracker", "instances",
+                 "reference", "writing", "reading", "pin")
 
-    def __init__(self, nbytes: int) -> None:
-        self.label = "data"
-        self.pin: Any = None           # the page-locking this data uses, if any
+    def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
+                 is_token: bool = False) -> None:
+        self.key = key
+        self.label = f"#{key}"
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.is_token = is_token
         self.tracker = AccessTracker()
         self.instances: dict[int, Instance] = {}
         self.reference: Instance | None = None
-        self.active: dict[Any, int] = {}
-        self.nbytes = nbytes
+        self.writing: Any = None
+        self.reading = 0
+        self.pin: Any = None
 
-    def set_reference(self, device: int, allocation: Any) -> Instance:
+    def __repr__(self) -> str:
+        return f"<DataState {self.label} {list(self.instances.values())}>"
+
+    def set_reference(self, device: int, allocation: Allocation) -> Instance:
         """Register the user's buffer at ``device`` as the current value."""
         instance = Instance(device, allocation, MODIFIED, is_reference=True)
         self.instances[device] = instance
         self.reference = instance
+        return instance
+
+    def instance(self, device: int) -> Instance:
+        """The instance at ``device``, created invalid (without memory) if new."""
+        instance = self.instances.get(device)
+        if instance is None:
+            instance = self.instances[device] = Instance(device)
         return instance
 
     def valid_source(self, target: int | None = None) -> Instance | None:
@@ -126,77 +186,51 @@ class DataState:
                 fallback = instance
         return fallback
 
-    def plan_access(self, mode: int, device: int,
-                    completed: Callable[[Any], bool] | None = None
-                    ) -> tuple[Instance, Instance | None, list[Any]]:
-        """What an access with ``mode`` at ``device`` needs.
-
-        ``completed(event)``, when given, lets the plan forget copies into the
-        instance that have already completed (they order nothing any more), so that
-        later accesses stop carrying them.
-
-        Returns
-        -------
-        (instance, source, prerequisites)
-            The instance to use (created invalid if new), the instance to copy from
-            (``None`` when no copy is needed) and the events to wait for first.
-        """
-        instance = self.instances.get(device)
-        if instance is None:
-            instance = self.instances[device] = Instance(device)
-        prerequisites = self.tracker.prerequisites(mode)
-        source = None
-        if instance.state is INVALID:
-            if mode & READ:
-                source = self.valid_source(device)
-                if source is not None and source.ready:
-                    prerequisites.extend(source.ready.values())
-        elif instance.ready:
-            if completed is not None and all(map(completed, instance.ready.values())):
-                instance.ready = {}
-            else:
-                prerequisites.extend(instance.ready.values())
-        return instance, source, prerequisites
-
-    def copied(self, instance: Instance, source: Instance, event: Any) -> None:
+    def copied(self, instance: Instance, source: Instance, event: Event) -> None:
         """Record that ``source`` was copied into ``instance``, complete at ``event``."""
         instance.state = SHARED
-        instance.ready = {event.stream: event}
+        ready = instance.ready
+        if ready:
+            ready.clear()
+        ready[event.stream] = event
         if source.state is MODIFIED:
             source.state = SHARED
 
-    def released(self, instance: Instance | None, mode: int, event: Any) -> None:
+    def released(self, instance: Instance | None, mode: int, event: Event) -> None:
         """Record that an access with ``mode`` to ``instance`` ends at ``event``."""
         self.tracker.release(mode, event)
-        if mode & WRITE and instance is not None:
-            for other in self.instances.values():
-                if other is not instance and other.state is not INVALID:
-                    other.state = INVALID
-                    other.ready = {}
-            instance.state = MODIFIED
-            if instance.ready:
-                instance.ready = {}
+        if mode & WRITE and instance is not None and instance.state is not MODIFIED:
+            self.written(instance)
 
-    def snapshot(self) -> tuple:
-        """The ordering and instance states, for :meth:`restore` (graph scopes whose
-        recording is discarded or never launched)."""
-        tracker = self.tracker
-        return (dict(tracker.writer), dict(tracker.readers),
-                {device: (instance.state, dict(instance.ready))
-                 for device, instance in self.instances.items()})
+    def written(self, instance: Instance) -> None:
+        """``instance`` was written: it holds the only current value.
 
-    def restore(self, snapshot: tuple) -> None:
-        """Go back to the states of :meth:`snapshot`; instances created since are
+        (Writing a ``MODIFIED`` instance again changes nothing: it is the only valid
+        one already, so callers may skip the call.)
+        """
+        for other in self.instances.values():
+            if other.state is not INVALID:
+                other.state = INVALID
+                if other.ready:
+                    other.ready.clear()
+        instance.state = MODIFIED
+
+    def snapshot(self) -> Snapshot:
+        """The ordering and instance states now, for :meth:`restore`."""
+        return Snapshot(self)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Go back to the states of ``snapshot``; instances created since are
         invalid (their buffers are kept)."""
-        writer, readers, instances = snapshot
-        self.tracker.writer = dict(writer)
-        self.tracker.readers = dict(readers)
+        tracker = self.tracker
+        tracker.writer = snapshot.writer
+        tracker.readers = dict(snapshot.readers)
         for device, instance in self.instances.items():
-            state, ready = instances.get(device, (INVALID, {}))
+            state, ready = snapshot.instances.get(device, (INVALID, {}))
             instance.state = state
             instance.ready = dict(ready)
 
-    def writeback_plan(self) -> tuple[Instance, Instance, list[Any]] | None:
+    def writeback_plan(self) -> tuple[Instance, Instance, list[Event]] | None:
         """The copy that brings the reference instance up to date, if one is needed.
 
         Returns

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_TERMS", "cond"]
+__all__ = ["Comparable", "MAX_TERMS", "cond"]
 
 MAX_TERMS = 8
 """Most leaves in one condition (the device kernel reads at most this many values)."""
@@ -49,6 +49,34 @@ class _Expr:
         raise NotImplementedError
 
 
+class Comparable:
+    """Data whose comparisons with a number build loop conditions
+    (``stackable_logical_data``): ``ld > 0.5`` is ``cond(ld, ">", 0.5)``."""
+
+    __slots__ = ()
+
+    def _leaf(self, op: str, other: Any) -> cond:
+        if isinstance(other, Comparable):
+            raise TypeError("a loop condition compares logical data with a number, not "
+                            "with other logical data")
+        if not isinstance(other, numbers.Real):
+            raise TypeError(f"a loop condition compares logical data with a real number, "
+                            f"got {type(other).__name__}")
+        return cond(self, op, other)
+
+    def __gt__(self, other: Any) -> cond:
+        return self._leaf(">", other)
+
+    def __lt__(self, other: Any) -> cond:
+        return self._leaf("<", other)
+
+    def __ge__(self, other: Any) -> cond:
+        return self._leaf(">=", other)
+
+    def __le__(self, other: Any) -> cond:
+        return self._leaf("<=", other)
+
+
 class cond(_Expr):
     """``element0(ld) op threshold``: a leaf of a loop condition.
 
@@ -61,10 +89,14 @@ class cond(_Expr):
     """
 
     __slots__ = ("_ld", "_op", "_threshold", "_negate")
+    _ld: Any
+    _op: str
+    _threshold: float
+    _negate: bool
 
-    def __init__(self, ld: Any, op: str, threshold: Any) -> None:
-        from ._stackable import stackable_logical_data
-        if not isinstance(ld, stackable_logical_data):
+    def __init__(self, data: Any, op: str, threshold: Any) -> None:
+        ld: Any = data
+        if not isinstance(data, Comparable):
             raise TypeError(f"cond: expected a stackable_logical_data, got "
                             f"{type(ld).__name__}")
         if ld._is_token or ld._dtype not in _DTYPES:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 __all__ = ["Config", "config", "reload"]
 
-_BACKENDS = ("auto", "cuda", "emulated")
+_BACKENDS = ("auto", "cuda", "emulated", "null")
 
 # Variables of the reference's native core that stflow does not read.
 _IGNORED_REFERENCE_VARIABLES = (
@@ -33,7 +33,7 @@ class Config:
     """Defaults taken from the environment."""
 
     backend: str
-    """``STFLOW_BACKEND``: ``"auto"``, ``"cuda"`` or ``"emulated"``."""
+    """``STFLOW_BACKEND``: ``"auto"``, ``"cuda"``, ``"emulated"`` or ``"null"``."""
     emulated_devices_text: str | None
     """``STFLOW_EMULATED_DEVICES`` as written; validated by :attr:`emulated_devices`."""
     emulation_seed: int

@@ -18,16 +18,17 @@ from typing import Any, Callable
 import numpy as np
 
 from ._config import warn_ignored_reference_variables
-from ._errors import BackendUnavailableError, ContextFinalizedError
+from ._errors import BackendUnavailableError
 from ._instrument import Instrument, Statistics
 from ._logical_data import dep, logical_data
 from ._places import exec_place
-from ._runtime import Runtime
+from ._registry import check_empty_args, check_name
+from ._runtime import Runtime, RuntimeOwner
 from ._sources import check_dtype
 from ._task import host_launch, task
 from ._views import stream_handle
-from .backends import get_backend, note_context_backend
-from .backends._base import callback_state
+from .backends import get_backend
+from .backends._base import Backend, Stream, callback_state
 
 __all__ = ["context"]
 
@@ -37,14 +38,16 @@ _live_contexts: weakref.WeakSet[context] = weakref.WeakSet()
 _live_lock = threading.Lock()
 
 
-class context:
+class context(RuntimeOwner):
     """A Sequential Task Flow context.
 
     Parameters
     ----------
     use_graph : bool
-        ``False`` (stream mode) is supported; graph mode raises ``NotImplementedError``
-        in this release.
+        ``False``: stream mode, each task is enqueued on a stream when it starts.
+        ``True``: graph mode, the work between two synchronisation points
+        (``fence``, ``wait``, ``finalize``) is recorded into a graph, which is then
+        launched (see ``docs/graph-mode.md``).
     borrowed : bool
         Internal: use ``logical_data.borrow_ctx_handle()`` for a borrowed context.
     stream : stream-like, optional
@@ -65,9 +68,11 @@ class context:
     finalizes all the same.
     """
 
+    _data_class: type[logical_data] = logical_data
+    """The class of the logical data this context creates."""
+
     def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
-                 handle: Any = None, *, backend: str | None = None,
-                 _recorded: bool = False) -> None:
+                 handle: Any = None, *, backend: str | None = None) -> None:
         self._runtime: Runtime | None = None
         self._borrowed = False
         if borrowed:
@@ -76,22 +81,31 @@ class context:
         if handle is not None:
             raise TypeError(f"handle must be None in this release (async_resources "
                             f"are not supported yet), got {type(handle).__name__}")
-        if backend is None:
-            from ._config import config
-            backend = config().backend
-        warn_ignored_reference_variables()
-        native = get_backend(backend)
-        note_context_backend(native)
+        native = _backend(backend)
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
-        if use_graph or _recorded:      # _recorded: the runtime of a stackable_context
-            native = _graph_backend(native, caller)
-        self._runtime = Runtime(native, caller)
         if use_graph:
-            self._runtime.graph_mode = True
-            self._runtime.epoch_begin()
+            self._start(_graph_backend(native, caller), caller, "epochs")
+        else:
+            self._start(native, caller, None)
         self._stream_owner = stream
+
+    def _start(self, backend: Backend, caller: Stream | None,
+               graph_mode: str | None) -> None:
+        runtime = self._runtime = Runtime(backend, caller, graph_mode)
+        runtime.context_type = type(self)
         with _live_lock:
             _live_contexts.add(self)
+
+    @classmethod
+    def _recording(cls, backend: str | None, data_class: type[logical_data]) -> context:
+        """The context behind a ``stackable_context``: its scopes are recorded."""
+        ctx = object.__new__(cls)
+        ctx._runtime = None
+        ctx._borrowed = False
+        ctx._stream_owner = None
+        ctx._data_class = data_class
+        ctx._start(_graph_backend(_backend(backend), None), None, "scopes")
+        return ctx
 
     @classmethod
     def _borrow(cls, runtime: Runtime) -> context:
@@ -107,12 +121,6 @@ class context:
         """The name of the backend running this context (stflow-only)."""
         return self._runtime.backend.name  # type: ignore[union-attr]
 
-    def _live(self) -> Runtime:
-        runtime = self._runtime
-        if runtime is None or runtime.finalized:
-            raise ContextFinalizedError("this context is finalized; create a new one")
-        return runtime
-
     # -- data --------------------------------------------------------------------
     def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
                      ) -> _LogicalData:
@@ -121,12 +129,26 @@ class context:
         Its bytes are the initial value; the latest value is written back into it at
         ``finalize()``. A read-only buffer makes read-only data.
         """
-        return self._live().register(None, buf, dplace, name)
+        runtime = self._live()
+        check_name(name)
+        state, source = runtime.register(buf, dplace, None, None)
+        return self._data_class._new(runtime, state, source.shape, source.dtype,
+                                     source.readonly, name, source.keepalive)
 
     def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None
                            ) -> _LogicalData:
         """Logical data without an initial value (``float64`` by default)."""
-        return self._live().empty(shape, dtype, name)
+        return self._empty(shape, dtype, name, "logical_data_empty")
+
+    def _empty(self, shape: Any, dtype: Any, name: str | None, what: str
+               ) -> _LogicalData:
+        runtime = self._live()
+        runtime.check_submit(f"{what}()")
+        check_name(name)
+        checked_shape, checked_dtype = check_empty_args(shape, dtype, what)
+        state = runtime.empty(checked_shape, checked_dtype, what)
+        return self._data_class._new(runtime, state, checked_shape, checked_dtype,
+                                     False, name)
 
     def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
                           where: Any = None, exec_place: exec_place | None = None,
@@ -148,7 +170,7 @@ class context:
             dtype = np.array(fill_value).dtype
         checked = check_dtype(dtype, what)
         fill_pattern(fill_value, checked, what)
-        ld = runtime.empty(shape, checked, name, what)
+        ld = self._empty(shape, checked, name, what)
         init_logical_data(self, ld, fill_value, where, exec_place)
         return ld
 
@@ -168,7 +190,8 @@ class context:
 
     def token(self) -> _LogicalData:
         """A logical data without bytes, used only for ordering."""
-        return self._live().token()
+        runtime = self._live()
+        return self._data_class._new(runtime, runtime.token(), None, None, False, None)
 
     # -- work --------------------------------------------------------------------
     def task(self, *args: Any, symbol: str | None = None) -> _Task:
@@ -179,7 +202,7 @@ class context:
                 callback_state.active:
             self._live().check_submit("task()")
         made = object.__new__(task)
-        made._setup(runtime, args, symbol)  # type: ignore[arg-type]
+        made._setup(runtime, args, symbol)  # type: ignore[arg-type]  # checked above
         return made
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
@@ -213,7 +236,15 @@ class context:
 
     def wait(self, ld: _LogicalData) -> np.ndarray:
         """Block until ``ld`` can be read and return a new host array of its value."""
-        return self._live().wait(ld)
+        runtime = self._live()
+        if not isinstance(ld, logical_data):
+            raise TypeError(f"wait() expects a logical_data, got {type(ld).__name__}")
+        if ld._is_token:
+            raise TypeError(f"wait() on token {ld._label()}: a token holds no data; "
+                            "order on it with fence()")
+        runtime.owns(ld, "wait()")
+        assert ld._shape is not None and ld._dtype is not None
+        return runtime.wait(ld._state, ld._shape, ld._dtype, ld._label())
 
     def statistics(self) -> Statistics:
         """Counters of this context so far: tasks, copies and bytes per direction,
@@ -235,7 +266,7 @@ class context:
         """Raise the asynchronous errors captured so far (several → ExceptionGroup)."""
         runtime = self._runtime
         if runtime is not None:
-            runtime.raise_errors("check_errors()")
+            runtime.errors.raise_pending("check_errors()")
 
     def finalize(self) -> None:
         """Wait for all work, write results back to user buffers, free everything.
@@ -278,7 +309,16 @@ class context:
         return f"context(handle={ident}, borrowed={self._borrowed})"
 
 
-def _graph_backend(native: Any, caller: Any) -> Any:
+def _backend(name: str | None) -> Backend:
+    """The backend called ``name`` (default: ``STFLOW_BACKEND``, else ``"auto"``)."""
+    if name is None:
+        from ._config import config
+        name = config().backend
+    warn_ignored_reference_variables()
+    return get_backend(name)
+
+
+def _graph_backend(native: Backend, caller: Stream | None) -> Backend:
     """The recording backend of a graph-mode context."""
     if caller is not None:
         raise ValueError("graph mode with a caller stream (context(stream=...)) is not "
@@ -304,7 +344,7 @@ def _finalize_quietly(runtime: Runtime) -> None:
 
 def _warn_errors(runtime: Runtime) -> None:
     """Report errors nobody can catch any more as RuntimeWarnings."""
-    for error in runtime.take_errors():
+    for error in runtime.errors.take():
         warnings.warn(f"stflow: asynchronous error of a context that is gone: "
                       f"{error!r}", RuntimeWarning, stacklevel=2)
 

@@ -1,4 +1,4 @@
-"""Ordering: which completed work a task must wait for.
+"""Ordering: which completed work an access must wait for.
 
 Pure Python over plain objects: an *event* is anything with ``stream`` and ``seq``
 attributes (``seq`` grows along its stream), a *stream* anything with a ``waited``
@@ -6,9 +6,9 @@ dict. Nothing here imports a backend, so the rules are unit-tested with stand-in
 
 The rules (per logical data)
 ----------------------------
-The tracker remembers the events of the *last writer* and of the *readers since that
-write*, keeping only the newest event per stream, because stream order implies the
-older ones.
+The tracker remembers the end event of the *last writer* and the events of the
+*readers since that write*, keeping only the newest event per stream, because stream
+order implies the older ones.
 
 - ``read``: wait for the last writer; afterwards the task's end event joins the
   readers.
@@ -20,19 +20,21 @@ Pruning waits
 -------------
 A stream never waits for an event of its own (stream order already holds), and each
 stream remembers, per other stream, the newest event it already waits for: an older
-or equal event of that stream needs no new wait. :func:`choose_stream` prefers a
-stream that carries one of the prerequisites, which removes that wait entirely.
+or equal event of that stream needs no new wait (:func:`needs_wait`). Stream choice
+(``_streams.choose_stream``) prefers a stream that carries a prerequisite, which
+removes that wait entirely.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable
 
-__all__ = ["READ", "WRITE", "AccessTracker", "choose_stream", "merge_events",
-           "needs_wait"]
+from ._access import WRITE
 
-READ = 1
-WRITE = 2
+if TYPE_CHECKING:
+    from .backends._base import Event, Stream
+
+__all__ = ["AccessTracker", "merge_events", "needs_wait"]
 
 
 class AccessTracker:
@@ -40,46 +42,61 @@ class AccessTracker:
 
     Attributes
     ----------
-    writer : dict
-        stream -> newest event of the last writing task (usually one entry).
+    writer : Event or None
+        The end event of the last writing access (``None`` before the first).
     readers : dict
-        stream -> newest event of the tasks that read since the last write.
+        stream -> newest end event of the reading accesses since the last write.
     """
 
     __slots__ = ("writer", "readers")
 
     def __init__(self) -> None:
-        self.writer: dict[Any, Any] = {}
-        self.readers: dict[Any, Any] = {}
+        self.writer: Event | None = None
+        self.readers: dict[Stream, Event] = {}
 
-    def prerequisites(self, mode: int) -> list[Any]:
-        """Events a new access with ``mode`` must wait for."""
-        if mode & WRITE:
-            if self.readers:
-                return [*self.writer.values(), *self.readers.values()]
-            return list(self.writer.values())
-        return list(self.writer.values())
+    def prerequisites(self, mode: int) -> list[Event]:
+        """The events a new access with ``mode`` must wait for (writer first)."""
+        events = [] if self.writer is None else [self.writer]
+        if mode & WRITE and self.readers:
+            events.extend(self.readers.values())
+        return events
 
-    def release(self, mode: int, event: Any) -> None:
+    def release(self, mode: int, event: Event) -> None:
         """Record that an access with ``mode`` ends with ``event``."""
         if mode & WRITE:
-            self.writer = {event.stream: event}
+            self.writer = event
             if self.readers:
-                self.readers = {}
+                self.readers.clear()
         else:
             readers = self.readers
             previous = readers.get(event.stream)
             if previous is None or previous.seq < event.seq:
                 readers[event.stream] = event
 
-    def all_events(self) -> list[Any]:
+    def events(self) -> list[Event]:
         """Every event an observer of the final value must wait for."""
-        return [*self.writer.values(), *self.readers.values()]
+        events = [] if self.writer is None else [self.writer]
+        events.extend(self.readers.values())
+        return events
+
+    def replace(self, old: Event, new: Event) -> None:
+        """Let ``new`` stand for ``old`` (an event of work that has been lowered to
+        a later, real one: a recorded graph and its launch)."""
+        if self.writer is old:
+            self.writer = new
+        readers = self.readers
+        for stream, event in readers.items():
+            if event is old:
+                del readers[stream]
+                previous = readers.get(new.stream)
+                if previous is None or previous.seq < new.seq:
+                    readers[new.stream] = new
+                return
 
 
-def merge_events(events: Iterable[Any]) -> list[Any]:
-    """Keep the newest event of each stream."""
-    newest: dict[Any, Any] = {}
+def merge_events(events: Iterable[Event]) -> list[Event]:
+    """Keep the newest event of each stream, in first-seen order of the streams."""
+    newest: dict[Stream, Event] = {}
     for event in events:
         previous = newest.get(event.stream)
         if previous is None or previous.seq < event.seq:
@@ -87,7 +104,7 @@ def merge_events(events: Iterable[Any]) -> list[Any]:
     return list(newest.values())
 
 
-def needs_wait(stream: Any, event: Any) -> bool:
+def needs_wait(stream: Stream, event: Event) -> bool:
     """True when ``stream`` must be told to wait for ``event``; remembers it.
 
     A stream never waits for its own events, nor again for an event of another
@@ -101,31 +118,3 @@ def needs_wait(stream: Any, event: Any) -> bool:
         return False
     waited[source] = event.seq
     return True
-
-
-def choose_stream(pool: Sequence[Any], members: Any, prerequisites: Sequence[Any],
-                  next_index: int) -> tuple[Any, int]:
-    """Pick the stream of a task.
-
-    Parameters
-    ----------
-    pool : sequence of streams
-        The streams of the execution place.
-    members : container
-        ``pool`` as a set, for membership tests.
-    prerequisites : sequence of events
-        What the task must wait for.
-    next_index : int
-        Round-robin position in ``pool``.
-
-    Returns
-    -------
-    (stream, next_index)
-        The stream of the first prerequisite that belongs to ``pool`` (no wait is
-        then needed for it; callers list the last writer first), else the next
-        stream round-robin.
-    """
-    for event in prerequisites:
-        if event.stream in members:
-            return event.stream, next_index
-    return pool[next_index % len(pool)], next_index + 1

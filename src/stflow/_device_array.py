@@ -142,20 +142,20 @@ class DeviceArray:
     def __new__(cls, shape_or_size: Any = None, dtype: Any = None, dplace: Any = None,
                 stream: Any = None) -> DeviceArray:
         if cls is DeviceArray:
-            from .backends import places_backend
-            cls = _CudaDeviceArray if places_backend().name == "cuda" \
+            from .backends import default_backend
+            cls = _CudaDeviceArray if default_backend(notify=False).gpu_memory \
                 else _HostDeviceArray
         return object.__new__(cls)
 
     def __init__(self, shape_or_size: Any, dtype: Any, dplace: data_place,
                  stream: Any = None) -> None:
-        from .backends import places_backend
+        from .backends import default_backend
         shape = _check_shape(shape_or_size)
         checked = check_dtype(dtype, "DeviceArray")
         if not isinstance(dplace, data_place):
             raise TypeError(f"DeviceArray: dplace must be a data_place, got "
                             f"{type(dplace).__name__}")
-        backend = places_backend()
+        backend = default_backend(notify=False)
         device = dplace.device_id
         if device < MANAGED:
             raise PlaceError(f"DeviceArray: {dplace!r} cannot allocate memory; use "
@@ -404,7 +404,7 @@ class DeviceArray:
         if key == _stream_key(self._stream.handle):
             return
         backend = self._backend
-        if key == _LEGACY or (key == _PER_THREAD and backend.name == "emulated"):
+        if key == _LEGACY or (key == _PER_THREAD and not backend.gpu_memory):
             stream = 0               # the emulated backend has one default stream
         consumer = backend.stream_from_handle(stream)
         if consumer is self._stream:

@@ -6,7 +6,9 @@ matches, so ``except ValueError`` written for the reference API keeps working.
 
 from __future__ import annotations
 
+import itertools
 import sys
+import threading
 from typing import Sequence
 
 __all__ = [
@@ -16,11 +18,17 @@ __all__ = [
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
+    "ErrorLog",
     "PlaceError",
     "STFError",
     "ScopeError",
     "ShapeError",
+    "work_ids",
 ]
+
+work_ids = itertools.count(1)
+"""Idents of tasks, host callbacks and internal copies, in submission order (unique in
+the process): captured errors are raised in this order."""
 
 
 class STFError(Exception):
@@ -96,3 +104,38 @@ def raise_collected(errors: Sequence[BaseException], what: str) -> None:
     else:  # pragma: no cover - exercised on Python 3.10 only
         from exceptiongroup import ExceptionGroup as group
     raise group(f"{len(errors)} asynchronous errors raised at {what}", exceptions)
+
+
+class ErrorLog:
+    """Asynchronous failures of one context, kept for its next synchronisation point.
+
+    Failures arrive from any thread (host callbacks, the emulated device thread,
+    launched work); each comes with the ident of the work that failed, so they are
+    raised in submission order.
+    """
+
+    __slots__ = ("_errors", "_lock")
+
+    def __init__(self) -> None:
+        self._errors: list[tuple[int, BaseException]] = []
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self._errors)
+
+    def capture(self, exc: BaseException, order: int | None = None) -> None:
+        """Keep ``exc``; ``order`` is the ident of the work that failed (default: now)."""
+        with self._lock:
+            self._errors.append((next(work_ids) if order is None else order, exc))
+
+    def take(self) -> list[BaseException]:
+        """The captured errors in submission order; forgets them."""
+        with self._lock:
+            errors, self._errors = self._errors, []
+        errors.sort(key=lambda entry: entry[0])
+        return [exc for _, exc in errors]
+
+    def raise_pending(self, where: str) -> None:
+        """Raise what was captured (see :func:`raise_collected`)."""
+        if self._errors:
+            raise_collected(self.take(), where)

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DotRecorder", "Instrument", "NvtxRanges", "Statistics", "TraceRecorder",
-           "WorkRecord"]
+__all__ = ["Counters", "DotRecorder", "Instrument", "Instruments", "NvtxRanges",
+           "Statistics", "TraceRecorder", "WorkRecord"]
 
 _MODES = {1: "read", 2: "write", 3: "rw"}
 
@@ -152,6 +152,129 @@ def _size(nbytes: int) -> str:
 def direction(source: int, target: int) -> str:
     """``"h2d"``, ``"d2h"``, ``"d2d"`` or ``"h2h"`` (managed memory counts as host)."""
     return ("d" if source >= 0 else "h") + "2" + ("d" if target >= 0 else "h")
+
+
+class Counters:
+    """Plain counters behind ``ctx.statistics()`` (cheap enough for the hot path)."""
+
+    __slots__ = ("tasks", "host_callbacks", "copies", "bytes", "allocations",
+                 "allocated_bytes", "waits_issued", "waits_skipped", "fences")
+
+    def __init__(self) -> None:
+        self.tasks = 0
+        self.host_callbacks = 0
+        self.copies = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
+        self.bytes = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
+        self.allocations = 0
+        self.allocated_bytes = 0
+        self.waits_issued = 0
+        self.waits_skipped = 0
+        self.fences = 0
+
+
+class Instruments:
+    """The instrumentation part of a runtime: its counters and attached instruments.
+
+    The runtime calls it at the fixed points of every piece of work (see the module
+    docstring). :meth:`open` returns ``None`` when no instrument listens, and every
+    other notification takes that record, so the hot path pays one test.
+    """
+
+    __slots__ = ("attached", "counters", "records")
+
+    def __init__(self) -> None:
+        self.attached: list[Instrument] = []
+        self.counters = Counters()
+        self.records: dict[int, WorkRecord] = {}
+
+    def attach(self, instrument: Instrument, runtime: Any) -> None:
+        instrument.attach(runtime)
+        self.attached.append(instrument)
+
+    def open(self, ident: int, kind: str, label: str, device: int, stream: Any,
+             accesses: list[tuple[int, str, int, int]], prerequisites: list[Any]
+             ) -> WorkRecord | None:
+        """A record of new work, told to the instruments (``None`` when none listens)."""
+        if not self.attached:
+            return None
+        predecessors: list[int] = []
+        for event in prerequisites:
+            producer = event.producer
+            if producer is not None and producer not in predecessors:
+                predecessors.append(producer)
+        record = WorkRecord(ident, kind, label, device, stream.handle, accesses,
+                            predecessors, native_stream=stream)
+        self.records[ident] = record
+        for instrument in self.attached:
+            instrument.work_submitted(record)
+        return record
+
+    def allocated(self, record: WorkRecord | None, device: int, nbytes: int) -> None:
+        counters = self.counters
+        counters.allocations += 1
+        counters.allocated_bytes += nbytes
+        if record is not None:
+            for instrument in self.attached:
+                instrument.allocation(record, device, nbytes)
+
+    def copied(self, record: WorkRecord | None, data: str, source: int, target: int,
+               nbytes: int) -> None:
+        way = direction(source, target)
+        counters = self.counters
+        counters.copies[way] += 1
+        counters.bytes[way] += nbytes
+        if record is not None:
+            record.transfers.append((data, source, target, nbytes))
+            for instrument in self.attached:
+                instrument.transfer(record, data, source, target, nbytes)
+
+    def body(self, record: WorkRecord) -> None:
+        for instrument in self.attached:
+            instrument.work_body(record)
+
+    def ending(self, ident: int) -> WorkRecord | None:
+        """The record of work ``ident`` about to record its end event, if any."""
+        record = self.records.pop(ident, None)
+        if record is not None:
+            for instrument in self.attached:
+                instrument.work_ending(record)
+        return record
+
+    def ended(self, record: WorkRecord, event: Any) -> None:
+        event.producer = record.ident
+        for instrument in self.attached:
+            instrument.work_ended(record)
+
+    def fence(self) -> None:
+        self.counters.fences += 1
+        for instrument in self.attached:
+            instrument.fence()
+
+    def finalized(self) -> list[Exception]:
+        """Tell the instruments the work is complete; returns their failures."""
+        failures: list[Exception] = []
+        for instrument in self.attached:
+            try:
+                instrument.finalized()
+            except Exception as exc:  # noqa: BLE001 - reported like async errors
+                failures.append(exc)
+        return failures
+
+    def statistics(self, backend: Any, graph_instantiations: int, graph_updates: int
+                   ) -> Statistics:
+        counters = self.counters
+        return Statistics(
+            backend=backend.name, tasks=counters.tasks,
+            host_callbacks=counters.host_callbacks,
+            copies_h2d=counters.copies["h2d"], copies_d2h=counters.copies["d2h"],
+            copies_d2d=counters.copies["d2d"], copies_h2h=counters.copies["h2h"],
+            bytes_h2d=counters.bytes["h2d"], bytes_d2h=counters.bytes["d2h"],
+            bytes_d2d=counters.bytes["d2d"], bytes_h2h=counters.bytes["h2h"],
+            allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
+            evictions=0, waits_issued=counters.waits_issued,
+            waits_skipped=counters.waits_skipped, fences=counters.fences,
+            seed=backend.seed, graph_instantiations=graph_instantiations,
+            graph_updates=graph_updates)
 
 
 # -- DOT ------------------------------------------------------------------------

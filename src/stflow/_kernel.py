@@ -12,6 +12,9 @@ Marshalling
     conditional handle a pointer-sized integer; anything else is a ``TypeError``. The
     packed values are kept until ``end()``.
 
+Each launch is a :class:`~stflow.backends._base.KernelLaunch` handed to the backend's
+``launch_kernel``.
+
 CUDA backend
     Each launch is a ``cuLaunchKernel`` on the task stream, at ``launch()`` time, so
     several launches run in call order. ``kernel`` is a ``cuda.core`` ``Kernel`` (a
@@ -20,7 +23,7 @@ CUDA backend
 
 Emulated backend
     ``kernel`` must be a Python callable. It is called as ``kernel(*args)`` in stream
-    order (through :func:`stflow.emulated.launch`), after the prerequisites, with a
+    order on the task stream, after the prerequisites, with a
     NumPy array of the instance in place of every pointer ``k.get_arg(i)`` returned
     (read-only for ``read()`` dependencies) and ctypes scalars replaced by their
     values. A CUDA function handle raises ``BackendUnavailableError``.
@@ -29,19 +32,15 @@ Emulated backend
 from __future__ import annotations
 
 import ctypes
-import sys
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 import numpy as np
 
-from ._errors import BackendUnavailableError
+from ._access import WRITE
 from ._task import _ENDED, task
-from .backends._base import Allocation
+from .backends._base import Allocation, KernelLaunch
 
 __all__ = ["cuda_kernel"]
-
-_EXTRAS = "install stflow[cu12] or stflow[cu13] (cuda-core)"
-
 
 class _DoubleComplex(ctypes.Structure):
     _fields_ = [("real", ctypes.c_double), ("imag", ctypes.c_double)]
@@ -128,24 +127,6 @@ def _foreign_pointer(arg: Any) -> int | None:
     return None
 
 
-def _emulated_value(arg: Any, arrays: dict[int, np.ndarray]) -> Any:
-    """What an emulated kernel receives for ``arg``."""
-    if isinstance(arg, ctypes._SimpleCData):
-        arg = arg.value
-    elif isinstance(arg, (ctypes.Structure, ctypes.Union, ctypes.Array)):
-        return type(arg).from_buffer_copy(arg)     # captured at the call (API 3.17)
-    if type(arg) is int and arg in arrays:
-        return arrays[arg]
-    return arg
-
-
-def _is_cuda_function(kernel: Any) -> bool:
-    if isinstance(kernel, int):
-        return True
-    module = type(kernel).__module__ or ""
-    return module.startswith(("cuda.core", "cuda.bindings", "cupy"))
-
-
 class cuda_kernel(task):
     """A task whose body describes kernel launches (``k.launch(...)``).
 
@@ -161,7 +142,7 @@ class cuda_kernel(task):
     """
 
     __slots__ = ("_launches",)
-    _launches: list[Any]
+    _launches: list[KernelLaunch]
 
     def _setup(self, runtime: Any, args: tuple, symbol: str | None) -> None:
         self._launches = []
@@ -170,8 +151,6 @@ class cuda_kernel(task):
     def _label(self) -> str:
         return (f"cuda_kernel {self._symbol!r}" if self._symbol
                 else f"cuda_kernel #{self._id}")
-
-    _what = _label
 
     stream_ptr = _absent("stream_ptr")
     args_cai = _absent("args_cai")
@@ -183,10 +162,10 @@ class cuda_kernel(task):
         phase = ("new", "started", "ended")[self._phase]
         return f"<stflow.cuda_kernel {self._symbol!r} {phase}, {len(self._deps)} deps>"
 
-    def end(self) -> None:
+    def __exit__(self, *exc: Any) -> None:
         """Release the dependencies (after the launches) and the packed arguments."""
         try:
-            super().end()
+            super().__exit__(*exc)
         finally:
             if self._phase == _ENDED:
                 self._launches.clear()
@@ -209,7 +188,8 @@ class cuda_kernel(task):
             The driver refused the launch.
         """
         self._check_window("launch()")
-        dims = _dims(grid, "grid") + _dims(block, "block")
+        grid_dims = _dims(grid, "grid")
+        block_dims = _dims(block, "block")
         if isinstance(shmem, bool) or not isinstance(shmem, int):
             raise TypeError(f"launch: shmem must be an int, got {type(shmem).__name__}")
         if shmem < 0:
@@ -219,100 +199,19 @@ class cuda_kernel(task):
                             f"{type(args).__name__}")
         args = tuple(args)
         packed = [_pack(arg, i) for i, arg in enumerate(args)]
-        if self._runtime.backend.name == "emulated":
-            self._launch_emulated(kernel, args)
-        else:
-            self._launch_cuda(kernel, dims, packed, shmem)
+        launch = KernelLaunch(kernel, grid_dims, block_dims, shmem, args, packed,
+                              self._buffers(), self._label())
+        self._runtime.backend.launch_kernel(self._native_stream(), launch)
+        self._launches.append(launch)
 
-    # -- the emulated backend ------------------------------------------------------
-    def _launch_emulated(self, kernel: Any, args: tuple) -> None:
-        if _is_cuda_function(kernel):
-            raise BackendUnavailableError(
-                f"{self._label()}: {type(kernel).__name__} is a CUDA function, which "
-                "needs the CUDA backend; on the emulated backend launch a Python "
-                "callable (called as kernel(*args) with NumPy arrays for k.get_arg(i))")
-        if not callable(kernel):
-            raise TypeError(f"launch: kernel must be a Python callable on the emulated "
-                            f"backend, got {type(kernel).__name__}")
-        arrays = self._dependency_arrays()
-        values = tuple(_emulated_value(arg, arrays) for arg in args)
-        from .emulated import launch
-        launch(self._native_stream().handle, kernel, *values)
-
-    def _dependency_arrays(self) -> dict[int, np.ndarray]:
-        """Address of each dependency's instance -> a NumPy array of it."""
-        backend = self._runtime.backend
-        writes: dict[int, bool] = {}
-        found: dict[int, tuple[Allocation, tuple, np.dtype]] = {}
-        for d, access in zip(self._deps, self._per_dependency):
-            if access.ld._is_token or access.instance is None:
+    def _buffers(self) -> list[tuple[Allocation, tuple[int, ...], np.dtype, bool]]:
+        """The instances of the task's dependencies, and whether each is written."""
+        buffers = []
+        assert self._plan is not None
+        for d, access in zip(self._deps, self._plan.per_dependency):
+            instance = access.instance
+            if instance is None or instance.allocation is None:
                 continue
-            allocation = access.instance.allocation
-            if allocation is None or not allocation.ptr:
-                continue
-            found[allocation.ptr] = (allocation, cast(tuple, access.ld._shape),
-                                     cast(np.dtype, access.ld._dtype))
-            writes[allocation.ptr] = writes.get(allocation.ptr, False) or bool(d.mode & 2)
-        return {ptr: backend.host_array(allocation, shape, dtype, not writes[ptr])
-                for ptr, (allocation, shape, dtype) in found.items()}
-
-    # -- the CUDA backend ----------------------------------------------------------
-    def _launch_cuda(self, kernel: Any, dims: tuple[int, ...], packed: list[Any],
-                     shmem: int) -> None:
-        if "cuda.core" not in sys.modules:
-            try:
-                import cuda.core  # noqa: F401
-            except ImportError as exc:
-                raise BackendUnavailableError(
-                    f"cuda_kernel.launch needs cuda.core; {_EXTRAS}") from exc
-        from .backends import _cuda_driver as _cu
-        task_stream = self._native_stream()
-        stream: Any = getattr(task_stream, "real", task_stream)   # graph mode: capture
-        function = self._function(kernel, getattr(stream, "cuda_device", 0))
-        pointers = (ctypes.c_void_p * max(len(packed), 1))(
-            *[ctypes.addressof(value) for value in packed])
-        self._launches.append((packed, pointers))
-        _cu.check(_cu.driver.cuLaunchKernel(
-            function, *dims, shmem, stream.native,
-            ctypes.addressof(pointers) if packed else 0, 0),
-            f"{self._label()}: cuLaunchKernel")
-
-    def _function(self, kernel: Any, device: int) -> Any:
-        """The ``CUfunction`` of ``kernel`` for ``device``."""
-        from .backends import _cuda_driver as _cu
-        driver = _cu.driver
-        if isinstance(kernel, bool):
-            raise TypeError("launch: kernel must be a cuda.core Kernel, a CuPy "
-                            "RawKernel or an int CUfunction, got bool")
-        if isinstance(kernel, int):
-            return driver.CUfunction(kernel)
-        if isinstance(kernel, driver.CUfunction):
-            return kernel
-        resolve: Callable[[], Any] | None = None
-        handle = getattr(kernel, "handle", None)
-        if handle is not None and (type(kernel).__module__ or "").startswith("cuda.core"):
-            if isinstance(handle, driver.CUfunction):
-                return handle
-            if isinstance(handle, driver.CUkernel):
-                def resolve() -> Any:
-                    return _cu.check(driver.cuKernelGetFunction(handle),
-                                     f"{self._label()}: resolving a CUkernel to the "
-                                     f"CUfunction of device {device}")
-            else:
-                return driver.CUfunction(int(handle))
-        elif hasattr(kernel, "kernel") and (type(kernel).__module__ or "").startswith(
-                "cupy"):
-            def resolve() -> Any:
-                return driver.CUfunction(int(kernel.kernel.ptr))
-        if resolve is None:
-            raise TypeError(f"launch: kernel must be a cuda.core Kernel, a CuPy "
-                            f"RawKernel or an int CUfunction on the CUDA backend, got "
-                            f"{type(kernel).__name__}")
-        backend = self._runtime.backend
-        previous = backend.current_device()
-        backend.set_current_device(device)      # also when the thread has no context
-        try:
-            return resolve()
-        finally:
-            if previous != device:
-                backend.set_current_device(previous)
+            buffers.append((instance.allocation, cast(tuple, d.ld._shape),
+                            cast(np.dtype, d.ld._dtype), bool(d.mode & WRITE)))
+        return buffers

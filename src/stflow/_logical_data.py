@@ -1,32 +1,28 @@
-"""Logical data and dependencies (``ld.read()``, ``ld.write()``, ``ld.rw()``)."""
+"""Logical data and dependencies (``ld.read()``, ``ld.write()``, ``ld.rw()``).
+
+A :class:`logical_data` is a *handle*: its ordering and coherence state is a
+:class:`~stflow._coherence.DataState` owned by the runtime's data registry. When the
+handle is collected before ``finalize()``, the registry is told (from whatever thread
+the collector runs on) and the runtime retires the data at its next submission.
+"""
 
 from __future__ import annotations
 
-import enum
+import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
+from ._access import READ, RW, WRITE, AccessMode, is_mode, mode_name
 from ._errors import AccessModeError, ContextFinalizedError
 from ._places import data_place
+from ._runtime import RuntimeOwner
 
 if TYPE_CHECKING:
     from ._coherence import DataState
-    from ._context import Runtime, context
+    from ._runtime import Runtime
 
 __all__ = ["AccessMode", "dep", "logical_data", "read", "rw", "write"]
-
-
-class AccessMode(enum.IntFlag):
-    """How a task accesses a logical data."""
-
-    NONE = 0
-    READ = 1
-    WRITE = 2
-    RW = 3
-
-
-_MODE_NAMES = {1: "read", 2: "write", 3: "rw"}
 
 
 class dep:
@@ -34,37 +30,40 @@ class dep:
 
     ``dplace=None`` means ``data_place.affine()``: the memory of the task's execution
     place. Arguments are checked here; the context is checked when a task uses it.
+
+    Attributes
+    ----------
+    ld : logical_data
+    mode : int
+        ``READ``, ``WRITE`` or ``RW`` (as a plain ``int``).
+    dplace : data_place or None
+    place : int or None
+        The device number of ``dplace`` (``None`` for the affine place).
+    key : tuple
+        ``(data key, mode, place)``: what a task's plan is cached by.
     """
 
-    __slots__ = ("ld", "mode", "dplace")
+    __slots__ = ("ld", "mode", "dplace", "place", "key")
+    ld: logical_data
+    mode: int
+    dplace: data_place | None
+    place: int | None
+    key: tuple[int, int, int | None]
 
     def __init__(self, ld: logical_data, mode: int, dplace: data_place | None = None):
         if not isinstance(ld, logical_data):
             raise TypeError(f"dep expects a logical_data (or token), got "
                             f"{type(ld).__name__}")
-        if isinstance(mode, bool) or not isinstance(mode, int) or \
-                int(mode) not in _MODE_NAMES:
+        if not is_mode(mode):
             raise AccessModeError(
-                f"access mode {mode!r} is not one of AccessMode.READ, WRITE or RW"
-            )
-        if dplace is not None and not isinstance(dplace, data_place):
-            raise TypeError(f"the data place of a dependency must be a data_place or "
-                            f"None, got {type(dplace).__name__}")
-        mode = int(mode)
-        if ld._runtime.finalized:
-            raise ContextFinalizedError(
-                f"logical data {ld._label()} belongs to a finalized context; create "
-                "new data in a live context"
-            )
-        if mode & 2 and ld._readonly:
-            raise AccessModeError(
-                f"{_MODE_NAMES[mode]}() asked on logical data {ld._label()}, which was "
-                "registered from a read-only buffer; use read(), or register a "
-                "writable copy"
-            )
-        self.ld = ld
-        self.mode = mode
-        self.dplace = dplace
+                f"access mode {mode!r} is not one of AccessMode.READ, WRITE or RW")
+        ld._dependency(self, int(mode), dplace)
+
+    @classmethod
+    def _make(cls, ld: logical_data, mode: int, dplace: data_place | None) -> dep:
+        made = object.__new__(cls)
+        ld._dependency(made, mode, dplace)
+        return made
 
     def get_ld(self) -> logical_data:
         return self.ld
@@ -80,17 +79,17 @@ class dep:
 
 def read(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``read`` dependency on ``ld``."""
-    return dep(ld, 1, dplace)
+    return dep(ld, READ, dplace)
 
 
 def write(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``write`` dependency on ``ld`` (its previous value is not read)."""
-    return dep(ld, 2, dplace)
+    return dep(ld, WRITE, dplace)
 
 
 def rw(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``rw`` (read-write) dependency on ``ld``."""
-    return dep(ld, 3, dplace)
+    return dep(ld, RW, dplace)
 
 
 class logical_data:
@@ -112,7 +111,7 @@ class logical_data:
     __slots__ = ("_runtime", "_state", "_shape", "_dtype", "_readonly", "_symbol",
                  "_is_token", "_source", "_key", "__weakref__")
     _runtime: Runtime
-    _state: DataState | None
+    _state: DataState
     _shape: tuple[int, ...] | None
     _dtype: np.dtype | None
     _readonly: bool
@@ -121,18 +120,50 @@ class logical_data:
     _source: Any
     _key: int
 
-    def __init__(self, ctx: context | None = None, buf: Any = None,
+    def __init__(self, ctx: Any = None, buf: Any = None,
                  dplace: data_place | None = None, shape: Any = None, dtype: Any = None,
                  name: str | None = None) -> None:
         if ctx is None:
             raise TypeError("logical_data cannot be built without a context; use "
                             "ctx.logical_data(buf), ctx.logical_data_empty(...), "
                             "ctx.logical_data_full/zeros/ones(...) or ctx.token()")
-        from ._context import context as context_type
-        if not isinstance(ctx, context_type):
+        if not isinstance(ctx, RuntimeOwner):
             raise TypeError(f"logical_data expects a context first, got "
                             f"{type(ctx).__name__}")
-        ctx._live().register(self, buf, dplace, name, shape, dtype)
+        runtime = ctx._live()
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        state, source = runtime.register(buf, dplace, shape, dtype)
+        self._adopt(runtime, state, source.shape, source.dtype, source.readonly, name,
+                    source.keepalive)
+
+    @classmethod
+    def _new(cls, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
+             dtype: np.dtype | None, readonly: bool, name: str | None,
+             source: Any = None) -> logical_data:
+        """A handle of ``state`` (created by the runtime's registry)."""
+        ld = object.__new__(cls)
+        ld._adopt(runtime, state, shape, dtype, readonly, name, source)
+        return ld
+
+    def _adopt(self, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
+               dtype: np.dtype | None, readonly: bool, name: str | None,
+               source: Any) -> None:
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+        self._runtime = runtime
+        self._state = state
+        self._shape = shape
+        self._dtype = dtype
+        self._readonly = readonly
+        self._symbol = name
+        self._is_token = state.is_token
+        self._source = source
+        self._key = state.key
+        state.label = self._label()
+        if not state.is_token:
+            finalizer = weakref.finalize(self, runtime.data.retire, state.key)
+            finalizer.atexit = False
 
     # -- properties --------------------------------------------------------------
     @property
@@ -157,8 +188,7 @@ class logical_data:
             raise TypeError(f"set_symbol expects a str, got {type(name).__name__}")
         self._alive()
         self._symbol = name
-        if self._state is not None:
-            self._state.label = self._label()
+        self._state.label = self._label()
 
     def _label(self) -> str:
         return repr(self._symbol) if self._symbol else f"#{self._key}"
@@ -168,52 +198,77 @@ class logical_data:
         if runtime.finalized:
             raise ContextFinalizedError(
                 f"logical data {self._label()} belongs to a finalized context; create "
-                "new data in a live context"
-            )
+                "new data in a live context")
         return runtime
 
     # -- dependencies ------------------------------------------------------------
+    def _dependency(self, made: dep, mode: int, dplace: data_place | None) -> None:
+        """Fill ``made`` as a ``mode`` dependency on this data at ``dplace``."""
+        if dplace is None:
+            place = None
+        elif isinstance(dplace, data_place):
+            place = dplace._device
+        else:
+            raise TypeError(f"the data place of a dependency must be a data_place or "
+                            f"None, got {type(dplace).__name__}")
+        if self._runtime.finalized:
+            raise ContextFinalizedError(
+                f"logical data {self._label()} belongs to a finalized context; create "
+                "new data in a live context")
+        if mode & WRITE and self._readonly:
+            raise AccessModeError(
+                f"{mode_name(mode)}() asked on logical data {self._label()}, which was "
+                "registered from a read-only buffer; use read(), or register a "
+                "writable copy")
+        made.ld = self
+        made.mode = mode
+        made.dplace = dplace
+        made.place = place
+        made.key = (self._key, mode, place)
+
     def read(self, dplace: data_place | None = None) -> dep:
         """A ``read`` dependency, optionally seen at ``dplace``."""
-        return dep(self, 1, dplace)
+        return dep._make(self, READ, dplace)
 
     def write(self, dplace: data_place | None = None) -> dep:
         """A ``write`` dependency, optionally at ``dplace``."""
-        return dep(self, 2, dplace)
+        return dep._make(self, WRITE, dplace)
 
     def rw(self, dplace: data_place | None = None) -> dep:
         """A ``rw`` dependency, optionally at ``dplace``."""
-        return dep(self, 3, dplace)
+        return dep._make(self, RW, dplace)
 
     # -- derived data ------------------------------------------------------------
     def empty_like(self) -> logical_data:
         """New data of the same shape and dtype, without a value or symbol."""
         runtime = self._alive()
+        cls = type(self)
         if self._is_token:
-            return runtime.token()
-        return runtime.empty_checked(self._shape,  # type: ignore[arg-type]
-                                     self._dtype, None)  # type: ignore[arg-type]
+            return cls._new(runtime, runtime.token(), None, None, False, None)
+        assert self._shape is not None and self._dtype is not None
+        return cls._new(runtime, runtime.empty(self._shape, self._dtype, "empty_like"),
+                        self._shape, self._dtype, False, None)
 
-    def borrow_ctx_handle(self) -> context:
+    def borrow_ctx_handle(self) -> Any:
         """A borrowed context bound to this data's context.
 
         It submits into the same context, cannot be finalized and does nothing on exit
         or collection; its errors are reported to the owner.
         """
-        from ._context import context
-        return context._borrow(self._alive())
+        runtime = self._alive()
+        return runtime.context_type._borrow(runtime)
 
     @staticmethod
-    def token(ctx: context) -> logical_data:
+    def token(ctx: Any) -> logical_data:
         return ctx.token()
 
     @staticmethod
-    def init_by_shape(ctx: context, shape: Any, dtype: Any, name: str | None = None
+    def init_by_shape(ctx: Any, shape: Any, dtype: Any, name: str | None = None
                       ) -> logical_data:
         return ctx.logical_data_empty(shape, dtype, name)
 
     def __repr__(self) -> str:
-        nbytes = 0 if self._is_token else self._state.nbytes  # type: ignore[union-attr]
+        nbytes = self._state.nbytes
         ndim = None if self._shape is None else len(self._shape)
         return (f"logical_data(shape={self._shape}, dtype={self._dtype}, "
                 f"is_token={self._is_token}, symbol={self._symbol!r}, len={nbytes}, "

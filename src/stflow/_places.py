@@ -1,9 +1,11 @@
 """Data places (where an instance lives) and execution places (where a task runs).
 
 Places are plain values built by factories (``data_place.device(0)``,
-``exec_place.host()``). Direct construction raises ``TypeError`` naming the factories.
-Device ordinals are checked when a factory is called, against the devices of the
-default backend, and again against a context's backend when a task uses the place.
+``exec_place.host()``), independent of any context. Direct construction raises
+``TypeError`` naming the factories. A factory checks what it can know alone (an
+ordinal is an ``int`` and not negative); whether device ``n`` exists is checked when a
+context uses the place, against that context's backend (``PlaceError`` naming the
+place and the number of devices).
 """
 
 from __future__ import annotations
@@ -13,42 +15,53 @@ import threading
 from typing import Any
 
 from ._errors import PlaceError
-from .backends._base import HOST, MANAGED
+from .backends._base import AFFINE, HOST, MANAGED
 
-__all__ = ["data_place", "exec_place", "AFFINE", "check_device_ordinal"]
-
-AFFINE = -3
-"""``device_id`` of ``data_place.affine()``."""
+__all__ = ["data_place", "exec_place", "AFFINE", "check_device_ordinal", "place_name"]
 
 _handles = itertools.count(1)
 
 
 def _default_backend() -> Any:
-    from .backends import places_backend
-    return places_backend()
+    """The configured default backend (``STFLOW_BACKEND``), for the factories that
+    resolve the current device now."""
+    from .backends import default_backend
+    return default_backend(notify=False)
 
 
 def check_device_ordinal(dev_id: Any, what: str, device_count: int | None = None) -> int:
     """Validate a device ordinal and return it as an ``int``.
+
+    Without ``device_count`` only its type and sign are checked (a context checks
+    the rest when it uses the place).
 
     Raises
     ------
     TypeError
         ``dev_id`` is not an ``int``.
     PlaceError
-        ``dev_id`` is negative or not below the number of devices.
+        ``dev_id`` is negative, or not below ``device_count``.
     """
     if isinstance(dev_id, bool) or not isinstance(dev_id, int):
         raise TypeError(f"{what}: the device ordinal must be an int, got "
                         f"{type(dev_id).__name__}")
-    if device_count is None:
-        device_count = _default_backend().device_count
-    if not 0 <= dev_id < device_count:
+    dev_id = int(dev_id)
+    if dev_id < 0:
+        raise PlaceError(f"{what}: device {dev_id} does not exist; device ordinals are "
+                         "0 or more")
+    if device_count is not None and dev_id >= device_count:
         raise PlaceError(
             f"{what}: device {dev_id} does not exist; valid ordinals are "
-            f"0..{device_count - 1} ({device_count} device(s))"
-        )
+            f"0..{device_count - 1} ({device_count} device(s))")
     return dev_id
+
+
+def place_name(device: int) -> str:
+    """How a data place of device number ``device`` prints (``data_place('dev0')``)."""
+    if device >= 0:
+        return f"data_place('dev{device}')"
+    kind = {HOST: "host", MANAGED: "managed", AFFINE: "affine"}.get(device, str(device))
+    return f"data_place({kind!r})"
 
 
 class data_place:
@@ -129,7 +142,7 @@ class data_place:
         place_allocator().deallocate(self, ptr, nbytes, stream)
 
     def __repr__(self) -> str:
-        return f"data_place({self.kind!r})"
+        return place_name(self._device)
 
 
 class exec_place:
@@ -142,7 +155,7 @@ class exec_place:
     _device: int
     _affine: data_place | None
     _handle: int
-    _saved: threading.local
+    _saved: threading.local | None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("exec_place cannot be constructed directly; use "
@@ -154,7 +167,7 @@ class exec_place:
         place._device = device
         place._affine = None
         place._handle = next(_handles)
-        place._saved = threading.local()
+        place._saved = None
         return place
 
     @staticmethod
@@ -233,15 +246,19 @@ class exec_place:
 
     def __enter__(self) -> exec_place:
         backend = _default_backend()
-        stack = getattr(self._saved, "stack", None)
+        saved = self._saved
+        if saved is None:
+            saved = self._saved = threading.local()
+        stack = getattr(saved, "stack", None)
         if stack is None:
-            stack = self._saved.stack = []
+            stack = saved.stack = []
         stack.append(backend.current_device())
         if self._device >= 0:
             backend.set_current_device(self._device)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        assert self._saved is not None
         _default_backend().set_current_device(self._saved.stack.pop())
 
     def __repr__(self) -> str:

@@ -1,133 +1,142 @@
-"""The runtime behind a context: streams, data, acquire and release.
+"""The runtime behind a context: owned parts, and the plan → enact hot path.
 
-A :class:`Runtime` owns everything a context needs and is shared by the context and
-its borrowed handles. The two halves of every task are here:
+A :class:`Runtime` is shared by a context and its borrowed handles. It is made of
+parts, each in its own module and usable alone:
 
-``prologue`` (acquire)
-    wait until no started-but-unfinished task conflicts with the accesses; ask the
-    coherence layer what each access needs; choose the task's stream (preferably one
-    that carries a prerequisite); make it wait for the prerequisites it does not
-    already imply; allocate missing instances and copy valid data in, in stream order.
+=================  ================================================================
+``data``           :class:`~stflow._registry.DataRegistry`: data states by key,
+                   registration of user buffers, page-locking, retirement
+``pools``          :class:`~stflow._streams.StreamPools`: the streams of the current
+                   recording level (``root_pools`` at the root)
+``plans``          :class:`~stflow._plan.PlanCache`: resolved dependency patterns
+``errors``         :class:`~stflow._errors.ErrorLog`: asynchronous failures
+``instruments``    :class:`~stflow._instrument.Instruments`: counters and listeners
+``scopes``         :class:`~stflow._scopes.ScopeTracker` in graph mode, else ``None``:
+                   stream mode never calls it
+=================  ================================================================
 
-``epilogue`` (release)
-    record the end event on the task's stream and hand it to the coherence and
-    ordering state of every accessed data.
+The hot path of every task, host callback and internal copy is two steps:
 
-Everything between them (the task body, a host callback) is the caller's business.
-Submission is serialised by one lock per runtime; stflow never holds it while running
-user code.
+plan
+    pure decisions (``_plan.py`` over ``_deps.py``, ``_coherence.py`` and
+    ``_streams.py``): the accesses of the dependency pattern (cached), then which
+    stream, which waits, which allocations and copies;
+enact
+    the backend calls those decisions name (:meth:`Runtime.acquire`), and at the
+    end the end event and the release (:meth:`Runtime.release`).
+
+Submission is serialised by one re-entrant lock per runtime; stflow never holds it
+while running user code. A task started and not yet ended is *held*: another thread's
+work that conflicts with it waits until it ends (its end event does not exist yet).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections import deque
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from ._access import READ, WRITE
 from ._coherence import DataState, Instance
-from ._deps import READ, WRITE, choose_stream, merge_events, needs_wait
-from ._errors import (BackendUnavailableError, ContextFinalizedError, PlaceError,
-                      ScopeError, raise_collected)
-from ._instrument import (DotRecorder, Instrument, NvtxRanges, Statistics,
-                          TraceRecorder, WorkRecord, direction)
-from ._logical_data import logical_data
-from ._places import AFFINE, data_place
+from ._deps import merge_events, needs_wait
+from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
+                      ErrorLog, PlaceError, ScopeError, work_ids)
+from ._instrument import (DotRecorder, Instrument, Instruments, NvtxRanges, Statistics,
+                          TraceRecorder, WorkRecord)
+from ._plan import Plan, PlanCache, acquire, held, hold, release, resolve
 from ._registry import DataRegistry
-from ._scopes import ScopeRuntime
-from .backends._base import (HOST, MANAGED, Allocation, Backend, Event, Stream,
-                             callback_state)
+from ._streams import StreamPools, choose_stream
+from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
 
-__all__ = ["Access", "Runtime", "STREAMS_PER_PLACE"]
+if TYPE_CHECKING:
+    from ._scopes import ScopeTracker
+    from .backends.recording import GraphRecorder
 
-STREAMS_PER_PLACE = 4
-"""Compute streams created (lazily) per execution place."""
+__all__ = ["Runtime", "RuntimeOwner"]
 
 _runtime_ids = itertools.count(1)
-work_ids = itertools.count(1)
-"""Idents of tasks, host callbacks and internal copies (unique in the process)."""
 _BYTES = np.dtype(np.uint8)
 
 
-class Access:
-    """One logical data accessed by one task: what, how, where, and the instance."""
+class _Release:
+    """Retired data whose frees are in flight: its user buffer and page-locking are
+    released once ``done`` has completed."""
 
-    __slots__ = ("ld", "state", "mode", "device", "instance", "source")
+    __slots__ = ("done", "state")
 
-    def __init__(self, ld: logical_data, mode: int, device: int) -> None:
-        self.ld = ld
-        self.state: DataState = ld._state  # type: ignore[assignment]
-        self.mode = mode
-        self.device = device
-        self.instance: Instance | None = None
-        self.source: Instance | None = None
+    def __init__(self, done: Event, state: DataState) -> None:
+        self.done = done
+        self.state = state
 
 
-class _Counters:
-    """Plain counters behind ``ctx.statistics()`` (cheap enough for the hot path)."""
+class RuntimeOwner:
+    """Base of the public objects that own a runtime (``context``).
 
-    __slots__ = ("tasks", "host_callbacks", "copies", "bytes", "allocations",
-                 "allocated_bytes", "waits_issued", "waits_skipped", "fences")
+    The reference's constructors that take a context (``logical_data(ctx, buf)``,
+    ``task(ctx, *deps)``) accept instances of it.
+    """
 
-    def __init__(self) -> None:
-        self.tasks = 0
-        self.host_callbacks = 0
-        self.copies = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
-        self.bytes = {"h2d": 0, "d2h": 0, "d2d": 0, "h2h": 0}
-        self.allocations = 0
-        self.allocated_bytes = 0
-        self.waits_issued = 0
-        self.waits_skipped = 0
-        self.fences = 0
+    _runtime: Runtime | None
 
-
-class _Pool:
-    """The streams of one execution place."""
-
-    __slots__ = ("streams", "members", "next")
-
-    def __init__(self, streams: list[Stream]) -> None:
-        self.streams = streams
-        self.members = frozenset(streams)
-        self.next = 0
+    def _live(self) -> Runtime:
+        """The runtime, if it is not finalized."""
+        runtime = self._runtime
+        if runtime is None or runtime.finalized:
+            raise ContextFinalizedError("this context is finalized; create a new one")
+        return runtime
 
 
-class Runtime(DataRegistry, ScopeRuntime):
-    """The state and mechanisms of one context (see the module docstring)."""
+class Runtime:
+    """The state and mechanisms of one context (see the module docstring).
 
-    def __init__(self, backend: Backend, caller_stream: Stream | None) -> None:
+    Parameters
+    ----------
+    backend : Backend
+        Runs the work (a ``GraphRecorder`` over the real backend in graph mode).
+    caller_stream : Stream, optional
+        A caller-owned stream (``context(stream=...)``): all work is ordered after
+        what it holds now, and ``finalize()`` orders its completion on it.
+    graph_mode : {None, "epochs", "scopes"}
+        ``"epochs"``: ``context(use_graph=True)``, the root level is recorded;
+        ``"scopes"``: ``stackable_context``, scopes are recorded on demand.
+    """
+
+    def __init__(self, backend: Backend, caller_stream: Stream | None = None,
+                 graph_mode: str | None = None) -> None:
         self.id = next(_runtime_ids)
         self.backend = backend
+        self.device_count = backend.device_count
         self.lock = threading.RLock()
         self.cv = threading.Condition(self.lock)
-        self.pools: dict[int, _Pool] = {}
-        self.streams: list[Stream] = []
-        self.data: dict[int, DataState] = {}
-        self.keys = itertools.count(1)
-        self.retired: deque[int] = deque()
-        self.releases: list[tuple[Event, Any, Any]] = []   # retired data in flight
-        self.active_tasks: dict[Any, int] = {}   # started task -> thread ident
+        self.errors = ErrorLog()
+        self.instruments = Instruments()
+        self.caller_stream = caller_stream
+        entry = None if caller_stream is None else backend.record(caller_stream)
+        self.root_pools = StreamPools(backend, self.errors.capture, entry)
+        self.pools = self.root_pools
+        self.data = DataRegistry(backend, may_pin=caller_stream is None)
+        self.plans = PlanCache()
+        self.started: dict[Any, int] = {}          # held work -> its thread
         self.waiters = 0                           # threads blocked in _block()
-        self.errors: list[tuple[int, BaseException]] = []
-        self.errors_lock = threading.Lock()
         self.finalized = False
         self.closing = False
-        self.caller_stream = caller_stream
-        self.entry_event: Event | None = None
         self.fence_stream: Stream | None = None
-        self.pinned_roots: dict[int, list[Any]] = {}   # key -> [array, token, uses]
-        self.instruments: list[Instrument] = []
-        self.open_records: dict[int, WorkRecord] = {}
-        self.counters = _Counters()
-        self.scopes = []                            # graph scopes (graph mode)
-        self.graph_mode = False                     # context(use_graph=True): epochs
-        if backend.records:
-            backend.error_sink = self.capture       # type: ignore[attr-defined]
+        self.releases: list[_Release] = []
+        self.context_type: Any = None              # builds borrowed contexts
+        self.scopes: ScopeTracker | None = None
+        if graph_mode is not None:
+            from ._scopes import ScopeTracker
+            recorder: GraphRecorder = backend  # type: ignore[assignment]
+            self.scopes = ScopeTracker(self, recorder, epochs=graph_mode == "epochs")
         self._attach_configured_instruments()
-        if caller_stream is not None:
-            self.entry_event = backend.record(caller_stream)
+        if self.scopes is not None:
+            self.scopes.epoch_begin()
+
+    def __repr__(self) -> str:
+        state = "finalized" if self.finalized else "live"
+        return f"<Runtime {self.id} {self.backend.name} {state}>"
 
     # -- instruments and statistics ----------------------------------------------
     def _attach_configured_instruments(self) -> None:
@@ -137,7 +146,7 @@ class Runtime(DataRegistry, ScopeRuntime):
             self.attach(DotRecorder(cfg.dot_file))
         if cfg.trace_file:
             self.attach(TraceRecorder(cfg.trace_file))
-        if cfg.nvtx != "0" and self.backend.name == "cuda":
+        if cfg.nvtx != "0" and self.backend.nvtx_ranges:
             try:
                 self.attach(NvtxRanges())
             except BackendUnavailableError:
@@ -147,405 +156,355 @@ class Runtime(DataRegistry, ScopeRuntime):
     def attach(self, instrument: Instrument) -> None:
         """Add an instrument; it sees the work submitted from now on."""
         with self.lock:
-            instrument.attach(self)
-            self.instruments.append(instrument)
-
-    def _open_record(self, ident: int, kind: str, label: str, device: int,
-                     stream: Stream, accesses: list[Access],
-                     prerequisites: list[Event]) -> WorkRecord:
-        predecessors = []
-        for event in prerequisites:
-            producer = getattr(event, "producer", None)
-            if producer is not None and producer not in predecessors:
-                predecessors.append(producer)
-        record = WorkRecord(
-            ident, kind, label, device, stream.handle,
-            [(access.ld._key, access.ld._label(), access.mode, access.device)
-             for access in accesses],
-            predecessors, native_stream=stream)
-        self.open_records[ident] = record
-        for instrument in self.instruments:
-            instrument.work_submitted(record)
-        return record
+            self.instruments.attach(instrument, self)
 
     def statistics(self) -> Statistics:
         """The counters of this context so far."""
-        counters = self.counters
-        seed = getattr(self.backend, "seed", None)
-        return Statistics(
-            backend=self.backend.name, tasks=counters.tasks,
-            host_callbacks=counters.host_callbacks,
-            copies_h2d=counters.copies["h2d"], copies_d2h=counters.copies["d2h"],
-            copies_d2d=counters.copies["d2d"], copies_h2h=counters.copies["h2h"],
-            bytes_h2d=counters.bytes["h2d"], bytes_d2h=counters.bytes["d2h"],
-            bytes_d2d=counters.bytes["d2d"], bytes_h2h=counters.bytes["h2h"],
-            allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
-            evictions=0, waits_issued=counters.waits_issued,
-            waits_skipped=counters.waits_skipped, fences=counters.fences, seed=seed,
-            graph_instantiations=self.backend.graph_instantiations,
-            graph_updates=getattr(self.backend, "graph_updates", 0))
-
-    def _allocate(self, device: int, nbytes: int, stream: Stream, dtype: np.dtype,
-                  record: WorkRecord | None) -> Allocation:
-        allocation = self.backend.allocate(device, nbytes, stream, dtype)
-        counters = self.counters
-        counters.allocations += 1
-        counters.allocated_bytes += nbytes
-        if record is not None:
-            for instrument in self.instruments:
-                instrument.allocation(record, device, nbytes)
-        return allocation
-
-    def _copy(self, target: Instance, source: Instance, nbytes: int, stream: Stream,
-              record: WorkRecord | None, data: str) -> None:
-        self.backend.copy(target.allocation.ptr, source.allocation.ptr,
-                          nbytes, stream)
-        way = direction(source.device, target.device)
-        self.counters.copies[way] += 1
-        self.counters.bytes[way] += nbytes
-        if record is not None:
-            record.transfers.append((data, source.device, target.device, nbytes))
-            for instrument in self.instruments:
-                instrument.transfer(record, data, source.device, target.device, nbytes)
-
-    # -- errors ------------------------------------------------------------------
-    def capture(self, exc: BaseException, order: int | None = None) -> None:
-        """Keep an asynchronous failure for the next synchronisation point.
-
-        ``order`` is the ident of the work that failed (its submission order); errors
-        are raised sorted by it. Without one, the error counts as submitted now.
-        """
-        with self.errors_lock:
-            self.errors.append((next(work_ids) if order is None else order, exc))
-
-    def take_errors(self) -> list[BaseException]:
-        """The captured errors, in submission order; forgets them."""
-        with self.errors_lock:
-            errors, self.errors = self.errors, []
-        errors.sort(key=lambda entry: entry[0])
-        return [exc for _, exc in errors]
-
-    def raise_errors(self, where: str) -> None:
-        if self.errors:
-            raise_collected(self.take_errors(), where)
+        graphs = (0, 0) if self.scopes is None else self.scopes.statistics()
+        return self.instruments.statistics(self.backend, *graphs)
 
     # -- checks ------------------------------------------------------------------
-    def check_submit(self, what: str) -> None:
+    def check_submit(self, what: Any) -> None:
         """Refuse work from a host callback or on a finalized context.
 
         The callback check comes first: a callback still running while the context
         finalizes is reported for what it did wrong, not as a finalized-context error.
         """
         if callback_state.active:
-            raise ScopeError(
-                f"{what} called from a host callback or launched function; work "
-                "running in stream order must not submit to a context"
-            )
+            raise ScopeError(f"{what} called from a host callback or launched function; "
+                             "work running in stream order must not submit to a context")
         if self.finalized or self.closing:
-            raise ContextFinalizedError(
-                f"{what} called on a finalized context; create a new context"
-            )
+            raise ContextFinalizedError(f"{what} called on a finalized context; create "
+                                        "a new context")
 
     def check_device(self, device: int, what: Any) -> int:
-        if device >= self.backend.device_count:
+        """``device`` when it is an ordinal of this runtime's backend."""
+        if device >= self.device_count:
             raise PlaceError(
                 f"{what}: device {device} does not exist on the {self.backend.name} "
-                f"backend ({self.backend.device_count} device(s))"
-            )
+                f"backend ({self.device_count} device(s))")
         return device
 
-    # -- streams -----------------------------------------------------------------
-    def new_stream(self, device: int) -> Stream:
-        stream = self.backend.create_stream(device)
-        stream.error_sink = self.capture
-        real = getattr(stream, "real", None)      # a recording stream's capture stream
-        if real is not None:
-            real.error_sink = self.capture
-        if self.entry_event is not None:
-            self.order_after(stream, [self.entry_event])
-        self.streams.append(stream)
-        return stream
+    def owns(self, ld: Any, what: str) -> None:
+        """Refuse a logical data of another (or a finalized) context."""
+        if ld._runtime is not self:
+            if ld._runtime.finalized:
+                raise ContextFinalizedError(
+                    f"{what}: logical data {ld._label()} belongs to a finalized context")
+            raise ContextMismatchError(
+                f"{what}: logical data {ld._label()} belongs to another context; "
+                "create it in this context (ctx.logical_data(...))")
 
-    def order_after(self, stream: Stream, events: list[Event]) -> bool:
-        """Make ``stream`` wait for the ``events`` it does not already imply (and
-        count the waits issued and skipped). Returns whether a wait was enqueued."""
-        issued = False
-        counters = self.counters
-        for event in events:
-            if needs_wait(stream, event):
-                self.backend.wait(stream, event)
-                counters.waits_issued += 1
-                issued = True
-            else:
-                counters.waits_skipped += 1
-        return issued
+    # -- data ----------------------------------------------------------------------------
+    def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any) -> Any:
+        """The state and source of a user buffer registered as new logical data."""
+        self.check_submit("logical_data()")
+        state, source = self.data.register(buf, dplace, shape, dtype,
+                                           self._producer_stream)
+        if source.ordered_on is not None:        # a DLPack producer's pending work
+            with self.lock:
+                reference = state.reference
+                assert reference is not None
+                event = self.backend.record(source.ordered_on)
+                reference.ready[event.stream] = event
+        return state, source
 
-    def pool(self, device: int) -> _Pool:
-        pool = self.pools.get(device)
-        if pool is None:
-            pool = self.pools[device] = _Pool(
-                [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
-        return pool
+    def _producer_stream(self, device: tuple[int, int]) -> Stream:
+        """The stream a DLPack producer in GPU memory (DLPack ``device``) is asked to
+        order its pending work on."""
+        ordinal = device[1] if device[0] in (2, 13) else HOST
+        if ordinal != HOST:
+            self.check_device(ordinal, "logical_data")
+        with self.lock:
+            pool = self.pools.pool(ordinal)
+            return pool.streams[pool.next % len(pool.streams)]
 
-    # -- acquire and release -----------------------------------------------------
-    def _wait_for_conflicts(self, accesses: list[Access], owner_label: Any) -> None:
-        """Block while a started task of another thread conflicts with ``accesses``."""
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
+        self.check_submit(f"{what}()")
+        return self.data.empty(shape, dtype)
+
+    def token(self) -> DataState:
+        self.check_submit("token()")
+        return self.data.token()
+
+    # -- the hot path: acquire and release -----------------------------------------
+    def acquire(self, deps: Sequence[Any], place: Any, owner: Any, what: Any,
+                ident: int, kind: str = "task", host_only: bool = False) -> Plan:
+        """Acquire ``deps`` on execution place ``place`` (``None``: the current device)
+        for work ``ident``; the lock must be held.
+
+        Plan (the dependency pattern's plan, then this submission's decisions), then
+        enact (waits, allocations, copies). Returns the plan, whose ``stream`` is the
+        work's stream. ``owner`` (a started task) is *held* until :meth:`release`;
+        ``None`` for work released in the same locked region (host callbacks).
+        """
+        if host_only:
+            exec_device = affine_device = HOST
+        elif place is None:
+            exec_device = affine_device = self.backend.current_device()
+        else:
+            exec_device = place._device
+            if exec_device >= self.device_count:
+                self.check_device(exec_device, what)
+            affine = place._affine
+            affine_device = exec_device if affine is None else affine._device
+        if len(deps) == 1:
+            key: tuple = (exec_device, affine_device, host_only, deps[0].key)
+        else:
+            key = (exec_device, affine_device, host_only, *[d.key for d in deps])
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], exec_device,
+                           affine_device, self.device_count, host_only, what)
+            self.plans.put(key, plan)
+        if held(plan):
+            self._wait_for_conflicts([(a.state, a.mode) for a in plan.accesses], what)
+        scopes = self.scopes
+        if scopes is not None and scopes.stack:
+            scopes.before_acquire(plan)
+        pools = self.pools
+        pool = pools.pools.get(exec_device) or pools.pool(exec_device)
+        backend = self.backend
+        stream = acquire(plan, pool, backend.query)
+        if scopes is not None and scopes.stack:
+            scopes.noted(plan)
+        waits = plan.waits
+        counters = self.instruments.counters
+        if waits:
+            for event in waits:
+                backend.wait(stream, event)
+            counters.waits_issued += len(waits)
+        counters.waits_skipped += plan.skipped
+        record = None
+        if self.instruments.attached:
+            record = self._open_record(plan, ident, kind, what, stream)
+        if plan.moves is not None:
+            self._enact_moves(plan, stream, ident, record)
+        if record is not None:
+            self.instruments.body(record)
+        if owner is not None:
+            hold(plan, owner)
+            self.started[owner] = threading.get_ident()
+        return plan
+
+    def release(self, plan: Plan, stream: Stream, owner: Any, ident: int) -> Event:
+        """Release ``plan``: record the end event on ``stream`` and update the data
+        states. The lock must be held."""
+        instruments = self.instruments
+        record = instruments.ending(ident) if instruments.attached else None
+        event = self.backend.record(stream)
+        if record is not None:
+            instruments.ended(record, event)
+        release(plan, event, owner)
+        scopes = self.scopes
+        if scopes is not None and scopes.stack:
+            scopes.released(plan)
+        if owner is not None:
+            del self.started[owner]
+            if self.waiters:
+                self.cv.notify_all()
+        return event
+
+    def hold(self, owner: Any, states: Sequence[DataState]) -> None:
+        """Hold ``states`` as written by ``owner`` until :meth:`unhold` (a launchable
+        graph holds its data between launches). The lock must be held."""
+        for state in states:
+            state.writing = owner
+        self.started[owner] = threading.get_ident()
+
+    def unhold(self, owner: Any, states: Sequence[DataState]) -> None:
+        for state in states:
+            if state.writing is owner:
+                state.writing = None
+        self.started.pop(owner, None)
+        if self.waiters:
+            self.cv.notify_all()
+
+    def _open_record(self, plan: Plan, ident: int, kind: str, what: Any,
+                     stream: Stream) -> WorkRecord | None:
+        accesses = [(a.state.key, a.state.label, a.mode, a.device)
+                    for a in plan.accesses]
+        return self.instruments.open(ident, kind, str(what), plan.device, stream,
+                                     accesses, plan.prerequisites())
+
+    def _enact_moves(self, plan: Plan, stream: Stream, ident: int,
+                     record: WorkRecord | None) -> None:
+        """Allocate, then copy, what ``plan.moves`` names, in stream order."""
+        moves = plan.moves
+        assert moves is not None
+        # Every allocation before any copy: an allocation failure (out of memory)
+        # then leaves no copy in flight that no later work would know about.
+        for access, _ in moves:
+            instance = access.instance
+            assert instance is not None
+            if instance.allocation is None:
+                instance.allocation = self._allocate(access.state, instance.device,
+                                                     stream, record)
+        copied: list[tuple[DataState, Instance, Instance]] = []
+        backend = self.backend
+        try:
+            for access, source in moves:
+                if source is not None:
+                    target = access.instance
+                    assert target is not None
+                    self._copy(access.state, target, source, stream, record)
+                    copied.append((access.state, target, source))
+        except BaseException:
+            if copied:       # the copies in flight read their sources: order writers
+                failed = backend.record(stream)
+                for state, _, _ in copied:
+                    state.tracker.release(READ, failed)
+            raise
+        if copied:
+            event = backend.record(stream)
+            if record is not None:
+                event.producer = ident
+            scopes = self.scopes
+            for state, target, source in copied:
+                state.copied(target, source, event)
+                if scopes is not None and scopes.stack:
+                    scopes.wrote(state, target)
+
+    def _allocate(self, state: DataState, device: int, stream: Stream,
+                  record: WorkRecord | None) -> Allocation:
+        allocation = self.backend.allocate(device, state.nbytes, stream,
+                                           state.dtype or _BYTES)
+        self.instruments.allocated(record, device, state.nbytes)
+        return allocation
+
+    def _copy(self, state: DataState, target: Instance, source: Instance,
+              stream: Stream, record: WorkRecord | None) -> None:
+        assert target.allocation is not None and source.allocation is not None
+        self.backend.copy(target.allocation.ptr, source.allocation.ptr, state.nbytes,
+                          stream)
+        self.instruments.copied(record, state.label, source.device, target.device,
+                                state.nbytes)
+
+    # -- conflicts between started work ----------------------------------------------
+    def _wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
+                            what: Any) -> None:
+        """Block while started work of another thread conflicts with ``accesses``."""
+        me = threading.get_ident()
         while True:
-            conflict = None
-            for access in accesses:
-                for other, mode in access.state.active.items():
-                    if (mode | access.mode) & WRITE:
-                        conflict = (access, other)
-                        break
-                if conflict:
-                    break
+            conflict = self._conflict(accesses)
             if conflict is None:
                 return
-            access, other = conflict
-            if self.active_tasks.get(other) == threading.get_ident():
+            state, holder = conflict
+            if holder is not None and self.started.get(holder) == me:
                 raise ScopeError(
-                    f"{owner_label} accesses logical data {access.ld._label()}, which "
-                    f"{other._label()} (started, not yet ended on this thread) also "
-                    "accesses with a conflicting mode; end that task first"
-                )
+                    f"{what} accesses logical data {state.label}, which "
+                    f"{holder._label()} (started, not yet ended on this thread) also "
+                    "accesses with a conflicting mode; end that task first")
             self._block()
             if self.closing or self.finalized:
-                raise ContextFinalizedError(f"{owner_label}: the context was finalized "
-                                            "while this work waited for a running task")
+                raise ContextFinalizedError(f"{what}: the context was finalized while "
+                                            "this work waited for a running task")
+
+    def _conflict(self, accesses: list[tuple[DataState, int]]
+                  ) -> tuple[DataState, Any] | None:
+        """The first held data ``accesses`` conflict with, and the work holding it."""
+        for state, mode in accesses:
+            if state.writing is not None:
+                return state, state.writing
+            if state.reading and mode & WRITE:
+                for holder in self.started:
+                    if holder._holds(state):
+                        return state, holder
+                return state, None
+        return None
 
     def _block(self) -> None:
-        """Wait (lock held) until a started task ends."""
+        """Wait (lock held) until held work is released."""
         self.waiters += 1
         try:
             self.cv.wait()
         finally:
             self.waiters -= 1
 
-    def prologue(self, accesses: list[Access], device: int, owner: Any,
-                 owner_label: Any, ident: int,
-                 kind: str = "task") -> tuple[Stream, list[Event], bool]:
-        """Acquire ``accesses`` for work ``ident`` on execution place ``device``.
-
-        Returns
-        -------
-        (stream, prerequisites, enqueued)
-            The stream the work must run on, the events it was ordered after, and
-            whether anything (waits, allocations, copies) was enqueued for it.
-        """
-        for access in accesses:
-            if access.state.active:
-                self._wait_for_conflicts(accesses, owner_label)
-                break
-        if self.scopes and self.scopes[-1].repeatable:
-            self.hoist_imports(accesses)
-        prerequisites: list[Event] = []
-        prepare = False                    # allocations or copies to enqueue
-        completed = self.backend.query
-        for access in accesses:
-            if access.ld._is_token:
-                prerequisites.extend(access.state.tracker.prerequisites(access.mode))
-                continue
-            instance, source, needed = access.state.plan_access(access.mode,
-                                                                 access.device, completed)
-            access.instance = instance
-            access.source = source
-            if source is not None or instance.allocation is None:
-                prepare = True
-            if needed:
-                prerequisites.extend(needed)
-        if self.scopes:
-            for access in accesses:
-                self.scope_access(access.state, access.mode, access.instance,
-                                  access.source)
-        pool = self.pools.get(device) or self.pool(device)
-        if prerequisites:
-            stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
-                                              pool.next)
-        else:
-            streams = pool.streams
-            stream = streams[pool.next % len(streams)]
-            pool.next += 1
+    def order_after(self, stream: Stream, events: list[Event]) -> None:
+        """Make ``stream`` (one of this runtime's) wait for the ``events`` it does not
+        already imply, counting the waits issued and skipped."""
         backend = self.backend
-        enqueued = False
-        if prerequisites:
-            to_wait = prerequisites
-            if len(to_wait) == 2:           # common: a writer and a copy; no dict needed
-                first, second = to_wait
-                if first.stream is second.stream:
-                    to_wait = [first if first.seq > second.seq else second]
-            elif len(to_wait) > 2:
-                to_wait = merge_events(to_wait)
-            enqueued = self.order_after(stream, to_wait)
-        record = None
-        if self.instruments:
-            record = self._open_record(ident, kind, str(owner_label), device, stream,
-                                       accesses, prerequisites)
-        copied = False
-        if prepare:
-            # Every allocation before any copy: an allocation failure (out of memory)
-            # then leaves no copy in flight that no later task would know about.
-            for access in accesses:
-                target = access.instance
-                if target is not None and target.allocation is None:
-                    target.allocation = self._allocate(
-                        target.device, access.state.nbytes, stream,
-                        access.ld._dtype or _BYTES, record)
-                    enqueued = True
-            done: list[Access] = []
-            try:
-                for access in accesses:
-                    if access.source is not None and access.instance is not None:
-                        self._copy(access.instance, access.source, access.state.nbytes,
-                                   stream, record, access.ld._label())
-                        done.append(access)
-            except BaseException:
-                if done:       # the copies in flight read their sources: order writers
-                    failed = backend.record(stream)
-                    for access in done:
-                        access.state.tracker.release(READ, failed)
-                raise
-            copied = bool(done)
-        if copied:
-            event = backend.record(stream)
-            if record is not None:
-                event.producer = ident
-            for access in accesses:
-                if access.source is not None and access.instance is not None:
-                    access.state.copied(access.instance, access.source, event)
-                    if self.scopes:
-                        self.scope_wrote(access.state, access.instance)
-            enqueued = True
-        if record is not None:
-            for instrument in self.instruments:
-                instrument.work_body(record)
-        if owner is not None:
-            for access in accesses:
-                access.state.active[owner] = access.mode
-            self.active_tasks[owner] = threading.get_ident()
-        return stream, prerequisites, enqueued
+        counters = self.instruments.counters
+        for event in events:
+            if needs_wait(stream, event):
+                backend.wait(stream, event)
+                counters.waits_issued += 1
+            else:
+                counters.waits_skipped += 1
 
-    def epilogue(self, accesses: list[Access], stream: Stream, owner: Any,
-                 ident: int) -> Event:
-        """Release ``accesses``: record the end event and update data state."""
-        record = self.open_records.pop(ident, None) if self.instruments else None
-        if record is not None:
-            for instrument in self.instruments:
-                instrument.work_ending(record)
-        event = self.backend.record(stream)
-        if record is not None:
-            event.producer = ident
-            for instrument in self.instruments:
-                instrument.work_ended(record)
-        scopes = self.scopes
-        for access in accesses:
-            access.state.released(access.instance, access.mode, event)
-            if scopes and access.mode & WRITE and access.instance is not None:
-                self.scope_wrote(access.state, access.instance)
-            if owner is not None:
-                access.state.active.pop(owner, None)
-        if owner is not None:
-            self.active_tasks.pop(owner, None)
-            if self.waiters:
-                self.cv.notify_all()
-        return event
-
-    def resolve_device(self, dplace: data_place | None, exec_device: int,
-                       affine_device: int, what: Any) -> int:
-        if dplace is None:
-            return affine_device
-        device = dplace._device
-        if device == AFFINE:
-            return affine_device
-        if device >= 0:
-            self.check_device(device, what)
-        elif device not in (HOST, MANAGED):
-            raise PlaceError(f"{what}: {dplace!r} cannot hold an instance")
-        return device
-
-    # -- whole-context operations ------------------------------------------------
-    def _copy_into(self, state: DataState, target: Instance, source: Instance,
-                   prerequisites: list[Event], dtype: np.dtype | None, label: str,
-                   keep: bool = True) -> Event:
-        """Copy ``source`` into ``target`` on a stream of the target's place.
+    # -- internal copies -------------------------------------------------------------
+    def copy_into(self, state: DataState, target: Instance, source: Instance,
+                  prerequisites: list[Event], label: str, keep: bool = True) -> Event:
+        """Copy ``source`` into ``target`` on a stream of the target's place, ordered
+        after ``prerequisites``; released as a read of the data.
 
         ``keep=False`` copies into a temporary buffer that is not an instance. In a
         loop body the copy runs on the loop's device (CUDA bodies are single-device).
         """
         device = target.device if target.device >= 0 else HOST
-        if self.scopes:
-            loop_device = self.backend.loop_device()    # type: ignore[attr-defined]
+        scopes = self.scopes
+        if scopes is not None and scopes.stack:
+            loop_device = scopes.copy_device()
             if loop_device is not None:
                 device = loop_device
-        pool = self.pool(device)
-        stream, pool.next = choose_stream(pool.streams, pool.members, prerequisites,
-                                          pool.next)
+        events = merge_events(prerequisites)
+        stream = choose_stream(self.pools.pool(device), None, events)
+        self.order_after(stream, events)
         backend = self.backend
-        self.order_after(stream, merge_events(prerequisites))
-        record = None
         ident = next(work_ids)
-        if self.instruments:
-            record = self._open_record(ident, "writeback" if keep else "wait",
-                                       f"{'write-back' if keep else 'wait'} {label}",
-                                       target.device, stream, [], prerequisites)
+        record = None
+        if self.instruments.attached:
+            kind, title = ("writeback", "write-back") if keep else ("wait", "wait")
+            record = self.instruments.open(ident, kind, f"{title} {label}",
+                                           target.device, stream, [], prerequisites)
         if target.allocation is None:
-            target.allocation = self._allocate(target.device, state.nbytes, stream,
-                                               dtype or _BYTES, record)
-        self._copy(target, source, state.nbytes, stream, record, label)
+            target.allocation = self._allocate(state, target.device, stream, record)
+        self._copy(state, target, source, stream, record)
         if record is not None:
-            for instrument in self.instruments:
-                instrument.work_body(record)
-            self.open_records.pop(ident, None)
-            for instrument in self.instruments:
-                instrument.work_ending(record)
+            self.instruments.body(record)
+            self.instruments.ending(ident)
         event = backend.record(stream)
         if record is not None:
-            event.producer = ident
-            for instrument in self.instruments:
-                instrument.work_ended(record)
+            self.instruments.ended(record, event)
         if keep:
             state.copied(target, source, event)
-            if self.scopes:
-                self.scope_wrote(state, target)
+            if scopes is not None and scopes.stack:
+                scopes.wrote(state, target)
         state.tracker.release(READ, event)
         return event
 
     def writeback(self, state: DataState) -> None:
+        """Bring the user's buffer of ``state`` up to date (stream-ordered)."""
         plan = state.writeback_plan()
         if plan is not None:
             reference, source, prerequisites = plan
-            self._copy_into(state, reference, source, prerequisites,
-                            reference.allocation.dtype, state.label)
+            self.copy_into(state, reference, source, prerequisites, state.label)
 
+    # -- retirement of collected data ---------------------------------------------------
     def drain_retired(self) -> None:
         """Write back and free the data whose logical_data objects were collected.
 
         For each: the write-back into the user's buffer, then, on one stream ordered
         after every use of the data, the frees and an event; the user's buffer (and
         its page-locking) is released once that event completed
-        (:meth:`release_completed`).
+        (:meth:`release_completed`). The lock must be held.
         """
-        retired = self.retired
-        backend = self.backend
-        if self.scopes and not self.scopes[0].kind == "epoch":
+        if self.scopes is not None and not self.scopes.retirement_allowed():
             return                        # written back once the scopes are closed
-        while retired:
-            state = self.data.pop(retired.popleft(), None)
-            if state is None:
-                continue
+        backend = self.backend
+        for state in self.data.take_retired():
             self.writeback(state)
-            events = merge_events([*state.tracker.all_events(),
-                                   *(e for i in state.instances.values()
-                                     for e in i.ready.values())])
-            pool = self.pool(HOST)
-            stream, pool.next = choose_stream(pool.streams, pool.members, events,
-                                              pool.next)
+            events = merge_events([*state.tracker.events(),
+                                   *(event for instance in state.instances.values()
+                                     for event in instance.ready.values())])
+            stream = choose_stream(self.pools.pool(HOST), None, events)
             self.order_after(stream, events)
             for instance in state.instances.values():
                 if instance.allocation is not None and not instance.is_reference:
                     backend.free(instance.allocation, stream)
                     instance.allocation = None
-            keepalive = state.reference.allocation if state.reference else None
-            self.releases.append((backend.record(stream), keepalive, state.pin))
+            self.releases.append(_Release(backend.record(stream), state))
         if self.releases:
             self.release_completed()
 
@@ -553,58 +512,60 @@ class Runtime(DataRegistry, ScopeRuntime):
         """Release the buffers and pins of retired data whose work has completed."""
         pending = []
         for entry in self.releases:
-            if self.backend.query(entry[0]):
-                self.unpin(entry[2])
+            if self.backend.query(entry.done):
+                state = entry.state
+                self.data.unpin(state.pin)
+                for instance in state.instances.values():
+                    instance.allocation = None     # drops the user's buffer
+                state.instances.clear()
+                state.reference = None
             else:
                 pending.append(entry)
         self.releases = pending
 
+    # -- synchronisation points --------------------------------------------------------
     def outstanding_events(self) -> list[Event]:
-        events = [s.last_event for s in self.streams if s.last_event is not None]
-        if self.backend.records:
-            events.extend(self.backend.pending_events())
+        """Events after which every piece of work submitted so far has completed."""
+        events = self.root_pools.last_events()
+        if self.scopes is not None:
+            events.extend(self.scopes.pending_events())
         return events
 
     def fence(self) -> int:
         """A stream that completes once everything submitted so far has completed."""
         with self.lock:
             self.check_submit("fence()")
-            self.epoch_boundary()
+            scopes = self.scopes
+            if scopes is not None:
+                scopes.epoch_boundary()
             self.drain_retired()
             stream = self.fence_stream
             if stream is None:
-                stream = self.fence_stream = self.new_stream(
+                stream = self.fence_stream = self.root_pools.new_stream(
                     max(self.backend.current_device(), 0))
-            self.order_after(stream, self.outstanding_events())
-            stream = self.backend.fence_stream(stream)
-            self.counters.fences += 1
-            for instrument in self.instruments:
-                instrument.fence()
-            self.epoch_begin()
-        self.raise_errors("fence()")
+            self.order_after(stream, merge_events(self.outstanding_events()))
+            self.instruments.fence()
+            if scopes is not None:
+                scopes.epoch_begin()
+        self.errors.raise_pending("fence()")
         return int(stream.handle)
 
-    def wait(self, ld: Any) -> np.ndarray:
-        """Block until ``ld`` can be read; return a host copy of its value."""
-        if not isinstance(ld, logical_data):
-            raise TypeError(f"wait() expects a logical_data, got {type(ld).__name__}")
-        if ld._is_token:
-            raise TypeError(f"wait() on token {ld._label()}: a token holds no data; "
-                            "order on it with fence()")
+    def wait(self, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
+             label: str) -> np.ndarray:
+        """Block until the data of ``state`` can be read; return a host copy."""
         event = None
         with self.lock:
             self.check_submit("wait()")
-            self.owns(ld, "wait()")
-            self.epoch_boundary()
+            scopes = self.scopes
+            if scopes is not None:
+                scopes.epoch_boundary()
             self.drain_retired()
-            state = cast(DataState, ld._state)
-            dtype = cast(np.dtype, ld._dtype)
-            if state.active:
-                self._wait_for_conflicts([Access(ld, READ, HOST)], "wait()")
-            result: np.ndarray = np.empty(cast(tuple, ld._shape), dtype)
+            if state.writing is not None:
+                self._wait_for_conflicts([(state, READ)], "wait()")
+            result: np.ndarray = np.empty(shape, dtype)
             source = state.valid_source()
             if source is None:
-                from .backends.emulated import poison
+                from .backends._host_memory import poison
                 poison(result.reshape(-1).view(np.uint8), dtype)
             elif state.nbytes:
                 prerequisites = [*state.tracker.prerequisites(READ),
@@ -612,30 +573,32 @@ class Runtime(DataRegistry, ScopeRuntime):
                 target = Instance(HOST, Allocation(
                     result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
                     result))
-                event = self._copy_into(state, target, source, prerequisites, dtype,
-                                        ld._label(), keep=False)
-            retiring = [entry[0] for entry in self.releases]
-            self.epoch_begin()
+                event = self.copy_into(state, target, source, prerequisites, label,
+                                       keep=False)
+            retiring = [entry.done for entry in self.releases]
+            if scopes is not None:
+                scopes.epoch_begin()
+        backend = self.backend
         if event is not None:
-            self.backend.synchronize(event)
+            backend.synchronize(event)
         for done in retiring:             # collected data is written back by now
-            self.backend.synchronize(done)
+            backend.synchronize(done)
         if retiring:
             with self.lock:
                 self.release_completed()
-        self.raise_errors("wait()")
+        self.errors.raise_pending("wait()")
         return result
 
     def quiesce(self) -> None:
-        """Close the context to new work, then wait until no task of another thread
-        is between start() and end()."""
+        """Close the runtime to new work, then wait until no work of another thread
+        is held (the lock must be held)."""
         me = threading.get_ident()
-        for task, thread in self.active_tasks.items():
+        for holder, thread in self.started.items():
             if thread == me:
-                raise ScopeError(f"finalize() while {task._label()} is started but "
+                raise ScopeError(f"finalize() while {holder._label()} is started but "
                                  "not ended; end the task first")
         self.closing = True               # submissions waiting on a conflict give up
-        while self.active_tasks:
+        while self.started:
             self._block()
 
     def finalize(self) -> None:
@@ -646,42 +609,40 @@ class Runtime(DataRegistry, ScopeRuntime):
             if callback_state.active:
                 raise ScopeError("finalize() called from a host callback or launched "
                                  "function")
-            if self.scopes and self.scopes[0].kind != "epoch":
-                raise ScopeError(f"finalize() with {len(self.scopes)} graph scope(s) "
-                                 "still open; close them first")
+            scopes = self.scopes
+            if scopes is not None and scopes.user_scopes():
+                raise ScopeError(f"finalize() with {scopes.user_scopes()} graph "
+                                 "scope(s) still open; close them first")
             self.quiesce()
-            self.epoch_boundary()
+            if scopes is not None:
+                scopes.epoch_boundary()
             self.drain_retired()
-            for state in self.data.values():
+            for state in self.data.states.values():
                 self.writeback(state)
             backend = self.backend
             caller = self.caller_stream
-            events = self.outstanding_events()
+            events = merge_events(self.outstanding_events())
             if caller is not None:
-                self.order_after(caller, events)
+                # No ordering state on a stream the runtime does not own: plain waits.
+                for event in events:
+                    backend.wait(caller, event)
         if caller is None:
             for event in events:
                 backend.synchronize(event)
         with self.lock:
-            for state in self.data.values():
+            for state in self.data.states.values():
                 for instance in state.instances.values():
                     if instance.allocation is not None and not instance.is_reference:
                         backend.free(instance.allocation, caller)
                     instance.allocation = None
             self.data.clear()
             self.releases.clear()
-            for _, token, _ in self.pinned_roots.values():
-                backend.unregister_host(token)
-            self.pinned_roots.clear()
-            for stream in self.streams:
-                backend.destroy_stream(stream)
-            backend.context_finalized()
-            self.streams.clear()
-            self.pools.clear()
+            self.plans.clear()
+            self.root_pools.destroy()
+            self.fence_stream = None
+            if scopes is not None:
+                scopes.finalized()
             self.finalized = True
-        for instrument in self.instruments:
-            try:
-                instrument.finalized()
-            except Exception as exc:  # noqa: BLE001 - reported like async errors
-                self.capture(exc)
-        self.raise_errors("finalize()")
+        for failure in self.instruments.finalized():
+            self.errors.capture(failure)
+        self.errors.raise_pending("finalize()")

@@ -1,12 +1,14 @@
 """Graph scopes of a runtime: epochs of graph mode, graph scopes, loops, launchables.
 
-A runtime whose backend is a :class:`~stflow.backends.recording.GraphRecorder` keeps a
-stack of :class:`Scope` objects. The outermost one records a top-level graph (the
-runtime then uses a fresh set of recording streams, so that stream order inside a graph
+A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
+:class:`ScopeTracker`, the one part a stream-mode runtime does not have. It keeps a
+stack of :class:`Scope` objects over the runtime's backend, a
+:class:`~stflow.backends.recording.GraphRecorder`. The outermost scope records a
+top-level graph with a set of streams of its own (so that stream order inside a graph
 never stands in for an order the graph does not have); nested ones record the body of a
 loop node (a nested ``graph_scope`` is a loop that runs once).
 
-Two duties of the runtime come with scopes:
+Two duties come with scopes:
 
 Discarding
     A scope whose block raises is discarded: nothing of it runs. The first time a
@@ -20,126 +22,316 @@ Repeating
     work assumes the instances it reads first (valid when the scope opened, not
     written in it) are still valid when it runs again. When the scope closes, every
     such instance that the recording left invalid is brought up to date by a copy at
-    the end of the body, so every iteration starts where the recording assumed.
+    the end of the body, so every iteration starts where the recording assumed. And an
+    access of a repeated body that would copy data in from outside gets that copy at
+    the enclosing level instead, once (*hoisting*).
+
+When a top-level scope closes, its streams forget what they waited for, and the
+recorder drops a launched graph once it has run: nothing of an epoch keeps earlier
+epochs alive.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import enum
+from typing import TYPE_CHECKING, Iterator, Protocol
 
-from ._coherence import INVALID, DataState, Instance
-from ._deps import READ
+from ._access import READ, WRITE
+from ._coherence import INVALID, DataState, Instance, Snapshot
 from ._errors import ScopeError
+from ._streams import StreamPools
 
-__all__ = ["Scope", "ScopeRuntime"]
+if TYPE_CHECKING:
+    from ._errors import ErrorLog
+    from ._plan import Plan
+    from .backends._base import Event, Stream
+    from .backends.recording import Graph, GraphRecorder
+
+__all__ = ["Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+
+
+class ScopeOwner(Protocol):
+    """What a :class:`ScopeTracker` uses of the runtime that owns it."""
+
+    pools: StreamPools
+    """The streams of the current recording level (the tracker switches it)."""
+    errors: ErrorLog
+    finalized: bool
+
+    def copy_into(self, state: DataState, target: Instance, source: Instance,
+                  prerequisites: list[Event], label: str, keep: bool = True) -> Event:
+        """An internal copy (hoisted imports, refreshes of assumed instances)."""
+
+
+class ScopeKind(enum.Enum):
+    """What a scope records."""
+
+    EPOCH = "epoch"            # graph mode: the work between two sync points
+    GRAPH = "graph"            # graph_scope() / push()
+    WHILE = "while"            # while_loop()
+    REPEAT = "repeat"          # repeat(count)
+    LAUNCHABLE = "launchable"  # launchable_graph_scope(), pop_prologue_shared()
+
+
+_LOOPS = (ScopeKind.WHILE, ScopeKind.REPEAT)
 
 
 class Scope:
-    """One open scope of a runtime."""
+    """One open scope of a runtime.
 
-    __slots__ = ("kind", "graph", "top", "saved", "snapshots", "repeatable", "assumed",
-                 "fresh", "condition_set", "closed", "wrapper",
-                 "hoist_pools")
+    Attributes
+    ----------
+    kind : ScopeKind
+    graph : Graph
+        The recorder's graph of this scope (a top-level graph, or a loop body).
+    top : bool
+        An outermost scope: it records a top-level graph with streams of its own.
+    pools : StreamPools or None
+        The streams of a top scope; ``None`` for nested ones (they use their top's).
+    outer_pools : StreamPools or None
+        What the runtime used before a top scope opened.
+    hoist_pools : StreamPools or None
+        Streams for imports hoisted out of a nested repeated scope.
+    snapshots : dict or None
+        ``id(state) -> (state, Snapshot)`` for a scope that can be discarded.
+    repeatable : bool
+        Its recording may run many times (loops; top scopes that may become
+        launchable).
+    assumed : dict
+        ``(id(state), device) -> state``: instances the body reads as valid on entry.
+    fresh : set
+        ``(id(state), device)``: instances written or copied into in the scope.
+    condition_set : bool
+        A while loop's condition was given (``continue_while``).
+    closed : bool
+    wrapper : Scope or None
+        The graph scope opened to hold a root-level loop.
+    """
 
-    def __init__(self, kind: str, repeatable: bool, discardable: bool) -> None:
-        self.kind = kind                  # "epoch", "graph", "while", "repeat", "launchable"
-        self.graph: Any = None            # the recorder's graph of this scope
+    __slots__ = ("kind", "graph", "top", "pools", "outer_pools", "hoist_pools",
+                 "snapshots", "repeatable", "assumed", "fresh", "condition_set",
+                 "closed", "wrapper")
+
+    def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool) -> None:
+        self.kind = kind
+        self.graph: Graph = None  # type: ignore[assignment]  # set when opened
         self.top = False
-        self.saved: Any = None            # root pools and streams, for a top scope
-        self.snapshots: dict[int, tuple[DataState, tuple]] | None = \
+        self.pools: StreamPools | None = None
+        self.outer_pools: StreamPools | None = None
+        self.hoist_pools: StreamPools | None = None
+        self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = \
             {} if discardable else None
         self.repeatable = repeatable
         self.assumed: dict[tuple[int, int], DataState] = {}
         self.fresh: set[tuple[int, int]] = set()
         self.condition_set = False
         self.closed = False
-        self.wrapper: Scope | None = None  # the graph holding a root-level loop
-        self.hoist_pools: dict = {}        # streams for imports hoisted out of it
+        self.wrapper: Scope | None = None
+
+    def touched(self) -> list[DataState]:
+        """The data this scope's work touched (for a discardable scope)."""
+        return [state for state, _ in (self.snapshots or {}).values()]
+
+    def __repr__(self) -> str:
+        return f"<Scope {self.kind.value}{' top' if self.top else ''}>"
 
 
-class ScopeRuntime:
-    """The scope half of :class:`~stflow._runtime.Runtime` (a mixin)."""
+class ScopeTracker:
+    """The scopes of one graph-mode runtime (see the module docstring).
 
-    scopes: list[Scope]
-    graph_mode: bool
-    finalized: bool
-    backend: Any
-    pools: dict
-    streams: list
-    lock: Any
+    Parameters
+    ----------
+    runtime : ScopeOwner
+        The owner: its current stream pools and its internal copies are used.
+    recorder : GraphRecorder
+        The runtime's backend.
+    epochs : bool
+        ``context(use_graph=True)``: the root level is itself recorded, as epochs
+        that close at every synchronisation point.
+    """
 
-    def open_scope(self, kind: str, count: int | None = None) -> Scope:
-        """Open a scope of ``kind`` (see :class:`Scope`); the lock must be held."""
-        recorder = self.backend
-        if not self.scopes and kind in ("while", "repeat"):
-            wrapper = self.open_scope("graph")     # a loop node needs a graph
-            scope = self.open_scope(kind, count)
+    def __init__(self, runtime: ScopeOwner, recorder: GraphRecorder, epochs: bool
+                 ) -> None:
+        self.runtime = runtime
+        self.recorder = recorder
+        self.epochs = epochs
+        self.stack: list[Scope] = []
+        recorder.error_sink = runtime.errors.capture
+
+    # -- opening and closing (the runtime's lock is held) ----------------------------
+    def open(self, kind: ScopeKind, count: int | None = None) -> Scope:
+        """Open a scope of ``kind`` inside the innermost one."""
+        recorder = self.recorder
+        if not self.stack and kind in _LOOPS:
+            wrapper = self.open(ScopeKind.GRAPH)      # a loop node needs a graph
+            scope = self.open(kind, count)
             scope.wrapper = wrapper
             return scope
         # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
-        repeatable = kind in ("while", "repeat") or (kind != "epoch" and not self.scopes)
-        scope = Scope(kind, repeatable, kind != "epoch")
-        if not self.scopes:
+        repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not self.stack)
+        scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH)
+        runtime = self.runtime
+        if not self.stack:
             scope.top = True
             scope.graph = recorder.open_graph()
-            scope.saved = (self.pools, self.streams)
-            self.pools, self.streams = {}, []
+            scope.outer_pools = runtime.pools
+            scope.pools = StreamPools(recorder, runtime.errors.capture)
+            runtime.pools = scope.pools
         else:
-            loop_count = count if kind == "repeat" else (None if kind == "while" else 1)
+            loop_count = (count if kind is ScopeKind.REPEAT
+                          else None if kind is ScopeKind.WHILE else 1)
             scope.graph = recorder.open_loop(loop_count)
-        self.scopes.append(scope)
+        self.stack.append(scope)
         return scope
 
-    def close_scope(self, scope: Scope, launch: bool = True) -> None:
+    def close(self, scope: Scope, launch: bool = True) -> None:
         """Close the innermost scope ``scope``; a top-level one is launched when
         ``launch`` (else it is kept, for a launchable graph)."""
         self._check_innermost(scope)
-        recorder = self.backend
-        if scope.kind in ("while", "repeat") or (scope.top and not launch):
+        recorder = self.recorder
+        if scope.kind in _LOOPS or (scope.top and not launch):
             self._refresh_assumed(scope)
-        self.scopes.pop()
+        self.stack.pop()
         scope.closed = True
         if not scope.top:
             recorder.close_loop(scope.graph)
             if scope.wrapper is not None:
-                self.close_scope(scope.wrapper)
+                self.close(scope.wrapper)
             return
         recorder.close_graph(scope.graph)
-        self.pools, self.streams = scope.saved
+        self._leave_top(scope)
         if launch:
             if scope.graph.used:
                 recorder.launch(scope.graph)
             else:
                 recorder.discard_graph(scope.graph)
 
-    def discard_scope(self, scope: Scope) -> None:
+    def discard(self, scope: Scope) -> None:
         """Drop the innermost scope ``scope``: nothing it recorded runs."""
         self._check_innermost(scope)
-        recorder = self.backend
-        self.scopes.pop()
+        recorder = self.recorder
+        self.stack.pop()
         scope.closed = True
-        self.restore_data(scope)
+        self.restore(scope)
         if scope.top:
             recorder.discard_graph(scope.graph)
-            self.pools, self.streams = scope.saved
+            self._leave_top(scope)
         else:
             recorder.discard_loop(scope.graph)
-            self.pools, self.streams = {}, []     # stream order no longer holds
+            top = self.stack[0] if self.stack else None
+            if top is not None and top.pools is not None:
+                # Stream order no longer holds: the streams recorded nodes that are gone.
+                top.pools = StreamPools(recorder, self.runtime.errors.capture)
+                self.runtime.pools = top.pools
             if scope.wrapper is not None:
-                self.discard_scope(scope.wrapper)
+                self.discard(scope.wrapper)
 
-    def restore_data(self, scope: Scope) -> None:
+    def discard_all(self) -> None:
+        """Drop every open scope, innermost first."""
+        while self.stack:
+            self.discard(self.stack[-1])
+
+    def _leave_top(self, scope: Scope) -> None:
+        runtime = self.runtime
+        assert scope.outer_pools is not None and scope.pools is not None
+        runtime.pools = scope.outer_pools
+        scope.pools.forget_order()
+
+    def restore(self, scope: Scope) -> None:
         """Give every data the scope touched its state from before the scope."""
         for state, snapshot in (scope.snapshots or {}).values():
             state.restore(snapshot)
 
     def _check_innermost(self, scope: Scope) -> None:
-        if not self.scopes or self.scopes[-1] is not scope:
+        if not self.stack or self.stack[-1] is not scope:
             raise ScopeError("scopes must be closed innermost first")
 
-    # -- imports of repeated scopes ---------------------------------------------------------
-    def hoist_imports(self, accesses: list[Any]) -> None:
+    @property
+    def innermost(self) -> Scope | None:
+        return self.stack[-1] if self.stack else None
+
+    def in_nested_scope(self) -> bool:
+        """True inside a loop body or a nested graph scope (no host work there)."""
+        return any(not scope.top for scope in self.stack)
+
+    def user_scopes(self) -> int:
+        """Open scopes other than graph mode's epoch."""
+        return sum(1 for scope in self.stack if scope.kind is not ScopeKind.EPOCH)
+
+    # -- graph mode's epochs ------------------------------------------------------------
+    def epoch_boundary(self) -> None:
+        """Launch what the current epoch recorded (fence, wait and finalize then run
+        at the root, between epochs)."""
+        if self.stack and self.stack[0].kind is ScopeKind.EPOCH:
+            self.close(self.stack[0])
+
+    def epoch_begin(self) -> None:
+        """Record the next epoch."""
+        if self.epochs and not self.stack and not self.runtime.finalized:
+            self.open(ScopeKind.EPOCH)
+
+    def retirement_allowed(self) -> bool:
+        """Retired data is written back at the root level (or in an epoch) only."""
+        return not self.stack or self.stack[0].kind is ScopeKind.EPOCH
+
+    # -- what the runtime tells us about work -------------------------------------------
+    def before_acquire(self, plan: Plan) -> None:
+        """Hoist the imports of the innermost repeated scope (before planning)."""
+        scope = self.stack[-1]
+        if scope.repeatable:
+            self._hoist_imports(scope, plan)
+
+    def noted(self, plan: Plan) -> None:
+        """Note an acquisition (after planning) in every open scope."""
+        sources = {id(access): source for access, source in plan.moves or ()}
+        for access in plan.accesses:
+            state = access.state
+            self.snapshot(state)
+            instance = access.instance
+            if instance is None:
+                continue
+            source = sources.get(id(access))
+            used = source if source is not None else (
+                instance if access.mode & READ else None)
+            if used is None:
+                continue
+            place = (id(state), used.device)
+            for scope in self.stack:
+                if scope.repeatable and place not in scope.fresh:
+                    scope.assumed[place] = state
+
+    def released(self, plan: Plan) -> None:
+        """Note the writes of ended work."""
+        for access in plan.accesses:
+            if access.mode & WRITE and access.instance is not None:
+                self.wrote(access.state, access.instance)
+
+    def snapshot(self, state: DataState) -> None:
+        """Snapshot ``state`` in every open scope that has not seen it yet."""
+        key = id(state)
+        for scope in self.stack:
+            snapshots = scope.snapshots
+            if snapshots is not None and key not in snapshots:
+                snapshots[key] = (state, state.snapshot())
+
+    def wrote(self, state: DataState, instance: Instance) -> None:
+        """``instance`` was written or copied into inside the open scopes."""
+        place = (id(state), instance.device)
+        for scope in self.stack:
+            if scope.repeatable:
+                scope.fresh.add(place)
+
+    def begin_body(self, stream: Stream) -> None:
+        """A task body is about to enqueue work on ``stream``: capture it."""
+        self.recorder.begin_body(stream)
+
+    def copy_device(self) -> int | None:
+        """The device internal copies must run on (a loop body's), or ``None``."""
+        return self.recorder.loop_device()
+
+    # -- repeated bodies --------------------------------------------------------------
+    def _hoist_imports(self, scope: Scope, plan: Plan) -> None:
         """Copy data a repeated scope reads from outside it *before* the scope.
 
         An access of the innermost scope (a loop body, a launchable graph) that reads
@@ -147,89 +339,54 @@ class ScopeRuntime:
         gets that copy at the enclosing level instead (the root for a launchable
         graph), once, rather than in the body at every iteration or launch.
         """
-        scope = self.scopes[-1]
-        for access in accesses:
-            if not access.mode & READ or access.ld._is_token:
+        for access in plan.accesses:
+            instance = access.instance
+            if not access.mode & READ or instance is None or \
+                    instance.state is not INVALID:
                 continue
             state = access.state
-            instance = state.instances.get(access.device)
-            if instance is not None and instance.state is not INVALID:
-                continue
             source = state.valid_source(access.device)
             if source is None or (id(state), source.device) in scope.fresh:
                 continue
-            self.scope_snapshot(state)
-            if instance is None:
-                instance = state.instances[access.device] = Instance(access.device)
+            self.snapshot(state)
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
             with self._enclosing_level(scope):
-                self.scope_access(state, READ, instance, source)    # enclosing scopes
-                self._copy_into(state, instance, source, prerequisites,  # type: ignore
-                                access.ld._dtype, state.label)
+                self._note_import(state, instance, source)    # in enclosing scopes
+                self.runtime.copy_into(state, instance, source, prerequisites,
+                                       state.label)
+
+    def _note_import(self, state: DataState, instance: Instance,
+                     source: Instance) -> None:
+        self.snapshot(state)
+        place = (id(state), source.device)
+        for scope in self.stack:
+            if scope.repeatable and place not in scope.fresh:
+                scope.assumed[place] = state
 
     @contextlib.contextmanager
     def _enclosing_level(self, scope: Scope) -> Iterator[None]:
         """Record (or, outside any graph, run) at the level enclosing ``scope``."""
-        recorder = self.backend
-        saved = self.pools, self.streams
-        self.scopes.pop()
+        runtime = self.runtime
+        recorder = self.recorder
+        saved = runtime.pools
+        self.stack.pop()
         if scope.top:
-            self.pools, self.streams = scope.saved
+            assert scope.outer_pools is not None
+            runtime.pools = scope.outer_pools
         else:
             # Streams of their own: the scope's streams carry the body's nodes, which
             # would order the copy after the loop node it must precede.
-            self.pools = scope.hoist_pools
+            if scope.hoist_pools is None:
+                scope.hoist_pools = StreamPools(recorder, runtime.errors.capture)
+            runtime.pools = scope.hoist_pools
         previous = recorder.enter_level(
-            None if scope.top else scope.graph.parent.graph)
+            None if scope.top else scope.graph.parent.graph)  # type: ignore[union-attr]
         try:
             yield
         finally:
             recorder.enter_level(previous)
-            if scope.top:
-                scope.saved = (self.pools, self.streams)
-            self.pools, self.streams = saved
-            self.scopes.append(scope)
-
-    # -- bookkeeping from the prologue and epilogue --------------------------------------
-    def scope_snapshot(self, state: DataState) -> None:
-        """Snapshot ``state`` in every open scope that has not seen it yet."""
-        key = id(state)
-        for scope in self.scopes:
-            snapshots = scope.snapshots
-            if snapshots is not None and key not in snapshots:
-                snapshots[key] = (state, state.snapshot())
-
-    def scope_access(self, state: DataState, mode: int, instance: Instance | None,
-                     source: Instance | None) -> None:
-        """Note an access (after ``plan_access``) in every open scope."""
-        key = id(state)
-        self.scope_snapshot(state)
-        for scope in self.scopes:
-            if scope.repeatable and instance is not None:
-                used = source if source is not None else (
-                    instance if mode & READ else None)
-                if used is not None:
-                    place = (key, used.device)
-                    if place not in scope.fresh:
-                        scope.assumed[place] = state
-
-    def epoch_boundary(self) -> None:
-        """Graph mode: launch what the current epoch recorded (fence, wait, finalize
-        then run at the root, between epochs); the lock must be held."""
-        if self.scopes and self.scopes[0].kind == "epoch":
-            self.close_scope(self.scopes[0])
-
-    def epoch_begin(self) -> None:
-        """Graph mode: record the next epoch."""
-        if self.graph_mode and not self.scopes and not self.finalized:
-            self.open_scope("epoch")
-
-    def scope_wrote(self, state: DataState, instance: Instance) -> None:
-        """``instance`` was written or copied into inside the open scopes."""
-        place = (id(state), instance.device)
-        for scope in self.scopes:
-            if scope.repeatable:
-                scope.fresh.add(place)
+            runtime.pools = saved
+            self.stack.append(scope)
 
     def _refresh_assumed(self, scope: Scope) -> None:
         """Copy into the assumed instances the recording left invalid (in the body)."""
@@ -241,5 +398,21 @@ class ScopeRuntime:
             if source is None:
                 continue
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
-            self._copy_into(state, instance, source, prerequisites, None,  # type: ignore
-                            state.label)
+            self.runtime.copy_into(state, instance, source, prerequisites, state.label)
+
+    # -- the recorder, seen from the runtime ---------------------------------------------
+    def pending_events(self) -> list[Event]:
+        """Launches a fence or finalize must wait for."""
+        return self.recorder.pending_events()
+
+    def finalized(self) -> None:
+        """Release what the recorder holds (cached executables, streams)."""
+        self.recorder.context_finalized()
+
+    def statistics(self) -> tuple[int, int]:
+        """``(graph instantiations, executable updates)`` so far."""
+        return self.recorder.graph_instantiations, self.recorder.graph_updates
+
+    def __repr__(self) -> str:
+        return f"<ScopeTracker {self.stack}>"
+

@@ -14,22 +14,22 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
-from ._cond import cond, condition_terms
+from ._cond import Comparable, cond, condition_terms
 from ._context import context
 from ._errors import ContextMismatchError, ScopeError
-from ._logical_data import AccessMode, dep, logical_data
+from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
-from ._scopes import Scope
+from ._scopes import Scope, ScopeKind, ScopeTracker
 from ._task import host_launch, task
 from .backends.recording import GraphRecorder
 
 __all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
            "stackable_task"]
 
-class stackable_logical_data(logical_data):
+class stackable_logical_data(logical_data, Comparable):
     """Logical data of a :class:`stackable_context` (see ``logical_data``), plus
     ``set_read_only``, ``push`` and comparisons building loop conditions."""
 
@@ -50,34 +50,12 @@ class stackable_logical_data(logical_data):
         """
         runtime = self._alive()
         access = dep(self, mode if isinstance(mode, int) else int(mode), dplace)
-        if not runtime.scopes:
+        if not _scopes(runtime).stack:
             raise ScopeError(f"push() of {self._label()} with no scope open; open one "
                              "with push(), graph_scope() or a loop first")
         made = task._make(runtime, (access,), f"push {self._label()}")
         made.start()
         made.end()
-
-    # -- loop conditions -------------------------------------------------------------
-    def _leaf(self, op: str, other: Any) -> cond:
-        if isinstance(other, logical_data):
-            raise TypeError("a loop condition compares logical data with a number, not "
-                            "with other logical data")
-        if not isinstance(other, numbers.Real):
-            raise TypeError(f"a loop condition compares logical data with a real number, "
-                            f"got {type(other).__name__}")
-        return cond(self, op, other)
-
-    def __gt__(self, other: Any) -> cond:
-        return self._leaf(">", other)
-
-    def __lt__(self, other: Any) -> cond:
-        return self._leaf("<", other)
-
-    def __ge__(self, other: Any) -> cond:
-        return self._leaf(">=", other)
-
-    def __le__(self, other: Any) -> cond:
-        return self._leaf("<=", other)
 
     __eq__ = object.__eq__
     __ne__ = object.__ne__
@@ -108,6 +86,13 @@ def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
                                        "context")
 
 
+def _scopes(runtime: Runtime) -> ScopeTracker:
+    """The scope tracker of a stackable context's runtime."""
+    scopes = runtime.scopes
+    assert scopes is not None
+    return scopes
+
+
 class _ScopeGuard:
     """The ``with`` form of a graph scope (``graph_scope()``)."""
 
@@ -116,7 +101,7 @@ class _ScopeGuard:
         self._scope: Scope | None = None
 
     def __enter__(self) -> object:
-        self._scope = self._sctx._open("graph")
+        self._scope = self._sctx._open(ScopeKind.GRAPH)
         return object()
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
@@ -127,7 +112,8 @@ class _ScopeGuard:
 class _Loop:
     """A ``while_loop()`` or ``repeat(count)`` block; ``with`` gives the loop."""
 
-    def __init__(self, sctx: stackable_context, kind: str, count: int | None) -> None:
+    def __init__(self, sctx: stackable_context, kind: ScopeKind, count: int | None
+                 ) -> None:
         self._sctx = sctx
         self._kind = kind
         self._count = count
@@ -141,7 +127,7 @@ class _Loop:
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         scope = self._scope
         assert scope is not None
-        if exc_type is None and self._kind == "while" and not (
+        if exc_type is None and self._kind is ScopeKind.WHILE and not (
                 scope.condition_set or self._handle_used):
             self._sctx._close(scope, failed=True)
             raise ScopeError("a while_loop body ended without continue_while(...): the "
@@ -151,7 +137,7 @@ class _Loop:
 
     def _open_scope(self, what: str) -> Scope:
         scope = self._scope
-        if scope is None or scope.closed or self._kind != "while":
+        if scope is None or scope.closed or self._kind is not ScopeKind.WHILE:
             raise ScopeError(f"{what} is only valid inside the 'with sctx.while_loop() "
                              "as loop:' block")
         return scope
@@ -162,7 +148,7 @@ class _Loop:
         (``cudaGraphSetConditional``; ``stflow.emulated.set_conditional``)."""
         scope = self._open_scope("cond_handle")
         self._handle_used = True
-        return cast(GraphRecorder, self._sctx._runtime.backend).loop_condition(scope.graph)
+        return _scopes(self._sctx._runtime).recorder.loop_condition(scope.graph)
 
     def condition_task(self, *args: Any) -> stackable_task:
         """A plain task of the body, for a hand-written condition kernel."""
@@ -193,7 +179,7 @@ class _Loop:
         if scope.condition_set:
             raise ScopeError("continue_while() called twice in one while_loop body; "
                              "combine the conditions with & or |")
-        if self._sctx._runtime.scopes[-1] is not scope:
+        if _scopes(runtime).innermost is not scope:
             raise ScopeError("continue_while() must be called in the loop's own body, "
                              "not in a scope nested in it")
         distinct: list[stackable_logical_data] = []
@@ -208,7 +194,7 @@ class _Loop:
             pointers = {id(ld): made.get_arg(i) for i, ld in enumerate(distinct)}
             terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
                       leaf._threshold, leaf._negate) for leaf in leaves]
-            recorder = cast(GraphRecorder, runtime.backend)
+            recorder = _scopes(runtime).recorder
             recorder.set_condition(made._native_stream(),
                                    recorder.loop_condition(scope.graph), terms, combiner)
         scope.condition_set = True
@@ -226,11 +212,14 @@ class _Launchable:
         sctx._launchables.add(self)
 
     def recorder(self) -> GraphRecorder:
-        return cast(GraphRecorder, self.sctx._runtime.backend)
+        return _scopes(self.sctx._runtime).recorder
 
     def _label(self) -> str:
         """How conflict messages name the graph holding the data."""
         return "a launchable graph holding it until its reset()"
+
+    def _holds(self, state: Any) -> bool:
+        return any(held is state for held in self.scope.touched())
 
     def close_recording(self) -> None:
         """The prologue: stop recording; the data it uses is held until release."""
@@ -238,11 +227,9 @@ class _Launchable:
             return
         runtime = self.sctx._runtime
         with runtime.lock:
-            runtime.close_scope(self.scope, launch=False)
+            _scopes(runtime).close(self.scope, launch=False)
             self.recording = False
-            for state, _ in (self.scope.snapshots or {}).values():
-                state.active[self] = AccessMode.RW
-            runtime.active_tasks[self] = threading.get_ident()
+            runtime.hold(self, self.scope.touched())
 
     def check(self, what: str) -> None:
         if self.released:
@@ -255,7 +242,7 @@ class _Launchable:
         runtime = self.sctx._runtime
         with runtime.lock:
             self.recorder().launch(self.scope.graph, release=False)
-        runtime.raise_errors("launch()")
+        runtime.errors.raise_pending("launch()")
 
     def executable(self) -> int:
         self.check("exec_graph")
@@ -284,18 +271,15 @@ class _Launchable:
         if runtime.finalized:
             return
         with runtime.lock:
+            scopes = _scopes(runtime)
             if self.recording:
-                runtime.close_scope(self.scope, launch=False)
+                scopes.close(self.scope, launch=False)
                 self.recording = False
             else:
-                for state, _ in (self.scope.snapshots or {}).values():
-                    state.active.pop(self, None)
-                runtime.active_tasks.pop(self, None)
-                if runtime.waiters:
-                    runtime.cv.notify_all()
+                runtime.unhold(self, self.scope.touched())
             graph = self.scope.graph
             if graph.launches == 0:
-                runtime.restore_data(self.scope)   # never launched: data unchanged
+                scopes.restore(self.scope)   # never launched: data unchanged
             self.recorder().release(graph)
 
 
@@ -384,7 +368,8 @@ class _LaunchableScope:
         self._handle: LaunchableGraph | None = None
 
     def __enter__(self) -> LaunchableGraph:
-        scope = self._sctx._open("launchable", root_only="launchable_graph_scope()")
+        scope = self._sctx._open(ScopeKind.LAUNCHABLE,
+                                 root_only="launchable_graph_scope()")
         self._handle = LaunchableGraph._of(_Launchable(self._sctx, scope))
         return self._handle
 
@@ -412,42 +397,43 @@ class stackable_context:
     """
 
     def __init__(self, *, backend: str | None = None) -> None:
-        self._ctx = context(backend=backend, _recorded=True)
-        self._runtime: Runtime = self._ctx._runtime  # type: ignore[assignment]
-        self._runtime.data_class = stackable_logical_data
+        self._ctx = context._recording(backend, stackable_logical_data)
+        self._runtime: Runtime = self._ctx._live()
         self._pushed: list[Scope] = []
         self._launchables: weakref.WeakSet[_Launchable] = weakref.WeakSet()
 
     # -- scopes ----------------------------------------------------------------------
-    def _open(self, kind: str, count: int | None = None, root_only: str | None = None
-              ) -> Scope:
+    def _open(self, kind: ScopeKind, count: int | None = None,
+              root_only: str | None = None) -> Scope:
         runtime = self._ctx._live()
         with runtime.lock:
-            runtime.check_submit(f"{kind} scope")
-            if root_only is not None and runtime.scopes:
+            runtime.check_submit(f"{kind.value} scope")
+            scopes = _scopes(runtime)
+            if root_only is not None and scopes.stack:
                 raise ScopeError(f"{root_only} is only valid at the root level, not "
                                  "inside another scope")
-            return runtime.open_scope(kind, count)
+            return scopes.open(kind, count)
 
     def _close(self, scope: Scope, failed: bool) -> None:
         runtime = self._runtime
+        scopes = _scopes(runtime)
         with runtime.lock:
             if failed:
-                runtime.discard_scope(scope)
+                scopes.discard(scope)
             else:
                 try:
-                    runtime.close_scope(scope)
+                    scopes.close(scope)
                 except BaseException:
                     # Closing failed (a copy that cannot be captured, say): drop the
                     # scope, and the graph holding a root-level loop, as if it raised.
                     for doomed in (scope, scope.wrapper):
-                        if doomed is not None and doomed in runtime.scopes:
-                            while runtime.scopes[-1] is not doomed:
-                                runtime.discard_scope(runtime.scopes[-1])
-                            runtime.discard_scope(doomed)
+                        if doomed is not None and doomed in scopes.stack:
+                            while scopes.stack[-1] is not doomed:
+                                scopes.discard(scopes.stack[-1])
+                            scopes.discard(doomed)
                     raise
-        if not failed and not runtime.scopes:
-            runtime.raise_errors("closing a scope")
+        if not failed and not scopes.stack:
+            runtime.errors.raise_pending("closing a scope")
 
     def graph_scope(self) -> _ScopeGuard:
         """A nested graph: ``with sctx.graph_scope():`` records the block, which runs
@@ -457,7 +443,7 @@ class stackable_context:
 
     def push(self) -> None:
         """Open a graph scope without ``with`` (close it with :meth:`pop`)."""
-        self._pushed.append(self._open("graph"))
+        self._pushed.append(self._open(ScopeKind.GRAPH))
 
     def pop(self) -> None:
         """Close the scope of the latest :meth:`push`."""
@@ -465,7 +451,7 @@ class stackable_context:
         if not self._pushed:
             raise ScopeError("pop() without a matching push()")
         scope = self._pushed[-1]
-        if not runtime.scopes or runtime.scopes[-1] is not scope:
+        if _scopes(runtime).innermost is not scope:
             raise ScopeError("pop() while a scope opened after the matching push() is "
                              "still open; close it first")
         self._pushed.pop()
@@ -475,7 +461,7 @@ class stackable_context:
         """``with sctx.while_loop() as loop:`` — a body the device runs at least once,
         then again while ``loop.continue_while(cond)`` holds."""
         self._ctx._live()
-        return _Loop(self, "while", None)
+        return _Loop(self, ScopeKind.WHILE, None)
 
     def repeat(self, count: int) -> _Loop:
         """``with sctx.repeat(count):`` — a body the device runs ``count`` times."""
@@ -485,26 +471,25 @@ class stackable_context:
         if count < 0:
             raise ValueError(f"repeat(count): count must be >= 0, got {count}")
         self._ctx._live()
-        return _Loop(self, "repeat", int(count))
+        return _Loop(self, ScopeKind.REPEAT, int(count))
 
     def launchable_graph_scope(self) -> _LaunchableScope:
         """``with sctx.launchable_graph_scope() as lg:`` — record once, then
         ``lg.launch()`` as often as needed (root level only)."""
         runtime = self._ctx._live()
-        if runtime.scopes:
+        if _scopes(runtime).stack:
             raise ScopeError("launchable_graph_scope() is only valid at the root level")
         return _LaunchableScope(self)
 
     def pop_prologue_shared(self) -> LaunchableGraph:
         """Close the recording of an unmatched root-level :meth:`push` and return a
         handle that launches it; the scope closes when the last handle is reset."""
-        runtime = self._ctx._live()
-        if not self._pushed or len(runtime.scopes) != 1 or \
-                runtime.scopes[0] is not self._pushed[-1]:
+        stack = _scopes(self._ctx._live()).stack
+        if not self._pushed or len(stack) != 1 or stack[0] is not self._pushed[-1]:
             raise ScopeError("pop_prologue_shared() needs exactly one open scope, opened "
                              "by push() at the root level")
         scope = self._pushed.pop()
-        scope.kind = "launchable"
+        scope.kind = ScopeKind.LAUNCHABLE
         state = _Launchable(self, scope)
         state.close_recording()
         return LaunchableGraph._of(state)
@@ -564,7 +549,7 @@ class stackable_context:
         runtime = self._ctx._live()
         for d in deps:
             _check_stackable(d, runtime, "host_launch()")
-        if any(not s.top for s in runtime.scopes):
+        if _scopes(runtime).in_nested_scope():
             raise ScopeError("host_launch() inside a while_loop/repeat body or a nested "
                              "graph scope: those run as conditional graph nodes, which "
                              "cannot hold host work; move it to the enclosing level")
@@ -574,7 +559,7 @@ class stackable_context:
     def fence(self) -> int:
         """A stream that completes when all work so far has (root level only)."""
         runtime = self._ctx._live()
-        if runtime.scopes:
+        if _scopes(runtime).stack:
             raise ScopeError("fence() is only valid at the root level; close the open "
                              "scopes first")
         return self._ctx.fence()
@@ -587,8 +572,9 @@ class stackable_context:
         runtime = self._runtime
         if runtime.finalized:
             return
-        if runtime.scopes:
-            raise ScopeError(f"finalize() with {len(runtime.scopes)} scope(s) still "
+        open_scopes = len(_scopes(runtime).stack)
+        if open_scopes:
+            raise ScopeError(f"finalize() with {open_scopes} scope(s) still "
                              "open; close them (pop(), end the with blocks) first")
         live = [state for state in self._launchables if not state.released]
         if live:

@@ -1,26 +1,26 @@
 """Tasks and host callbacks: acquire → body → release.
 
-A :class:`task` collects dependencies and an execution place; ``start()`` acquires
-(through :meth:`Runtime.prologue`), the body runs on the caller's thread with views
-of the instances, and ``end()`` releases (:meth:`Runtime.epilogue`).
-:func:`host_launch` does the same with a Python callable run in stream order.
+A :class:`task` collects dependencies and an execution place; ``start()`` asks the
+runtime for the plan of its dependency pattern and acquires it
+(:meth:`Runtime.acquire`), the body runs on the caller's thread with views of the
+instances, and ``end()`` releases (:meth:`Runtime.release`). :func:`host_launch` does
+the same with a Python callable run in stream order.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 
-from ._errors import AccessModeError, ContextFinalizedError, PlaceError, ScopeError
+from ._access import READ
+from ._errors import ContextFinalizedError, ScopeError, work_ids
 from ._logical_data import dep
-from ._places import AFFINE, exec_place
-from ._runtime import Access, Runtime, work_ids
+from ._places import exec_place
+from ._plan import Access, Plan
+from ._runtime import Runtime, RuntimeOwner
 from ._views import CudaStream
-from .backends._base import HOST, MANAGED, Allocation, Stream, callback_state
-
-if TYPE_CHECKING:
-    from ._context import context
+from .backends._base import Allocation, Stream, callback_state
 
 __all__ = ["host_launch", "task"]
 
@@ -41,7 +41,8 @@ def _as_exec_place(value: Any) -> exec_place | None:
     return None
 
 
-def _check_dep(runtime: Runtime, d: Any, what: str) -> dep:
+def check_dep(runtime: Runtime, d: Any, what: str) -> dep:
+    """``d`` when it is a dependency on data of ``runtime``."""
     if not isinstance(d, dep):
         raise TypeError(f"{what}: expected a dependency such as ld.read(), ld.write() "
                         f"or ld.rw(), got {type(d).__name__}")
@@ -50,74 +51,11 @@ def _check_dep(runtime: Runtime, d: Any, what: str) -> dep:
     return d
 
 
-def resolve_accesses(runtime: Runtime, deps: list[dep], exec_device: int,
-                     affine_device: int, what: Any,
-                     host_only: bool = False) -> tuple[list[Access], list[Access]]:
-    """Group dependencies into accesses (one per data and place).
-
-    Returns
-    -------
-    (accesses, per_dependency)
-        The distinct accesses, and the access of each dependency in order (the same
-        list when no data appears twice).
-    """
-    accesses: list[Access] = []
-    for d in deps:
-        ld = d.ld
-        if ld._is_token:
-            device = HOST
-        elif host_only:
-            device = _host_device(d, what)
-        elif d.dplace is None:
-            device = affine_device
-        else:
-            device = runtime.resolve_device(d.dplace, exec_device, affine_device, what)
-        accesses.append(Access(ld, d.mode, device))
-    if len(accesses) == 1 or len({a.ld._key for a in accesses}) == len(accesses):
-        return accesses, accesses
-    return _merge_repeated(accesses, what)
-
-
-def _merge_repeated(accesses: list[Access], what: Any
-                    ) -> tuple[list[Access], list[Access]]:
-    """Merge accesses to the same data at the same place (modes combine); refuse a
-    written data accessed at two places."""
-    merged: list[Access] = []
-    per_dependency: list[Access] = []
-    by_key: dict[tuple[int, int], Access] = {}
-    places: dict[int, Access] = {}
-    for access in accesses:
-        key = (access.ld._key, access.device)
-        kept = by_key.get(key)
-        if kept is None:
-            kept = by_key[key] = access
-            merged.append(access)
-        else:
-            kept.mode |= access.mode
-        per_dependency.append(kept)
-    for access in merged:
-        other = places.setdefault(access.ld._key, access)
-        if other is not access and (other.mode | access.mode) & 2:
-            raise AccessModeError(
-                f"{what} accesses logical data {access.ld._label()} at two places "
-                "and writes it; use one place for data a task writes"
-            )
-    return merged, per_dependency
-
-
 def _allocation(access: Access) -> Allocation:
     """The allocation of an acquired, non-token access."""
-    return cast(Allocation, cast(Any, access.instance).allocation)
-
-
-def _host_device(d: dep, what: Any) -> int:
-    dplace = d.dplace
-    if dplace is None or dplace._device in (AFFINE, HOST):
-        return HOST
-    if dplace._device == MANAGED:
-        return MANAGED
-    raise PlaceError(f"{what}: {dplace!r} is not host-accessible; a host callback sees "
-                     "data in data_place.host(), .managed() or .affine()")
+    instance = access.instance
+    assert instance is not None and instance.allocation is not None
+    return instance.allocation
 
 
 class task:
@@ -135,73 +73,71 @@ class task:
     that; ``end()`` records completion so later tasks order after it.
     """
 
-    __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream",
-                 "_accesses", "_per_dependency", "_views", "_id", "_previous_device",
-                 "__weakref__")
+    __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
+                 "_views", "_id", "_previous_device", "__weakref__")
     _runtime: Runtime
-    _deps: list[dep]
+    _deps: tuple[dep, ...]
     _place: exec_place | None
     _symbol: str | None
     _phase: int
     _stream: Stream | None
-    _accesses: list[Access]
-    _per_dependency: list[Access]
-    _views: dict[int, Any]
+    _plan: Plan | None
+    _views: dict[int, Any] | None
     _id: int
     _previous_device: int | None
 
-    def __init__(self, ctx: context | None = None, *args: Any,
-                 symbol: str | None = None) -> None:
+    def __init__(self, ctx: Any = None, *args: Any, symbol: str | None = None) -> None:
         if ctx is None:
             raise TypeError("task cannot be built without a context; use "
                             "ctx.task(*deps, symbol=...)")
-        from ._context import context as context_type
-        if not isinstance(ctx, context_type):
+        if not isinstance(ctx, RuntimeOwner):
             raise TypeError(f"task expects a context first, got {type(ctx).__name__}")
         self._setup(ctx._live(), args, symbol)
 
+    @classmethod
+    def _make(cls, runtime: Runtime, args: tuple, symbol: str | None) -> task:
+        made = object.__new__(cls)
+        made._setup(runtime, args, symbol)
+        return made
+
     def _setup(self, runtime: Runtime, args: tuple, symbol: str | None) -> None:
         self._runtime = runtime
-        self._deps = []
         self._place = None
         self._phase = _NEW
         self._stream = None
-        self._accesses = []
-        self._per_dependency = []
-        self._views = {}
+        self._plan = None
+        self._views = None
         self._id = next(work_ids)
         self._previous_device = None
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
-        deps = self._deps
         for arg in args:
-            if type(arg) is dep and arg.ld._runtime is runtime:
-                deps.append(arg)
-                continue
+            if type(arg) is not dep or arg.ld._runtime is not runtime:
+                self._deps = self._sort_arguments(args)
+                return
+        self._deps = args
+
+    def _sort_arguments(self, args: tuple) -> tuple[dep, ...]:
+        """The dependencies among ``args``; the execution place is kept aside."""
+        deps = []
+        for arg in args:
             if isinstance(arg, dep):
-                deps.append(_check_dep(runtime, arg, self._what()))
+                deps.append(check_dep(self._runtime, arg, self._label()))
                 continue
             place = _as_exec_place(arg)
             if place is None:
-                raise TypeError(f"{self._what()}: positional arguments must be "
+                raise TypeError(f"{self._label()}: positional arguments must be "
                                 "dependencies (ld.read(), ...) or one exec_place, got "
                                 f"{type(arg).__name__}")
             if self._place is not None:
-                raise ValueError(f"{self._what()}: two execution places given; pass "
+                raise ValueError(f"{self._label()}: two execution places given; pass "
                                  "one exec_place")
             self._place = place
-
-    @classmethod
-    def _make(cls, runtime: Runtime, args: tuple, symbol: str | None) -> task:
-        self = object.__new__(cls)
-        self._setup(runtime, args, symbol)
-        return self
+        return tuple(deps)
 
     def _label(self) -> str:
         return f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
-
-    _what = _label
 
     def __str__(self) -> str:  # messages format the task itself: labels built on demand
         return self._label()
@@ -209,6 +145,11 @@ class task:
     def _finalized(self, what: str) -> ContextFinalizedError:
         return ContextFinalizedError(f"{self._label()}.{what}: the task's context is "
                                      "finalized; create tasks in a live context")
+
+    def _holds(self, state: Any) -> bool:
+        """True when this started task accesses ``state`` (conflict messages)."""
+        plan = self._plan
+        return plan is not None and any(a.state is state for a in plan.accesses)
 
     # -- building ----------------------------------------------------------------
     def add_dep(self, d: dep) -> None:
@@ -218,7 +159,8 @@ class task:
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: add_dep() after start(); add "
                              "dependencies before starting the task")
-        self._deps.append(_check_dep(self._runtime, d, f"{self._label()}.add_dep()"))
+        self._deps = (*self._deps, check_dep(self._runtime, d,
+                                              f"{self._label()}.add_dep()"))
 
     def set_symbol(self, name: str) -> None:
         """Name the task in messages, DOT output and traces."""
@@ -243,55 +185,55 @@ class task:
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> None:
         """Acquire the dependencies; afterwards the body may run."""
+        self.__enter__()
+
+    def __enter__(self) -> task:
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: start() called twice")
         runtime = self._runtime
         backend = runtime.backend
-        label = self                  # formatted (str(self)) only when a message needs it
-        with runtime.lock:
-            if runtime.finalized or runtime.closing or callback_state.active:
-                runtime.check_submit(f"{label}.start()")
-            if runtime.retired:
+        ready = None
+        lock = runtime.lock
+        lock.acquire()
+        try:
+            if runtime.closing or runtime.finalized or callback_state.active:
+                runtime.check_submit(f"{self}.start()")
+            if runtime.data.retired:
                 runtime.drain_retired()
-            place = self._place
-            current = None
-            if place is None:
-                exec_device = affine_device = current = backend.current_device()
-            else:
-                exec_device = place._device
-                if exec_device >= 0 and exec_device >= backend.device_count:
-                    runtime.check_device(exec_device, label)
-                affine = place._affine
-                affine_device = exec_device if affine is None else affine._device
-            self._accesses, self._per_dependency = resolve_accesses(
-                runtime, self._deps, exec_device, affine_device, label)
-            stream, prerequisites, enqueued = runtime.prologue(
-                self._accesses, exec_device, self, label, self._id)
-            runtime.counters.tasks += 1
+            plan = runtime.acquire(self._deps, self._place, self, self, self._id)
+            stream = plan.stream
+            runtime.instruments.counters.tasks += 1
+            self._plan = plan
             self._stream = stream
-            if backend.records:           # graph mode: the body is captured
+            scopes = runtime.scopes
+            if scopes is not None and scopes.stack:     # graph mode: capture the body
                 try:
-                    backend.begin_body(stream)
+                    scopes.begin_body(stream)  # type: ignore[arg-type]
                 except BaseException:
                     self._phase = _ENDED
-                    runtime.epilogue(self._accesses, stream, self, self._id)
+                    runtime.release(plan, stream, self, self._id)  # type: ignore
                     raise
             self._phase = _STARTED
-            if current is None and exec_device >= 0 and backend.device_count > 1:
+            device = plan.device
+            if self._place is not None and device >= 0 and runtime.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.
                 previous = backend.current_device()
-                if previous != exec_device:
-                    backend.set_current_device(exec_device)
+                if previous != device:
+                    backend.set_current_device(device)
                     self._previous_device = previous
-            ready = None
-            if backend.bodies_wait_on_host and (
-                    enqueued or not all(backend.query(e) for e in prerequisites)):
-                ready = backend.record(stream)
+            if backend.bodies_wait_on_host and not _settled(plan, backend.query):
+                ready = backend.record(stream)  # type: ignore[arg-type]
+        finally:
+            lock.release()
         if ready is not None:
             backend.synchronize(ready)
+        return self
 
     def end(self) -> None:
         """Release the dependencies; later tasks order after this one."""
+        self.__exit__(None, None, None)
+
+    def __exit__(self, *exc: Any) -> None:
         if self._phase != _STARTED:
             if self._runtime.finalized:
                 raise self._finalized("end()")
@@ -304,24 +246,22 @@ class task:
         if self._previous_device is not None:
             runtime.backend.set_current_device(self._previous_device)
             self._previous_device = None
-        with runtime.lock:
+        lock = runtime.lock
+        lock.acquire()
+        try:
             self._phase = _ENDED
-            runtime.epilogue(self._accesses, self._stream, self,  # type: ignore[arg-type]
-                             self._id)
-        if self._views:
-            for view in self._views.values():
+            runtime.release(self._plan, self._stream, self,  # type: ignore[arg-type]
+                            self._id)
+        finally:
+            lock.release()
+        views = self._views
+        if views:
+            for view in views.values():
                 invalidate = getattr(view, "_invalidate", None)
                 if invalidate is not None:
                     invalidate(f"a view of {self._label()} was used after the task "
                                "ended; use views only between start() and end()")
-            self._views.clear()
-
-    def __enter__(self) -> task:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.end()
+            views.clear()
 
     # -- inside the body ---------------------------------------------------------
     def _check_window(self, what: str) -> None:
@@ -338,11 +278,12 @@ class task:
 
     def stream_ptr(self) -> CudaStream:
         """The stream the body must enqueue its work on."""
-        if self._runtime.finalized:
-            raise self._finalized("stream_ptr()")
-        if self._stream is None:
+        stream = self._stream
+        if stream is None or self._runtime.finalized:
+            if self._runtime.finalized:
+                raise self._finalized("stream_ptr()")
             raise ScopeError(f"{self._label()}.stream_ptr() before start()")
-        return CudaStream(self._stream.handle)
+        return CudaStream(stream.handle)
 
     def get_grid_dims(self) -> tuple[int, ...] | None:
         """``None``: a scalar execution place has no grid."""
@@ -364,8 +305,9 @@ class task:
         if not 0 <= index < len(self._deps):
             raise IndexError(f"{what}: dependency index {index} out of range "
                              f"(the task has {len(self._deps)} dependencies)")
-        access = self._per_dependency[index]
-        if access.ld._is_token:
+        assert self._plan is not None
+        access = self._plan.per_dependency[index]
+        if access.instance is None:
             raise TypeError(f"{what}: dependency {index} is a token, which has no "
                             "memory")
         return access
@@ -376,13 +318,17 @@ class task:
 
     def get_arg_cai(self, index: int) -> Any:
         """A view of dependency ``index`` (CUDA Array Interface on CUDA)."""
-        view = self._views.get(index)
+        views = self._views
+        view = None if views is None else views.get(index)
         if view is None:
             access = self._access_at(index, "get_arg_cai()")
-            ld = access.ld
-            view = self._views[index] = self._runtime.backend.task_view(
+            ld = self._deps[index].ld
+            view = self._runtime.backend.task_view(
                 _allocation(access), 0, cast(tuple, ld._shape), cast(np.dtype, ld._dtype),
-                self._deps[index].mode == 1)
+                self._deps[index].mode == READ)
+            if views is None:
+                views = self._views = {}
+            views[index] = view
         elif self._phase != _STARTED:
             self._check_window("get_arg_cai()")
         return view
@@ -401,6 +347,16 @@ class task:
         return f"<stflow.task {self._symbol!r} {phase}, {len(self._deps)} deps>"
 
 
+def _settled(plan: Plan, completed: Callable[[Any], bool]) -> bool:
+    """True when nothing was enqueued for ``plan``'s acquisition and every
+    prerequisite has completed (a body may then touch the data at once)."""
+    if plan.waits or plan.moves is not None:
+        return False
+    if plan.first is not None and not completed(plan.first):
+        return False
+    return not plan.others or all(map(completed, plan.others))
+
+
 def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
                 args: Any, symbol: str | None) -> None:
     """Run ``fn(*arrays, *args)`` on a host thread once ``deps`` are satisfied."""
@@ -411,7 +367,7 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
         raise TypeError(f"{label}: fn must be callable, got {type(fn).__name__}")
     if symbol is not None and not isinstance(symbol, str):
         raise TypeError(f"symbol must be a str, got {type(symbol).__name__}")
-    checked = [_check_dep(runtime, d, label) for d in deps]
+    checked = [check_dep(runtime, d, label) for d in deps]
     if args is not None and not hasattr(args, "__iter__"):
         raise TypeError(f"{label}: args must be an iterable of extra arguments (a "
                         f"tuple such as (value,)), got {type(args).__name__}")
@@ -419,17 +375,19 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
     backend = runtime.backend
     with runtime.lock:
         runtime.check_submit(label)
-        if runtime.retired:
+        if runtime.data.retired:
             runtime.drain_retired()
-        accesses, per_dependency = resolve_accesses(runtime, checked, HOST, HOST, label,
-                                                    host_only=True)
         ident = next(work_ids)
-        stream, _, _ = runtime.prologue(accesses, HOST, None, label, ident, "host_launch")
-        runtime.counters.host_callbacks += 1
-        arguments = [(_allocation(access), cast(tuple, access.ld._shape),
-                      cast(np.dtype, access.ld._dtype), d.mode == 1)
-                     for d, access in zip(checked, per_dependency)
-                     if not access.ld._is_token]
+        plan = runtime.acquire(checked, None, None, label, ident, "host_launch",
+                               host_only=True)
+        stream = plan.stream
+        assert stream is not None
+        runtime.instruments.counters.host_callbacks += 1
+        arguments = [(_allocation(access), cast(tuple, d.ld._shape),
+                      cast(np.dtype, d.ld._dtype), d.mode == READ)
+                     for d, access in zip(checked, plan.per_dependency)
+                     if access.instance is not None]
+        capture = runtime.errors.capture
 
         def callback() -> None:
             try:
@@ -439,7 +397,8 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
             except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
                 if hasattr(exc, "add_note"):
                     exc.add_note(f"raised by {label}")
-                runtime.capture(exc, ident)
+                capture(exc, ident)
 
         backend.launch_host_func(stream, callback)
-        runtime.epilogue(accesses, stream, None, ident)
+        runtime.release(plan, stream, None, ident)
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import ScopeError
+from ._scopes import ScopeKind
 from ._stackable import LaunchableGraph, _Launchable, stackable_context
 
 __all__ = ["TaskGraph", "task_graph"]
@@ -78,7 +79,8 @@ class TaskGraph:
         if self._phase != _NEW:
             raise RuntimeError(f"a TaskGraph records once; this one is "
                                f"{_STATE_NAMES[self._phase]}")
-        self._scope = self._sctx._open("launchable", root_only="task_graph recording")
+        self._scope = self._sctx._open(ScopeKind.LAUNCHABLE,
+                                       root_only="task_graph recording")
         self._phase = _RECORDING
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:

@@ -68,7 +68,7 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     # a graph, which refuse host access: the work reads them when the graph runs).
     arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
                       if isinstance(a, EmulatedView) else a for a in args)
-    from ._runtime import work_ids
+    from ._errors import work_ids
     order = next(work_ids)            # errors are reported in submission order
 
     def run() -> None:

@@ -10,6 +10,8 @@ from ._errors import ContextMismatchError
 from ._logical_data import logical_data
 from ._places import data_place as data_place_type
 from ._places import exec_place as exec_place_type
+from ._runtime import RuntimeOwner
+from ._task import task
 
 __all__ = ["init_logical_data"]
 
@@ -68,13 +70,13 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
     The fill is ordered on the task stream; the host does not block.
     ``exec_place.host()`` fills host memory.
     """
-    from ._context import context
-    if not isinstance(ctx, context):
+    if not isinstance(ctx, RuntimeOwner):
         raise TypeError(f"init_logical_data expects a context, got {type(ctx).__name__}")
     if not isinstance(ld, logical_data) or ld._is_token:
         raise TypeError("init_logical_data expects a logical data with memory, got "
                         f"{ld!r}")
-    if ld._runtime is not ctx._runtime:
+    runtime = ctx._live()
+    if ld._runtime is not runtime:
         raise ContextMismatchError(f"logical data {ld._label()} belongs to another "
                                    "context")
     check_fill_places(data_place, exec_place, "init_logical_data", "data_place")
@@ -82,7 +84,8 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
     args: list[Any] = [ld.write(data_place)]
     if exec_place is not None:
         args.insert(0, exec_place)
-    backend = ctx._runtime.backend
-    nbytes = ld._state.nbytes  # type: ignore[union-attr]
-    with ctx.task(*args, symbol=f"fill({ld._symbol or ld._key})") as t:
+    backend = runtime.backend
+    nbytes = ld._state.nbytes
+    runtime.check_submit("init_logical_data()")
+    with task._make(runtime, tuple(args), f"fill({ld._symbol or ld._key})") as t:
         backend.fill(t.get_arg(0), nbytes, pattern, t._native_stream())

@@ -348,8 +348,8 @@ def test_many_contexts_release_their_streams(backend):
             ld = ctx.logical_data_zeros((64,))
             with ctx.task(ld.rw()) as t:
                 add_to(t, 0, None, 1.0)
-            assert ctx._runtime.streams
-        assert not ctx._runtime.streams and not ctx._runtime.data
+            assert ctx._runtime.root_pools.streams
+        assert not ctx._runtime.root_pools.streams and not ctx._runtime.data.states
 
 
 def test_no_warning_for_a_clean_program(backend):

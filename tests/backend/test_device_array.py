@@ -15,7 +15,7 @@ import pytest
 
 import stflow as stf
 from stflow import _dlpack
-from stflow.backends import places_backend
+from stflow.backends import default_backend
 from stflow.errors import BackendUnavailableError, PlaceError, ShapeError
 
 _name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
@@ -319,7 +319,7 @@ def test_consumer_keeps_memory_alive(ctx, backend):
 
 
 def test_memory_is_freed_exactly_once_on_the_allocation_stream(ctx, monkeypatch):
-    native = places_backend()
+    native = default_backend(notify=False)
     freed = []
     original = native.free
 
@@ -352,7 +352,7 @@ def test_memory_is_freed_exactly_once_on_the_allocation_stream(ctx, monkeypatch)
 
 
 def test_free_failure_becomes_a_runtime_warning(ctx, monkeypatch):
-    native = places_backend()
+    native = default_backend(notify=False)
     array = stf.DeviceArray(16, np.float64, stf.data_place.device(0))
     original = native.free
     allocations = []
@@ -370,7 +370,7 @@ def test_free_failure_becomes_a_runtime_warning(ctx, monkeypatch):
 
 
 def test_stream_handshake_records_only_when_needed(ctx, backend):
-    native = places_backend()
+    native = default_backend(notify=False)
     producer = native.create_stream(0)
     consumer = native.create_stream(0)
     try:
@@ -397,7 +397,7 @@ def test_stream_handshake_records_only_when_needed(ctx, backend):
 
 
 def test_device_array_as_logical_data(ctx):
-    last = places_backend().device_count - 1
+    last = default_backend(notify=False).device_count - 1
     array = stf.DeviceArray.from_host(np.arange(6.0), stf.data_place.device(last))
     ld = ctx.logical_data(array, name="array")
     with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
@@ -630,4 +630,4 @@ def test_no_warnings_from_plain_use(ctx):
         capsule = array.__dlpack__()
         del array, capsule
         gc.collect()
-    _sync_default(places_backend())
+    _sync_default(default_backend(notify=False))

@@ -177,17 +177,16 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
     # (write-back when collected). run_program keeps the dropped data alive through
     # its locals `deps` and `t`, so a drop after a task using the data retires nothing
     # before finalize() and drain_retired is never tested by such programs.
-    import stflow._registry as registry
+    from stflow._registry import DataRegistry
     from stflow.testing import _programs as programs
     retired_live = []
-    original = registry._retire
+    original = DataRegistry.retire
 
-    def spy(runtime_ref, key):
-        runtime = runtime_ref()
-        retired_live.append(runtime is not None and not runtime.finalized)
-        original(runtime_ref, key)
+    def spy(registry, key):
+        retired_live.append(not registry.closed)
+        original(registry, key)
 
-    monkeypatch.setattr(registry, "_retire", spy)
+    monkeypatch.setattr(DataRegistry, "retire", spy)
     program = programs.Program(
         seed=3, devices=2,
         data=[programs.DataSpec((8,), "float64", "array")],

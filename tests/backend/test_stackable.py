@@ -15,8 +15,7 @@ def sctx(backend):
     ctx = stf.stackable_context(backend=backend)
     yield ctx
     if not ctx._runtime.finalized:
-        while ctx._runtime.scopes:
-            ctx._runtime.discard_scope(ctx._runtime.scopes[-1])
+        ctx._runtime.scopes.discard_all()
         ctx.finalize()
 
 

@@ -1,84 +1,85 @@
-"""Coherence planning of _coherence.py, with stand-in events (no backend)."""
+"""Coherence of _coherence.py, with stand-in events (no backend)."""
 
 from __future__ import annotations
 
+from stflow._access import READ, RW, WRITE
 from stflow._coherence import INVALID, MODIFIED, SHARED, DataState
-from stflow._deps import READ, WRITE
 
-from test_deps import FakeStream
+from helpers.standins import FakeStream
 
 HOST, DEV0, DEV1 = -1, 0, 1
-RW = READ | WRITE
 
 
-def registered():
-    state = DataState(nbytes=64)
+def registered() -> DataState:
+    state = DataState(1, nbytes=64, dtype=None)
     state.set_reference(HOST, allocation="user buffer")
     return state
 
 
-def test_reference_instance_starts_modified_and_needs_no_copy():
+def test_reference_instance_starts_modified():
     state = registered()
-    instance, source, prerequisites = state.plan_access(READ, HOST)
-    assert instance is state.reference and instance.state is MODIFIED
-    assert source is None and prerequisites == []
+    assert state.reference.state is MODIFIED and state.reference.is_reference
+    assert state.valid_source() is state.reference
 
 
-def test_reading_elsewhere_copies_from_the_valid_instance():
+def test_instances_are_created_once_invalid_and_without_memory():
     state = registered()
-    s = FakeStream("s")
-    instance, source, _ = state.plan_access(READ, DEV0)
-    assert instance.state is INVALID and instance.allocation is None
-    assert source is state.reference
-    copy_done = s.record()
-    state.copied(instance, source, copy_done)
-    assert instance.state is SHARED and state.reference.state is SHARED
-    assert instance.ready == {s: copy_done}
+    dev0 = state.instance(DEV0)
+    assert state.instance(DEV0) is dev0
+    assert dev0.state is INVALID and dev0.allocation is None and dev0.ready == {}
 
 
-def test_a_concurrent_reader_of_a_fresh_copy_waits_for_that_copy():
+def test_a_copy_makes_target_and_modified_source_shared():
     state = registered()
     s = FakeStream("s")
-    instance, source, _ = state.plan_access(READ, DEV0)
+    dev0 = state.instance(DEV0)
     copy_done = s.record()
-    state.copied(instance, source, copy_done)
-    again, source2, prerequisites = state.plan_access(READ, DEV0)
-    assert again is instance and source2 is None
-    assert prerequisites == [copy_done]
-
-
-def test_write_only_access_does_not_copy():
-    state = registered()
-    instance, source, _ = state.plan_access(WRITE, DEV1)
-    assert source is None
+    state.copied(dev0, state.reference, copy_done)
+    assert dev0.state is SHARED and state.reference.state is SHARED
+    assert dev0.ready == {s: copy_done}
 
 
 def test_a_write_invalidates_every_other_instance():
     state = registered()
     s = FakeStream("s")
-    dev0, source, _ = state.plan_access(READ, DEV0)
-    state.copied(dev0, source, s.record())
-    dev1, _, _ = state.plan_access(RW, DEV1)
+    dev0, dev1 = state.instance(DEV0), state.instance(DEV1)
+    state.copied(dev0, state.reference, s.record())
     end = s.record()
     state.released(dev1, RW, end)
     assert dev1.state is MODIFIED and dev1.ready == {}
-    assert dev0.state is INVALID and state.reference.state is INVALID
-    assert state.tracker.writer == {s: end}
+    assert dev0.state is INVALID and dev0.ready == {}
+    assert state.reference.state is INVALID
+    assert state.tracker.writer is end
 
 
-def test_copy_source_prefers_the_modified_instance():
+def test_writing_a_modified_instance_again_changes_no_instance():
     state = registered()
     s = FakeStream("s")
-    dev0, _, _ = state.plan_access(WRITE, DEV0)
+    dev0 = state.instance(DEV0)
     state.released(dev0, WRITE, s.record())
-    _, source, _ = state.plan_access(READ, DEV1)
-    assert source is dev0
+    ready = dev0.ready
+    for _ in range(3):
+        state.released(dev0, RW, s.record())
+    assert dev0.state is MODIFIED and dev0.ready is ready and not ready
+    assert state.reference.state is INVALID
+
+
+def test_copy_source_prefers_modified_then_device_memory():
+    state = registered()
+    s = FakeStream("s")
+    dev0 = state.instance(DEV0)
+    state.released(dev0, WRITE, s.record())
+    assert state.valid_source(DEV1) is dev0
+    host = state.reference
+    state.copied(host, dev0, s.record())            # now both shared
+    assert state.valid_source(DEV1) is dev0         # device memory before the host
+    assert state.valid_source(DEV0) is host         # never the target itself
 
 
 def test_writeback_copies_into_the_stale_reference_after_the_writer():
     state = registered()
     s = FakeStream("s")
-    dev0, _, _ = state.plan_access(RW, DEV0)
+    dev0 = state.instance(DEV0)
     end = s.record()
     state.released(dev0, RW, end)
     reference, source, prerequisites = state.writeback_plan()
@@ -88,26 +89,26 @@ def test_writeback_copies_into_the_stale_reference_after_the_writer():
 
 def test_no_writeback_when_the_reference_is_current_or_absent():
     assert registered().writeback_plan() is None
-    state = DataState(nbytes=8)                     # logical_data_empty: no user buffer
+    state = DataState(2, nbytes=8, dtype=None)      # logical_data_empty: no user buffer
     s = FakeStream("s")
-    dev0, _, _ = state.plan_access(WRITE, DEV0)
-    state.released(dev0, WRITE, s.record())
+    state.released(state.instance(DEV0), WRITE, s.record())
     assert state.writeback_plan() is None
 
 
 def test_never_written_data_has_no_source():
-    state = DataState(nbytes=8)
-    instance, source, prerequisites = state.plan_access(READ, DEV0)
-    assert source is None and instance.state is INVALID and prerequisites == []
+    state = DataState(3, nbytes=8, dtype=None)
+    state.instance(DEV0)
+    assert state.valid_source() is None
 
 
-def test_completed_copies_stop_ordering_later_readers():
+def test_restore_goes_back_to_a_snapshot():
     state = registered()
     s = FakeStream("s")
-    instance, source, _ = state.plan_access(READ, DEV0)
-    copy_done = s.record()
-    state.copied(instance, source, copy_done)
-    _, _, pending = state.plan_access(READ, DEV0, completed=lambda event: False)
-    assert pending == [copy_done]
-    _, _, done = state.plan_access(READ, DEV0, completed=lambda event: True)
-    assert done == [] and instance.ready == {}
+    before = state.snapshot()
+    reader = s.record()
+    state.tracker.release(READ, reader)
+    dev0 = state.instance(DEV0)                     # created after the snapshot
+    state.released(dev0, WRITE, s.record())
+    state.restore(before)
+    assert state.tracker.writer is None and state.tracker.readers == {}
+    assert state.reference.state is MODIFIED and dev0.state is INVALID

@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-from stflow._deps import (READ, WRITE, AccessTracker, choose_stream, merge_events,
-                          needs_wait)
+from stflow._access import READ, RW, WRITE
+from stflow._deps import AccessTracker, merge_events, needs_wait
 
-
-class FakeStream:
-    def __init__(self, name):
-        self.name = name
-        self.waited = {}
-        self.recorded = 0
-
-    def record(self):
-        self.recorded += 1
-        return FakeEvent(self, self.recorded)
-
-    def __repr__(self):
-        return self.name
-
-
-class FakeEvent:
-    def __init__(self, stream, seq):
-        self.stream = stream
-        self.seq = seq
-
-    def __repr__(self):
-        return f"{self.stream.name}#{self.seq}"
-
-
-RW = READ | WRITE
+from helpers.standins import FakeStream
 
 
 def test_read_after_write_waits_for_the_writer_only():
@@ -51,8 +27,8 @@ def test_write_after_read_waits_for_writer_and_every_reader():
     r1, r2 = b.record(), c.record()
     tracker.release(READ, r1)
     tracker.release(READ, r2)
-    assert set(tracker.prerequisites(WRITE)) == {w, r1, r2}
-    assert set(tracker.prerequisites(RW)) == {w, r1, r2}
+    assert tracker.prerequisites(WRITE) == [w, r1, r2]    # the writer first
+    assert tracker.prerequisites(RW) == [w, r1, r2]
 
 
 def test_a_write_becomes_the_only_prerequisite_and_forgets_readers():
@@ -61,9 +37,19 @@ def test_a_write_becomes_the_only_prerequisite_and_forgets_readers():
     tracker.release(READ, b.record())
     w = a.record()
     tracker.release(WRITE, w)
-    assert tracker.readers == {}
+    assert tracker.readers == {} and tracker.writer is w
     assert tracker.prerequisites(RW) == [w]
-    assert tracker.all_events() == [w]
+    assert tracker.events() == [w]
+
+
+def test_a_steady_write_chain_allocates_no_new_containers():
+    a, b = FakeStream("a"), FakeStream("b")
+    tracker = AccessTracker()
+    readers = tracker.readers
+    tracker.release(READ, b.record())
+    for _ in range(3):
+        tracker.release(RW, a.record())
+    assert tracker.readers is readers and not readers
 
 
 def test_readers_keep_only_the_newest_event_per_stream():
@@ -76,10 +62,15 @@ def test_readers_keep_only_the_newest_event_per_stream():
     assert tracker.readers == {b: second}
 
 
+def test_nothing_to_wait_for_before_the_first_access():
+    tracker = AccessTracker()
+    assert tracker.prerequisites(RW) == [] and tracker.events() == []
+
+
 def test_merge_keeps_the_newest_event_of_each_stream():
     a, b = FakeStream("a"), FakeStream("b")
     a1, a2, b1 = a.record(), a.record(), b.record()
-    assert set(merge_events([a1, b1, a2, a1])) == {a2, b1}
+    assert merge_events([a1, b1, a2, a1]) == [a2, b1]
 
 
 def test_no_wait_on_own_stream_and_no_repeated_wait():
@@ -91,22 +82,3 @@ def test_no_wait_on_own_stream_and_no_repeated_wait():
     assert needs_wait(b, a2)               # a newer event of a needs a new wait
     assert not needs_wait(b, a1)           # older than one already waited for
     assert b.waited == {a: 2}
-
-
-def test_choose_stream_prefers_a_prerequisite_stream_in_the_pool():
-    pool = [FakeStream("p0"), FakeStream("p1"), FakeStream("p2")]
-    other = FakeStream("elsewhere")
-    e_other, e_p2 = other.record(), pool[2].record()
-    stream, following = choose_stream(pool, set(pool), [e_other, e_p2], 0)
-    assert stream is pool[2] and following == 0
-
-
-def test_choose_stream_round_robin_without_prerequisites_in_the_pool():
-    pool = [FakeStream("p0"), FakeStream("p1")]
-    chosen = []
-    position = 0
-    for _ in range(4):
-        stream, position = choose_stream(pool, set(pool), [FakeStream("x").record()],
-                                         position)
-        chosen.append(stream)
-    assert chosen == [pool[0], pool[1], pool[0], pool[1]]

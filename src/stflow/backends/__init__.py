@@ -1,6 +1,7 @@
 """Backend selection.
 
-``"emulated"`` is always available. ``"cuda"`` needs ``cuda.bindings`` (the ``cu12`` or
+``"emulated"`` and ``"null"`` (synchronous, for measurements and debugging) are always
+available. ``"cuda"`` needs ``cuda.bindings`` (the ``cu12`` or
 ``cu13`` extra) and at least one visible device. ``"auto"`` takes CUDA when it is
 usable and otherwise falls back to the emulated backend, saying so once per process
 with a :class:`~stflow.errors.BackendNotice`.
@@ -17,11 +18,10 @@ from ._base import HOST, MANAGED, Allocation, Backend
 
 __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
 
-_BACKEND_NAMES = ("auto", "cuda", "emulated")
+_BACKEND_NAMES = ("auto", "cuda", "emulated", "null")
 _auto: Backend | None = None
 _auto_reason: str | None = None      # why "auto" fell back to emulation
 _noticed = False
-_last_context_backend: Backend | None = None
 _lock = threading.Lock()
 
 
@@ -44,7 +44,7 @@ def get_backend(name: str, *, notify: bool = True) -> Backend:
     Raises
     ------
     ValueError
-        ``name`` is not ``"auto"``, ``"cuda"`` or ``"emulated"``.
+        ``name`` is not ``"auto"``, ``"cuda"``, ``"emulated"`` or ``"null"``.
     BackendUnavailableError
         ``"cuda"`` was asked for and cannot be used; the message says why.
     """
@@ -53,6 +53,9 @@ def get_backend(name: str, *, notify: bool = True) -> Backend:
     if name == "emulated":
         from .emulated import get_backend as emulated
         return emulated()
+    if name == "null":
+        from .null import get_backend as null
+        return null()
     if name == "cuda":
         return _cuda()
     if name == "auto":
@@ -87,21 +90,6 @@ def default_backend(*, notify: bool = True) -> Backend:
     """The backend that ``STFLOW_BACKEND`` (default ``"auto"``) selects."""
     from .._config import config
     return get_backend(config().backend, notify=notify)
-
-
-def note_context_backend(backend: Backend) -> None:
-    """Remember the backend of the newest context (see :func:`places_backend`)."""
-    global _last_context_backend
-    _last_context_backend = backend
-
-
-def places_backend() -> Backend:
-    """The backend place factories check device ordinals against.
-
-    The backend of the most recently created context, else the default backend
-    (resolved without the fallback notice: only running work is worth a notice).
-    """
-    return _last_context_backend or default_backend(notify=False)
 
 
 class _PlaceAllocator:
@@ -167,7 +155,4 @@ def machine_init() -> None:
     needs it); call it yourself only to prepare devices before that.
     Idempotent. A driver failure raises ``CudaError``.
     """
-    backend = default_backend()
-    init = getattr(backend, "machine_init", None)
-    if init is not None:
-        init()
+    default_backend().machine_init()

@@ -1,22 +1,35 @@
 """The backend contract: everything the runtime asks of a device.
 
-Every module above this one talks to devices only through a :class:`Backend`. A backend
-is one module (``emulated.py``, ``cuda.py``) implementing these operations:
+Every module above ``backends/`` talks to devices only through a :class:`Backend`, and
+only ``backends/`` imports ``cuda.bindings``. A backend is one module (``emulated.py``,
+``cuda.py``, ``null.py``) implementing the abstract methods below; everything else has
+a default. A new backend can be written from this file alone.
 
 ==================  ===============================================================
-devices             ``device_count``, ``current_device``/``set_current_device``
+devices             ``device_count``, ``current_device``/``set_current_device``,
+                    ``describe``, ``machine_init``
 streams             ``create_stream``, ``destroy_stream``, ``stream_from_handle``
 events              ``record``, ``wait``, ``query``, ``synchronize``
-memory              ``allocate``, ``free``, ``locate``, ``register_host``
-copies              ``copy`` (any direction, stream-ordered)
-host work           ``launch_host_func`` (a Python callable in stream order)
+memory              ``allocate``, ``free``, ``locate``, ``register_host``,
+                    ``unregister_host``, ``is_pinned``
+copies              ``copy`` (any direction, stream-ordered), ``fill``
+device work         ``launch_host_func`` (a Python callable in stream order),
+                    ``launch_kernel`` (a ``cuda_kernel`` launch)
+foreign producers   ``synchronize_producer`` (a CUDA Array Interface ``stream``)
 views               ``task_view`` (what a task body sees), ``host_array``
+timestamps          ``timestamp``, ``timestamp_seconds`` (traces only)
+graphs              ``graphs``: a ``_graphs.GraphSupport`` or ``None``
 ==================  ===============================================================
+
+Capabilities are plain attributes, never probed by name: ``name``,
+``bodies_wait_on_host``, ``pinned_host_required``, ``gpu_memory``, ``nvtx_ranges``,
+``seed``.
 
 Streams and events are small objects with the attributes the ordering layer reads
 (``_deps.py``): a stream knows its handle, its device, how many events were recorded on
 it and which events of other streams it already waited for; an event knows its stream
-and its position in that stream.
+and its position in that stream. Device numbers double as places (:data:`HOST`,
+:data:`MANAGED`, :data:`AFFINE`, :data:`USER_PAGEABLE`, or an ordinal).
 """
 
 from __future__ import annotations
@@ -29,13 +42,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["Allocation", "Backend", "Event", "Stream", "HOST", "MANAGED", "USER_PAGEABLE",
-           "callback_state", "describable", "pointer_array"]
+__all__ = ["AFFINE", "Allocation", "Backend", "CurrentDevice", "Event", "HOST",
+           "KernelLaunch",
+           "MANAGED", "Stream", "USER_PAGEABLE", "callback_state", "describable",
+           "pointer_array"]
 
 HOST = -1
 """Device number used for host memory and host execution."""
 MANAGED = -2
 """Device number used for managed memory."""
+AFFINE = -3
+"""Place number of ``data_place.affine()``: the memory of the task's execution place
+(a place only; never the device of an instance)."""
 USER_PAGEABLE = -6
 """Place of a user's host buffer that could not be page-locked on a backend whose
 host instances must be (see :attr:`Backend.pinned_host_required`): it is only ever a
@@ -52,6 +70,12 @@ callback_state = _CallbackState()
 submit work to a context or block on the device."""
 
 
+class CurrentDevice(threading.local):
+    """The current device of each thread, for backends that keep it themselves."""
+
+    device = 0
+
+
 class Stream:
     """A stream of a backend.
 
@@ -60,28 +84,35 @@ class Stream:
     handle : int
         The raw handle (``CUstream`` on CUDA, an opaque id on the emulated backend).
     device : int
-        The device it belongs to (``HOST`` for streams of host execution places).
+        The execution place it serves (``HOST`` for streams of host places).
+    ordinal : int
+        The device whose context the stream belongs to (streams of host places live
+        on a device too).
     recorded : int
         Number of events recorded on it so far; the newest has ``seq == recorded``.
     waited : dict
         For every other stream, the ``seq`` of the newest event of that stream this
-        stream already waits for (used to skip redundant waits).
+        stream already waits for (used to skip redundant waits). Only the runtime that
+        owns the stream writes it; foreign streams are never given ordering state.
     last_event : Event or None
         The newest event recorded on it.
     error_sink : callable or None
-        Where asynchronous failures of work on this stream are reported.
+        Where asynchronous failures of work on this stream are reported:
+        ``error_sink(exc)`` or ``error_sink(exc, order)``.
     """
 
-    __slots__ = ("handle", "device", "recorded", "waited", "last_event", "error_sink",
-                 "__weakref__")
+    __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
+                 "error_sink", "__weakref__")
 
-    def __init__(self, handle: int, device: int) -> None:
+    def __init__(self, handle: int, device: int, ordinal: int | None = None,
+                 error_sink: Callable[..., None] | None = None) -> None:
         self.handle = handle
         self.device = device
+        self.ordinal = max(device, 0) if ordinal is None else ordinal
         self.recorded = 0
         self.waited: dict[Stream, int] = {}
         self.last_event: Event | None = None
-        self.error_sink: Callable[..., None] | None = None
+        self.error_sink = error_sink
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} 0x{self.handle:x} device={self.device}>"
@@ -126,6 +157,45 @@ class Allocation:
         return f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}>"
 
 
+class KernelLaunch:
+    """One launch of a ``cuda_kernel`` body, checked and marshalled.
+
+    Attributes
+    ----------
+    kernel : object
+        As the user gave it (a ``cuda.core`` ``Kernel``, a CuPy ``RawKernel``, an
+        ``int`` ``CUfunction``; a Python callable on the emulated backend).
+    grid, block : tuple of 3 ints
+    shmem : int
+        Dynamic shared memory in bytes.
+    args : tuple
+        The arguments as given.
+    packed : list of ctypes objects
+        The arguments as the kernel receives them (C layout).
+    buffers : list of (Allocation, shape, dtype, writable)
+        The task's instances (the emulated backend passes arrays of them in place of
+        their addresses).
+    label : str
+        Names the task in error messages.
+    """
+
+    __slots__ = ("kernel", "grid", "block", "shmem", "args", "packed", "buffers",
+                 "label")
+
+    def __init__(self, kernel: Any, grid: tuple[int, int, int],
+                 block: tuple[int, int, int], shmem: int, args: tuple, packed: list,
+                 buffers: list[tuple[Allocation, tuple[int, ...], np.dtype, bool]],
+                 label: str) -> None:
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+        self.shmem = shmem
+        self.args = args
+        self.packed = packed
+        self.buffers = buffers
+        self.label = label
+
+
 class Backend(abc.ABC):
     """The operations the runtime needs from a device.
 
@@ -133,24 +203,29 @@ class Backend(abc.ABC):
     -----
     All operations taking a ``stream`` are asynchronous and ordered on it, except those
     documented as blocking (``synchronize``). Backends are process-wide singletons
-    shared by every context using them.
+    shared by every context using them (graph mode wraps one in a per-context
+    recorder, ``recording.py``).
     """
 
     name: str
-    """``"emulated"`` or ``"cuda"``."""
-    bodies_wait_on_host: bool
+    """``"emulated"``, ``"cuda"``, ``"null"``: for messages and ``ctx.backend``."""
+    bodies_wait_on_host: bool = False
     """True when a task body may touch its data from the host right after ``start()``
     (the emulated backend blocks the host until the prerequisites are done)."""
-    graph_instantiations: int = 0
-    """Graphs instantiated so far (graph mode's recording backend counts them)."""
-    graphs: Any = None
-    """Graph construction and launch (a ``_graphs.GraphSupport``), or ``None``."""
-    records: bool = False
-    """True for graph mode's recorder: task bodies are captured (``begin_body``)."""
     pinned_host_required: bool = False
     """True when host instances must be page-locked memory (so that device work can
     reach them): a user buffer that :meth:`register_host` cannot page-lock then lives
     at ``USER_PAGEABLE`` and tasks get a runtime-allocated pinned instance."""
+    gpu_memory: bool = False
+    """True when device memory is CUDA memory: buffers in GPU memory (CUDA Array
+    Interface, DLPack CUDA devices) can be registered, and task views are CUDA Array
+    Interface objects."""
+    nvtx_ranges: bool = False
+    """True when NVTX ranges mean something here (a profiler can see the work)."""
+    seed: int | None = None
+    """The seed of a backend that randomises its schedule (reported in statistics)."""
+    graphs: Any = None
+    """Graph construction and launch (a ``_graphs.GraphSupport``), or ``None``."""
 
     # -- devices -----------------------------------------------------------------
     @property
@@ -170,10 +245,15 @@ class Backend(abc.ABC):
         """A one-line description of the devices, for messages and the demo."""
         return f"{self.name} backend, {self.device_count} device(s)"
 
+    def machine_init(self) -> None:
+        """Prepare the devices (peer access, memory pools); idempotent."""
+
     # -- streams and events ------------------------------------------------------
     @abc.abstractmethod
-    def create_stream(self, device: int) -> Stream:
-        """Create a stream on ``device`` (``HOST``: a stream for host work)."""
+    def create_stream(self, device: int,
+                      error_sink: Callable[..., None] | None = None) -> Stream:
+        """Create a stream on ``device`` (``HOST``: a stream for host work) whose
+        asynchronous failures go to ``error_sink``."""
 
     @abc.abstractmethod
     def destroy_stream(self, stream: Stream) -> None:
@@ -198,6 +278,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def synchronize(self, event: Event) -> None:
         """Block the host until ``event`` completes."""
+
+    def synchronize_producer(self, handle: int) -> None:
+        """Block until the foreign stream ``handle`` is idle (a CUDA Array Interface
+        producer's pending work; only backends with :attr:`gpu_memory` get one)."""
 
     # -- memory ------------------------------------------------------------------
     @abc.abstractmethod
@@ -229,7 +313,7 @@ class Backend(abc.ABC):
         """True when host memory ``[ptr, ptr + nbytes)`` is already page-locked."""
         return False
 
-    # -- copies and host work ----------------------------------------------------
+    # -- copies and device work --------------------------------------------------
     @abc.abstractmethod
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         """Copy ``nbytes`` from address ``src`` to address ``dst`` in stream order."""
@@ -242,26 +326,17 @@ class Backend(abc.ABC):
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a host thread in stream order. ``fn`` must not raise."""
 
-    # -- synchronisation points of a context ------------------------------------
-    def fence_stream(self, stream: Stream) -> Stream:
-        """The stream ``fence()`` hands out, once ``stream`` waits for all the work.
+    def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
+        """Enqueue ``launch`` on ``stream`` (``cuda_kernel`` bodies).
 
-        Stream mode: ``stream`` itself. Graph mode: the recorded epoch is launched
-        and a real stream ordered after it is returned.
+        Raises
+        ------
+        BackendUnavailableError
+            This backend cannot run kernels of that kind.
         """
-        return stream
-
-    def begin_body(self, stream: Stream) -> None:
-        """A task body is about to enqueue work on ``stream`` (graph mode captures
-        it); called only when :attr:`records` is true."""
-
-    def pending_events(self) -> list[Event]:
-        """Events of work the backend itself enqueued for the context (graph
-        launches) that a fence or finalize must wait for."""
-        return []
-
-    def context_finalized(self) -> None:
-        """Release what a backend holds for one context (per-context backends)."""
+        from .._errors import BackendUnavailableError
+        raise BackendUnavailableError(f"{launch.label}: the {self.name} backend cannot "
+                                      "launch kernels")
 
     # -- timestamps (for traces) -------------------------------------------------
     def timestamp(self, stream: Stream | None) -> Any:

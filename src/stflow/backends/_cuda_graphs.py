@@ -274,7 +274,7 @@ class CudaGraphSupport(GraphSupport):
         deps = list(deps)
         resources = self._owner(graph)
         loop = self._bodies.get(int(graph))
-        device = stream.cuda_device  # type: ignore[attr-defined]
+        device = stream.ordinal
         if loop is not None and device != loop.device:
             raise ScopeError(f"work of device {device} cannot run in the body of a loop "
                              f"on device {loop.device}: the body of a CUDA conditional "
@@ -472,7 +472,7 @@ class CudaGraphSupport(GraphSupport):
             else:
                 args.append(ctypes.c_int64(_integer_threshold(op, float(threshold))))
         source = _condition_source(tuple(signature), combiner)
-        device = stream.cuda_device  # type: ignore[attr-defined]
+        device = stream.ordinal
         kernel = self._function(source, "stflow_condition", device)
         array = _kernel_params(args)
         _cu.check(_cu.driver.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0,
@@ -520,7 +520,7 @@ class CudaGraphSupport(GraphSupport):
             try:
                 event = pool.pop()
             except IndexError:
-                event = self._backend._new_event(stream.cuda_device)  # type: ignore
+                event = self._backend._new_event(stream.ordinal)
             entry = executable.launched[stream.handle] = (event, pool)
         _cu.check(self._cuEventRecord(entry[0], native),
                   f"recording the end of a CUDA graph launch on {stream!r}")

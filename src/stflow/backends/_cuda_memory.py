@@ -119,7 +119,7 @@ class CudaMemory:
         d = _cu.driver
         if device >= 0:
             step = f"allocating {nbytes} bytes on device {device}"
-            if stream is not None and stream.cuda_device == device:  # type: ignore
+            if stream is not None and stream.ordinal == device:
                 err, ptr = d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
                                                      stream.native)  # type: ignore
                 if err:
@@ -416,7 +416,7 @@ class CudaMemory:
         try:
             handle = pool.pop()
         except IndexError:
-            handle = self._new_event(stream.cuda_device)  # type: ignore[attr-defined]
+            handle = self._new_event(stream.ordinal)
         (err,) = _cu.driver.cuEventRecord(handle, stream.native)  # type: ignore
         if err:
             pool.append(handle)

@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import sys
 import threading
 import time
 import warnings
@@ -74,7 +75,7 @@ import numpy as np
 from .._errors import BackendUnavailableError, PlaceError, ScopeError
 from .._views import stf_cai
 from . import _cuda_driver as _cu
-from ._base import HOST, Allocation, Backend, Event, Stream, callback_state
+from ._base import HOST, Allocation, Backend, Event, KernelLaunch, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError
 from ._cuda_graphs import CudaGraphSupport
 from ._cuda_memory import CudaMemory
@@ -94,22 +95,20 @@ class DriverStream(Stream):
     ----------
     native : CUstream
         The bindings' handle object, passed to driver calls.
-    cuda_device : int
-        The device whose context the stream belongs to (``device`` is ``HOST`` for the
-        streams of host execution places, which still live on a device).
     events : list
-        The free list of event handles of that device.
+        The free list of event handles of its device (``ordinal``: the device whose
+        context the stream belongs to; ``device`` is ``HOST`` for the streams of host
+        execution places, which still live on a device).
     owned : bool
         False for wrapped foreign handles, which stflow never destroys.
     """
 
-    __slots__ = ("native", "cuda_device", "events", "owned")
+    __slots__ = ("native", "events", "owned")
 
-    def __init__(self, native: Any, device: int, cuda_device: int, events: list,
-                 owned: bool) -> None:
-        super().__init__(int(native), device)
+    def __init__(self, native: Any, device: int, ordinal: int, events: list,
+                 owned: bool, error_sink: Callable[..., None] | None = None) -> None:
+        super().__init__(int(native), device, ordinal, error_sink)
         self.native = native
-        self.cuda_device = cuda_device
         self.events = events
         self.owned = owned
 
@@ -152,6 +151,8 @@ class CudaBackend(CudaMemory, Backend):
     name = "cuda"
     bodies_wait_on_host = False
     pinned_host_required = True
+    gpu_memory = True
+    nvtx_ranges = True
 
     def __init__(self) -> None:
         d = _cu.driver
@@ -322,16 +323,17 @@ class CudaBackend(CudaMemory, Backend):
         finally:
             self._pop(device)
 
-    def create_stream(self, device: int) -> DriverStream:
+    def create_stream(self, device: int,
+                      error_sink: Callable[..., None] | None = None) -> DriverStream:
         """A non-blocking stream on ``device`` (``HOST``: on the current device)."""
-        cuda_device = self.current_device() if device == HOST else device
-        self._check_ordinal(cuda_device, "create_stream")
+        ordinal = self.current_device() if device == HOST else device
+        self._check_ordinal(ordinal, "create_stream")
         try:
-            native = self._free_streams[cuda_device].pop()
+            native = self._free_streams[ordinal].pop()
         except IndexError:
-            native = self._new_stream(cuda_device)
-        stream = DriverStream(native, device, cuda_device, self._event_pools[cuda_device],
-                              True)
+            native = self._new_stream(ordinal)
+        stream = DriverStream(native, device, ordinal, self._event_pools[ordinal], True,
+                              error_sink)
         self._streams[stream.handle] = stream
         return stream
 
@@ -347,12 +349,12 @@ class CudaBackend(CudaMemory, Backend):
             return
         stream.owned = False
         self._streams.pop(stream.handle, None)
-        free = self._free_streams[stream.cuda_device]
+        free = self._free_streams[stream.ordinal]
         if len(free) < _STREAM_FREE_LIST:
             free.append(stream.native)
         else:
             _cu.check(_cu.driver.cuStreamDestroy(stream.native),
-                      f"destroying a stream of device {stream.cuda_device}")
+                      f"destroying a stream of device {stream.ordinal}")
 
     def stream_from_handle(self, handle: int) -> DriverStream:
         """Wrap a raw ``CUstream`` handle (``0``: the legacy default stream).
@@ -371,10 +373,9 @@ class CudaBackend(CudaMemory, Backend):
         if stream is None:
             self._ensure_context()
             native = _cu.driver.CUstream(handle)
-            cuda_device = (key[1] if isinstance(key, tuple)
-                           else self._stream_device(native))
-            stream = DriverStream(native, cuda_device, cuda_device,
-                                  self._event_pools[cuda_device], False)
+            ordinal = key[1] if isinstance(key, tuple) else self._stream_device(native)
+            stream = DriverStream(native, ordinal, ordinal, self._event_pools[ordinal],
+                                  False)
             self._foreign[key] = stream
         return stream
 
@@ -393,7 +394,7 @@ class CudaBackend(CudaMemory, Backend):
                 _cu.check(d.cuCtxPopCurrent(), "cuCtxPopCurrent")
         return device
 
-    def synchronize_handle(self, handle: int) -> None:
+    def synchronize_producer(self, handle: int) -> None:
         """Block until a producer's stream is idle (1: legacy, 2: per-thread default).
 
         Raises
@@ -430,7 +431,7 @@ class CudaBackend(CudaMemory, Backend):
         try:
             handle = pool.pop()
         except IndexError:
-            handle = self._new_event(stream.cuda_device)  # type: ignore[attr-defined]
+            handle = self._new_event(stream.ordinal)
         (err,) = self._cuEventRecord(handle, stream.native)  # type: ignore[attr-defined]
         if err:
             pool.append(handle)
@@ -512,7 +513,7 @@ class CudaBackend(CudaMemory, Backend):
         """
         if stream is None:
             return time.perf_counter()
-        device = stream.cuda_device  # type: ignore[attr-defined]
+        device = stream.ordinal
         pool = self._timing_pools[device]
         try:
             handle = pool.pop()
@@ -606,6 +607,78 @@ class CudaBackend(CudaMemory, Backend):
                 state.active = previous
         except BaseException:  # noqa: BLE001 - nothing may escape into the driver
             pass
+
+    # -- kernels -------------------------------------------------------------------
+    def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
+        """``cuLaunchKernel`` of ``launch`` on ``stream`` (see ``KernelLaunch``).
+
+        ``launch.kernel`` is a ``cuda.core`` ``Kernel`` (a ``CUkernel`` is resolved to
+        the ``CUfunction`` of the stream's device), a CuPy ``RawKernel`` (its compiled
+        function for that device), a ``CUfunction`` or an ``int`` ``CUfunction``.
+
+        Raises
+        ------
+        TypeError
+            Another kind of kernel.
+        BackendUnavailableError
+            ``cuda.core`` is not installed.
+        CudaError
+            The driver refused the launch.
+        """
+        if "cuda.core" not in sys.modules:
+            try:
+                import cuda.core  # noqa: F401
+            except ImportError as exc:
+                raise BackendUnavailableError(
+                    "cuda_kernel.launch needs cuda.core; install stflow[cu12] or "
+                    "stflow[cu13] (cuda-core)") from exc
+        native: Any = stream.native  # type: ignore[attr-defined]
+        function = self._function(launch.kernel, stream.ordinal, launch.label)
+        packed = launch.packed
+        pointers = (ctypes.c_void_p * max(len(packed), 1))(
+            *[ctypes.addressof(value) for value in packed])
+        _cu.check(_cu.driver.cuLaunchKernel(
+            function, *launch.grid, *launch.block, launch.shmem, native,
+            ctypes.addressof(pointers) if packed else 0, 0),
+            f"{launch.label}: cuLaunchKernel")
+
+    def _function(self, kernel: Any, device: int, label: str) -> Any:
+        """The ``CUfunction`` of ``kernel`` for ``device``."""
+        driver = _cu.driver
+        if isinstance(kernel, bool):
+            raise TypeError("launch: kernel must be a cuda.core Kernel, a CuPy "
+                            "RawKernel or an int CUfunction, got bool")
+        if isinstance(kernel, int):
+            return driver.CUfunction(kernel)
+        if isinstance(kernel, driver.CUfunction):
+            return kernel
+        resolve: Callable[[], Any] | None = None
+        handle = getattr(kernel, "handle", None)
+        if handle is not None and (type(kernel).__module__ or "").startswith("cuda.core"):
+            if isinstance(handle, driver.CUfunction):
+                return handle
+            if isinstance(handle, driver.CUkernel):
+                def resolve() -> Any:
+                    return _cu.check(driver.cuKernelGetFunction(handle),
+                                     f"{label}: resolving a CUkernel to the "
+                                     f"CUfunction of device {device}")
+            else:
+                return driver.CUfunction(int(handle))
+        elif hasattr(kernel, "kernel") and (type(kernel).__module__ or "").startswith(
+                "cupy"):
+            def resolve() -> Any:
+                return driver.CUfunction(int(kernel.kernel.ptr))
+        if resolve is None:
+            raise TypeError(f"launch: kernel must be a cuda.core Kernel, a CuPy "
+                            f"RawKernel or an int CUfunction on the CUDA backend, got "
+                            f"{type(kernel).__name__}")
+        previous = self.current_device()
+        self.set_current_device(device)      # also when the thread has no context
+        try:
+            return resolve()
+        finally:
+            if previous != device:
+                self.set_current_device(previous)
 
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],

@@ -30,7 +30,6 @@ running other streams, so a missing edge is a real race.
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import functools
 import itertools
@@ -44,11 +43,15 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._errors import ScopeError
-from ._base import (HOST, Allocation, Backend, Event, Stream, callback_state, describable,
-                    pointer_array)
+from .._errors import ScopeError, work_ids
+from ._base import (Allocation, Backend, CurrentDevice, Event, KernelLaunch, Stream,
+                    callback_state)
+from ._host_memory import HostMemory, HostView, poison, python_kernel
 
-__all__ = ["EmulatedBackend", "EmulatedView", "get_backend"]
+__all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
+
+EmulatedView = HostView
+"""What task bodies get on the emulated backend (a :class:`HostView`)."""
 
 _CALL, _RECORD, _WAIT = 0, 1, 2
 _HOLD_SECONDS = 50e-6
@@ -57,8 +60,9 @@ _HOLD_SECONDS = 50e-6
 class EmulatedStream(Stream):
     __slots__ = ("queue", "capture")
 
-    def __init__(self, handle: int, device: int) -> None:
-        super().__init__(handle, device)
+    def __init__(self, handle: int, device: int,
+                 error_sink: Callable[..., None] | None = None) -> None:
+        super().__init__(handle, device, max(device, 0), error_sink)
         self.queue: deque[tuple[int, Any]] = deque()
         self.capture: Any = None        # a graph capture (``_emulated_graphs``)
 
@@ -168,91 +172,6 @@ def _report(stream: Stream, exc: BaseException) -> None:
                       RuntimeWarning, stacklevel=1)
 
 
-def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
-    """Fill a byte buffer with the poison pattern for ``dtype``."""
-    if dtype.kind in "fc" and dtype.itemsize and buffer.nbytes % dtype.itemsize == 0:
-        buffer.view(dtype).fill(np.nan)
-    else:
-        buffer.fill(0xA5)
-
-
-class EmulatedView:
-    """A task's view of emulated device memory.
-
-    Exposes ``__array_interface__`` (v3) and CPU DLPack instead of the CUDA Array
-    Interface, so ``numpy.asarray(view)`` is a zero-copy view of the emulated device
-    memory, writable unless the dependency is ``read()``.
-
-    Notes
-    -----
-    The view is valid between the task's ``start()`` and ``end()``; afterwards it raises
-    :class:`ScopeError`. Arrays already made from it keep the memory alive.
-    """
-
-    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid")
-
-    def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
-                 dtype: np.dtype, readonly: bool) -> None:
-        # Keep the buffer itself: arrays made from the view outlive a free() of the
-        # allocation (they then see the poison pattern, never released memory).
-        self._allocation = allocation.owner
-        self.ptr = ptr
-        self.shape = shape
-        self.dtype = dtype
-        self.readonly = readonly
-        self.stream = 0
-        self._invalid: str | None = None
-
-    def _invalidate(self, why: str) -> None:
-        self._invalid = why
-
-    @property
-    def __array_interface__(self) -> dict:
-        if self._invalid is not None:
-            raise ScopeError(self._invalid)
-        if not describable(self.dtype):
-            # The interface cannot express this dtype (padded records): without the
-            # attribute, NumPy builds the array through __array__, exactly.
-            raise AttributeError("__array_interface__")
-        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
-                "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
-                "strides": None}
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        if self._invalid is not None:
-            raise ScopeError(self._invalid)
-        array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
-                              self._allocation)
-        if dtype is not None and np.dtype(dtype) != array.dtype:
-            return array.astype(dtype)
-        return array.copy() if copy else array
-
-    def __getitem__(self, key: str) -> Any:
-        return self.__array_interface__[key]
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.__array_interface__.get(key, default)
-
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                   dl_device: Any = None, copy: Any = None) -> Any:
-        array = np.asarray(self)
-        kwargs: dict[str, Any] = {}
-        if max_version is not None:
-            kwargs["max_version"] = max_version
-        if dl_device is not None:
-            kwargs["dl_device"] = dl_device
-        if copy is not None:
-            kwargs["copy"] = copy
-        return array.__dlpack__(stream=stream, **kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (1, 0)
-
-    def __repr__(self) -> str:
-        return (f"EmulatedView(ptr=0x{self.ptr:x}, shape={self.shape}, "
-                f"dtype={self.dtype}, readonly={self.readonly})")
-
-
 class EmulatedBackend(Backend):
     """K virtual devices driven by one seeded random scheduler thread."""
 
@@ -260,20 +179,15 @@ class EmulatedBackend(Backend):
     bodies_wait_on_host = True
 
     def __init__(self, devices: int, seed: int) -> None:
+        self.seed = seed
         self._devices = devices
         self._scheduler = _Scheduler(seed)
         self._handles = itertools.count(0x5F0010, 0x10)
         self._streams: weakref.WeakValueDictionary[int, EmulatedStream] = \
             weakref.WeakValueDictionary()
-        self._lock = threading.Lock()
-        self._memory_starts: list[int] = []       # sorted
-        self._memory: dict[int, tuple[int, int]] = {}   # start -> (end, device)
-        self._local = threading.local()
+        self._memory = HostMemory()
+        self._local = CurrentDevice()
         self._default_stream = self.create_stream(0)
-
-    @property
-    def seed(self) -> int:
-        return self._scheduler.seed
 
     @property
     def device_count(self) -> int:
@@ -284,14 +198,15 @@ class EmulatedBackend(Backend):
                 f"seed {self.seed}")
 
     def current_device(self) -> int:
-        return getattr(self._local, "device", 0)
+        return self._local.device
 
     def set_current_device(self, device: int) -> None:
         self._local.device = device
 
     # -- streams and events ------------------------------------------------------
-    def create_stream(self, device: int) -> EmulatedStream:
-        stream = EmulatedStream(next(self._handles), device)
+    def create_stream(self, device: int,
+                      error_sink: Callable[..., None] | None = None) -> EmulatedStream:
+        stream = EmulatedStream(next(self._handles), device, error_sink)
         self._streams[stream.handle] = stream
         return stream
 
@@ -363,40 +278,17 @@ class EmulatedBackend(Backend):
     # -- memory ------------------------------------------------------------------
     def allocate(self, device: int, nbytes: int, stream: Stream | None,
                  dtype: np.dtype) -> Allocation:
-        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
-        poison(buffer, dtype)
-        ptr = buffer.ctypes.data
-        allocation = Allocation(ptr, nbytes, device, dtype, buffer)
-        with self._lock:
-            bisect.insort(self._memory_starts, ptr)
-            self._memory[ptr] = (ptr + buffer.nbytes, device)
-        return allocation
+        return self._memory.allocate(device, nbytes, dtype)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
-        def release() -> None:
-            buffer = allocation.owner
-            if buffer is not None:
-                poison(buffer, allocation.dtype)
-            with self._lock:
-                if self._memory.pop(allocation.ptr, None) is not None:
-                    index = bisect.bisect_left(self._memory_starts, allocation.ptr)
-                    del self._memory_starts[index]
-            allocation.owner = None
-
         if stream is None:
-            release()
+            self._memory.release(allocation)
         else:
-            self.enqueue_call(stream, release)
+            memory = self._memory
+            self.enqueue_call(stream, lambda: memory.release(allocation))
 
     def locate(self, ptr: int) -> int:
-        with self._lock:
-            index = bisect.bisect_right(self._memory_starts, ptr) - 1
-            if index >= 0:
-                start = self._memory_starts[index]
-                end, device = self._memory[start]
-                if ptr < end:
-                    return device
-        return HOST
+        return self._memory.locate(ptr)
 
     # -- copies and host work ----------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
@@ -421,6 +313,23 @@ class EmulatedBackend(Backend):
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         self.enqueue_call(stream, fn)
 
+    def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
+        """Enqueue ``launch.kernel(*args)``, a Python callable, in stream order (see
+        :func:`~._host_memory.python_kernel` for what it receives)."""
+        kernel, values = python_kernel(launch, self.host_array)
+        sink = stream.error_sink
+        order = next(work_ids)            # errors are reported in submission order
+
+        def run() -> None:
+            try:
+                kernel(*values)
+            except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+                if sink is None:
+                    raise
+                sink(exc, order)
+
+        self.enqueue_call(stream, run)
+
     # -- timestamps --------------------------------------------------------------
     def timestamp(self, stream: Stream | None) -> list[Any]:
         """``[seconds, event]``: the host clock read when ``stream`` gets here."""
@@ -444,8 +353,8 @@ class EmulatedBackend(Backend):
 
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> EmulatedView:
-        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+                  dtype: np.dtype, readonly: bool) -> HostView:
+        return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly)
 
 
 _backend: EmulatedBackend | None = None

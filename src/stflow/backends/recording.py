@@ -37,7 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._errors import ScopeError
-from ._base import Allocation, Backend, Event, Stream
+from ._base import Allocation, Backend, Event, KernelLaunch, Stream
 
 __all__ = ["GraphEvent", "GraphRecorder", "RecordingStream"]
 
@@ -101,7 +101,7 @@ class RecordingStream(Stream):
     __slots__ = ("real", "frontier", "capturing", "open_node", "top")
 
     def __init__(self, real: Stream, top: Graph) -> None:
-        super().__init__(real.handle, real.device)
+        super().__init__(real.handle, real.device, real.ordinal, real.error_sink)
         self.real = real
         self.top = top
         self.frontier: list[Node] = []
@@ -120,9 +120,11 @@ class GraphEvent(Event):
 
 
 class GraphRecorder(Backend):
-    """The backend contract over a real backend, recording scopes as graphs."""
+    """The backend contract over a real backend, recording scopes as graphs.
 
-    records = True
+    One recorder serves one context (its runtime's ``ScopeTracker`` drives the scopes
+    and sets :attr:`error_sink`, where failures of the graphs' work are reported).
+    """
 
     def __init__(self, real: Backend) -> None:
         graphs = real.graphs
@@ -133,6 +135,10 @@ class GraphRecorder(Backend):
         self.graphs = graphs
         self.name = real.name
         self.pinned_host_required = real.pinned_host_required
+        self.gpu_memory = real.gpu_memory
+        self.nvtx_ranges = real.nvtx_ranges
+        self.seed = real.seed
+        self.error_sink: Callable[..., None] | None = None
         self.current: Graph | None = None           # innermost graph being recorded
         self.capturing: list[RecordingStream] = []  # streams with an open capture
         self.spare: dict[int, list[Stream]] = {}    # real streams for captures
@@ -160,6 +166,9 @@ class GraphRecorder(Backend):
 
     def describe(self) -> str:
         return f"graph mode on the {self.real.describe()}"
+
+    def machine_init(self) -> None:
+        self.real.machine_init()
 
     # -- scopes ----------------------------------------------------------------------
     def open_graph(self) -> Graph:
@@ -310,6 +319,9 @@ class GraphRecorder(Backend):
         self.retiring = pending
 
     def _destroy(self, graph: Graph) -> None:
+        """Release a launched graph once its work completed. Events of its work may
+        live on in data states (as :class:`GraphEvent` s whose nodes name the graph):
+        the graph keeps only its completion."""
         if graph.executable is not None:
             key, executable = graph.executable
             if key is not None and key not in self.cache:
@@ -318,18 +330,23 @@ class GraphRecorder(Backend):
                 self.graphs.destroy_exec(executable)
             graph.executable = None
         self.graphs.destroy_graph(graph.handle)
+        graph.handle = None
+        graph.sinks = {}
+        graph.prereqs = []
 
     def pending_events(self) -> list[Event]:
         self._retire()
         return [done for done, _ in self.retiring]
 
     # -- streams ---------------------------------------------------------------------
-    def create_stream(self, device: int) -> Stream:
+    def create_stream(self, device: int,
+                      error_sink: Callable[..., None] | None = None) -> Stream:
         graph = self.current
         if graph is None:
-            return self.real.create_stream(device)
+            return self.real.create_stream(device, error_sink)
         spare = self.spare.get(device)
-        real = spare.pop() if spare else self.real.create_stream(device)
+        real = spare.pop() if spare else self.real.create_stream(device, error_sink)
+        real.error_sink = error_sink
         self.lent.setdefault(graph.top, []).append(real)
         return RecordingStream(real, graph.top)
 
@@ -351,7 +368,7 @@ class GraphRecorder(Backend):
     def _launch_stream(self) -> Stream:
         stream = self.launch_streams.get(0)
         if stream is None:
-            stream = self.launch_streams[0] = self.real.create_stream(0)
+            stream = self.launch_streams[0] = self.real.create_stream(0, self.error_sink)
         return stream
 
     # -- capture ---------------------------------------------------------------------
@@ -373,8 +390,7 @@ class GraphRecorder(Backend):
         if stream.capturing is not None:
             self._end_capture(stream)
         if graph.handle is None:
-            real = stream.real
-            self._materialize(graph, getattr(real, "cuda_device", real.device))
+            self._materialize(graph, stream.real.ordinal)
         if graph.parent is not None:
             for other in list(self.capturing):
                 if other.capturing is graph:
@@ -553,6 +569,15 @@ class GraphRecorder(Backend):
             stream = stream.real
         self.real.launch_host_func(stream, fn)
 
+    def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
+        if isinstance(stream, RecordingStream):
+            self._capture(stream)
+            stream = stream.real
+        self.real.launch_kernel(stream, launch)
+
+    def synchronize_producer(self, handle: int) -> None:
+        self.real.synchronize_producer(handle)
+
     def set_condition(self, stream: Stream, handle: int, terms: list, combiner: str
                       ) -> None:
         """Enqueue a loop condition's evaluation on ``stream`` (in a loop body)."""
@@ -585,13 +610,9 @@ class GraphRecorder(Backend):
             return self.real.timestamp_seconds(stamp[1])
         return float(stamp[0])
 
-    # -- synchronisation points of a context --------------------------------------------
-    def fence_stream(self, stream: Stream) -> Stream:
-        for event in self.pending_events():
-            self.real.wait(stream, event)
-        return stream
-
+    # -- the end of the context -----------------------------------------------------------
     def context_finalized(self) -> None:
+        """Release everything kept for the context (its work has completed)."""
         for done, graph in self.retiring:
             self.real.synchronize(done)
             self._destroy(graph)

@@ -29,8 +29,7 @@ def backend_name(task: Any) -> str:
 
 def task_device(task: Any) -> int:
     """The device whose context the task stream belongs to."""
-    stream = task._native_stream()
-    return int(getattr(stream, "cuda_device", max(stream.device, 0)))
+    return int(task._native_stream().ordinal)
 
 
 def views_of(task: Any) -> tuple[Any, ...]:

@@ -1,0 +1,126 @@
+"""Streams of a runtime: one pool per execution place, and which stream a task gets.
+
+A :class:`StreamPools` owns the streams one recording level of a runtime creates:
+the root level of a context, or one top-level graph scope (whose streams capture into
+its graph). Streams are created lazily, :data:`STREAMS_PER_PLACE` per execution place,
+and destroyed at the end (``destroy``). In a caller-stream context
+(``context(stream=...)``) every new stream first waits for the *entry event*, what
+the caller had enqueued when the context was created.
+
+The stream choice (:func:`choose_stream`) is pure: run on the stream of a
+prerequisite when that stream belongs to the place's pool (no wait is then needed for
+it), else on the next stream of the pool, round-robin.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Final
+
+from ._deps import needs_wait
+
+if TYPE_CHECKING:
+    from .backends._base import Backend, Event, Stream
+
+__all__ = ["Pool", "STREAMS_PER_PLACE", "StreamPools", "choose_stream"]
+
+STREAMS_PER_PLACE: Final = 4
+"""Compute streams created (lazily) per execution place."""
+
+
+class Pool:
+    """The streams of one execution place, and the round-robin position."""
+
+    __slots__ = ("streams", "members", "next")
+
+    def __init__(self, streams: list[Stream]) -> None:
+        self.streams = streams
+        self.members = frozenset(streams)
+        self.next = 0
+
+    def next_stream(self) -> Stream:
+        """The next stream round-robin."""
+        streams = self.streams
+        stream = streams[self.next % len(streams)]
+        self.next += 1
+        return stream
+
+
+def choose_stream(pool: Pool, first: Event | None, others: list[Event] | None
+                  ) -> Stream:
+    """The stream of a task whose prerequisites are ``first`` and ``others``.
+
+    The stream of the first prerequisite that belongs to ``pool`` (callers put the
+    last writer first), else the pool's next stream round-robin.
+    """
+    members = pool.members
+    if first is not None and first.stream in members:
+        return first.stream
+    if others:
+        for event in others:
+            if event.stream in members:
+                return event.stream
+    return pool.next_stream()
+
+
+class StreamPools:
+    """The streams of one recording level of a runtime (see the module docstring).
+
+    Parameters
+    ----------
+    backend : Backend
+        Creates and destroys the streams.
+    error_sink : callable
+        Where failures of work on these streams are reported.
+    entry : Event, optional
+        What every new stream waits for first (a caller stream's entry event).
+    """
+
+    __slots__ = ("backend", "error_sink", "entry", "pools", "streams")
+
+    def __init__(self, backend: Backend, error_sink: Callable[..., None],
+                 entry: Event | None = None) -> None:
+        self.backend = backend
+        self.error_sink = error_sink
+        self.entry = entry
+        self.pools: dict[int, Pool] = {}
+        self.streams: list[Stream] = []
+
+    def pool(self, device: int) -> Pool:
+        """The pool of execution place ``device`` (created on first use)."""
+        pool = self.pools.get(device)
+        if pool is None:
+            pool = self.pools[device] = Pool(
+                [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
+        return pool
+
+    def new_stream(self, device: int) -> Stream:
+        """A stream of this level outside the pools (a fence stream, say)."""
+        stream = self.backend.create_stream(device, self.error_sink)
+        entry = self.entry
+        if entry is not None and needs_wait(stream, entry):
+            self.backend.wait(stream, entry)
+        self.streams.append(stream)
+        return stream
+
+    def last_events(self) -> list[Event]:
+        """The newest event of every stream: all the work of this level."""
+        return [s.last_event for s in self.streams if s.last_event is not None]
+
+    def forget_order(self) -> None:
+        """Drop what the streams remember of other streams (after a recorded level
+        is closed, so that it keeps nothing of earlier levels alive)."""
+        for stream in self.streams:
+            stream.waited.clear()
+
+    def destroy(self) -> None:
+        """Destroy every stream (queued work completes normally)."""
+        backend = self.backend
+        for stream in self.streams:
+            backend.destroy_stream(stream)
+        self.streams.clear()
+        self.pools.clear()
+
+    def __repr__(self) -> str:
+        places = ", ".join(str(device) for device in self.pools)
+        return f"<StreamPools places=[{places}] streams={len(self.streams)}>"
+

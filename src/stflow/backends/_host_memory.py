@@ -1,0 +1,200 @@
+"""Device memory that lives in host memory: the emulated and null backends.
+
+A :class:`HostMemory` hands out NumPy byte buffers as device allocations, *separate*
+from the host memory of user arrays, so that a forgotten copy gives a wrong answer as
+on a GPU. Fresh and freed buffers are *poisoned* (:func:`poison`: NaN for floating
+types, ``0xA5`` bytes otherwise) so that reading uninitialised or freed memory shows.
+It remembers which device each buffer belongs to (:meth:`HostMemory.locate`).
+
+Task bodies see such memory through :class:`HostView` objects: ``__array_interface__``
+and CPU DLPack instead of the CUDA Array Interface.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .._errors import BackendUnavailableError, ScopeError
+from ._base import HOST, Allocation, KernelLaunch, describable, pointer_array
+
+__all__ = ["HostMemory", "HostView", "poison", "python_kernel"]
+
+
+def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
+    """Fill a byte buffer with the poison pattern for ``dtype``."""
+    if dtype.kind in "fc" and dtype.itemsize and buffer.nbytes % dtype.itemsize == 0:
+        buffer.view(dtype).fill(np.nan)
+    else:
+        buffer.fill(0xA5)
+
+
+class HostView:
+    """A task's view of device memory that lives in host memory (emulated, null).
+
+    Exposes ``__array_interface__`` (v3) and CPU DLPack instead of the CUDA Array
+    Interface, so ``numpy.asarray(view)`` is a zero-copy view of the device memory,
+    writable unless the dependency is ``read()``.
+
+    Notes
+    -----
+    The view is valid between the task's ``start()`` and ``end()``; afterwards it raises
+    :class:`ScopeError`. Arrays already made from it keep the memory alive.
+    """
+
+    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid")
+
+    def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
+                 dtype: np.dtype, readonly: bool) -> None:
+        # Keep the buffer itself: arrays made from the view outlive a free() of the
+        # allocation (they then see the poison pattern, never released memory).
+        self._allocation = allocation.owner
+        self.ptr = ptr
+        self.shape = shape
+        self.dtype = dtype
+        self.readonly = readonly
+        self.stream = 0
+        self._invalid: str | None = None
+
+    def _invalidate(self, why: str) -> None:
+        self._invalid = why
+
+    @property
+    def __array_interface__(self) -> dict:
+        if self._invalid is not None:
+            raise ScopeError(self._invalid)
+        if not describable(self.dtype):
+            # The interface cannot express this dtype (padded records): without the
+            # attribute, NumPy builds the array through __array__, exactly.
+            raise AttributeError("__array_interface__")
+        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
+                "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
+                "strides": None}
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._invalid is not None:
+            raise ScopeError(self._invalid)
+        array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
+                              self._allocation)
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            return array.astype(dtype)
+        return array.copy() if copy else array
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__array_interface__[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__array_interface__.get(key, default)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
+                   dl_device: Any = None, copy: Any = None) -> Any:
+        array = np.asarray(self)
+        kwargs: dict[str, Any] = {}
+        if max_version is not None:
+            kwargs["max_version"] = max_version
+        if dl_device is not None:
+            kwargs["dl_device"] = dl_device
+        if copy is not None:
+            kwargs["copy"] = copy
+        return array.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+    def __repr__(self) -> str:
+        return (f"HostView(ptr=0x{self.ptr:x}, shape={self.shape}, "
+                f"dtype={self.dtype}, readonly={self.readonly})")
+
+
+class HostMemory:
+    """Device allocations as NumPy buffers, and where each address lives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._starts: list[int] = []                    # sorted
+        self._ranges: dict[int, tuple[int, int]] = {}   # start -> (end, device)
+
+    def allocate(self, device: int, nbytes: int, dtype: np.dtype) -> Allocation:
+        """A poisoned buffer of ``nbytes`` on ``device``."""
+        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        poison(buffer, dtype)
+        ptr = buffer.ctypes.data
+        with self._lock:
+            bisect.insort(self._starts, ptr)
+            self._ranges[ptr] = (ptr + buffer.nbytes, device)
+        return Allocation(ptr, nbytes, device, dtype, buffer)
+
+    def release(self, allocation: Allocation) -> None:
+        """Poison ``allocation`` and forget it (arrays still viewing it keep the
+        buffer alive and see the poison)."""
+        buffer = allocation.owner
+        if buffer is not None:
+            poison(buffer, allocation.dtype)
+        with self._lock:
+            if self._ranges.pop(allocation.ptr, None) is not None:
+                index = bisect.bisect_left(self._starts, allocation.ptr)
+                del self._starts[index]
+        allocation.owner = None
+
+    def locate(self, ptr: int) -> int:
+        """The device of the buffer holding ``ptr``; ``HOST`` for any other address."""
+        with self._lock:
+            index = bisect.bisect_right(self._starts, ptr) - 1
+            if index >= 0:
+                end, device = self._ranges[self._starts[index]]
+                if ptr < end:
+                    return device
+        return HOST
+
+
+
+def python_kernel(launch: KernelLaunch,
+                  host_array: Callable[[Allocation, tuple[int, ...], np.dtype, bool],
+                                       np.ndarray]) -> tuple[Callable[..., Any], tuple]:
+    """The Python callable of a ``cuda_kernel`` launch and the values it is called with.
+
+    Every argument that is the address of one of the task's instances becomes a NumPy
+    array of that instance (read-only unless the task writes it); ctypes scalars
+    become their values, ctypes structures copies taken now.
+
+    Raises
+    ------
+    BackendUnavailableError
+        The kernel is a CUDA function.
+    TypeError
+        The kernel is not callable.
+    """
+    kernel = launch.kernel
+    if isinstance(kernel, int) or (type(kernel).__module__ or "").startswith(
+            ("cuda.core", "cuda.bindings", "cupy")):
+        raise BackendUnavailableError(
+            f"{launch.label}: {type(kernel).__name__} is a CUDA function, which needs "
+            "the CUDA backend; here launch a Python callable (called as kernel(*args) "
+            "with NumPy arrays for k.get_arg(i))")
+    if not callable(kernel):
+        raise TypeError(f"launch: kernel must be a Python callable on a backend without "
+                        f"a GPU, got {type(kernel).__name__}")
+    writable: dict[int, bool] = {}
+    found: dict[int, tuple[Allocation, tuple[int, ...], np.dtype]] = {}
+    for allocation, shape, dtype, writes in launch.buffers:
+        if allocation.ptr:
+            found[allocation.ptr] = (allocation, shape, dtype)
+            writable[allocation.ptr] = writable.get(allocation.ptr, False) or writes
+    arrays = {ptr: host_array(allocation, shape, dtype, not writable[ptr])
+              for ptr, (allocation, shape, dtype) in found.items()}
+    return kernel, tuple(_kernel_value(arg, arrays) for arg in launch.args)
+
+
+def _kernel_value(arg: Any, arrays: dict[int, np.ndarray]) -> Any:
+    """What a Python kernel receives for ``arg``."""
+    if isinstance(arg, ctypes._SimpleCData):
+        arg = arg.value
+    elif isinstance(arg, (ctypes.Structure, ctypes.Union, ctypes.Array)):
+        return type(arg).from_buffer_copy(arg)     # the value at the call
+    if type(arg) is int and arg in arrays:
+        return arrays[arg]
+    return arg

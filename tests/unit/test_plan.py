@@ -1,0 +1,163 @@
+"""Planning (_plan.py): resolution and acquisition over data states and stand-in
+streams, without a backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from stflow._access import READ, RW, WRITE
+from stflow._coherence import INVALID, MODIFIED, DataState
+from stflow._errors import AccessModeError, PlaceError
+from stflow._plan import PlanCache, acquire, held, hold, release, resolve
+from stflow._streams import Pool
+
+from helpers.standins import FakeStream, always, never
+
+HOST, MANAGED, AFFINE = -1, -2, -3
+
+
+def registered(key: int = 1) -> DataState:
+    state = DataState(key, nbytes=64, dtype=None)
+    state.set_reference(HOST, allocation="user buffer")
+    return state
+
+
+def pool_of(name: str, size: int = 2) -> Pool:
+    return Pool([FakeStream(f"{name}{i}") for i in range(size)])
+
+
+def test_resolution_places_accesses_at_the_affine_or_given_place():
+    x, y, z = registered(1), registered(2), registered(3)
+    plan = resolve([(x, RW, None), (y, READ, HOST), (z, READ, AFFINE)], 1, 1, 2, False,
+                   "t")
+    assert [a.device for a in plan.accesses] == [1, HOST, 1]
+    assert plan.per_dependency is plan.accesses and plan.device == 1
+    assert plan.accesses[1].instance is y.reference
+
+
+def test_resolution_merges_repeated_data_at_one_place():
+    x, y = registered(1), registered(2)
+    plan = resolve([(x, READ, None), (y, READ, HOST), (x, WRITE, None), (y, READ, 1)],
+                   0, 0, 2, False, "t")
+    assert [(a.state, a.mode, a.device) for a in plan.accesses] == [
+        (x, RW, 0), (y, READ, HOST), (y, READ, 1)]
+    assert plan.per_dependency[0] is plan.per_dependency[2] is plan.accesses[0]
+    assert plan.per_dependency[3] is plan.accesses[2]
+
+
+def test_resolution_refuses_a_written_data_at_two_places():
+    x = registered()
+    with pytest.raises(AccessModeError, match="accesses logical data #1 at two places"):
+        resolve([(x, RW, 0), (x, READ, 1)], 0, 0, 2, False, "task 't'")
+
+
+def test_resolution_checks_places():
+    x = registered()
+    with pytest.raises(PlaceError, match=r"data_place\.device\(5\) does not exist"):
+        resolve([(x, READ, 5)], 0, 0, 2, False, "t")
+    with pytest.raises(PlaceError, match="is not host-accessible"):
+        resolve([(x, READ, 0)], HOST, HOST, 2, True, "host_launch")
+    plan = resolve([(x, READ, MANAGED)], HOST, HOST, 2, True, "host_launch")
+    assert plan.accesses[0].device == MANAGED
+
+
+def test_tokens_have_no_instance():
+    token = DataState(9, 0, None, is_token=True)
+    plan = resolve([(token, RW, 0)], 0, 0, 2, False, "t")
+    assert plan.accesses[0].instance is None and plan.accesses[0].device == HOST
+
+
+def test_first_read_elsewhere_moves_a_copy_then_the_steady_state_moves_nothing():
+    x = registered()
+    pool = pool_of("p")
+    plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
+    stream = acquire(plan, pool, never)
+    assert plan.moves == [(plan.accesses[0], x.reference)]
+    assert plan.waits == () and plan.first is None
+    copy_done = stream.record()
+    x.copied(plan.accesses[0].instance, x.reference, copy_done)
+    release(plan, stream.record(), None)
+    assert plan.accesses[0].instance.state is MODIFIED
+    assert x.reference.state is INVALID
+    for _ in range(3):                          # a chain: same stream, nothing to do
+        again = acquire(plan, pool, never)
+        assert again is stream and plan.moves is None and plan.waits == ()
+        assert plan.skipped == 1
+        release(plan, stream.record(), None)
+
+
+def test_a_write_only_access_allocates_without_copying():
+    x = registered()
+    plan = resolve([(x, WRITE, 1)], 1, 1, 2, False, "t")
+    acquire(plan, pool_of("p"), never)
+    assert plan.moves == [(plan.accesses[0], None)]
+
+
+def test_readers_of_a_fresh_copy_wait_for_it_until_it_completed():
+    x = registered()
+    copier = FakeStream("copier")
+    dev0 = x.instance(0)
+    dev0.allocation = "device buffer"
+    copy_done = copier.record()
+    x.copied(dev0, x.reference, copy_done)
+    plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
+    pool = pool_of("p")
+    stream = acquire(plan, pool, never)
+    assert plan.waits == [copy_done] and stream in pool.streams
+    acquire(plan, pool, always)                 # completed copies order nothing
+    assert plan.waits == () and dev0.ready == {}
+
+
+def test_a_writer_waits_for_every_reader_on_other_streams():
+    x = registered()
+    x.instance(0).allocation = x.instance(1).allocation = "buffers"
+    a, b = FakeStream("a"), FakeStream("b")
+    x.released(x.instance(0), WRITE, a.record())
+    reader = b.record()
+    x.tracker.release(READ, reader)
+    writer_first = x.tracker.writer
+    plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
+    pool = Pool([a, FakeStream("a2")])
+    stream = acquire(plan, pool, never)
+    assert stream is a                          # the last writer's stream
+    assert plan.first is writer_first and plan.others == [reader]
+    assert plan.waits == [reader] and plan.skipped == 1
+    acquire(plan, pool, never)                  # the wait is remembered: none again
+    assert plan.waits == [] and plan.skipped == 2
+
+
+def test_plan_cache_starts_over_when_full():
+    cache = PlanCache(size=2)
+    plan = resolve([(registered(), READ, None)], 0, 0, 1, False, "t")
+    cache.put((1,), plan)
+    cache.put((2,), plan)
+    assert len(cache) == 2 and cache.get((1,)) is plan
+    cache.put((3,), plan)
+    assert len(cache) == 1 and cache.get((1,)) is None and cache.get((3,)) is plan
+
+
+def test_invalid_instances_with_memory_only_copy():
+    x = registered()
+    dev0 = x.instance(0)
+    dev0.allocation = "kept buffer"
+    assert dev0.state is INVALID
+    plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
+    acquire(plan, pool_of("p"), never)
+    assert plan.moves == [(plan.accesses[0], x.reference)]
+
+
+def test_started_work_holds_its_data_until_released():
+    x, y = registered(1), registered(2)
+    reader = resolve([(x, READ, HOST)], HOST, HOST, 2, False, "r")
+    writer = resolve([(x, RW, HOST), (y, READ, HOST)], HOST, HOST, 2, False, "w")
+    other_reader = resolve([(x, READ, HOST)], HOST, HOST, 2, False, "r2")
+    hold(reader, "task r")
+    assert not held(other_reader)               # readers share
+    assert held(writer)                         # a writer waits for the reader
+    s = FakeStream("s")
+    release(reader, s.record(), "task r")
+    assert not held(writer)
+    hold(writer, "task w")
+    assert held(other_reader) and x.writing == "task w" and y.reading == 1
+    release(writer, s.record(), "task w")
+    assert x.writing is None and y.reading == 0 and not held(other_reader)
