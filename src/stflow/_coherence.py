@@ -37,10 +37,10 @@ and when it is invalid at the end its content is written back from a valid insta
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._access import READ, WRITE
-from ._deps import AccessTracker
+from ._deps import AccessTracker, newest_per_stream
 
 if TYPE_CHECKING:
     import numpy as np
@@ -214,6 +214,14 @@ class DataState:
                 if other.ready:
                     other.ready.clear()
         instance.state = MODIFIED
+
+    def substitute(self, stand_in: Callable[[Event], Event]) -> None:
+        """Replace every event the state holds (ordering and instance readiness) by
+        ``stand_in(event)`` (see ``AccessTracker.substitute``)."""
+        self.tracker.substitute(stand_in)
+        for instance in self.instances.values():
+            if instance.ready:
+                instance.ready = newest_per_stream(map(stand_in, instance.ready.values()))
 
     def snapshot(self) -> Snapshot:
         """The ordering and instance states now, for :meth:`restore`."""

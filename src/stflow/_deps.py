@@ -27,14 +27,14 @@ removes that wait entirely.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ._access import WRITE
 
 if TYPE_CHECKING:
     from .backends._base import Event, Stream
 
-__all__ = ["AccessTracker", "merge_events", "needs_wait"]
+__all__ = ["AccessTracker", "merge_events", "needs_wait", "newest_per_stream"]
 
 
 class AccessTracker:
@@ -79,29 +79,28 @@ class AccessTracker:
         events.extend(self.readers.values())
         return events
 
-    def replace(self, old: Event, new: Event) -> None:
-        """Let ``new`` stand for ``old`` (an event of work that has been lowered to
-        a later, real one: a recorded graph and its launch)."""
-        if self.writer is old:
-            self.writer = new
-        readers = self.readers
-        for stream, event in readers.items():
-            if event is old:
-                del readers[stream]
-                previous = readers.get(new.stream)
-                if previous is None or previous.seq < new.seq:
-                    readers[new.stream] = new
-                return
+    def substitute(self, stand_in: Callable[[Event], Event]) -> None:
+        """Replace every event ``e`` by ``stand_in(e)`` (an event completing no
+        earlier: the launch of a recorded graph for the events recorded in it)."""
+        if self.writer is not None:
+            self.writer = stand_in(self.writer)
+        if self.readers:
+            self.readers = newest_per_stream(map(stand_in, self.readers.values()))
 
 
-def merge_events(events: Iterable[Event]) -> list[Event]:
-    """Keep the newest event of each stream, in first-seen order of the streams."""
+def newest_per_stream(events: Iterable[Event]) -> dict[Stream, Event]:
+    """stream -> the newest of ``events`` on it, in first-seen order of the streams."""
     newest: dict[Stream, Event] = {}
     for event in events:
         previous = newest.get(event.stream)
         if previous is None or previous.seq < event.seq:
             newest[event.stream] = event
-    return list(newest.values())
+    return newest
+
+
+def merge_events(events: Iterable[Event]) -> list[Event]:
+    """Keep the newest event of each stream, in first-seen order of the streams."""
+    return list(newest_per_stream(events).values())
 
 
 def needs_wait(stream: Stream, event: Event) -> bool:

@@ -95,6 +95,8 @@ class Scope:
         Streams for imports hoisted out of a nested repeated scope.
     snapshots : dict or None
         ``id(state) -> (state, Snapshot)`` for a scope that can be discarded.
+    touched : dict
+        ``id(state) -> state``: the data a top scope's work touched.
     repeatable : bool
         Its recording may run many times (loops; top scopes that may become
         launchable).
@@ -110,8 +112,8 @@ class Scope:
     """
 
     __slots__ = ("kind", "graph", "top", "pools", "outer_pools", "hoist_pools",
-                 "snapshots", "repeatable", "assumed", "fresh", "condition_set",
-                 "closed", "wrapper")
+                 "snapshots", "touched", "repeatable", "assumed", "fresh",
+                 "condition_set", "closed", "wrapper")
 
     def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool) -> None:
         self.kind = kind
@@ -122,6 +124,7 @@ class Scope:
         self.hoist_pools: StreamPools | None = None
         self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = \
             {} if discardable else None
+        self.touched: dict[int, DataState] = {}
         self.repeatable = repeatable
         self.assumed: dict[tuple[int, int], DataState] = {}
         self.fresh: set[tuple[int, int]] = set()
@@ -129,9 +132,9 @@ class Scope:
         self.closed = False
         self.wrapper: Scope | None = None
 
-    def touched(self) -> list[DataState]:
-        """The data this scope's work touched (for a discardable scope)."""
-        return [state for state, _ in (self.snapshots or {}).values()]
+    def held_data(self) -> list[DataState]:
+        """The data a launchable graph holds: what its recording touched."""
+        return list(self.touched.values())
 
     def __repr__(self) -> str:
         return f"<Scope {self.kind.value}{' top' if self.top else ''}>"
@@ -204,8 +207,25 @@ class ScopeTracker:
         if launch:
             if scope.graph.used:
                 recorder.launch(scope.graph)
+                self.lower(scope)
             else:
                 recorder.discard_graph(scope.graph)
+
+    def lower(self, scope: Scope) -> None:
+        """After the last launch of top scope ``scope``: the events recorded in its
+        graph, wherever data states hold them, become the launch's completion event,
+        so that nothing later refers to the recording (or keeps it alive)."""
+        graph = scope.graph
+        done = graph.done
+        if done is None:
+            return
+        recorded_in = self.recorder.recorded_in
+
+        def stand_in(event: Event) -> Event:
+            return done if recorded_in(event, graph) else event
+
+        for state in scope.touched.values():
+            state.substitute(stand_in)
 
     def discard(self, scope: Scope) -> None:
         """Drop the innermost scope ``scope``: nothing it recorded runs."""
@@ -285,8 +305,10 @@ class ScopeTracker:
     def noted(self, plan: Plan) -> None:
         """Note an acquisition (after planning) in every open scope."""
         sources = {id(access): source for access, source in plan.moves or ()}
+        touched = self.stack[0].touched
         for access in plan.accesses:
             state = access.state
+            touched[id(state)] = state
             self.snapshot(state)
             instance = access.instance
             if instance is None:

@@ -219,7 +219,7 @@ class _Launchable:
         return "a launchable graph holding it until its reset()"
 
     def _holds(self, state: Any) -> bool:
-        return any(held is state for held in self.scope.touched())
+        return any(held is state for held in self.scope.held_data())
 
     def close_recording(self) -> None:
         """The prologue: stop recording; the data it uses is held until release."""
@@ -229,7 +229,7 @@ class _Launchable:
         with runtime.lock:
             _scopes(runtime).close(self.scope, launch=False)
             self.recording = False
-            runtime.hold(self, self.scope.touched())
+            runtime.hold(self, self.scope.held_data())
 
     def check(self, what: str) -> None:
         if self.released:
@@ -276,11 +276,12 @@ class _Launchable:
                 scopes.close(self.scope, launch=False)
                 self.recording = False
             else:
-                runtime.unhold(self, self.scope.touched())
+                runtime.unhold(self, self.scope.held_data())
             graph = self.scope.graph
             if graph.launches == 0:
                 scopes.restore(self.scope)   # never launched: data unchanged
             self.recorder().release(graph)
+            scopes.lower(self.scope)
 
 
 def _handle_int(handle: Any) -> int:

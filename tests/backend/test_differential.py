@@ -40,6 +40,13 @@ def test_random_programs_match_the_oracle(backend, first):
     _run_seeds(backend, range(first, min(first + CHUNK, SEEDS)))
 
 
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 500), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_random_programs_on_the_null_backend_match_the_oracle(first):
+    """The null backend (everything completes when enqueued) runs the runtime unchanged."""
+    _run_seeds("null", range(first, first + CHUNK))
+
+
 def test_large_programs_match_the_oracle(backend):
     _run_seeds(backend, range(10_000, 10_050), max_data=10, max_ops=120)
 

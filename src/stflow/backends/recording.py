@@ -26,7 +26,9 @@ this graph waits for (as it waits for every real event the scope's work depends 
 
 When the outermost scope closes, its graph is instantiated (or an executable of the
 same topology is updated) and launched on the recorder's launch stream; frees asked
-for during the recording run after it.
+for during the recording run after it. A launched graph is destroyed once it has run;
+at most :data:`MAX_GRAPHS_IN_FLIGHT` may be pending (the next launch waits for the
+oldest).
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ from .._errors import ScopeError
 from ._base import Allocation, Backend, Event, KernelLaunch, Stream
 
 __all__ = ["GraphEvent", "GraphRecorder", "RecordingStream"]
+
+MAX_GRAPHS_IN_FLIGHT = 16
+"""Launched graphs of one context that may be queued or running at once: a launch
+beyond that first waits for the oldest to complete, so a host that records faster
+than the device runs keeps a bounded backlog (as CUDA's own launch queue does)."""
 
 CAPTURED = ("a view of a task recorded into a graph was touched from the host: the body "
             "runs once, when the graph is recorded, not when it runs; enqueue the work on "
@@ -308,6 +315,10 @@ class GraphRecorder(Backend):
         done = graph.done if graph.done is not None else self.real.record(stream)
         self.retiring.append((done, graph))
         self._retire()
+        while len(self.retiring) > MAX_GRAPHS_IN_FLIGHT:
+            oldest, graph = self.retiring.pop(0)
+            self.real.synchronize(oldest)
+            self._destroy(graph)
 
     def _retire(self) -> None:
         pending = []
@@ -333,6 +344,12 @@ class GraphRecorder(Backend):
         graph.handle = None
         graph.sinks = {}
         graph.prereqs = []
+
+    @staticmethod
+    def recorded_in(event: Event, graph: Graph) -> bool:
+        """True when ``event`` is a point of the recording of top-level ``graph``."""
+        return isinstance(event, GraphEvent) and \
+            event.stream.top is graph  # type: ignore[attr-defined]
 
     def pending_events(self) -> list[Event]:
         self._retire()

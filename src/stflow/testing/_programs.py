@@ -270,6 +270,12 @@ def emulated_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     _emulated(t, op, modes, op.launch)
 
 
+def host_body(t: Any, op: TaskOp, modes: list[int]) -> None:
+    """Body strategy for the null backend: direct host access (its device memory is
+    host memory and all earlier work has completed when a body runs)."""
+    _emulated(t, op, modes, False)
+
+
 def emulated_graph_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     """Body strategy for graph mode on the emulated backend: always a launch (what a
     captured body enqueues is recorded; direct host access is refused)."""
@@ -352,7 +358,7 @@ def run_program(program: Program, backend: str = "emulated",
     ``use_graph``); returns what it observed."""
     import stflow as stf
     if body is None:
-        body = (cupy_body if backend == "cuda" else
+        body = (cupy_body if backend == "cuda" else host_body if backend == "null" else
                 emulated_graph_body if use_graph else emulated_body)
     user = user_arrays(program)
     waits = []

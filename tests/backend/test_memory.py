@@ -1,0 +1,100 @@
+"""Memory stays flat: graph-mode epochs and scopes keep nothing of earlier ones alive,
+and contexts on a shared user stream leave no state on it.
+
+Growth is measured with ``tracemalloc`` (what Python and NumPy allocate), which is
+deterministic enough for CI; ``benchmarks/memory_flat.py`` measures the process RSS
+over the longer runs of the issue's criteria.
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+import weakref
+from typing import Callable
+
+import numpy as np
+
+import stflow as stf
+from stflow.backends import get_backend
+from stflow.backends.recording import Graph
+
+from helpers.bodies import add_to
+
+
+def _live(kind: type) -> int:
+    gc.collect()
+    return sum(1 for obj in gc.get_objects() if type(obj) is kind)
+
+
+def _growth(rounds: int, run: Callable[[], None]) -> tuple[int, int]:
+    """(bytes still allocated, live recorder graphs) added by ``rounds`` more runs
+    after a warm-up run."""
+    run()
+    graphs = _live(Graph)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(rounds):
+            run()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before, _live(Graph) - graphs
+    finally:
+        tracemalloc.stop()
+
+
+def test_graph_mode_epochs_keep_nothing_of_earlier_epochs(backend):
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        x = ctx.logical_data(np.zeros(16))
+
+        def epochs() -> None:
+            for i in range(1000):
+                with ctx.task(x.rw()) as t:
+                    add_to(t, 0, None, 1.0)
+                if i % 100 == 99:
+                    ctx.fence()
+            ctx.wait(x)                     # the device caught up: graphs can go
+            ctx.fence()
+
+        grown, graphs = _growth(4, epochs)
+        assert graphs <= 4, f"{graphs} more recorded graphs alive after 40 epochs"
+        assert grown < 256 * 1024, f"{grown / 1024:.0f} KiB kept by 4000 graph-mode tasks"
+        assert ctx.wait(x)[0] == 5000.0
+
+
+def test_graph_scopes_keep_nothing_of_earlier_scopes(backend):
+    with stf.stackable_context(backend=backend) as sctx:
+        x = sctx.logical_data(np.zeros(16))
+        native = sctx._runtime.scopes.recorder.real
+
+        def scopes() -> None:
+            for _ in range(100):
+                with sctx.graph_scope():
+                    with sctx.task(x.rw()) as t:
+                        add_to(t, 0, None, 1.0)
+            stream = native.stream_from_handle(sctx.fence())
+            native.synchronize(native.record(stream))
+            sctx.fence()                    # releases the completed graphs
+
+        grown, graphs = _growth(5, scopes)
+        assert graphs <= 4, f"{graphs} more recorded graphs alive after 500 scopes"
+        assert grown < 256 * 1024, f"{grown / 1024:.0f} KiB kept by 500 graph scopes"
+
+
+def test_contexts_on_one_user_stream_leave_nothing_behind(backend):
+    native = get_backend(backend)
+    user = native.stream_from_handle(0)
+    streams = []
+    for _ in range(300):
+        with stf.context(backend=backend, stream=0) as ctx:
+            x = ctx.logical_data_zeros((4,))
+            with ctx.task(x.rw()) as t:
+                add_to(t, 0, None, 1.0)
+            streams.extend(weakref.ref(s) for s in ctx._runtime.root_pools.streams)
+        del t, x
+    native.synchronize(native.record(user))
+    gc.collect()
+    assert user.waited == {}, "contexts left ordering state on the user's stream"
+    assert sum(ref() is not None for ref in streams) == 0, \
+        "the user's stream keeps finished contexts' streams alive"

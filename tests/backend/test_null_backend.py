@@ -1,0 +1,98 @@
+"""The null backend: a complete, synchronous implementation of the backend contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.backends import get_backend
+from stflow.backends._base import HOST, Backend, callback_state
+from stflow.backends.null import NullBackend
+from stflow.errors import BackendUnavailableError, ScopeError
+
+
+def test_it_is_selectable_by_name_and_implements_the_whole_contract():
+    backend = get_backend("null")
+    assert isinstance(backend, NullBackend) and isinstance(backend, Backend)
+    assert not Backend.__abstractmethods__ - set(vars(NullBackend))
+    with stf.context(backend="null") as ctx:
+        assert ctx.backend == "null"
+
+
+def test_operations_complete_when_enqueued():
+    backend = NullBackend(devices=2)
+    stream = backend.create_stream(1)
+    source = backend.allocate(HOST, 32, None, np.dtype(np.float64))
+    target = backend.allocate(1, 32, stream, np.dtype(np.float64))
+    assert backend.locate(target.ptr) == 1 and backend.locate(source.ptr) == HOST
+    host = backend.host_array(source, (4,), np.dtype(np.float64), False)
+    host[:] = [1, 2, 3, 4]
+    backend.copy(target.ptr, source.ptr, 32, stream)
+    device = backend.host_array(target, (4,), np.dtype(np.float64), True)
+    np.testing.assert_array_equal(device, [1, 2, 3, 4])     # no synchronisation needed
+    backend.fill(target.ptr, 32, np.float64(7).tobytes(), stream)
+    np.testing.assert_array_equal(device, [7, 7, 7, 7])
+    event = backend.record(stream)
+    assert backend.query(event) and stream.last_event is event and event.seq == 1
+    backend.free(target, stream)
+    assert np.isnan(device).all()                           # freed memory is poisoned
+    backend.destroy_stream(stream)
+
+
+def test_device_work_runs_as_device_work_and_reports_failures_to_the_stream():
+    backend = NullBackend()
+    failures = []
+    stream = backend.create_stream(0, failures.append)
+    seen = []
+
+    def fn():
+        seen.append(callback_state.active)
+        raise ValueError("in a callback")
+
+    backend.launch_host_func(stream, fn)
+    assert seen == [True] and not callback_state.active
+    assert [str(f) for f in failures] == ["in a callback"]
+
+
+def test_programs_give_the_sequential_results():
+    data = np.arange(6.0)
+    with stf.context(backend="null") as ctx:
+        x = ctx.logical_data(data)
+        y = ctx.logical_data_zeros((6,))
+        for _ in range(3):
+            with ctx.task(stf.exec_place.device(1), x.read(), y.rw()) as t:
+                a, b = (np.asarray(v) for v in t.args_cai())
+                b += a
+        ctx.host_launch(y.rw(), fn=lambda b: b.__imul__(2))
+        np.testing.assert_array_equal(ctx.wait(y), 6 * np.arange(6.0))
+        stats = ctx.statistics()
+    # x in; y from its fill (device 0) to device 1, to the host, into wait()'s array
+    assert (stats.tasks, stats.copies_h2d, stats.copies_d2d, stats.copies_d2h,
+            stats.copies_h2h) == (4, 1, 1, 1, 1)
+    np.testing.assert_array_equal(data, np.arange(6.0))
+
+
+def test_cuda_kernels_are_python_callables_and_work_cannot_be_submitted_from_them():
+    data = np.zeros(4)
+    with stf.context(backend="null") as ctx:
+        x = ctx.logical_data(data)
+
+        def kernel(array, value):
+            array += value
+            ctx.task(x.read()).start()              # submitting from device work
+
+        with ctx.cuda_kernel(x.rw()) as k:
+            k.launch(kernel, 1, 1, (k.get_arg(0), 2.5))
+        with pytest.raises(ScopeError, match="host callback or launched function"):
+            ctx.finalize()
+    np.testing.assert_array_equal(data, np.full(4, 2.5))
+    with stf.context(backend="null") as ctx:
+        with ctx.cuda_kernel(ctx.logical_data_zeros((1,)).rw()) as k:
+            with pytest.raises(BackendUnavailableError, match="needs the CUDA backend"):
+                k.launch(0x1234, 1, 1, ())
+
+
+def test_graph_mode_needs_graph_support():
+    with pytest.raises(BackendUnavailableError, match="null backend lacks"):
+        stf.context(backend="null", use_graph=True)
