@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import os
 
-# Place factories validate device ordinals against the default backend; make that the
-# emulated one unless the caller chose, so "auto" does not emit its notice in tests.
+# The default backend (place factories that resolve the current device, DeviceArray) is
+# the emulated one unless the caller chose, so "auto" does not emit its notice in tests.
 os.environ.setdefault("STFLOW_BACKEND", "emulated")
 
+import numpy  # noqa: E402
 import pytest  # noqa: E402
+
+# Test-only shim: numba-cuda 0.30 still calls numpy.row_stack, which NumPy 2.5 removed
+# (the GPU image has both). Product code never patches NumPy.
+if not hasattr(numpy, "row_stack"):
+    numpy.row_stack = numpy.vstack
 
 from helpers.backends import (BACKENDS, cuda_unavailable_reason,  # noqa: E402
                               emulation_seed)

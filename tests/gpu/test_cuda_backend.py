@@ -315,21 +315,21 @@ def test_destroyed_streams_are_reused(cuda):
 
 def test_host_streams_live_on_the_current_device(cuda):
     stream = cuda.create_stream(HOST)
-    assert stream.device == HOST and stream.cuda_device == cuda.current_device()
+    assert stream.device == HOST and stream.ordinal == cuda.current_device()
     sync(cuda, stream)
     cuda.destroy_stream(stream)
 
 
 @pytest.mark.parametrize("handle", [1, 2])
-def test_synchronize_handle_of_default_streams(cuda, handle):
-    cuda.synchronize_handle(handle)
+def test_synchronize_producer_of_default_streams(cuda, handle):
+    cuda.synchronize_producer(handle)
 
 
-def test_synchronize_handle_waits_for_the_producer(cuda, cupy):
+def test_synchronize_producer_waits_for_the_producer(cuda, cupy):
     producer = cupy.cuda.Stream(non_blocking=True)
     flag = cupy.full(1, -1, dtype=cupy.int32)
     launch_spin(producer.ptr, flag.data.ptr, 9)
-    cuda.synchronize_handle(producer.ptr)
+    cuda.synchronize_producer(producer.ptr)
     assert producer.done
     assert int(flag.get()[0]) == 9
 

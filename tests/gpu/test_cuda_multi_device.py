@@ -22,10 +22,10 @@ def test_current_device_and_streams_per_device(two):
     two.set_current_device(1)
     assert two.current_device() == 1
     host_stream = two.create_stream(HOST)
-    assert host_stream.cuda_device == 1
+    assert host_stream.ordinal == 1
     two.set_current_device(0)
     stream = two.create_stream(1)
-    assert stream.cuda_device == 1 and stream.device == 1
+    assert stream.ordinal == 1 and stream.device == 1
     sync(two, stream)
     sync(two, host_stream)
     two.destroy_stream(stream)
@@ -66,7 +66,7 @@ def test_foreign_stream_of_device_one(two, cupy):
     with cupy.cuda.Device(1):
         foreign = cupy.cuda.Stream(non_blocking=True)
     wrapped = two.stream_from_handle(foreign.ptr)
-    assert wrapped.device == 1 and wrapped.cuda_device == 1
+    assert wrapped.device == 1 and wrapped.ordinal == 1
     two.synchronize(two.record(wrapped))
 
 
