@@ -18,6 +18,8 @@ from stflow import _dlpack
 from stflow.backends import default_backend
 from stflow.errors import BackendUnavailableError, PlaceError, ShapeError
 
+from helpers.backends import make_default
+
 _name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
     ("PyCapsule_GetName", ctypes.pythonapi))
 _pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
@@ -29,8 +31,10 @@ _USED_VERSIONED = b"used_dltensor_versioned"
 
 
 @pytest.fixture
-def ctx(backend):
-    """A context on the backend; DeviceArray allocates on the newest context's."""
+def ctx(backend, monkeypatch):
+    """A context on the backend, which is also the default backend: the one
+    DeviceArray allocates on (it has no context)."""
+    make_default(monkeypatch, backend)
     with stf.context(backend=backend) as context:
         yield context
 
@@ -596,9 +600,10 @@ def test_cuda_dlpack_producer_needs_the_cuda_backend():
     assert producer.calls == []
 
 
-def test_cuda_dlpack_producer_registers_on_the_cuda_backend(backend):
+def test_cuda_dlpack_producer_registers_on_the_cuda_backend(backend, monkeypatch):
     if backend != "cuda":
         pytest.skip("GPU memory")
+    make_default(monkeypatch, backend)
     with stf.context(backend="cuda") as ctx:
         array = stf.DeviceArray.from_host(np.arange(8.0), stf.data_place.device(0))
         capsules = []

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.backends import cuda_unavailable_reason
+from helpers.backends import cuda_unavailable_reason, make_default
 
 _HERE = Path(__file__).parent
 
@@ -54,11 +54,7 @@ def stream(cuda):
 
 @pytest.fixture
 def cuda_by_default(monkeypatch, cuda):
-    import dataclasses
-
-    import stflow._config as configuration
-    monkeypatch.setattr(configuration, "_config",
-                        dataclasses.replace(configuration.config(), backend="cuda"))
+    make_default(monkeypatch, "cuda")
     return cuda
 
 

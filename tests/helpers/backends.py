@@ -24,3 +24,13 @@ def cuda_unavailable_reason() -> str | None:
 def emulation_seed() -> int:
     from stflow._config import config
     return config().emulation_seed
+
+
+def make_default(monkeypatch, name: str) -> None:
+    """Make backend ``name`` the default one (``STFLOW_BACKEND``) for one test: the
+    backend of ``DeviceArray`` and ``data_place.allocate``, which have no context."""
+    import dataclasses
+
+    import stflow._config as configuration
+    monkeypatch.setattr(configuration, "_config",
+                        dataclasses.replace(configuration.config(), backend=name))

@@ -121,11 +121,12 @@ class _Resources:
     nodes in :class:`CudaGraphSupport`'s tables.
     """
 
-    __slots__ = ("users", "releases", "bodies", "loops")
+    __slots__ = ("users", "releases", "bodies", "loops", "edges")
 
     def __init__(self) -> None:
         self.users = 1
         self.releases: list[Callable[[], None]] = []
+        self.edges: dict[int, set[int]] = {}   # node -> nodes added as its dependencies
         self.bodies: list[int] = []
         self.loops: list[int] = []
 
@@ -229,6 +230,10 @@ class CudaGraphSupport(GraphSupport):
             if loop is not None:
                 self._bodies.pop(int(loop.body), None)
                 self._resources.pop(int(loop.body), None)
+        edges = self._owner(graph).edges        # its handle value may be reused
+        edges.pop(int(node), None)
+        for known in edges.values():
+            known.discard(int(node))
         _cu.check(d.cuGraphDestroyNode(node), "removing a node from a CUDA graph")
         if loop is not None:
             _cu.check(d.cuGraphDestroyNode(loop.start),
@@ -370,11 +375,17 @@ class CudaGraphSupport(GraphSupport):
 
     # -- edges and loops -----------------------------------------------------------
     def add_dependencies(self, graph: Any, before: Sequence[Any], after: Any) -> None:
-        before = list(before)
-        if not before:
+        """Make ``after`` depend on ``before``; edges added before are skipped (the
+        driver refuses an existing edge with ``CUDA_ERROR_INVALID_VALUE``)."""
+        known = self._owner(graph).edges.setdefault(int(after), set())
+        new = []
+        for node in before:
+            if int(node) not in known:
+                known.add(int(node))
+                new.append(node)
+        if not new:
             return
-        _cu.check(self._add_edges(graph, before, [after] * len(before), None,
-                                  len(before)),
+        _cu.check(self._add_edges(graph, new, [after] * len(new), None, len(new)),
                   "adding dependencies to a CUDA graph node")
 
     def add_loop(self, graph: Any, deps: Sequence[Any], device: int,

@@ -78,7 +78,8 @@ class GraphSupport(abc.ABC):
 
     @abc.abstractmethod
     def add_dependencies(self, graph: Any, before: Sequence[Any], after: Any) -> None:
-        """Make node ``after`` of ``graph`` depend on the nodes ``before``."""
+        """Make node ``after`` of ``graph`` depend on the nodes ``before`` (an edge
+        that exists already is kept once)."""
 
     @abc.abstractmethod
     def remove_node(self, graph: Any, node: Any) -> None:

@@ -121,6 +121,7 @@ class DriverEvent(Event):
     def __init__(self, stream: Stream, seq: int, handle: Any, pool: list) -> None:
         self.stream = stream
         self.seq = seq
+        self.producer = None
         self.handle = handle
         self.pool = pool
 
