@@ -18,13 +18,19 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``testing``        random task programs and their sequential NumPy oracle
 
 ``import stflow`` loads NumPy only; no CUDA module is imported before a context (or a
-place factory) needs a backend.
+place factory) needs a backend. ``stflow.__compiled__`` tells whether the hot modules
+run compiled (``setup.py``; ``STFLOW_PURE_PYTHON=1`` runs their Python sources).
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from . import _compile, _config
+
+if _config.pure_python_requested() or _compile.stale():
+    _compile.use_sources()
 
 __all__ = [
     "AccessMode",
@@ -104,6 +110,8 @@ __version__ = _version()
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__compiled__":
+        return _compile.compiled()
     module = _LOCATIONS.get(name)
     if module is None:
         raise AttributeError(f"module 'stflow' has no attribute {name!r}")

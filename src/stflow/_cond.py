@@ -113,7 +113,7 @@ class cond(_Expr):
         self._negate = False
 
     def __invert__(self) -> cond:
-        flipped = object.__new__(cond)
+        flipped = cond.__new__(cond)
         flipped._ld, flipped._op, flipped._threshold = self._ld, self._op, self._threshold
         flipped._negate = not self._negate
         return flipped

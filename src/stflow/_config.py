@@ -12,7 +12,7 @@ import random
 import warnings
 from dataclasses import dataclass
 
-__all__ = ["Config", "config", "reload"]
+__all__ = ["Config", "config", "pure_python_requested", "reload"]
 
 _BACKENDS = ("auto", "cuda", "emulated", "null")
 
@@ -101,6 +101,12 @@ def _read() -> Config:
         trace_file=os.environ.get("STFLOW_TRACE_FILE") or None,
         nvtx=os.environ.get("STFLOW_NVTX", "auto").strip().lower() or "auto",
     )
+
+
+def pure_python_requested() -> bool:
+    """``STFLOW_PURE_PYTHON`` (read when ``stflow`` is imported): run the Python
+    sources of the modules a compiled build compiled (``_compile.py``)."""
+    return os.environ.get("STFLOW_PURE_PYTHON", "").strip() not in ("", "0")
 
 
 def config() -> Config:

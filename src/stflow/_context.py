@@ -99,7 +99,7 @@ class context(RuntimeOwner):
     @classmethod
     def _recording(cls, backend: str | None, data_class: type[logical_data]) -> context:
         """The context behind a ``stackable_context``: its scopes are recorded."""
-        ctx = object.__new__(cls)
+        ctx = cls.__new__(cls)
         ctx._runtime = None
         ctx._borrowed = False
         ctx._stream_owner = None
@@ -109,7 +109,7 @@ class context(RuntimeOwner):
 
     @classmethod
     def _borrow(cls, runtime: Runtime) -> context:
-        ctx = object.__new__(cls)
+        ctx = cls.__new__(cls)
         ctx._runtime = runtime
         ctx._borrowed = True
         ctx._stream_owner = None
@@ -201,7 +201,7 @@ class context(RuntimeOwner):
         if runtime is None or runtime.finalized or runtime.closing or \
                 callback_state.active:
             self._live().check_submit("task()")
-        made = object.__new__(task)
+        made = task.__new__(task)
         made._setup(runtime, args, symbol)  # type: ignore[arg-type]  # checked above
         return made
 

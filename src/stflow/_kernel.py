@@ -144,7 +144,7 @@ class cuda_kernel(task):
     __slots__ = ("_launches",)
     _launches: list[KernelLaunch]
 
-    def _setup(self, runtime: Any, args: tuple, symbol: str | None) -> None:
+    def _setup(self, runtime: Any, args: tuple, symbol: Any) -> None:
         self._launches = []
         super()._setup(runtime, args, symbol)
 

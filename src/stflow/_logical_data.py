@@ -61,7 +61,7 @@ class dep:
 
     @classmethod
     def _make(cls, ld: logical_data, mode: int, dplace: data_place | None) -> dep:
-        made = object.__new__(cls)
+        made = cls.__new__(cls)
         ld._dependency(made, mode, dplace)
         return made
 
@@ -142,7 +142,7 @@ class logical_data:
              dtype: np.dtype | None, readonly: bool, name: str | None,
              source: Any = None) -> logical_data:
         """A handle of ``state`` (created by the runtime's registry)."""
-        ld = object.__new__(cls)
+        ld = cls.__new__(cls)
         ld._adopt(runtime, state, shape, dtype, readonly, name, source)
         return ld
 

@@ -81,7 +81,7 @@ class data_place:
 
     @classmethod
     def _make(cls, device: int) -> data_place:
-        place = object.__new__(cls)
+        place = cls.__new__(cls)
         place._device = device
         return place
 
@@ -163,7 +163,7 @@ class exec_place:
 
     @classmethod
     def _make(cls, device: int) -> exec_place:
-        place = object.__new__(cls)
+        place = cls.__new__(cls)
         place._device = device
         place._affine = None
         place._handle = next(_handles)

@@ -11,7 +11,7 @@ Resolution, once per dependency pattern (:func:`resolve`)
     modes of repeated dependencies OR-ed together. A written data accessed at two
     places is refused. The result, a :class:`Plan`, also keeps each access's
     :class:`~stflow._coherence.Instance`, so a later task with the same pattern (same
-    execution place, same data, modes and places) reuses it (:class:`PlanCache`).
+    execution place, same data, modes and places) reuses it (:func:`remember`).
 
 Acquisition, at every submission (:func:`acquire`)
     For each access: the ordering prerequisites (``_deps``: the last writer, and the
@@ -52,8 +52,8 @@ from .backends._base import AFFINE, HOST, MANAGED
 if TYPE_CHECKING:
     from .backends._base import Event, Stream
 
-__all__ = ["Access", "Dependency", "Move", "Plan", "PlanCache", "acquire", "held", "hold",
-           "release", "resolve"]
+__all__ = ["Access", "Dependency", "Move", "PLANS_KEPT", "Plan", "acquire", "held", "hold",
+           "release", "remember", "resolve"]
 
 Dependency = tuple[DataState, int, Any]
 """What resolution reads of a dependency: ``(state, mode, data place device)``; the
@@ -139,21 +139,17 @@ class Plan:
         return f"<Plan device={self.device} {list(self.accesses)}>"
 
 
-class PlanCache(dict):
-    """Plans by dependency pattern (a dict), at most ``size`` of them: :meth:`put`
-    starts over when full, which also drops the plans of data that no longer exists
-    (their keys never recur)."""
+PLANS_KEPT: Final = 1024
+"""Plans a runtime keeps (by dependency pattern) before it starts over."""
 
-    __slots__ = ("size",)
 
-    def __init__(self, size: int = 1024) -> None:
-        super().__init__()
-        self.size = size
-
-    def put(self, key: tuple, plan: Plan) -> None:
-        if len(self) >= self.size:
-            self.clear()
-        self[key] = plan
+def remember(plans: dict[tuple, Plan], key: tuple, plan: Plan,
+             limit: int = PLANS_KEPT) -> None:
+    """Keep ``plan`` under ``key``; a full cache starts over, which also drops the
+    plans of data that no longer exists (their keys never recur)."""
+    if len(plans) >= limit:
+        plans.clear()
+    plans[key] = plan
 
 
 # -- resolution -------------------------------------------------------------------
@@ -242,18 +238,22 @@ def _host_device(place: int | None, what: Any) -> int:
 
 # -- acquisition ------------------------------------------------------------------
 
-def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]) -> Stream:
+def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
+            ) -> Stream | None:
     """Decide what a submission of ``plan`` on ``pool`` needs (see the module).
 
     ``completed(event)`` tells events that have completed: copies into an instance
     that completed order nothing any more and are forgotten. Fills the decision
-    fields of ``plan``; returns the stream.
+    fields of ``plan``; returns the stream, or ``None`` when started work holds data
+    the plan conflicts with (the caller waits for its release, then asks again).
     """
     first: Event | None = None
     others: list[Event] | None = None
     moves: list[Move] | None = None
     for access in plan.accesses:
         state = access.state
+        if state.writing is not None or (state.reading and access.mode & WRITE):
+            return None
         tracker = state.tracker
         writer = tracker.writer
         if writer is not None:

@@ -8,7 +8,7 @@ parts, each in its own module and usable alone:
                    registration of user buffers, page-locking, retirement
 ``pools``          :class:`~stflow._streams.StreamPools`: the streams of the current
                    recording level (``root_pools`` at the root)
-``plans``          :class:`~stflow._plan.PlanCache`: resolved dependency patterns
+``plans``          plans of the dependency patterns seen (``_plan.remember``)
 ``errors``         :class:`~stflow._errors.ErrorLog`: asynchronous failures
 ``instruments``    :class:`~stflow._instrument.Instruments`: counters and listeners
 ``scopes``         :class:`~stflow._scopes.ScopeTracker` in graph mode, else ``None``:
@@ -39,13 +39,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from ._access import READ, WRITE
+from ._compile import mypyc_attr
 from ._coherence import DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
                       ErrorLog, PlaceError, ScopeError, work_ids)
 from ._instrument import (DotRecorder, Instrument, Instruments, NvtxRanges, Statistics,
                           TraceRecorder, WorkRecord)
-from ._plan import Plan, PlanCache, acquire, held, hold, release, resolve
+from ._plan import Plan, acquire, held, hold, release, remember, resolve
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
 from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
@@ -60,6 +61,10 @@ _runtime_ids = itertools.count(1)
 _BYTES = np.dtype(np.uint8)
 
 
+def _modes(plan: Plan) -> list[tuple[DataState, int]]:
+    return [(access.state, access.mode) for access in plan.accesses]
+
+
 class _Release:
     """Retired data whose frees are in flight: its user buffer and page-locking are
     released once ``done`` has completed."""
@@ -71,6 +76,7 @@ class _Release:
         self.state = state
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class RuntimeOwner:
     """Base of the public objects that own a runtime (``context``).
 
@@ -117,7 +123,7 @@ class Runtime:
         self.root_pools = StreamPools(backend, self.errors.capture, entry)
         self.pools = self.root_pools
         self.data = DataRegistry(backend, may_pin=caller_stream is None)
-        self.plans = PlanCache()
+        self.plans: dict[tuple, Plan] = {}
         self.started: dict[Any, int] = {}          # held work -> its thread
         self.waiters = 0                           # threads blocked in _block()
         self.finalized = False
@@ -256,16 +262,20 @@ class Runtime:
         if plan is None:
             plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], exec_device,
                            affine_device, self.device_count, host_only, what)
-            self.plans.put(key, plan)
-        if held(plan):
-            self._wait_for_conflicts([(a.state, a.mode) for a in plan.accesses], what)
+            remember(self.plans, key, plan)
         scopes = self.scopes
         if scopes is not None and scopes.stack:
+            if held(plan):               # before any import is hoisted for the plan
+                self._wait_for_conflicts(_modes(plan), what)
             scopes.before_acquire(plan)
         pools = self.pools
         pool = pools.pools.get(exec_device) or pools.pool(exec_device)
         backend = self.backend
         stream = acquire(plan, pool, backend.query)
+        if stream is None:                # data held by started work
+            self._wait_for_conflicts(_modes(plan), what)
+            stream = acquire(plan, pool, backend.query)
+            assert stream is not None     # still under the lock: nothing took it since
         if scopes is not None and scopes.stack:
             scopes.noted(plan)
         waits = plan.waits
@@ -275,6 +285,10 @@ class Runtime:
                 backend.wait(stream, event)
             counters.waits_issued += len(waits)
         counters.waits_skipped += plan.skipped
+        if owner is not None:
+            counters.tasks += 1
+        else:
+            counters.host_callbacks += 1
         record = None
         if self.instruments.attached:
             record = self._open_record(plan, ident, kind, what, stream)
@@ -383,7 +397,8 @@ class Runtime:
     # -- conflicts between started work ----------------------------------------------
     def _wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
                             what: Any) -> None:
-        """Block while started work of another thread conflicts with ``accesses``."""
+        """Block while started work of another thread holds data that ``accesses``
+        (state, mode) conflict with."""
         me = threading.get_ident()
         while True:
             conflict = self._conflict(accesses)

@@ -14,6 +14,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from ._access import READ
+from ._compile import mypyc_attr
 from ._errors import ContextFinalizedError, ScopeError, work_ids
 from ._logical_data import dep
 from ._places import exec_place
@@ -58,6 +59,7 @@ def _allocation(access: Access) -> Allocation:
     return instance.allocation
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class task:
     """A unit of work with dependencies, built by ``ctx.task(*deps, symbol=...)``.
 
@@ -74,7 +76,7 @@ class task:
     """
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
-                 "_views", "_id", "_previous_device", "__weakref__")
+                 "_views", "_id", "_previous_device")
     _runtime: Runtime
     _deps: tuple[dep, ...]
     _place: exec_place | None
@@ -86,7 +88,9 @@ class task:
     _id: int
     _previous_device: int | None
 
-    def __init__(self, ctx: Any = None, *args: Any, symbol: str | None = None) -> None:
+    # Arguments users pass are typed Any: they are checked here, with messages that
+    # name the fix (a compiled build would otherwise refuse them with its own).
+    def __init__(self, ctx: Any = None, *args: Any, symbol: Any = None) -> None:
         if ctx is None:
             raise TypeError("task cannot be built without a context; use "
                             "ctx.task(*deps, symbol=...)")
@@ -95,12 +99,12 @@ class task:
         self._setup(ctx._live(), args, symbol)
 
     @classmethod
-    def _make(cls, runtime: Runtime, args: tuple, symbol: str | None) -> task:
-        made = object.__new__(cls)
+    def _make(cls, runtime: Runtime, args: tuple, symbol: Any) -> task:
+        made = cls.__new__(cls)
         made._setup(runtime, args, symbol)
         return made
 
-    def _setup(self, runtime: Runtime, args: tuple, symbol: str | None) -> None:
+    def _setup(self, runtime: Runtime, args: tuple, symbol: Any) -> None:
         self._runtime = runtime
         self._place = None
         self._phase = _NEW
@@ -152,7 +156,7 @@ class task:
         return plan is not None and any(a.state is state for a in plan.accesses)
 
     # -- building ----------------------------------------------------------------
-    def add_dep(self, d: dep) -> None:
+    def add_dep(self, d: Any) -> None:
         """Add a dependency (before ``start()``)."""
         if self._runtime.finalized:
             raise self._finalized("add_dep()")
@@ -162,7 +166,7 @@ class task:
         self._deps = (*self._deps, check_dep(self._runtime, d,
                                               f"{self._label()}.add_dep()"))
 
-    def set_symbol(self, name: str) -> None:
+    def set_symbol(self, name: Any) -> None:
         """Name the task in messages, DOT output and traces."""
         if not isinstance(name, str):
             raise TypeError(f"symbol must be a str, got {type(name).__name__}")
@@ -170,7 +174,7 @@ class task:
             raise self._finalized("set_symbol()")
         self._symbol = name
 
-    def set_exec_place(self, place: exec_place) -> None:
+    def set_exec_place(self, place: Any) -> None:
         """Set the execution place (before ``start()``)."""
         if self._runtime.finalized:
             raise self._finalized("set_exec_place()")
@@ -202,7 +206,6 @@ class task:
                 runtime.drain_retired()
             plan = runtime.acquire(self._deps, self._place, self, self, self._id)
             stream = plan.stream
-            runtime.instruments.counters.tasks += 1
             self._plan = plan
             self._stream = stream
             scopes = runtime.scopes
@@ -283,14 +286,14 @@ class task:
             if self._runtime.finalized:
                 raise self._finalized("stream_ptr()")
             raise ScopeError(f"{self._label()}.stream_ptr() before start()")
-        return CudaStream(stream.handle)
+        return stream.handle
 
     def get_grid_dims(self) -> tuple[int, ...] | None:
         """``None``: a scalar execution place has no grid."""
         self._check_window("get_grid_dims()")
         return None
 
-    def get_stream_at_index(self, i: int) -> int:
+    def get_stream_at_index(self, i: Any) -> int:
         raise ScopeError(f"{self._label()} does not run on a grid of places; use "
                          "stream_ptr()")
 
@@ -298,7 +301,7 @@ class task:
         """``[stream_ptr()]`` for a scalar execution place."""
         return [self.stream_ptr()]
 
-    def _access_at(self, index: int, what: str) -> Access:
+    def _access_at(self, index: Any, what: str) -> Access:
         self._check_window(what)
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"{what}: index must be an int, got {type(index).__name__}")
@@ -312,11 +315,11 @@ class task:
                             "memory")
         return access
 
-    def get_arg(self, index: int) -> int:
+    def get_arg(self, index: Any) -> int:
         """The address of dependency ``index``'s instance."""
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
-    def get_arg_cai(self, index: int) -> Any:
+    def get_arg_cai(self, index: Any) -> Any:
         """A view of dependency ``index`` (CUDA Array Interface on CUDA)."""
         views = self._views
         view = None if views is None else views.get(index)
@@ -357,8 +360,7 @@ def _settled(plan: Plan, completed: Callable[[Any], bool]) -> bool:
     return not plan.others or all(map(completed, plan.others))
 
 
-def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
-                args: Any, symbol: str | None) -> None:
+def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) -> None:
     """Run ``fn(*arrays, *args)`` on a host thread once ``deps`` are satisfied."""
     label = f"host_launch {symbol!r}" if symbol else "host_launch"
     if fn is None:
@@ -382,7 +384,6 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Callable[..., Any] | None,
                                host_only=True)
         stream = plan.stream
         assert stream is not None
-        runtime.instruments.counters.host_callbacks += 1
         arguments = [(_allocation(access), cast(tuple, d.ld._shape),
                       cast(np.dtype, d.ld._dtype), d.mode == READ)
                      for d, access in zip(checked, plan.per_dependency)

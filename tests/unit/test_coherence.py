@@ -5,14 +5,14 @@ from __future__ import annotations
 from stflow._access import READ, RW, WRITE
 from stflow._coherence import INVALID, MODIFIED, SHARED, DataState
 
-from helpers.standins import FakeStream
+from helpers.standins import FakeStream, buffer
 
 HOST, DEV0, DEV1 = -1, 0, 1
 
 
 def registered() -> DataState:
     state = DataState(1, nbytes=64, dtype=None)
-    state.set_reference(HOST, allocation="user buffer")
+    state.set_reference(HOST, allocation=buffer())
     return state
 
 

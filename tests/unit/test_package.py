@@ -101,3 +101,42 @@ def test_bad_backend_names():
         stflow.context(backend="tpu")
     with pytest.raises(TypeError):
         stflow.context(backend=3)
+
+
+def _probe(env_extra: dict) -> str:
+    import os
+    code = ("import stflow, stflow._runtime, stflow._plan; "
+            "print(stflow.__compiled__, stflow._runtime.__file__.endswith('.py'), "
+            "stflow._plan.__file__.endswith('.py'))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env={**os.environ, **env_extra})
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_pure_python_switch_runs_the_sources_of_every_compiled_module():
+    assert _probe({"STFLOW_PURE_PYTHON": "1"}) == "False True True"
+
+
+def test_compiled_flag_tells_what_runs():
+    from stflow import _compile
+    from stflow import _runtime
+    assert stflow.__compiled__ is _compile.compiled()
+    assert stflow.__compiled__ is (not _runtime.__file__.endswith(".py"))
+    compiled = _probe({"STFLOW_PURE_PYTHON": "0"})
+    assert compiled in ("True False False", "False True True")   # all or nothing
+
+
+def test_the_compiled_modules_list_names_real_modules():
+    from pathlib import Path
+
+    from stflow._compile import COMPILED_MODULES
+    package = Path(stflow.__file__).parent
+    assert all((package / f"{name}.py").exists() for name in COMPILED_MODULES)
+
+
+@pytest.mark.skipif(__import__("os").environ.get("STFLOW_EXPECT_COMPILED") != "1",
+                    reason="set STFLOW_EXPECT_COMPILED=1 where the compiled build must run")
+def test_the_compiled_build_runs_where_expected():
+    assert stflow.__compiled__, "the hot modules run as Python: the compiled build " \
+                                "did not install (see pip install -v .)"

@@ -8,17 +8,17 @@ import pytest
 from stflow._access import READ, RW, WRITE
 from stflow._coherence import INVALID, MODIFIED, DataState
 from stflow._errors import AccessModeError, PlaceError
-from stflow._plan import PlanCache, acquire, held, hold, release, resolve
+from stflow._plan import acquire, held, hold, release, remember, resolve
 from stflow._streams import Pool
 
-from helpers.standins import FakeStream, always, never
+from helpers.standins import FakeStream, always, buffer, never
 
 HOST, MANAGED, AFFINE = -1, -2, -3
 
 
 def registered(key: int = 1) -> DataState:
     state = DataState(key, nbytes=64, dtype=None)
-    state.set_reference(HOST, allocation="user buffer")
+    state.set_reference(HOST, allocation=buffer())
     return state
 
 
@@ -97,7 +97,7 @@ def test_readers_of_a_fresh_copy_wait_for_it_until_it_completed():
     x = registered()
     copier = FakeStream("copier")
     dev0 = x.instance(0)
-    dev0.allocation = "device buffer"
+    dev0.allocation = buffer(0)
     copy_done = copier.record()
     x.copied(dev0, x.reference, copy_done)
     plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
@@ -110,7 +110,7 @@ def test_readers_of_a_fresh_copy_wait_for_it_until_it_completed():
 
 def test_a_writer_waits_for_every_reader_on_other_streams():
     x = registered()
-    x.instance(0).allocation = x.instance(1).allocation = "buffers"
+    x.instance(0).allocation, x.instance(1).allocation = buffer(0), buffer(1)
     a, b = FakeStream("a"), FakeStream("b")
     x.released(x.instance(0), WRITE, a.record())
     reader = b.record()
@@ -127,19 +127,19 @@ def test_a_writer_waits_for_every_reader_on_other_streams():
 
 
 def test_plan_cache_starts_over_when_full():
-    cache = PlanCache(size=2)
+    cache = {}
     plan = resolve([(registered(), READ, None)], 0, 0, 1, False, "t")
-    cache.put((1,), plan)
-    cache.put((2,), plan)
+    remember(cache, (1,), plan, limit=2)
+    remember(cache, (2,), plan, limit=2)
     assert len(cache) == 2 and cache.get((1,)) is plan
-    cache.put((3,), plan)
-    assert len(cache) == 1 and cache.get((1,)) is None and cache.get((3,)) is plan
+    remember(cache, (3,), plan, limit=2)
+    assert cache == {(3,): plan}
 
 
 def test_invalid_instances_with_memory_only_copy():
     x = registered()
     dev0 = x.instance(0)
-    dev0.allocation = "kept buffer"
+    dev0.allocation = buffer(0)
     assert dev0.state is INVALID
     plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
     acquire(plan, pool_of("p"), never)

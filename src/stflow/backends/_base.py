@@ -42,6 +42,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .._views import CudaStream
+
 __all__ = ["AFFINE", "Allocation", "Backend", "CurrentDevice", "Event", "HOST",
            "KernelLaunch",
            "MANAGED", "Stream", "USER_PAGEABLE", "callback_state", "describable",
@@ -81,8 +83,9 @@ class Stream:
 
     Attributes
     ----------
-    handle : int
-        The raw handle (``CUstream`` on CUDA, an opaque id on the emulated backend).
+    handle : CudaStream
+        The raw handle (``CUstream`` on CUDA, an opaque id on the emulated backend), an
+        ``int`` that also speaks ``__cuda_stream__``.
     device : int
         The execution place it serves (``HOST`` for streams of host places).
     ordinal : int
@@ -106,7 +109,7 @@ class Stream:
 
     def __init__(self, handle: int, device: int, ordinal: int | None = None,
                  error_sink: Callable[..., None] | None = None) -> None:
-        self.handle = handle
+        self.handle = CudaStream(handle)
         self.device = device
         self.ordinal = max(device, 0) if ordinal is None else ordinal
         self.recorded = 0

@@ -1,0 +1,80 @@
+"""The compiled build of the hot modules (mypyc): which modules, and the way back.
+
+``setup.py`` compiles :data:`COMPILED_MODULES` with mypyc where it can (see
+``docs/architecture.md``, "The compiled build"): the same sources, as C extensions.
+Compiled classes cannot be subclassed by Python classes unless marked
+``@mypyc_attr(allow_interpreted_subclasses=True)``; outside the compiler the marker
+does nothing.
+
+With ``STFLOW_PURE_PYTHON=1`` in the environment when ``stflow`` is imported,
+:func:`use_sources` makes Python import the ``.py`` sources of those modules even
+where compiled ones are installed (to debug, profile, or test both builds). It does so
+too when a source is newer than its compiled module (:func:`stale`: edited in an
+editable install since it was compiled), so an edit is never silently ignored.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+__all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
+
+COMPILED_MODULES = ("_access", "_deps", "_coherence", "_streams", "_plan", "_runtime",
+                    "_task")
+"""The modules of ``stflow`` that the compiled build compiles (the hot path)."""
+
+if TYPE_CHECKING:
+    from mypy_extensions import mypyc_attr
+else:
+    try:
+        from mypy_extensions import mypyc_attr
+    except ImportError:           # mypy_extensions only matters when compiling
+        def mypyc_attr(*attrs: Any, **kwattrs: Any) -> Callable[[Any], Any]:
+            return lambda cls: cls
+
+
+class _Sources(importlib.abc.MetaPathFinder):
+    """Finds the ``.py`` source of a compiled module before the extension."""
+
+    def __init__(self, package: str, directory: Path) -> None:
+        self.names = {f"{package}.{name}": directory / f"{name}.py"
+                      for name in COMPILED_MODULES}
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        source = self.names.get(fullname)
+        if source is None or not source.exists():
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def use_sources() -> None:
+    """Import the Python sources of the compiled modules from now on."""
+    if not any(isinstance(finder, _Sources) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Sources(__package__ or "stflow", Path(__file__).parent))
+
+
+def stale() -> bool:
+    """True when a compiled module is older than its source (by more than 2 s, so a
+    source and an extension installed together never count)."""
+    directory = Path(__file__).parent
+    for name in COMPILED_MODULES:
+        source = directory / f"{name}.py"
+        for built in directory.glob(f"{name}.*.so"):
+            try:
+                if source.stat().st_mtime > built.stat().st_mtime + 2.0:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def compiled() -> bool:
+    """True when the hot modules in use are the compiled ones."""
+    from . import _runtime
+    return not (_runtime.__file__ or "").endswith(".py")
