@@ -44,8 +44,7 @@ from ._coherence import DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
                       ErrorLog, PlaceError, ScopeError, work_ids)
-from ._instrument import (DotRecorder, Instrument, Instruments, NvtxRanges, Statistics,
-                          TraceRecorder, WorkRecord)
+from ._instrument import Instrument, Instruments, Statistics, WorkRecord
 from ._plan import Plan, acquire, held, hold, release, remember, resolve
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
@@ -58,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["Runtime", "RuntimeOwner"]
 
 _runtime_ids = itertools.count(1)
+_thread = threading.get_ident
 _BYTES = np.dtype(np.uint8)
 
 
@@ -114,6 +114,10 @@ class Runtime:
         self.id = next(_runtime_ids)
         self.backend = backend
         self.device_count = backend.device_count
+        # The backend operations of every task, bound once.
+        self._current_device = backend.current_device
+        self._completed = backend.query
+        self._record = backend.record
         self.lock = threading.RLock()
         self.cv = threading.Condition(self.lock)
         self.errors = ErrorLog()
@@ -147,6 +151,7 @@ class Runtime:
     # -- instruments and statistics ----------------------------------------------
     def _attach_configured_instruments(self) -> None:
         from ._config import config
+        from ._recorders import DotRecorder, NvtxRanges, TraceRecorder
         cfg = config()
         if cfg.dot_file:
             self.attach(DotRecorder(cfg.dot_file))
@@ -247,7 +252,7 @@ class Runtime:
         if host_only:
             exec_device = affine_device = HOST
         elif place is None:
-            exec_device = affine_device = self.backend.current_device()
+            exec_device = affine_device = self._current_device()
         else:
             exec_device = place._device
             if exec_device >= self.device_count:
@@ -271,10 +276,10 @@ class Runtime:
         pools = self.pools
         pool = pools.pools.get(exec_device) or pools.pool(exec_device)
         backend = self.backend
-        stream = acquire(plan, pool, backend.query)
+        stream = acquire(plan, pool, self._completed)
         if stream is None:                # data held by started work
             self._wait_for_conflicts(_modes(plan), what)
-            stream = acquire(plan, pool, backend.query)
+            stream = acquire(plan, pool, self._completed)
             assert stream is not None     # still under the lock: nothing took it since
         if scopes is not None and scopes.stack:
             scopes.noted(plan)
@@ -298,7 +303,7 @@ class Runtime:
             self.instruments.body(record)
         if owner is not None:
             hold(plan, owner)
-            self.started[owner] = threading.get_ident()
+            self.started[owner] = _thread()
         return plan
 
     def release(self, plan: Plan, stream: Stream, owner: Any, ident: int) -> Event:
@@ -306,17 +311,20 @@ class Runtime:
         states. The lock must be held."""
         instruments = self.instruments
         record = instruments.ending(ident) if instruments.attached else None
-        event = self.backend.record(stream)
+        event = self._record(stream)
         if record is not None:
             instruments.ended(record, event)
         release(plan, event, owner)
-        scopes = self.scopes
-        if scopes is not None and scopes.stack:
-            scopes.released(plan)
         if owner is not None:
             del self.started[owner]
             if self.waiters:
                 self.cv.notify_all()
+        scopes = self.scopes
+        if scopes is not None and scopes.stack:
+            scopes.released(plan)
+            if not self.started and scopes.epoch_full():
+                scopes.epoch_boundary()            # a long epoch runs meanwhile
+                scopes.epoch_begin()
         return event
 
     def hold(self, owner: Any, states: Sequence[DataState]) -> None:

@@ -48,7 +48,13 @@ if TYPE_CHECKING:
     from .backends._base import Event, Stream
     from .backends.recording import Graph, GraphRecorder
 
-__all__ = ["Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+__all__ = ["EPOCH_TASKS", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+
+EPOCH_TASKS = 4096
+"""Graph mode launches an epoch once it holds this many tasks (at the next release with
+no task started), as if ``fence()`` had been called: the driver's cost of
+instantiating a graph grows faster than its size, and earlier launches overlap the
+recording of what follows."""
 
 
 class ScopeOwner(Protocol):
@@ -109,11 +115,13 @@ class Scope:
     closed : bool
     wrapper : Scope or None
         The graph scope opened to hold a root-level loop.
+    work : int
+        Tasks and host callbacks acquired in it.
     """
 
     __slots__ = ("kind", "graph", "top", "pools", "outer_pools", "hoist_pools",
                  "snapshots", "touched", "repeatable", "assumed", "fresh",
-                 "condition_set", "closed", "wrapper")
+                 "condition_set", "closed", "wrapper", "work")
 
     def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool) -> None:
         self.kind = kind
@@ -131,6 +139,7 @@ class Scope:
         self.condition_set = False
         self.closed = False
         self.wrapper: Scope | None = None
+        self.work = 0
 
     def held_data(self) -> list[DataState]:
         """The data a launchable graph holds: what its recording touched."""
@@ -286,6 +295,12 @@ class ScopeTracker:
         if self.stack and self.stack[0].kind is ScopeKind.EPOCH:
             self.close(self.stack[0])
 
+    def epoch_full(self) -> bool:
+        """True when the current epoch should be launched (:data:`EPOCH_TASKS`)."""
+        stack = self.stack
+        return bool(stack) and stack[0].kind is ScopeKind.EPOCH and \
+            stack[0].work >= EPOCH_TASKS
+
     def epoch_begin(self) -> None:
         """Record the next epoch."""
         if self.epochs and not self.stack and not self.runtime.finalized:
@@ -305,7 +320,9 @@ class ScopeTracker:
     def noted(self, plan: Plan) -> None:
         """Note an acquisition (after planning) in every open scope."""
         sources = {id(access): source for access, source in plan.moves or ()}
-        touched = self.stack[0].touched
+        outermost = self.stack[0]
+        outermost.work += 1
+        touched = outermost.touched
         for access in plan.accesses:
             state = access.state
             touched[id(state)] = state

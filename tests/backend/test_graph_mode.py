@@ -90,3 +90,16 @@ def test_graph_mode_with_a_caller_stream_is_refused():
     with stf.context(backend="emulated") as outer:
         with pytest.raises(ValueError, match="caller stream"):
             stf.context(backend="emulated", use_graph=True, stream=outer.fence())
+
+
+def test_long_epochs_are_launched_in_parts(backend, monkeypatch):
+    import stflow._scopes as scopes
+    monkeypatch.setattr(scopes, "EPOCH_TASKS", 50)
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        ld = ctx.logical_data(np.zeros(4))
+        for _ in range(175):
+            with ctx.task(ld.rw()) as t:
+                add_to(t, 0, None, 1.0)
+        stats = ctx.statistics()
+        assert stats.graph_instantiations + stats.graph_updates == 3   # 3 x 50 launched
+        np.testing.assert_array_equal(ctx.wait(ld), np.full(4, 175.0))
