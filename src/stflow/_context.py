@@ -119,7 +119,9 @@ class context(RuntimeOwner):
     @property
     def backend(self) -> str:
         """The name of the backend running this context (stflow-only)."""
-        return self._runtime.backend.name  # type: ignore[union-attr]
+        runtime = self._runtime
+        assert runtime is not None
+        return runtime.backend.name
 
     # -- data --------------------------------------------------------------------
     def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
@@ -201,8 +203,9 @@ class context(RuntimeOwner):
         if runtime is None or runtime.finalized or runtime.closing or \
                 callback_state.active:
             self._live().check_submit("task()")
+        assert runtime is not None                       # checked above
         made = task.__new__(task)
-        made._setup(runtime, args, symbol)  # type: ignore[arg-type]  # checked above
+        made._setup(runtime, args, symbol)
         return made
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,

@@ -115,13 +115,13 @@ class Plan:
 
     __slots__ = ("accesses", "per_dependency", "device", "stream", "first", "others",
                  "waits", "skipped", "moves")
+    stream: Stream        # decided by acquire(), before anything reads it
 
     def __init__(self, accesses: tuple[Access, ...], per_dependency: tuple[Access, ...],
                  device: int) -> None:
         self.accesses = accesses
         self.per_dependency = per_dependency
         self.device = device
-        self.stream: Stream | None = None
         self.first: Event | None = None
         self.others: list[Event] | None = None
         self.waits: Sequence[Event] = ()

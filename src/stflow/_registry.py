@@ -165,11 +165,13 @@ class DataRegistry:
 
     def unpin(self, key: int | None) -> None:
         """Drop one use of a pin; the last one undoes the page-locking."""
-        pin = self.pins.get(key) if key is not None else None
+        if key is None:
+            return
+        pin = self.pins.get(key)
         if pin is not None:
             pin.uses -= 1
             if pin.uses == 0:
-                del self.pins[key]  # type: ignore[arg-type]
+                del self.pins[key]
                 self.backend.unregister_host(pin.token)
 
     # -- retirement and the end --------------------------------------------------------

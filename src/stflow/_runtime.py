@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
@@ -138,7 +138,7 @@ class Runtime:
         self.scopes: ScopeTracker | None = None
         if graph_mode is not None:
             from ._scopes import ScopeTracker
-            recorder: GraphRecorder = backend  # type: ignore[assignment]
+            recorder = cast("GraphRecorder", backend)
             self.scopes = ScopeTracker(self, recorder, epochs=graph_mode == "epochs")
         self._attach_configured_instruments()
         if self.scopes is not None:

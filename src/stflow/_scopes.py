@@ -122,10 +122,10 @@ class Scope:
     __slots__ = ("kind", "graph", "top", "pools", "outer_pools", "hoist_pools",
                  "snapshots", "touched", "repeatable", "assumed", "fresh",
                  "condition_set", "closed", "wrapper", "work")
+    graph: Graph          # set when the scope is opened
 
     def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool) -> None:
         self.kind = kind
-        self.graph: Graph = None  # type: ignore[assignment]  # set when opened
         self.top = False
         self.pools: StreamPools | None = None
         self.outer_pools: StreamPools | None = None
@@ -418,8 +418,9 @@ class ScopeTracker:
             if scope.hoist_pools is None:
                 scope.hoist_pools = StreamPools(recorder, runtime.errors.capture)
             runtime.pools = scope.hoist_pools
+        parent = scope.graph.parent
         previous = recorder.enter_level(
-            None if scope.top else scope.graph.parent.graph)  # type: ignore[union-attr]
+            None if scope.top or parent is None else parent.graph)
         try:
             yield
         finally:

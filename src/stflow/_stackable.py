@@ -14,7 +14,7 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ._cond import Comparable, cond, condition_terms
 from ._context import context
@@ -499,14 +499,15 @@ class stackable_context:
     def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
                      ) -> stackable_logical_data:
         """Register ``buf`` as logical data (see ``context.logical_data``)."""
-        return self._ctx.logical_data(buf, dplace, name)  # type: ignore[return-value]
+        return cast(stackable_logical_data, self._ctx.logical_data(buf, dplace, name))
 
     def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None,
                            *, no_export: bool = False) -> stackable_logical_data:
         """Logical data without an initial value. ``no_export`` marks a temporary of
         the innermost scope (accepted; such data is simply never written back)."""
         _check_bool(no_export)
-        return self._ctx.logical_data_empty(shape, dtype, name)  # type: ignore
+        return cast(stackable_logical_data,
+                    self._ctx.logical_data_empty(shape, dtype, name))
 
     def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
                           where: Any = None, exec_place: Any = None,
@@ -514,26 +515,26 @@ class stackable_context:
                           ) -> stackable_logical_data:
         """Logical data filled with ``fill_value``; the fill runs in the current scope."""
         _check_bool(no_export)
-        return self._ctx.logical_data_full(shape, fill_value, dtype, where,  # type: ignore
-                                           exec_place, name)
+        return cast(stackable_logical_data, self._ctx.logical_data_full(
+            shape, fill_value, dtype, where, exec_place, name))
 
     def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
                            exec_place: Any = None, name: str | None = None, *,
                            no_export: bool = False) -> stackable_logical_data:
         _check_bool(no_export)
-        return self._ctx.logical_data_zeros(shape, dtype, where, exec_place,  # type: ignore
-                                            name)
+        return cast(stackable_logical_data, self._ctx.logical_data_zeros(
+            shape, dtype, where, exec_place, name))
 
     def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
                           exec_place: Any = None, name: str | None = None, *,
                           no_export: bool = False) -> stackable_logical_data:
         _check_bool(no_export)
-        return self._ctx.logical_data_ones(shape, dtype, where, exec_place,  # type: ignore
-                                           name)
+        return cast(stackable_logical_data, self._ctx.logical_data_ones(
+            shape, dtype, where, exec_place, name))
 
     def token(self) -> stackable_logical_data:
         """A logical data without bytes, for ordering only."""
-        return self._ctx.token()  # type: ignore[return-value]
+        return cast(stackable_logical_data, self._ctx.token())
 
     def task(self, *args: Any, symbol: str | None = None) -> stackable_task:
         """A task in the innermost open scope (the root level when none is open)."""
@@ -541,7 +542,7 @@ class stackable_context:
         runtime.check_submit("task()")
         for arg in args:
             _check_stackable(arg, runtime, "task()")
-        return stackable_task._make(runtime, args, symbol)  # type: ignore[return-value]
+        return cast(stackable_task, stackable_task._make(runtime, args, symbol))
 
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
                     args: Any = None, symbol: str | None = None) -> None:

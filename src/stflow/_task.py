@@ -211,10 +211,10 @@ class task:
             scopes = runtime.scopes
             if scopes is not None and scopes.stack:     # graph mode: capture the body
                 try:
-                    scopes.begin_body(stream)  # type: ignore[arg-type]
+                    scopes.begin_body(stream)
                 except BaseException:
                     self._phase = _ENDED
-                    runtime.release(plan, stream, self, self._id)  # type: ignore
+                    runtime.release(plan, stream, self, self._id)
                     raise
             self._phase = _STARTED
             device = plan.device
@@ -225,7 +225,7 @@ class task:
                     backend.set_current_device(device)
                     self._previous_device = previous
             if backend.bodies_wait_on_host and not _settled(plan, backend.query):
-                ready = backend.record(stream)  # type: ignore[arg-type]
+                ready = backend.record(stream)
         finally:
             lock.release()
         if ready is not None:
@@ -249,12 +249,14 @@ class task:
         if self._previous_device is not None:
             runtime.backend.set_current_device(self._previous_device)
             self._previous_device = None
+        plan = self._plan
+        stream = self._stream
+        assert plan is not None and stream is not None        # started
         lock = runtime.lock
         lock.acquire()
         try:
             self._phase = _ENDED
-            runtime.release(self._plan, self._stream, self,  # type: ignore[arg-type]
-                            self._id)
+            runtime.release(plan, stream, self, self._id)
         finally:
             lock.release()
         views = self._views

@@ -80,7 +80,8 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
         raise ContextMismatchError(f"logical data {ld._label()} belongs to another "
                                    "context")
     check_fill_places(data_place, exec_place, "init_logical_data", "data_place")
-    pattern = fill_pattern(value, ld._dtype, "init_logical_data")  # type: ignore[arg-type]
+    assert ld._dtype is not None                  # data with memory has a dtype
+    pattern = fill_pattern(value, ld._dtype, "init_logical_data")
     args: list[Any] = [ld.write(data_place)]
     if exec_place is not None:
         args.insert(0, exec_place)

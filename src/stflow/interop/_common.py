@@ -9,7 +9,7 @@ from typing import Any
 
 from .._errors import BackendUnavailableError
 
-__all__ = ["TaskScope", "add_note", "backend_name", "import_framework", "views_of"]
+__all__ = ["TaskScope", "add_note", "gpu_memory", "import_framework", "views_of"]
 
 
 def import_framework(module: str, extra: str, package: str) -> ModuleType:
@@ -22,9 +22,9 @@ def import_framework(module: str, extra: str, package: str) -> ModuleType:
             f"install it with: pip install 'stflow[{extra}]'") from exc
 
 
-def backend_name(task: Any) -> str:
-    """``"cuda"`` or ``"emulated"``: the backend of the context running ``task``."""
-    return str(task._runtime.backend.name)
+def gpu_memory(task: Any) -> bool:
+    """True when the task's views are CUDA memory (the backend's ``gpu_memory``)."""
+    return bool(task._runtime.backend.gpu_memory)
 
 
 def task_device(task: Any) -> int:

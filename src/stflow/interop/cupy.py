@@ -19,15 +19,15 @@ from typing import Any
 
 from .._errors import BackendUnavailableError
 from .._views import CudaStream
-from ._common import TaskScope, backend_name, import_framework, task_device, views_of
+from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
 
 __all__ = ["as_cupy", "cupy_arg", "cupy_arguments", "cupy_stream", "cupy_task"]
 
 
-def _cupy(backend: str) -> Any:
-    if backend != "cuda":
+def _cupy(gpu: bool, backend: str) -> Any:
+    if not gpu:
         raise BackendUnavailableError(
-            "CuPy arrays need the CUDA backend; this task runs on the emulated backend "
+            f"CuPy arrays need the CUDA backend; this task runs on the {backend} backend "
             "(use numpy.asarray(view) in the body, or a context with backend='cuda')")
     return import_framework("cupy", "cupy", "CuPy")
 
@@ -64,14 +64,14 @@ def as_cupy(view: Any) -> Any:
 
 def cupy_arg(task: Any, index: int) -> Any:
     """A zero-copy CuPy array of dependency ``index`` of a started task."""
-    _cupy(backend_name(task))
+    _cupy(gpu_memory(task), task._runtime.backend.name)
     return as_cupy(task.get_arg_cai(index))
 
 
 def cupy_arguments(task: Any) -> Any:
     """CuPy arrays of the non-token dependencies, like ``args_cai()``: ``None``, one
     array, or a tuple."""
-    _cupy(backend_name(task))
+    _cupy(gpu_memory(task), task._runtime.backend.name)
     arrays = tuple(as_cupy(view) for view in views_of(task))
     if not arrays:
         return None
@@ -99,7 +99,8 @@ class cupy_task(TaskScope):
     """
 
     def __init__(self, ctx: Any, *args: Any, symbol: str | None = None) -> None:
-        self._module = _cupy(ctx._live().backend.name)
+        backend = ctx._live().backend
+        self._module = _cupy(backend.gpu_memory, backend.name)
         super().__init__(ctx, args, symbol)
 
     def open_scope(self, scope: Any) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .._views import stf_cai
 from ..backends._base import pointer_array
-from ._common import TaskScope, backend_name, import_framework, task_device, views_of
+from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
 
 __all__ = ["pytorch_task", "tensor_arg", "tensor_arguments"]
 
@@ -90,7 +90,7 @@ class pytorch_task(TaskScope):
         super().__init__(ctx, args, symbol)
 
     def open_scope(self, scope: Any) -> None:
-        if backend_name(self.task) != "cuda":
+        if not gpu_memory(self.task):
             return
         torch = self._torch
         device = torch.device("cuda", task_device(self.task))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends._base import HOST
-from ._common import TaskScope, backend_name, import_framework, task_device, views_of
+from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
 
 __all__ = ["warp_arg", "warp_arguments", "warp_task"]
 
@@ -29,7 +29,7 @@ def _warp() -> Any:
 
 def _array(wp: Any, task: Any, view: Any) -> Any:
     dtype = wp.dtype_from_numpy(view.dtype)
-    if backend_name(task) == "cuda":
+    if gpu_memory(task):
         where = task._runtime.backend.locate(view.ptr)
         device = "cpu" if where == HOST else \
             f"cuda:{where if where >= 0 else task_device(task)}"
@@ -72,7 +72,7 @@ class warp_task(TaskScope):
         super().__init__(ctx, args, symbol)
 
     def open_scope(self, scope: Any) -> None:
-        if backend_name(self.task) != "cuda":
+        if not gpu_memory(self.task):
             return
         wp = self._wp
         device = wp.get_device(f"cuda:{task_device(self.task)}")
