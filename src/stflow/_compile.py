@@ -76,5 +76,5 @@ def stale() -> bool:
 
 def compiled() -> bool:
     """True when the hot modules in use are the compiled ones."""
-    from . import _runtime
-    return not (_runtime.__file__ or "").endswith(".py")
+    spec = importlib.util.find_spec(f"{__package__ or 'stflow'}.{COMPILED_MODULES[0]}")
+    return spec is not None and not (spec.origin or "").endswith(".py")
