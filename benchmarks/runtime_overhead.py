@@ -1,11 +1,12 @@
 """The runtime's own cost per task, with a backend that does nothing.
 
-    python benchmarks/runtime_overhead.py [--tasks 20000] [--profile]
+    python benchmarks/runtime_overhead.py [--tasks 20000] [--profile] [--json out.json]
 
 Runs on the null backend (``stflow.backends.null``: every operation completes when
 it is enqueued; no threads, no driver calls), so the figures are the Python cost of
 submit → acquire → release alone: the part of B1's overhead that stflow itself adds
-on top of the CUDA calls a task needs.
+on top of the CUDA calls a task needs. ``STFLOW_PURE_PYTHON=1`` measures the Python
+sources of a compiled build.
 """
 
 from __future__ import annotations
@@ -34,11 +35,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    chain(1000, 0)
+    for reads in (0, 1, 3):                       # warm the process up
+        chain(args.tasks, reads)
+    results = {}
     for reads in (0, 1, 3):
-        best = min(chain(args.tasks, reads) for _ in range(3))
-        print(f"runtime cost, rw + {reads} read(s): {best:.2f} µs per task")
+        best = min(chain(args.tasks, reads) for _ in range(5))
+        results[f"rw+{reads}"] = best
+        print(f"runtime cost, rw + {reads} read(s): {best:.2f} µs per task "
+              f"({'compiled' if stf.__compiled__ else 'Python'})")
+    if args.json:
+        import json
+        with open(args.json, "w") as out:
+            json.dump(results, out, indent=2)
     if args.profile:
         import cProfile
         import pstats
