@@ -5,7 +5,9 @@
 #   build   compile the hot modules in place (mypyc; needs mypy, e.g. carried wheels
 #           in .whl/, installed to /tmp/site); without it everything runs as Python
 #   tests   the GPU test suite ("gpu and not slow")
-#   bench   the runtime's own cost (null backend) and B1, compiled and as Python
+#   tests-python  the same on the Python sources (STFLOW_PURE_PYTHON=1)
+#   bench   the runtime's own cost (null backend, piece by piece too) and B1, compiled
+#           and as Python
 #   graphs  B2 (graph-mode cost per task) and B3 (replay)
 #   memory  memory_flat.py on CUDA (RSS over long graph-mode runs)
 #   demo    the demo and the CG example
@@ -25,15 +27,18 @@ for step in "$@"; do
       > "$OUT/build.log" 2>&1
     echo "build exit $?"; tail -n 3 "$OUT/build.log"
     python3 -c "import stflow; print('compiled build:', stflow.__compiled__)" ;;
-  tests)
-    timeout 400 python3 -m pytest -q -m "gpu and not slow" tests -p no:cacheprovider \
-      --timeout 300 ${PYTEST_EXTRA:-} --tb=short -rf -W "ignore::DeprecationWarning" \
-      > "$OUT/gpu_tests.log" 2>&1
-    echo "gpu tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -n 30 ;;
+  tests|tests-python)
+    pure=0; [ "$step" = tests-python ] && pure=1
+    STFLOW_PURE_PYTHON=$pure timeout 400 python3 -m pytest -q -m "gpu and not slow" tests \
+      -p no:cacheprovider --timeout 300 ${PYTEST_EXTRA:-} --tb=short -rf \
+      -W "ignore::DeprecationWarning" > "$OUT/$step.log" 2>&1
+    echo "$step exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$step.log" | tail -n 30 ;;
   bench)
     (cd benchmarks && for pure in 0 1; do
        echo "STFLOW_PURE_PYTHON=$pure"
        STFLOW_PURE_PYTHON=$pure timeout 60 python3 runtime_overhead.py
+       STFLOW_PURE_PYTHON=$pure timeout 60 python3 hot_path_profile.py \
+         --json "$OUT/profile-pure$pure.json"
        STFLOW_PURE_PYTHON=$pure timeout 150 python3 b1_overhead.py --json "$OUT/b1-pure$pure.json" ${B1_EXTRA:-}
      done) 2>&1 ;;
   graphs)
