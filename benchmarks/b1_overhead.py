@@ -8,8 +8,8 @@ dependencies; independent tasks round-robin over 8 logical data. The baseline, i
 same process, is the raw loop doing what a task needs at least: one
 ``cuStreamWaitEvent`` per dependency, ``cuLaunchKernel`` and ``cuEventRecord``.
 Reported: host submission time per task and time to completion, medians of the
-repeats; ratios stflow / raw. Targets: ≤ 1.3× for the 1-dependency chain, ≤ 1 µs per
-extra dependency.
+repeats; ratios stflow / raw as the median of paired runs (stflow and raw alternate).
+Targets: ≤ 1.3× for the 1-dependency chain, ≤ 1 µs per extra dependency.
 """
 
 from __future__ import annotations
@@ -86,16 +86,28 @@ def stflow_independent(function, tasks: int, _deps: int) -> tuple[float, float]:
 
 
 def measure(fn, function, tasks: int, deps: int, repeats: int) -> dict:
+    """stflow and the raw loop in alternation, so that both see the same machine
+    (virtual machines drift); medians of the times and of the paired ratios."""
     fn(function, tasks // 10, deps)                      # warm up
-    runs = [fn(function, tasks, deps) for _ in range(repeats)]
-    return {"submit_us": statistics.median(r[0] for r in runs) / tasks * 1e6,
-            "total_us": statistics.median(r[1] for r in runs) / tasks * 1e6}
+    raw_loop(function, tasks // 10, deps)
+    ours, raw = [], []
+    for _ in range(repeats):
+        ours.append(fn(function, tasks, deps))
+        raw.append(raw_loop(function, tasks, deps))
+
+    def us(runs: list, index: int) -> float:
+        return statistics.median(r[index] for r in runs) / tasks * 1e6
+
+    return {"stflow": {"submit_us": us(ours, 0), "total_us": us(ours, 1)},
+            "raw": {"submit_us": us(raw, 0), "total_us": us(raw, 1)},
+            "ratio_submit": statistics.median(o[0] / r[0] for o, r in zip(ours, raw)),
+            "ratio_total": statistics.median(o[1] / r[1] for o, r in zip(ours, raw))}
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=5000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true",
                         help="also print where the time of the 1-dependency chain goes")
@@ -115,13 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
         fn(function, args.tasks, deps)
         raw_loop(function, args.tasks, deps)
     for name, fn, deps in workloads:
-        ours = measure(fn, function, args.tasks, deps, args.repeats)
-        raw = measure(raw_loop, function, args.tasks, deps, args.repeats)
-        rows[name] = {"stflow": ours, "raw": raw,
-                      "ratio_submit": ours["submit_us"] / raw["submit_us"],
-                      "ratio_total": ours["total_us"] / raw["total_us"]}
+        rows[name] = measure(fn, function, args.tasks, deps, args.repeats)
     print(f"{'workload':<16}{'stflow µs':>11}{'raw µs':>9}{'ratio':>8}   (submission; "
-          "completion in the JSON)")
+          "medians; the ratio of paired runs; completion in the JSON)")
     for name, row in rows.items():
         print(f"{name:<16}{row['stflow']['submit_us']:>11.2f}{row['raw']['submit_us']:>9.2f}"
               f"{row['ratio_submit']:>8.2f}")
