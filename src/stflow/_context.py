@@ -311,6 +311,17 @@ class context(RuntimeOwner):
         ident = runtime.id if runtime is not None else 0
         return f"context(handle={ident}, borrowed={self._borrowed})"
 
+    def __copy__(self) -> context:
+        raise TypeError("a context cannot be copied: it owns streams and device memory; "
+                        "share the context object itself (or ld.borrow_ctx_handle())")
+
+    def __deepcopy__(self, memo: Any) -> context:
+        return self.__copy__()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a context cannot be pickled: it owns streams and device memory "
+                        "of this process")
+
 
 def _backend(name: str | None) -> Backend:
     """The backend called ``name`` (default: ``STFLOW_BACKEND``, else ``"auto"``)."""

@@ -76,6 +76,13 @@ class dep:
     def __repr__(self) -> str:
         return f"dep({self.ld!r}, {self.mode}, {self.dplace!r})"
 
+    def __copy__(self) -> dep:
+        return self                                 # a value: copies are the same
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a dependency cannot be pickled: its logical data lives in one "
+                        f"context of one process, got {self!r}")
+
 
 def read(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``read`` dependency on ``ld``."""
@@ -266,6 +273,19 @@ class logical_data:
     def init_by_shape(ctx: Any, shape: Any, dtype: Any, name: str | None = None
                       ) -> logical_data:
         return ctx.logical_data_empty(shape, dtype, name)
+
+    def __copy__(self) -> logical_data:
+        raise TypeError(f"a logical data cannot be copied: a copy would be a second "
+                        f"handle on the same data; use {self._label()} itself, or "
+                        "empty_like() and a task that copies into it")
+
+    def __deepcopy__(self, memo: Any) -> logical_data:
+        self.__copy__()
+        raise AssertionError("unreachable")     # pragma: no cover
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a logical data cannot be pickled: it lives in one context of "
+                        f"one process (logical data {self._label()})")
 
     def __repr__(self) -> str:
         nbytes = self._state.nbytes

@@ -89,6 +89,8 @@ class Scope:
     Attributes
     ----------
     kind : ScopeKind
+    count : int or None
+        How often a ``repeat`` body runs.
     graph : Graph
         The recorder's graph of this scope (a top-level graph, or a loop body).
     top : bool
@@ -119,13 +121,15 @@ class Scope:
         Tasks and host callbacks acquired in it.
     """
 
-    __slots__ = ("kind", "graph", "top", "pools", "outer_pools", "hoist_pools",
+    __slots__ = ("kind", "count", "graph", "top", "pools", "outer_pools", "hoist_pools",
                  "snapshots", "touched", "repeatable", "assumed", "fresh",
                  "condition_set", "closed", "wrapper", "work")
     graph: Graph          # set when the scope is opened
 
-    def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool) -> None:
+    def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool,
+                 count: int | None = None) -> None:
         self.kind = kind
+        self.count = count
         self.top = False
         self.pools: StreamPools | None = None
         self.outer_pools: StreamPools | None = None
@@ -182,7 +186,7 @@ class ScopeTracker:
             return scope
         # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
         repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not self.stack)
-        scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH)
+        scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH, count)
         runtime = self.runtime
         if not self.stack:
             scope.top = True
@@ -199,8 +203,12 @@ class ScopeTracker:
 
     def close(self, scope: Scope, launch: bool = True) -> None:
         """Close the innermost scope ``scope``; a top-level one is launched when
-        ``launch`` (else it is kept, for a launchable graph)."""
+        ``launch`` (else it is kept, for a launchable graph). A body that never runs
+        (``repeat(0)``) has no effect at all: it is discarded."""
         self._check_innermost(scope)
+        if scope.kind is ScopeKind.REPEAT and scope.count == 0:
+            self.discard(scope)
+            return
         recorder = self.recorder
         if scope.kind in _LOOPS or (scope.top and not launch):
             self._refresh_assumed(scope)

@@ -603,6 +603,17 @@ class stackable_context:
     def __repr__(self) -> str:
         return f"stackable_context(handle={self._runtime.id})"
 
+    def __copy__(self) -> stackable_context:
+        raise TypeError("a stackable_context cannot be copied: it owns streams, graphs "
+                        "and device memory; share the object itself")
+
+    def __deepcopy__(self, memo: Any) -> stackable_context:
+        return self.__copy__()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a stackable_context cannot be pickled: it owns streams, graphs "
+                        "and device memory of this process")
+
 
 def _check_bool(value: Any) -> None:
     if not isinstance(value, bool):

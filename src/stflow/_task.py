@@ -351,6 +351,10 @@ class task:
         phase = ("new", "started", "ended")[self._phase]
         return f"<stflow.task {self._symbol!r} {phase}, {len(self._deps)} deps>"
 
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a task cannot be pickled: it belongs to one context of one "
+                        f"process ({self._label()})")
+
 
 def _settled(plan: Plan, completed: Callable[[Any], bool]) -> bool:
     """True when nothing was enqueued for ``plan``'s acquisition and every

@@ -6,7 +6,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CudaStream", "stf_cai", "stream_handle"]
+from ._errors import ScopeError
+
+__all__ = ["CudaStream", "TaskView", "ViewLifetime", "stf_cai", "stream_handle"]
 
 
 class CudaStream(int):
@@ -107,3 +109,56 @@ class stf_cai:
     def __repr__(self) -> str:
         return (f"stf_cai(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype}, "
                 f"stream={self.stream}, readonly={self.readonly})")
+
+
+class ViewLifetime:
+    """What every task view shares: valid between the task's ``start()`` and
+    ``end()`` (then every use raises :class:`ScopeError`), never pickled or deep-copied
+    (it points at memory the runtime owns); ``copy.copy`` gives the view itself, which
+    becomes invalid with it."""
+
+    __slots__ = ()
+    _invalid: str | None
+
+    def _invalidate(self, why: str) -> None:
+        object.__setattr__(self, "_invalid", why)     # a slot of the concrete view
+
+    def _check(self) -> None:
+        if self._invalid is not None:
+            raise ScopeError(self._invalid)
+
+    def __copy__(self) -> Any:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError(f"a task view cannot be copied deeply: it points at memory the "
+                        f"runtime owns; copy the data inside the task instead "
+                        f"(numpy.array(view), or a copy kernel), got {self!r}")
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"a task view cannot be pickled: it points at memory the "
+                        f"runtime owns and is valid only inside its task, got {self!r}")
+
+
+_CAI = stf_cai.__dict__["__cuda_array_interface__"]      # the slot of stf_cai
+
+
+class TaskView(stf_cai, ViewLifetime):
+    """What a task body gets on CUDA: an :class:`stf_cai` valid until the task ends."""
+
+    __slots__ = ("_invalid",)
+
+    def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
+                 readonly: bool = False) -> None:
+        self._invalid = None
+        super().__init__(ptr, shape, dtype, stream, readonly)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        self._check()
+        interface: dict[str, Any] = _CAI.__get__(self)
+        return interface
+
+    @__cuda_array_interface__.setter
+    def __cuda_array_interface__(self, interface: dict[str, Any]) -> None:
+        _CAI.__set__(self, interface)

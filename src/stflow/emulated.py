@@ -66,6 +66,9 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     native = backend.stream_from_handle(handle)
     # Task views become arrays of their memory (also the views of a task recorded into
     # a graph, which refuse host access: the work reads them when the graph runs).
+    for argument in args:
+        if isinstance(argument, EmulatedView):
+            argument._check()                     # a view of a task that has ended
     arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
                       if isinstance(a, EmulatedView) else a for a in args)
     from ._errors import work_ids

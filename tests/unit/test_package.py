@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import stflow
@@ -140,3 +141,22 @@ def test_the_compiled_modules_list_names_real_modules():
 def test_the_compiled_build_runs_where_expected():
     assert stflow.__compiled__, "the hot modules run as Python: the compiled build " \
                                 "did not install (see pip install -v .)"
+
+
+def test_cuda_task_views_expire_with_their_task():
+    import copy
+    import pickle
+
+    from stflow._views import TaskView, stf_cai
+    from stflow.errors import ScopeError
+    view = TaskView(0x1000, (4,), np.float64)
+    assert isinstance(view, stf_cai)
+    assert view.__cuda_array_interface__["data"] == (0x1000, False)
+    assert view["shape"] == (4,) and copy.copy(view) is view
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(view)
+    view._invalidate("the task ended")
+    with pytest.raises(ScopeError, match="the task ended"):
+        view.__cuda_array_interface__  # noqa: B018
+    with pytest.raises(ScopeError, match="the task ended"):
+        view["data"]

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._errors import BackendUnavailableError, ScopeError
+from .._views import ViewLifetime
 from ._base import HOST, Allocation, KernelLaunch, describable, pointer_array
 
 __all__ = ["HostMemory", "HostView", "poison", "python_kernel"]
@@ -33,7 +34,7 @@ def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
         buffer.fill(0xA5)
 
 
-class HostView:
+class HostView(ViewLifetime):
     """A task's view of device memory that lives in host memory (emulated, null).
 
     Exposes ``__array_interface__`` (v3) and CPU DLPack instead of the CUDA Array
@@ -43,10 +44,13 @@ class HostView:
     Notes
     -----
     The view is valid between the task's ``start()`` and ``end()``; afterwards it raises
-    :class:`ScopeError`. Arrays already made from it keep the memory alive.
+    :class:`ScopeError`. Arrays already made from it keep the memory alive. The view of
+    a task recorded into a graph refuses host access (its work runs when the graph
+    runs) but can still be handed to launched work (``stflow.emulated.launch``).
     """
 
-    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid")
+    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid",
+                 "_host_refused")
 
     def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
                  dtype: np.dtype, readonly: bool) -> None:
@@ -59,14 +63,19 @@ class HostView:
         self.readonly = readonly
         self.stream = 0
         self._invalid: str | None = None
+        self._host_refused: str | None = None
 
-    def _invalidate(self, why: str) -> None:
-        self._invalid = why
+    def _refuse_host_access(self, why: str) -> None:
+        self._host_refused = why
+
+    def _check_host_access(self) -> None:
+        why = self._invalid or self._host_refused
+        if why is not None:
+            raise ScopeError(why)
 
     @property
     def __array_interface__(self) -> dict:
-        if self._invalid is not None:
-            raise ScopeError(self._invalid)
+        self._check_host_access()
         if not describable(self.dtype):
             # The interface cannot express this dtype (padded records): without the
             # attribute, NumPy builds the array through __array__, exactly.
@@ -76,8 +85,7 @@ class HostView:
                 "strides": None}
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        if self._invalid is not None:
-            raise ScopeError(self._invalid)
+        self._check_host_access()
         array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
                               self._allocation)
         if dtype is not None and np.dtype(dtype) != array.dtype:

@@ -73,7 +73,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._errors import BackendUnavailableError, PlaceError, ScopeError
-from .._views import stf_cai
+from .._views import TaskView
 from . import _cuda_driver as _cu
 from ._base import HOST, Allocation, Backend, Event, KernelLaunch, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError
@@ -683,9 +683,10 @@ class CudaBackend(CudaMemory, Backend):
 
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> stf_cai:
-        """A CUDA Array Interface view advertising no stream (see ``stf_cai``)."""
-        return stf_cai(allocation.ptr + offset, shape, dtype, 0, readonly)
+                  dtype: np.dtype, readonly: bool) -> TaskView:
+        """A CUDA Array Interface view advertising no stream (an ``stf_cai`` valid
+        until the task ends)."""
+        return TaskView(allocation.ptr + offset, shape, dtype, 0, readonly)
 
 
 _backend: CudaBackend | None = None

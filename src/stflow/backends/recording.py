@@ -606,9 +606,9 @@ class GraphRecorder(Backend):
                   dtype: np.dtype, readonly: bool) -> Any:
         view = self.real.task_view(allocation, offset, shape, dtype, readonly)
         if self.current is not None:
-            invalidate = getattr(view, "_invalidate", None)
-            if invalidate is not None:
-                invalidate(CAPTURED)
+            refuse = getattr(view, "_refuse_host_access", None)   # host memory views
+            if refuse is not None:
+                refuse(CAPTURED)
         return view
 
     def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
