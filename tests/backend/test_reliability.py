@@ -105,7 +105,7 @@ def test_views_contexts_and_data_refuse_pickle_and_copy(backend):
 
 def test_deeply_nested_repeats_run_or_fail_loudly(backend):
     X = np.zeros(2)
-    depth = 300
+    depth = 1200
     with stf.stackable_context(backend=backend) as sctx:
         x = sctx.logical_data(X)
         scopes = [sctx.repeat(1) for _ in range(depth)]
@@ -116,3 +116,20 @@ def test_deeply_nested_repeats_run_or_fail_loudly(backend):
         for scope in reversed(scopes):
             scope.__exit__(None, None, None)
     np.testing.assert_array_equal(X, np.ones(2))
+
+
+def test_an_error_of_device_work_in_nested_scopes_reaches_finalize(backend):
+    X = np.zeros(3)
+    with pytest.raises(BaseException) as caught:
+        with stf.stackable_context(backend=backend) as sctx:
+            x = sctx.logical_data(X)
+            with sctx.repeat(2):
+                with sctx.repeat(3):
+                    with sctx.task(x.rw()) as t:
+                        _run(t, _fail, 0)
+    errors = getattr(caught.value, "exceptions", [caught.value])
+    assert errors and all("body failed on purpose" in str(e) for e in errors)
+
+
+def _fail(xp, a):
+    raise ValueError("body failed on purpose")

@@ -200,37 +200,81 @@ def _reader(ptr: int, dtype: np.dtype) -> Callable[[], Any]:
 
 
 def _run_graph(graph: Graph, rng: random.Random) -> None:
-    """Run every node once, in a random order compatible with the edges."""
-    nodes = graph.nodes
-    waiting = {node: len(set(node.deps)) for node in nodes}
-    users: dict[Node, list[Node]] = {}
-    for node in nodes:
-        for dep in set(node.deps):
-            users.setdefault(dep, []).append(node)
-    ready = [node for node, count in waiting.items() if count == 0]
-    ran = 0
-    while ready:
-        ran += 1
-        node = ready.pop(rng.randrange(len(ready)))
+    """Run every node once, in a random order compatible with the edges; a loop node runs
+    its body graph as many times as it says.
+
+    Iterative, with an explicit stack of frames: scopes nested thousands deep must not
+    exhaust the interpreter's recursion limit on the device thread."""
+    stack: list[_GraphRun | _LoopRun] = [_GraphRun(graph)]
+    while stack:
+        frame = stack[-1]
+        if isinstance(frame, _LoopRun):
+            if frame.again():
+                stack.append(_GraphRun(frame.loop.body))
+            else:
+                stack.pop()
+            continue
+        if frame.running is not None:             # its loop node has just finished
+            frame.complete(frame.running)
+            frame.running = None
+        if not frame.ready:
+            frame.check()
+            stack.pop()
+            continue
+        node = frame.ready.pop(rng.randrange(len(frame.ready)))
         if node.loop is not None:
-            _run_loop(node.loop, rng)
-        elif node.run is not None:
+            frame.running = node
+            stack.append(_LoopRun(node.loop))
+            continue
+        if node.run is not None:
             node.run()
-        for user in users.get(node, ()):
-            waiting[user] -= 1
-            if waiting[user] == 0:
-                ready.append(user)
-    if ran != len(nodes):
-        raise RuntimeError(f"an emulated graph has a dependency cycle: {len(nodes) - ran} "
-                           "of its nodes never became ready")
+        frame.complete(node)
 
 
-def _run_loop(loop: Loop, rng: random.Random) -> None:
-    if loop.count is not None:
-        for _ in range(loop.count):
-            _run_graph(loop.body, rng)
-        return
-    cell = _conditions[loop.handle]
-    cell[0] = 1
-    while cell[0]:
-        _run_graph(loop.body, rng)
+class _GraphRun:
+    """One execution of one graph: which nodes wait on how many others, which are ready."""
+
+    __slots__ = ("nodes", "waiting", "users", "ready", "ran", "running")
+
+    def __init__(self, graph: Graph) -> None:
+        self.nodes = graph.nodes
+        self.waiting = {node: len(set(node.deps)) for node in self.nodes}
+        self.users: dict[Node, list[Node]] = {}
+        for node in self.nodes:
+            for dep in set(node.deps):
+                self.users.setdefault(dep, []).append(node)
+        self.ready = [node for node, count in self.waiting.items() if count == 0]
+        self.ran = 0
+        self.running: Node | None = None
+
+    def complete(self, node: Node) -> None:
+        self.ran += 1
+        for user in self.users.get(node, ()):
+            self.waiting[user] -= 1
+            if self.waiting[user] == 0:
+                self.ready.append(user)
+
+    def check(self) -> None:
+        if self.ran != len(self.nodes):
+            raise RuntimeError(f"an emulated graph has a dependency cycle: "
+                               f"{len(self.nodes) - self.ran} of its nodes never became ready")
+
+
+class _LoopRun:
+    """One execution of a loop node: a count of iterations, or a condition cell."""
+
+    __slots__ = ("loop", "done")
+
+    def __init__(self, loop: Loop) -> None:
+        self.loop = loop
+        self.done = 0
+
+    def again(self) -> bool:
+        loop = self.loop
+        self.done += 1
+        if loop.count is not None:
+            return self.done <= loop.count
+        cell = _conditions[loop.handle]
+        if self.done == 1:
+            cell[0] = 1                            # the body runs at least once
+        return bool(cell[0])

@@ -204,15 +204,17 @@ class GraphRecorder(Backend):
 
     def _materialize(self, body: Graph, device: int) -> None:
         """Add the loop node of ``body`` (and of the bodies enclosing it) on ``device``."""
-        if body.handle is not None:
-            return
-        assert body.parent is not None
-        parent = body.parent.graph
-        self._materialize(parent, device)
-        body.device = max(device, 0)
-        handle, body.handle, body.condition = self.graphs.add_loop(
-            parent.handle, [], body.device, body.loop_count)
-        body.parent.handles = [handle]
+        pending: list[Graph] = []                 # innermost first; a loop, not recursion
+        while body.handle is None:
+            pending.append(body)
+            assert body.parent is not None
+            body = body.parent.graph
+        for body in reversed(pending):
+            assert body.parent is not None
+            body.device = max(device, 0)
+            handle, body.handle, body.condition = self.graphs.add_loop(
+                body.parent.graph.handle, [], body.device, body.loop_count)
+            body.parent.handles = [handle]
 
     def loop_device(self) -> int | None:
         """The device of the loop body being recorded, once known (else ``None``)."""
