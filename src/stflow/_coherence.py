@@ -135,10 +135,13 @@ class DataState:
         How many started, not yet ended accesses read it.
     pin : object
         The page-locking the reference instance uses, if any.
+    scope : object or None
+        In a stackable context shared by threads: the open top-level scope whose
+        recording touched the data; other threads' work on it waits until it closes.
     """
 
     __slots__ = ("key", "label", "nbytes", "dtype", "is_token", "tracker", "instances",
-                 "reference", "writing", "reading", "pin")
+                 "reference", "writing", "reading", "pin", "scope")
 
     def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
                  is_token: bool = False) -> None:
@@ -153,6 +156,7 @@ class DataState:
         self.writing: Any = None
         self.reading = 0
         self.pin: Any = None
+        self.scope: Any = None
 
     def __repr__(self) -> str:
         return f"<DataState {self.label} {list(self.instances.values())}>"

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .backends._base import Event, Stream
 
 __all__ = ["Access", "Dependency", "Move", "PLANS_KEPT", "Plan", "acquire", "held", "hold",
-           "release", "remember", "resolve"]
+           "release", "remember", "resolve", "retarget"]
 
 Dependency = tuple[DataState, int, Any]
 """What resolution reads of a dependency: ``(state, mode, data place device)``; the
@@ -293,10 +293,18 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
             else:
                 others.extend(ready.values())
     stream = choose_stream(pool, first, others)
-    plan.stream = stream
     plan.first = first
     plan.others = others
     plan.moves = moves
+    retarget(plan, stream)
+    return stream
+
+
+def retarget(plan: Plan, stream: Stream) -> None:
+    """Run the latest acquisition of ``plan`` on ``stream``: the waits it needs there."""
+    plan.stream = stream
+    first = plan.first
+    others = plan.others
     if others is not None:
         events = merge_events([first, *others] if first is not None else others)
         waits = [event for event in events if needs_wait(stream, event)]
@@ -311,7 +319,6 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
     else:
         plan.waits = ()
         plan.skipped = 1
-    return stream
 
 
 def held(plan: Plan) -> bool:

@@ -28,6 +28,9 @@ enact
 Submission is serialised by one re-entrant lock per runtime; stflow never holds it
 while running user code. A task started and not yet ended is *held*: another thread's
 work that conflicts with it waits until it ends (its end event does not exist yet).
+In graph mode, data touched by another thread's open scope is held the same way, and
+fence/wait/finalize close an epoch only once no task is started (see :meth:`_admit`).
+A thread that would wait for a thread waiting for it gets a ``ScopeError`` instead.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
                       ErrorLog, PlaceError, ScopeError, work_ids)
 from ._instrument import Instrument, Instruments, Statistics, WorkRecord
-from ._plan import Plan, acquire, held, hold, release, remember, resolve
+from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
 from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
@@ -59,6 +62,15 @@ __all__ = ["Runtime", "RuntimeOwner"]
 _runtime_ids = itertools.count(1)
 _thread = threading.get_ident
 _BYTES = np.dtype(np.uint8)
+
+
+def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | None:
+    """The first data of ``plan`` that another thread's open scope touched."""
+    for access in plan.accesses:
+        scope = scopes.foreign(access.state)
+        if scope is not None:
+            return access.state, scope
+    return None
 
 
 def _modes(plan: Plan) -> list[tuple[DataState, int]]:
@@ -125,11 +137,12 @@ class Runtime:
         self.caller_stream = caller_stream
         entry = None if caller_stream is None else backend.record(caller_stream)
         self.root_pools = StreamPools(backend, self.errors.capture, entry)
-        self.pools = self.root_pools
         self.data = DataRegistry(backend, may_pin=caller_stream is None)
         self.plans: dict[tuple, Plan] = {}
         self.started: dict[Any, int] = {}          # held work -> its thread
         self.waiters = 0                           # threads blocked in _block()
+        self.blocked_on: dict[int, int] = {}       # blocked thread -> the one it awaits
+        self.boundaries = 0                        # epoch boundaries waiting to close
         self.finalized = False
         self.closing = False
         self.fence_stream: Stream | None = None
@@ -227,7 +240,7 @@ class Runtime:
         if ordinal != HOST:
             self.check_device(ordinal, "logical_data")
         with self.lock:
-            pool = self.pools.pool(ordinal)
+            pool = self._current_pools().pool(ordinal)
             return pool.streams[pool.next % len(pool.streams)]
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
@@ -269,11 +282,14 @@ class Runtime:
                            affine_device, self.device_count, host_only, what)
             remember(self.plans, key, plan)
         scopes = self.scopes
-        if scopes is not None and scopes.stack:
-            if held(plan):               # before any import is hoisted for the plan
-                self._wait_for_conflicts(_modes(plan), what)
-            scopes.before_acquire(plan)
-        pools = self.pools
+        recording = False
+        if scopes is None:
+            pools = self.root_pools
+        else:
+            recording = self._admit(scopes, plan, what)
+            if recording:
+                scopes.before_acquire(plan)
+            pools = scopes.pools() or self.root_pools
         pool = pools.pools.get(exec_device) or pools.pool(exec_device)
         backend = self.backend
         stream = acquire(plan, pool, self._completed)
@@ -281,7 +297,11 @@ class Runtime:
             self._wait_for_conflicts(_modes(plan), what)
             stream = acquire(plan, pool, self._completed)
             assert stream is not None     # still under the lock: nothing took it since
-        if scopes is not None and scopes.stack:
+        if recording:
+            assert scopes is not None
+            if stream.bodies:             # it captures for a task body in progress
+                stream = pools.idle_stream(exec_device)
+                retarget(plan, stream)
             scopes.noted(plan)
         waits = plan.waits
         counters = self.instruments.counters
@@ -315,11 +335,14 @@ class Runtime:
         if record is not None:
             instruments.ended(record, event)
         release(plan, event, owner)
+        scopes = self.scopes
         if owner is not None:
             del self.started[owner]
+            if stream.bodies:
+                assert scopes is not None
+                scopes.end_body(stream)
             if self.waiters:
                 self.cv.notify_all()
-        scopes = self.scopes
         if scopes is not None and scopes.stack:
             scopes.released(plan)
             if not self.started and scopes.epoch_full():
@@ -402,7 +425,39 @@ class Runtime:
         self.instruments.copied(record, state.label, source.device, target.device,
                                 state.nbytes)
 
-    # -- conflicts between started work ----------------------------------------------
+    # -- conflicts between threads -------------------------------------------------
+    def _admit(self, scopes: ScopeTracker, plan: Plan, what: Any) -> bool:
+        """Graph mode, before planning: wait until ``plan`` may be acquired by the
+        calling thread. Returns True when the thread records (a scope is open).
+
+        - epochs: while an epoch boundary (fence, wait) waits for started tasks, new
+          work of threads with no task started waits too; the first time a second
+          thread submits, it waits until no task is started (task bodies capture on
+          their own from then on, see the recorder);
+        - scopes per thread: data touched by another thread's open scope;
+        - data held by started work, before imports are hoisted out of a loop.
+        """
+        me = _thread()
+        if scopes.epochs and scopes.submitter != me and scopes.arrived(me):
+            while self.started:
+                self._block(None, what)
+        while True:
+            if scopes.epochs:
+                if self.boundaries and me not in self.started.values():
+                    self._block(None, what)
+                    continue
+            elif scopes.open_tops:
+                foreign = _foreign_scope(scopes, plan)
+                if foreign is not None:
+                    state, scope = foreign
+                    self._block(scope.thread, what, state, scope)
+                    continue
+            recording = bool(scopes.stack)
+            if recording and held(plan):   # before any import is hoisted for the plan
+                self._wait_for_conflicts(_modes(plan), what)
+                continue
+            return recording
+
     def _wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
                             what: Any) -> None:
         """Block while started work of another thread holds data that ``accesses``
@@ -413,15 +468,13 @@ class Runtime:
             if conflict is None:
                 return
             state, holder = conflict
-            if holder is not None and self.started.get(holder) == me:
+            thread = None if holder is None else self.started.get(holder)
+            if thread == me:
                 raise ScopeError(
                     f"{what} accesses logical data {state.label}, which "
                     f"{holder._label()} (started, not yet ended on this thread) also "
                     "accesses with a conflicting mode; end that task first")
-            self._block()
-            if self.closing or self.finalized:
-                raise ContextFinalizedError(f"{what}: the context was finalized while "
-                                            "this work waited for a running task")
+            self._block(thread, what, state, holder)
 
     def _conflict(self, accesses: list[tuple[DataState, int]]
                   ) -> tuple[DataState, Any] | None:
@@ -436,13 +489,72 @@ class Runtime:
                 return state, None
         return None
 
-    def _block(self) -> None:
-        """Wait (lock held) until held work is released."""
+    def _block(self, thread: int | None, what: Any, state: DataState | None = None,
+               holder: Any = None) -> None:
+        """Wait (lock held) until held work is released; ``thread`` holds what the
+        caller waits for (``None``: unknown or several).
+
+        Raises
+        ------
+        ScopeError
+            ``thread`` waits, directly or through others, for the calling thread:
+            waiting would never end.
+        ContextFinalizedError
+            The context was finalized meanwhile.
+        """
+        me = _thread()
+        if thread is not None:
+            waiter: int | None = thread
+            while waiter is not None:
+                if waiter == me:
+                    data = "" if state is None else f" logical data {state.label}, held by"
+                    name = "" if holder is None else f" {holder._label()}"
+                    raise ScopeError(f"{what} would wait forever for{data}{name}: the "
+                                     "thread holding it waits for this one; end tasks "
+                                     "and scopes before using data another thread "
+                                     "holds, or use data in the same order everywhere")
+                waiter = self.blocked_on.get(waiter)
+            self.blocked_on[me] = thread
         self.waiters += 1
         try:
             self.cv.wait()
         finally:
             self.waiters -= 1
+            self.blocked_on.pop(me, None)
+        if self.closing or self.finalized:
+            raise ContextFinalizedError(f"{what}: the context was finalized while this "
+                                        "work waited for another thread's work")
+
+    def wake(self) -> None:
+        """Wake the threads waiting for held data (the lock is held)."""
+        if self.waiters:
+            self.cv.notify_all()
+
+    def _settle_epoch(self, what: str) -> None:
+        """Graph mode's epochs: wait until no task is started, so the epoch can
+        close (the lock is held). New work of threads with no task started waits
+        meanwhile (:meth:`_admit`)."""
+        scopes = self.scopes
+        if scopes is None or not scopes.epochs or not self.started:
+            return
+        me = _thread()
+        for holder, thread in self.started.items():
+            if thread == me:
+                raise ScopeError(f"{what} while {holder._label()} is started but not "
+                                 "ended on this thread: in graph mode the epoch closes "
+                                 "here, and the task's work would be cut in two; end "
+                                 "the task first")
+        self.boundaries += 1
+        try:
+            while self.started:
+                self.waiters += 1
+                try:
+                    self.cv.wait()
+                finally:
+                    self.waiters -= 1
+        finally:
+            self.boundaries -= 1
+            self.wake()
 
     def order_after(self, stream: Stream, events: list[Event]) -> None:
         """Make ``stream`` (one of this runtime's) wait for the ``events`` it does not
@@ -472,7 +584,10 @@ class Runtime:
             if loop_device is not None:
                 device = loop_device
         events = merge_events(prerequisites)
-        stream = choose_stream(self.pools.pool(device), None, events)
+        pools = self._current_pools()
+        stream = choose_stream(pools.pool(device), None, events)
+        if stream.bodies:
+            stream = pools.idle_stream(device)
         self.order_after(stream, events)
         backend = self.backend
         ident = next(work_ids)
@@ -521,7 +636,10 @@ class Runtime:
             events = merge_events([*state.tracker.events(),
                                    *(event for instance in state.instances.values()
                                      for event in instance.ready.values())])
-            stream = choose_stream(self.pools.pool(HOST), None, events)
+            pools = self._current_pools()
+            stream = choose_stream(pools.pool(HOST), None, events)
+            if stream.bodies:
+                stream = pools.idle_stream(HOST)
             self.order_after(stream, events)
             for instance in state.instances.values():
                 if instance.allocation is not None and not instance.is_reference:
@@ -546,6 +664,12 @@ class Runtime:
                 pending.append(entry)
         self.releases = pending
 
+    def _current_pools(self) -> StreamPools:
+        """The streams of the calling thread's recording level."""
+        scopes = self.scopes
+        pools = None if scopes is None else scopes.pools()
+        return self.root_pools if pools is None else pools
+
     # -- synchronisation points --------------------------------------------------------
     def outstanding_events(self) -> list[Event]:
         """Events after which every piece of work submitted so far has completed."""
@@ -560,6 +684,7 @@ class Runtime:
             self.check_submit("fence()")
             scopes = self.scopes
             if scopes is not None:
+                self._settle_epoch("fence()")
                 scopes.epoch_boundary()
             self.drain_retired()
             stream = self.fence_stream
@@ -581,6 +706,7 @@ class Runtime:
             self.check_submit("wait()")
             scopes = self.scopes
             if scopes is not None:
+                self._settle_epoch("wait()")
                 scopes.epoch_boundary()
             self.drain_retired()
             if state.writing is not None:
@@ -620,9 +746,16 @@ class Runtime:
             if thread == me:
                 raise ScopeError(f"finalize() while {holder._label()} is started but "
                                  "not ended; end the task first")
+        scopes = self.scopes
+        while scopes is not None and scopes.open_tops:   # other threads' scopes close
+            self._block(None, "finalize()")
         self.closing = True               # submissions waiting on a conflict give up
         while self.started:
-            self._block()
+            self.waiters += 1
+            try:
+                self.cv.wait()
+            finally:
+                self.waiters -= 1
 
     def finalize(self) -> None:
         """Complete all work, write results back, free everything (idempotent)."""

@@ -29,12 +29,21 @@ Repeating
 When a top-level scope closes, its streams forget what they waited for, and the
 recorder drops a launched graph once it has run: nothing of an epoch keeps earlier
 epochs alive.
+
+Threads
+    In a stackable context every host thread has scopes of its own (a
+    :class:`Recording` per thread): its graphs, streams and scope stack. Data that a
+    thread's open top-level scope touched is marked (``DataState.scope``) until the
+    scope closes: another thread's work on it waits until then (the runtime blocks
+    it), since it could only be ordered after work that has not run yet. Graph mode's
+    epochs are one recording shared by every thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import threading
 from typing import TYPE_CHECKING, Iterator, Protocol
 
 from ._access import READ, WRITE
@@ -48,7 +57,7 @@ if TYPE_CHECKING:
     from .backends._base import Event, Stream
     from .backends.recording import Graph, GraphRecorder
 
-__all__ = ["EPOCH_TASKS", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+__all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
 
 EPOCH_TASKS = 4096
 """Graph mode launches an epoch once it holds this many tasks (at the next release with
@@ -60,10 +69,11 @@ recording of what follows."""
 class ScopeOwner(Protocol):
     """What a :class:`ScopeTracker` uses of the runtime that owns it."""
 
-    pools: StreamPools
-    """The streams of the current recording level (the tracker switches it)."""
     errors: ErrorLog
     finalized: bool
+
+    def wake(self) -> None:
+        """Wake the threads waiting for held data (a scope released its data)."""
 
     def copy_into(self, state: DataState, target: Instance, source: Instance,
                   prerequisites: list[Event], label: str, keep: bool = True) -> Event:
@@ -119,11 +129,13 @@ class Scope:
         The graph scope opened to hold a root-level loop.
     work : int
         Tasks and host callbacks acquired in it.
+    thread : int
+        The host thread that opened it.
     """
 
     __slots__ = ("kind", "count", "graph", "top", "pools", "outer_pools", "hoist_pools",
                  "snapshots", "touched", "repeatable", "assumed", "fresh",
-                 "condition_set", "closed", "wrapper", "work")
+                 "condition_set", "closed", "wrapper", "work", "thread")
     graph: Graph          # set when the scope is opened
 
     def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool,
@@ -144,13 +156,40 @@ class Scope:
         self.closed = False
         self.wrapper: Scope | None = None
         self.work = 0
+        self.thread = threading.get_ident()
 
     def held_data(self) -> list[DataState]:
         """The data a launchable graph holds: what its recording touched."""
         return list(self.touched.values())
 
+    def _label(self) -> str:
+        """How conflict messages name the scope holding the data."""
+        return f"a {self.kind.value} scope of another thread, still open"
+
     def __repr__(self) -> str:
         return f"<Scope {self.kind.value}{' top' if self.top else ''}>"
+
+
+class Recording:
+    """One stack of scopes and the streams it records with: shared by every thread
+    in graph mode's epochs, one per host thread in a stackable context.
+
+    Attributes
+    ----------
+    stack : list of Scope
+        The open scopes, outermost first.
+    pools : StreamPools or None
+        The streams work is given at this level (``None``: the runtime's own).
+    bodies : int
+        Task bodies of this recording in progress (no scope opens or closes then).
+    """
+
+    __slots__ = ("stack", "pools", "bodies")
+
+    def __init__(self) -> None:
+        self.stack: list[Scope] = []
+        self.pools: StreamPools | None = None
+        self.bodies = 0
 
 
 class ScopeTracker:
@@ -172,40 +211,97 @@ class ScopeTracker:
         self.runtime = runtime
         self.recorder = recorder
         self.epochs = epochs
-        self.stack: list[Scope] = []
+        self.per_thread = not epochs
+        recorder.per_thread = self.per_thread
         recorder.error_sink = runtime.errors.capture
+        self._shared = Recording()
+        self._local = threading.local()
+        self.open_tops: dict[Scope, int] = {}     # per thread: open top scopes -> thread
+        self.submitter: int | None = None         # epochs: the first submitting thread
+        self.threaded = False                     # epochs: work came from two threads
+
+    # -- the calling thread's recording ---------------------------------------------
+    def here(self) -> Recording:
+        """The recording of the calling thread."""
+        if not self.per_thread:
+            return self._shared
+        try:
+            recording: Recording = self._local.recording
+        except AttributeError:
+            recording = self._local.recording = Recording()
+        return recording
+
+    @property
+    def stack(self) -> list[Scope]:
+        """The calling thread's open scopes, outermost first."""
+        return self.here().stack
+
+    def pools(self) -> StreamPools | None:
+        """The streams of the calling thread's level (``None``: the runtime's)."""
+        return self.here().pools
+
+    def arrived(self, thread: int) -> bool:
+        """Note that ``thread`` submits (epochs); True the first time a second thread
+        does: from then on task bodies capture on their own (see the recorder)."""
+        if self.submitter is None:
+            self.submitter = thread
+            return False
+        if thread == self.submitter or self.threaded:
+            return False
+        self.threaded = True
+        self.recorder.split_bodies = True
+        return True
+
+    def foreign(self, state: DataState) -> Scope | None:
+        """The open top scope of another thread that touched ``state``, if any."""
+        scope = state.scope
+        if scope is not None and scope.thread != threading.get_ident():
+            return scope
+        return None
 
     # -- opening and closing (the runtime's lock is held) ----------------------------
     def open(self, kind: ScopeKind, count: int | None = None) -> Scope:
         """Open a scope of ``kind`` inside the innermost one."""
         recorder = self.recorder
-        if not self.stack and kind in _LOOPS:
+        here = self.here()
+        stack = here.stack
+        self._check_no_body(here, "open")
+        if not stack and kind in _LOOPS:
             wrapper = self.open(ScopeKind.GRAPH)      # a loop node needs a graph
             scope = self.open(kind, count)
             scope.wrapper = wrapper
             return scope
         # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
-        repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not self.stack)
+        repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not stack)
         scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH, count)
         runtime = self.runtime
-        if not self.stack:
+        if not stack:
             scope.top = True
             scope.graph = recorder.open_graph()
-            scope.outer_pools = runtime.pools
-            scope.pools = StreamPools(recorder, runtime.errors.capture)
-            runtime.pools = scope.pools
+            scope.outer_pools = here.pools
+            scope.pools = here.pools = StreamPools(recorder, runtime.errors.capture)
+            if self.per_thread:
+                self.open_tops[scope] = scope.thread
         else:
             loop_count = (count if kind is ScopeKind.REPEAT
                           else None if kind is ScopeKind.WHILE else 1)
             scope.graph = recorder.open_loop(loop_count)
-        self.stack.append(scope)
+        stack.append(scope)
         return scope
+
+    @staticmethod
+    def _check_no_body(here: Recording, what: str) -> None:
+        if here.bodies:
+            raise ScopeError(f"a scope cannot {what} inside the body of a task recorded "
+                             "in a graph (its work is being captured); end the task "
+                             "first")
 
     def close(self, scope: Scope, launch: bool = True) -> None:
         """Close the innermost scope ``scope``; a top-level one is launched when
         ``launch`` (else it is kept, for a launchable graph). A body that never runs
         (``repeat(0)``) has no effect at all: it is discarded."""
         self._check_innermost(scope)
+        self._check_no_body(self.here(), "close")
         if scope.kind is ScopeKind.REPEAT and scope.count == 0:
             self.discard(scope)
             return
@@ -256,11 +352,11 @@ class ScopeTracker:
             self._leave_top(scope)
         else:
             recorder.discard_loop(scope.graph)
-            top = self.stack[0] if self.stack else None
+            here = self.here()
+            top = here.stack[0] if here.stack else None
             if top is not None and top.pools is not None:
                 # Stream order no longer holds: the streams recorded nodes that are gone.
-                top.pools = StreamPools(recorder, self.runtime.errors.capture)
-                self.runtime.pools = top.pools
+                top.pools = here.pools = StreamPools(recorder, self.runtime.errors.capture)
             if scope.wrapper is not None:
                 self.discard(scope.wrapper)
 
@@ -270,10 +366,15 @@ class ScopeTracker:
             self.discard(self.stack[-1])
 
     def _leave_top(self, scope: Scope) -> None:
-        runtime = self.runtime
-        assert scope.outer_pools is not None and scope.pools is not None
-        runtime.pools = scope.outer_pools
+        """Back at the root: the root's streams; the data is other threads' again."""
+        assert scope.pools is not None
+        self.here().pools = scope.outer_pools
         scope.pools.forget_order()
+        if self.open_tops.pop(scope, None) is not None:
+            for state in scope.touched.values():
+                if state.scope is scope:
+                    state.scope = None
+            self.runtime.wake()
 
     def restore(self, scope: Scope) -> None:
         """Give every data the scope touched its state from before the scope."""
@@ -315,8 +416,12 @@ class ScopeTracker:
             self.open(ScopeKind.EPOCH)
 
     def retirement_allowed(self) -> bool:
-        """Retired data is written back at the root level (or in an epoch) only."""
-        return not self.stack or self.stack[0].kind is ScopeKind.EPOCH
+        """Retired data is written back at the root level (or in an epoch) only, and
+        while no thread has a scope open."""
+        if self.per_thread:
+            return not self.open_tops
+        stack = self._shared.stack
+        return not stack or stack[0].kind is ScopeKind.EPOCH
 
     # -- what the runtime tells us about work -------------------------------------------
     def before_acquire(self, plan: Plan) -> None:
@@ -355,12 +460,18 @@ class ScopeTracker:
                 self.wrote(access.state, access.instance)
 
     def snapshot(self, state: DataState) -> None:
-        """Snapshot ``state`` in every open scope that has not seen it yet."""
+        """Snapshot ``state`` in every open scope that has not seen it yet (and, with
+        scopes per thread, mark it as the open top scope's)."""
         key = id(state)
-        for scope in self.stack:
+        stack = self.stack
+        for scope in stack:
             snapshots = scope.snapshots
             if snapshots is not None and key not in snapshots:
                 snapshots[key] = (state, state.snapshot())
+        if self.per_thread and stack and state.scope is None:
+            top = stack[0]
+            state.scope = top
+            top.touched[key] = state
 
     def wrote(self, state: DataState, instance: Instance) -> None:
         """``instance`` was written or copied into inside the open scopes."""
@@ -370,8 +481,17 @@ class ScopeTracker:
                 scope.fresh.add(place)
 
     def begin_body(self, stream: Stream) -> None:
-        """A task body is about to enqueue work on ``stream``: capture it."""
+        """A task body is about to enqueue work on ``stream``: capture it (until
+        :meth:`end_body`)."""
         self.recorder.begin_body(stream)
+        self.here().bodies += 1
+
+    def end_body(self, stream: Stream) -> None:
+        """The body of a :meth:`begin_body` ended."""
+        self.recorder.end_body(stream)
+        here = self.here()
+        if here.bodies:
+            here.bodies -= 1
 
     def copy_device(self) -> int | None:
         """The device internal copies must run on (a loop body's), or ``None``."""
@@ -415,17 +535,17 @@ class ScopeTracker:
         """Record (or, outside any graph, run) at the level enclosing ``scope``."""
         runtime = self.runtime
         recorder = self.recorder
-        saved = runtime.pools
-        self.stack.pop()
+        here = self.here()
+        saved = here.pools
+        here.stack.pop()
         if scope.top:
-            assert scope.outer_pools is not None
-            runtime.pools = scope.outer_pools
+            here.pools = scope.outer_pools
         else:
             # Streams of their own: the scope's streams carry the body's nodes, which
             # would order the copy after the loop node it must precede.
             if scope.hoist_pools is None:
                 scope.hoist_pools = StreamPools(recorder, runtime.errors.capture)
-            runtime.pools = scope.hoist_pools
+            here.pools = scope.hoist_pools
         parent = scope.graph.parent
         previous = recorder.enter_level(
             None if scope.top or parent is None else parent.graph)
@@ -433,8 +553,8 @@ class ScopeTracker:
             yield
         finally:
             recorder.enter_level(previous)
-            runtime.pools = saved
-            self.stack.append(scope)
+            here.pools = saved
+            here.stack.append(scope)
 
     def _refresh_assumed(self, scope: Scope) -> None:
         """Copy into the assumed instances the recording left invalid (in the body)."""

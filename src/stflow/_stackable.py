@@ -400,10 +400,20 @@ class stackable_context:
     def __init__(self, *, backend: str | None = None) -> None:
         self._ctx = context._recording(backend, stackable_logical_data)
         self._runtime: Runtime = self._ctx._live()
-        self._pushed: list[Scope] = []
+        self._pushes = threading.local()
         self._launchables: weakref.WeakSet[_Launchable] = weakref.WeakSet()
 
     # -- scopes ----------------------------------------------------------------------
+    @property
+    def _pushed(self) -> list[Scope]:
+        """The scopes the calling thread opened with :meth:`push` (scopes are per
+        thread)."""
+        try:
+            pushed: list[Scope] = self._pushes.scopes
+        except AttributeError:
+            pushed = self._pushes.scopes = []
+        return pushed
+
     def _open(self, kind: ScopeKind, count: int | None = None,
               root_only: str | None = None) -> Scope:
         runtime = self._ctx._live()

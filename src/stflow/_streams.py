@@ -37,6 +37,11 @@ class Pool:
         self.members = frozenset(streams)
         self.next = 0
 
+    def add(self, stream: Stream) -> None:
+        """One more stream for the place."""
+        self.streams.append(stream)
+        self.members = frozenset(self.streams)
+
     def next_stream(self) -> Stream:
         """The next stream round-robin."""
         streams = self.streams
@@ -92,6 +97,22 @@ class StreamPools:
             pool = self.pools[device] = Pool(
                 [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
         return pool
+
+    def idle_stream(self, device: int) -> Stream:
+        """A stream of place ``device`` without task bodies in progress (graph mode:
+        such a stream keeps capturing for its bodies), added to the pool if all are
+        busy."""
+        pool = self.pool(device)
+        streams = pool.streams
+        count = len(streams)
+        for step in range(count):
+            stream = streams[(pool.next + step) % count]
+            if not stream.bodies:
+                pool.next += step + 1
+                return stream
+        stream = self.new_stream(device)
+        pool.add(stream)
+        return stream
 
     def new_stream(self, device: int) -> Stream:
         """A stream of this level outside the pools (a fence stream, say)."""

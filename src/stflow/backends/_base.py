@@ -102,10 +102,13 @@ class Stream:
     error_sink : callable or None
         Where asynchronous failures of work on this stream are reported:
         ``error_sink(exc)`` or ``error_sink(exc, order)``.
+    bodies : int
+        Task bodies in progress on it whose work is captured into a graph (graph
+        mode gives such a stream to no other work until they end).
     """
 
     __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
-                 "error_sink", "__weakref__")
+                 "error_sink", "bodies", "__weakref__")
 
     def __init__(self, handle: int, device: int, ordinal: int | None = None,
                  error_sink: Callable[..., None] | None = None) -> None:
@@ -116,6 +119,7 @@ class Stream:
         self.waited: dict[Stream, int] = {}
         self.last_event: Event | None = None
         self.error_sink = error_sink
+        self.bodies = 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} 0x{self.handle:x} device={self.device}>"

@@ -33,6 +33,7 @@ oldest).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
@@ -59,7 +60,7 @@ class Graph:
 
     __slots__ = ("handle", "parent", "top", "prereqs", "done", "frees", "sinks",
                  "executable", "launches", "used", "loop_count", "condition",
-                 "device")
+                 "device", "recording", "capturing")
 
     def __init__(self, handle: Any, parent: Node | None) -> None:
         self.handle = handle
@@ -75,6 +76,8 @@ class Graph:
         self.loop_count: int | None = None          # of a loop body
         self.condition = 0                          # a loop body's condition handle
         self.device: int | None = None              # a loop body's device, once known
+        self.recording = True                       # a top graph: not closed yet
+        self.capturing: list[RecordingStream] = []  # a top graph: its open captures
 
     def encloses(self, other: Graph) -> bool:
         """True when ``other`` is this graph or nested in it."""
@@ -103,9 +106,14 @@ class Node:
 
 
 class RecordingStream(Stream):
-    """A stream of a scope: a frontier of nodes, captured on a real stream."""
+    """A stream of a scope: a frontier of nodes, captured on a real stream.
 
-    __slots__ = ("real", "frontier", "capturing", "open_node", "top")
+    ``referenced``: an event recorded since its capture began names the open capture.
+    ``body_thread``: the thread of the task bodies in progress on it (``bodies``).
+    """
+
+    __slots__ = ("real", "frontier", "capturing", "open_node", "top", "referenced",
+                 "body_thread")
 
     def __init__(self, real: Stream, top: Graph) -> None:
         super().__init__(real.handle, real.device, real.ordinal, real.error_sink)
@@ -114,6 +122,8 @@ class RecordingStream(Stream):
         self.frontier: list[Node] = []
         self.capturing: Graph | None = None
         self.open_node: Node | None = None          # the open capture, as a node
+        self.referenced = False
+        self.body_thread = 0
 
 
 class GraphEvent(Event):
@@ -126,11 +136,31 @@ class GraphEvent(Event):
         self.nodes = nodes
 
 
+class _Level:
+    """Where one host thread records: the innermost graph, or ``None`` at the root."""
+
+    __slots__ = ("current",)
+
+    def __init__(self) -> None:
+        self.current: Graph | None = None
+
+
 class GraphRecorder(Backend):
     """The backend contract over a real backend, recording scopes as graphs.
 
     One recorder serves one context (its runtime's ``ScopeTracker`` drives the scopes
     and sets :attr:`error_sink`, where failures of the graphs' work are reported).
+
+    Threads
+        With :attr:`per_thread` (a stackable context), every host thread records at a
+        level of its own (:attr:`current`): its scopes are its own graphs, with streams
+        of their own. Otherwise (graph mode's epochs) all threads record into one
+        graph. A stream with task bodies in progress (``Stream.bodies``) keeps
+        capturing until they end: a capture it must end for work that depends on it
+        restarts at once, which only the bodies' own thread may do (the runtime keeps
+        other threads off such streams and away from their open captures; with
+        :attr:`split_bodies` a body starts a capture of its own when events already
+        name the open one).
     """
 
     def __init__(self, real: Backend) -> None:
@@ -146,8 +176,10 @@ class GraphRecorder(Backend):
         self.nvtx_ranges = real.nvtx_ranges
         self.seed = real.seed
         self.error_sink: Callable[..., None] | None = None
-        self.current: Graph | None = None           # innermost graph being recorded
-        self.capturing: list[RecordingStream] = []  # streams with an open capture
+        self.per_thread = False
+        self.split_bodies = False
+        self._shared = _Level()
+        self._local = threading.local()
         self.spare: dict[int, list[Stream]] = {}    # real streams for captures
         self.lent: dict[Graph, list[Stream]] = {}   # capture streams of each top graph
         self.launch_streams: dict[int, Stream] = {}
@@ -155,6 +187,25 @@ class GraphRecorder(Backend):
         self.cache: dict[Any, Any] = {}             # topology -> executable
         self.graph_instantiations = 0
         self.graph_updates = 0
+
+    # -- the recording level of the calling thread --------------------------------------
+    def _level(self) -> _Level:
+        if not self.per_thread:
+            return self._shared
+        try:
+            level: _Level = self._local.level
+        except AttributeError:
+            level = self._local.level = _Level()
+        return level
+
+    @property
+    def current(self) -> Graph | None:
+        """The innermost graph the calling thread records into (``None``: the root)."""
+        return self._level().current
+
+    @current.setter
+    def current(self, graph: Graph | None) -> None:
+        self._level().current = graph
 
     # -- devices -------------------------------------------------------------------
     @property
@@ -256,12 +307,14 @@ class GraphRecorder(Backend):
         """Stop recording the top-level ``graph`` (it can be launched)."""
         self._end_captures()
         self.current = None
+        graph.recording = False
         self._return_streams(graph)
 
     def discard_graph(self, graph: Graph) -> None:
         """Drop a top-level graph whose recording failed; its frees still run."""
         self._end_captures(keep=False)
         self.current = None
+        graph.recording = False
         self._return_streams(graph)
         stream = self._launch_stream()
         for event in graph.prereqs:
@@ -411,32 +464,53 @@ class GraphRecorder(Backend):
         if graph.handle is None:
             self._materialize(graph, stream.real.ordinal)
         if graph.parent is not None:
-            for other in list(self.capturing):
+            for other in list(graph.top.capturing):
                 if other.capturing is graph:
+                    if other.bodies:
+                        raise ScopeError(
+                            "a task started inside the body of another task of a "
+                            "loop body: a loop body holds one capture at a time; end "
+                            "the outer task first")
                     self._end_capture(other)
+        self._begin(stream, graph)
+
+    def _begin(self, stream: RecordingStream, graph: Graph) -> None:
         deps = self._dependencies(stream.frontier, graph)
         self.graphs.begin_capture(stream.real, graph.handle, deps)
         stream.capturing = graph
         stream.open_node = Node(graph, None, stream)
+        stream.referenced = False
         graph.used = True
-        self.capturing.append(stream)
+        graph.top.capturing.append(stream)
 
     def _end_capture(self, stream: RecordingStream, keep: bool = True) -> None:
+        """End the capture of ``stream``. A stream with task bodies in progress
+        captures again at once, after what it captured (only from the bodies' own
+        thread: another thread's work could slip between the two)."""
         graph = stream.capturing
         node = stream.open_node
         assert graph is not None and node is not None
+        restart = keep and stream.bodies > 0
+        if restart and stream.body_thread != threading.get_ident():
+            raise RuntimeError(f"internal error: the capture of {stream!r} was ended by "
+                               "another thread while a task body is in progress on it")
         stream.capturing = None
         stream.open_node = None
-        self.capturing.remove(stream)
+        graph.top.capturing.remove(stream)
         leaves = self.graphs.end_capture(stream.real)
         node.handles = list(leaves) if keep else []
         if keep:
             graph.sinks[node] = None
             stream.frontier = [node]
+        if restart:
+            self._begin(stream, graph)
 
     def _end_captures(self, keep: bool = True) -> None:
-        for stream in list(self.capturing):
-            self._end_capture(stream, keep)
+        """End the open captures of the calling thread's top graph."""
+        graph = self.current
+        if graph is not None:
+            for stream in list(graph.top.capturing):
+                self._end_capture(stream, keep)
 
     def _dependencies(self, frontier: list[Node], graph: Graph) -> list[Any]:
         """The node handles in ``graph`` that work after ``frontier`` depends on."""
@@ -468,8 +542,20 @@ class GraphRecorder(Backend):
         return handles
 
     def begin_body(self, stream: Stream) -> None:
-        if isinstance(stream, RecordingStream):
-            self._capture(stream)
+        """A task body is about to enqueue work on ``stream``: capture it until
+        :meth:`end_body`."""
+        if not isinstance(stream, RecordingStream):
+            return
+        if self.split_bodies and stream.referenced and stream.capturing is not None:
+            self._end_capture(stream)        # nothing may name the body's capture
+        self._capture(stream)
+        stream.bodies += 1
+        stream.body_thread = threading.get_ident()
+
+    def end_body(self, stream: Stream) -> None:
+        """The task body of a :meth:`begin_body` ended (before its end event)."""
+        if isinstance(stream, RecordingStream) and stream.bodies:
+            stream.bodies -= 1
 
     # -- events ----------------------------------------------------------------------
     def record(self, stream: Stream) -> Event:
@@ -481,6 +567,7 @@ class GraphRecorder(Backend):
                 self._end_capture(stream)
             else:
                 stream.frontier = [stream.open_node]  # type: ignore[list-item]
+                stream.referenced = True
         stream.recorded += 1
         event = GraphEvent(stream, stream.recorded, tuple(stream.frontier))
         stream.last_event = event
@@ -510,7 +597,7 @@ class GraphRecorder(Backend):
         for node in event.nodes:
             top = node.graph.top
             if top.done is None:
-                if top.launches == 0 and top is self._open_top():
+                if top.recording:
                     raise ScopeError("work outside a graph scope depends on work "
                                      "recorded in a scope that is still open")
                 continue                     # never launched: nothing to wait for
@@ -518,15 +605,12 @@ class GraphRecorder(Backend):
                 found.append(top.done)
         return found
 
-    def _open_top(self) -> Graph | None:
-        return self.current.top if self.current is not None else None
-
     def query(self, event: Event) -> bool:
         if isinstance(event, GraphEvent):
             for node in event.nodes:
                 top = node.graph.top
                 if top.done is None:
-                    if top is self._open_top():
+                    if top.recording:
                         return False
                 elif not self.real.query(top.done):
                     return False

@@ -1,0 +1,265 @@
+"""Contexts shared by host threads: graph mode's epochs, and scopes per thread.
+
+Every test runs its threads under a watchdog (``helpers.threads.run_threads``): a hang
+fails with the stacks of all threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.errors import ScopeError
+
+from helpers.bodies import _run, add_to
+from helpers.threads import run_threads
+
+MODES = ["stream", "graph"]
+
+
+def _context(backend, mode):
+    return stf.context(backend=backend, use_graph=mode == "graph")
+
+
+# -- graph mode's epochs, shared by threads ----------------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_threads_incrementing_their_own_data_lose_nothing(backend, mode):
+    """Issue 11: 8 threads x 100 increments in one graph-mode context, with fences."""
+    arrays = [np.zeros(4) for _ in range(8)]
+    with _context(backend, mode) as ctx:
+        data = [ctx.logical_data(a) for a in arrays]
+
+        def worker(i):
+            def run():
+                for k in range(100):
+                    with ctx.task(data[i].rw()) as t:
+                        add_to(t, 0, None, 1.0)
+                    if k % 25 == i:
+                        ctx.fence()
+                    if k % 40 == i:
+                        assert ctx.wait(data[i])[0] == k + 1
+            return run
+
+        run_threads([worker(i) for i in range(8)])
+    for a in arrays:
+        np.testing.assert_array_equal(a, np.full(4, 100.0))
+
+
+def test_a_fence_waits_for_the_tasks_other_threads_started(backend):
+    X = np.zeros(4)
+    started = threading.Event()
+    fenced = threading.Event()
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        x = ctx.logical_data(X)
+
+        def holder():
+            with ctx.task(x.rw()) as t:
+                started.set()
+                time.sleep(0.2)
+                assert not fenced.is_set(), "fence() returned while a task was started"
+                add_to(t, 0, None, 1.0)
+
+        def fencer():
+            assert started.wait(10)
+            ctx.fence()
+            fenced.set()
+            np.testing.assert_array_equal(ctx.wait(x), np.ones(4))
+
+        run_threads([holder, fencer])
+    np.testing.assert_array_equal(X, np.ones(4))
+
+
+@pytest.mark.parametrize("call", ["fence", "wait"])
+def test_a_sync_point_inside_a_task_body_in_graph_mode_is_refused(backend, call):
+    X = np.zeros(4)
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        x = ctx.logical_data(X)
+        y = ctx.logical_data(np.zeros(2))
+        with ctx.task(x.rw()) as t:
+            add_to(t, 0, None, 1.0)
+            with pytest.raises(ScopeError, match="end the task first"):
+                ctx.fence() if call == "fence" else ctx.wait(y)
+            add_to(t, 0, None, 1.0)
+    np.testing.assert_array_equal(X, np.full(4, 2.0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tasks_nested_in_a_body_keep_the_body_in_order(backend, mode):
+    """A task submitted inside another task's body, depending on work of the outer
+    task's stream: the outer body's later work stays after its earlier work."""
+    rng = np.random.default_rng(7)
+    n = 6
+    arrays = [np.zeros(3) for _ in range(n)]
+    expect = [np.zeros(3) for _ in range(n)]
+    with _context(backend, mode) as ctx:
+        data = [ctx.logical_data(a) for a in arrays]
+        for _ in range(40):
+            if rng.random() < 0.5:
+                a, b = rng.choice(n, 2, replace=False)
+                with ctx.task(data[a].rw(), data[b].read()) as t:
+                    add_to(t, 0, 1, 1.0)
+                expect[a] += expect[b]
+            i, j, k = rng.choice(n, 3, replace=False)
+            with ctx.task(data[i].rw()) as t:
+                add_to(t, 0, None, 1.0)
+                with ctx.task(data[j].rw(), data[k].read()) as inner:
+                    add_to(inner, 0, 1, 1.0)
+                add_to(t, 0, None, 100.0)
+                _run(t, lambda xp, v: v.__imul__(2.0), 0)
+            expect[j] += expect[k]
+            expect[i] = (expect[i] + 101.0) * 2.0
+    for got, want in zip(arrays, expect):
+        np.testing.assert_array_equal(got, want)
+
+
+# -- stackable contexts: scopes are per thread ---------------------------------------------
+
+def test_another_threads_root_work_is_not_recorded_into_my_scope(backend):
+    A, B = np.zeros(4), np.zeros(4)
+    b_done = threading.Event()
+    in_scope = threading.Event()
+    with stf.stackable_context(backend=backend) as sctx:
+        a, b = sctx.logical_data(A), sctx.logical_data(B)
+
+        def scoped():
+            with pytest.raises(RuntimeError, match="abandon"):
+                with sctx.graph_scope():
+                    with sctx.task(a.rw()) as t:
+                        add_to(t, 0, None, 1.0)
+                    in_scope.set()
+                    assert b_done.wait(10), "the root thread was held by my scope"
+                    raise RuntimeError("abandon the scope")
+
+        def root():
+            assert in_scope.wait(10)
+            for _ in range(3):
+                with sctx.task(b.rw()) as t:
+                    add_to(t, 0, None, 1.0)
+            sctx.fence()                 # this thread is at the root: allowed
+            b_done.set()
+
+        run_threads([scoped, root])
+    np.testing.assert_array_equal(A, np.zeros(4))      # the scope was discarded
+    np.testing.assert_array_equal(B, np.full(4, 3.0))  # the root work was not
+
+
+def test_two_threads_record_scopes_of_their_own_at_once(backend):
+    arrays = [np.zeros(4), np.zeros(4)]
+    both_open = threading.Barrier(2, timeout=10)
+    with stf.stackable_context(backend=backend) as sctx:
+        data = [sctx.logical_data(a) for a in arrays]
+
+        def worker(i):
+            def run():
+                with sctx.graph_scope():
+                    both_open.wait()
+                    with sctx.repeat(3):
+                        with sctx.task(data[i].rw()) as t:
+                            add_to(t, 0, None, float(i + 1))
+                    both_open.wait()
+                sctx.push()
+                with sctx.task(data[i].rw()) as t:
+                    add_to(t, 0, None, 10.0)
+                sctx.pop()
+            return run
+
+        run_threads([worker(0), worker(1)])
+    np.testing.assert_array_equal(arrays[0], np.full(4, 13.0))
+    np.testing.assert_array_equal(arrays[1], np.full(4, 16.0))
+
+
+def test_root_work_on_data_of_another_threads_open_scope_waits_until_it_closes(backend):
+    X = np.zeros(4)
+    touched = threading.Event()
+    closed = threading.Event()
+    with stf.stackable_context(backend=backend) as sctx:
+        x = sctx.logical_data(X)
+
+        def scoped():
+            with sctx.graph_scope():
+                with sctx.task(x.rw()) as t:
+                    add_to(t, 0, None, 1.0)
+                touched.set()
+                time.sleep(0.2)
+                with sctx.task(x.rw()) as t:
+                    add_to(t, 0, None, 1.0)
+                closed.set()                     # just before the scope launches
+
+        def root():
+            assert touched.wait(10)
+            with sctx.task(x.rw()) as t:
+                assert closed.is_set(), "root work started inside another thread's scope"
+                _run(t, lambda xp, v: v.__imul__(10.0), 0)
+
+        run_threads([scoped, root])
+    np.testing.assert_array_equal(X, np.full(4, 20.0))
+
+
+def test_threads_waiting_for_each_others_scopes_get_an_error_not_a_hang(backend):
+    X, Y = np.zeros(2), np.zeros(2)
+    ready = threading.Barrier(2, timeout=10)
+    outcomes = {}
+    with stf.stackable_context(backend=backend) as sctx:
+        x, y = sctx.logical_data(X), sctx.logical_data(Y)
+
+        def worker(name, first, second):
+            def run():
+                try:
+                    with sctx.graph_scope():
+                        with sctx.task(first.rw()) as t:
+                            add_to(t, 0, None, 1.0)
+                        ready.wait()
+                        with sctx.task(second.rw()) as t:
+                            add_to(t, 0, None, 1.0)
+                    outcomes[name] = "done"
+                except ScopeError as exc:
+                    assert "would wait forever" in str(exc)
+                    outcomes[name] = "refused"
+            return run
+
+        run_threads([worker("a", x, y), worker("b", y, x)])
+    assert sorted(outcomes.values()) == ["done", "refused"]
+    np.testing.assert_array_equal(X + Y, np.full(2, 2.0))   # one scope ran, entirely
+
+
+def test_finalize_waits_for_the_scopes_other_threads_have_open(backend):
+    X = np.zeros(4)
+    opened = threading.Event()
+    sctx = stf.stackable_context(backend=backend)
+    x = sctx.logical_data(X)
+
+    def scoped():
+        with sctx.graph_scope():
+            opened.set()
+            time.sleep(0.2)
+            with sctx.task(x.rw()) as t:
+                add_to(t, 0, None, 5.0)
+
+    def finalizer():
+        assert opened.wait(10)
+        sctx.finalize()
+
+    run_threads([scoped, finalizer])
+    np.testing.assert_array_equal(X, np.full(4, 5.0))
+
+
+def test_push_and_pop_are_per_thread(backend):
+    entered = threading.Event()
+    with stf.stackable_context(backend=backend) as sctx:
+        def pusher():
+            sctx.push()
+            entered.set()
+            time.sleep(0.05)
+            sctx.pop()
+
+        def other():
+            assert entered.wait(10)
+            with pytest.raises(ScopeError, match="pop\\(\\) without a matching push"):
+                sctx.pop()
+
+        run_threads([pusher, other])
