@@ -136,12 +136,15 @@ class DataState:
     pin : object
         The page-locking the reference instance uses, if any.
     scope : object or None
-        In a stackable context shared by threads: the open top-level scope whose
-        recording touched the data; other threads' work on it waits until it closes.
+        In a stackable context: the open top-level scope whose recording touched the
+        data; other threads' work on it waits until it closes.
+    readonly : bool
+        No access may write it (its logical data is read-only): scopes of any thread
+        may read it at once.
     """
 
     __slots__ = ("key", "label", "nbytes", "dtype", "is_token", "tracker", "instances",
-                 "reference", "writing", "reading", "pin", "scope")
+                 "reference", "writing", "reading", "pin", "scope", "readonly")
 
     def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
                  is_token: bool = False) -> None:
@@ -157,6 +160,7 @@ class DataState:
         self.reading = 0
         self.pin: Any = None
         self.scope: Any = None
+        self.readonly = False
 
     def __repr__(self) -> str:
         return f"<DataState {self.label} {list(self.instances.values())}>"

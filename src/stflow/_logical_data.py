@@ -163,6 +163,8 @@ class logical_data:
         self._shape = shape
         self._dtype = dtype
         self._readonly = readonly
+        if readonly:
+            state.readonly = True
         self._symbol = name
         self._is_token = state.is_token
         self._source = source

@@ -159,8 +159,9 @@ class Scope:
         self.thread = threading.get_ident()
 
     def held_data(self) -> list[DataState]:
-        """The data a launchable graph holds: what its recording touched."""
-        return list(self.touched.values())
+        """The data a launchable graph holds: what its recording touched, read-only
+        data aside (reading it again at every launch conflicts with nothing)."""
+        return [state for state in self.touched.values() if not state.readonly]
 
     def _label(self) -> str:
         """How conflict messages name the scope holding the data."""
@@ -349,6 +350,7 @@ class ScopeTracker:
         self.restore(scope)
         if scope.top:
             recorder.discard_graph(scope.graph)
+            self._forget_reads(scope)
             self._leave_top(scope)
         else:
             recorder.discard_loop(scope.graph)
@@ -359,6 +361,18 @@ class ScopeTracker:
                 top.pools = here.pools = StreamPools(recorder, self.runtime.errors.capture)
             if scope.wrapper is not None:
                 self.discard(scope.wrapper)
+
+    def _forget_reads(self, scope: Scope) -> None:
+        """Read-only data is not restored (other threads may have read it meanwhile):
+        drop the reads the discarded top scope ``scope`` recorded instead."""
+        graph = scope.graph
+        recorded_in = self.recorder.recorded_in
+        for state in scope.touched.values():
+            tracker = state.tracker
+            if state.readonly and tracker.readers:
+                tracker.readers = {stream: event
+                                   for stream, event in tracker.readers.items()
+                                   if not recorded_in(event, graph)}
 
     def discard_all(self) -> None:
         """Drop every open scope, innermost first."""
@@ -425,10 +439,9 @@ class ScopeTracker:
 
     # -- what the runtime tells us about work -------------------------------------------
     def before_acquire(self, plan: Plan) -> None:
-        """Hoist the imports of the innermost repeated scope (before planning)."""
-        scope = self.stack[-1]
-        if scope.repeatable:
-            self._hoist_imports(scope, plan)
+        """Hoist the imports of the innermost repeated scope, and those of read-only
+        data (before planning)."""
+        self._hoist_imports(self.stack[-1], plan)
 
     def noted(self, plan: Plan) -> None:
         """Note an acquisition (after planning) in every open scope."""
@@ -462,6 +475,8 @@ class ScopeTracker:
     def snapshot(self, state: DataState) -> None:
         """Snapshot ``state`` in every open scope that has not seen it yet (and, with
         scopes per thread, mark it as the open top scope's)."""
+        if state.readonly and state.scope is None:
+            return          # only read from now on: nothing to restore, nobody to wait
         key = id(state)
         stack = self.stack
         for scope in stack:
@@ -505,6 +520,10 @@ class ScopeTracker:
         an instance it would fill by copying from an instance valid before the scope
         gets that copy at the enclosing level instead (the root for a launchable
         graph), once, rather than in the body at every iteration or launch.
+
+        Read-only data that no open scope wrote is imported at the root level, from
+        any scope: the copy is then real work that other threads' scopes, reading
+        the same data meanwhile, can rely on.
         """
         for access in plan.accesses:
             instance = access.instance
@@ -512,11 +531,21 @@ class ScopeTracker:
                     instance.state is not INVALID:
                 continue
             state = access.state
+            at_root = state.readonly and state.scope is None and self.per_thread
+            if not at_root and not scope.repeatable:
+                continue
             source = state.valid_source(access.device)
-            if source is None or (id(state), source.device) in scope.fresh:
+            if source is None:
+                continue
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            if at_root:
+                with self._root_level():
+                    self.runtime.copy_into(state, instance, source, prerequisites,
+                                           state.label)
+                continue
+            if (id(state), source.device) in scope.fresh:
                 continue
             self.snapshot(state)
-            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
             with self._enclosing_level(scope):
                 self._note_import(state, instance, source)    # in enclosing scopes
                 self.runtime.copy_into(state, instance, source, prerequisites,
@@ -529,6 +558,21 @@ class ScopeTracker:
         for scope in self.stack:
             if scope.repeatable and place not in scope.fresh:
                 scope.assumed[place] = state
+
+    @contextlib.contextmanager
+    def _root_level(self) -> Iterator[None]:
+        """Run at the root level (real streams), from inside the open scopes."""
+        here = self.here()
+        stack, pools = here.stack, here.pools
+        here.stack = []
+        here.pools = stack[0].outer_pools
+        previous = self.recorder.enter_level(None)
+        try:
+            yield
+        finally:
+            self.recorder.enter_level(previous)
+            here.stack = stack
+            here.pools = pools
 
     @contextlib.contextmanager
     def _enclosing_level(self, scope: Scope) -> Iterator[None]:

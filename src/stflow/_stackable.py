@@ -40,6 +40,7 @@ class stackable_logical_data(logical_data, Comparable):
         ``AccessModeError``, and scopes only read it, so they can overlap."""
         self._alive()
         self._readonly = True
+        self._state.readonly = True
 
     def push(self, mode: Any, dplace: Any = None) -> None:
         """Import the data into the innermost open scope with ``mode`` (at ``dplace``).

@@ -16,7 +16,7 @@ import stflow as stf
 from stflow.errors import ScopeError
 
 from helpers.bodies import _run, add_to
-from helpers.threads import run_threads
+from stflow.testing import run_threads
 
 MODES = ["stream", "graph"]
 
@@ -263,3 +263,32 @@ def test_push_and_pop_are_per_thread(backend):
                 sctx.pop()
 
         run_threads([pusher, other])
+
+
+def test_scopes_of_several_threads_read_read_only_data_at_once(backend):
+    S = np.arange(4.0)
+    outs = [np.zeros(4), np.zeros(4)]
+    both_read = threading.Barrier(2, timeout=10)
+    with stf.stackable_context(backend=backend) as sctx:
+        s = sctx.logical_data(S)
+        s.set_read_only()
+        data = [sctx.logical_data(o) for o in outs]
+
+        def worker(i, discard):
+            def run():
+                try:
+                    with sctx.graph_scope():
+                        with sctx.task(data[i].rw(), s.read()) as t:
+                            add_to(t, 0, 1, 1.0)
+                        both_read.wait()         # both scopes hold a read of s now
+                        if discard:
+                            raise KeyError("discarded")
+                except KeyError:
+                    pass
+            return run
+
+        run_threads([worker(0, False), worker(1, True)])
+        with sctx.task(data[1].rw(), s.read()) as t:   # after a discarded reader
+            add_to(t, 0, 1, 2.0)
+    np.testing.assert_array_equal(outs[0], S)
+    np.testing.assert_array_equal(outs[1], 2.0 * S)

@@ -1,0 +1,393 @@
+"""The concurrency differential test: random programs submitted by several host
+threads to one context, against the sequential oracle.
+
+A :class:`ThreadedProgram` has data of three kinds:
+
+- *private* data, two or three per thread, that only its thread touches;
+- *shared* read-mostly data, read by every thread (read-only logical data);
+- *turn* data, written by every thread, each in its turns only: the threads pass a
+  turn from one to the next in a drawn order (the user's own ordering), and a thread
+  ends its turn by reading back (``ctx.wait``) what it wrote, so its host knows the
+  value before it hands over.
+
+Each thread runs its own random sequence of *segments* (tasks, host callbacks, waits,
+fences; in a stackable context some segments are graph scopes), some of them turns.
+The oracle runs every segment sequentially with NumPy, turns in their global order;
+since threads share nothing else, any interleaving the runtime allows must give the
+same ``wait`` results and the same final user arrays.
+
+Threads run under a watchdog (:func:`run_threads`): a hang is a failure that prints
+the stacks of every thread.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
+                        _host_fn, _place, _same, cupy_body, declare_data, emulated_body,
+                        emulated_graph_body, host_body, initial_arrays, task_body,
+                        user_arrays)
+
+__all__ = ["Hang", "Segment", "ThreadedProgram", "all_stacks", "check_threaded_program",
+           "generate_threaded_program", "run_threads"]
+
+MODES = ("stream", "graph", "scopes")
+
+
+# -- running threads under a watchdog ------------------------------------------------
+
+class Hang(AssertionError):
+    """Threads did not finish in time."""
+
+
+def all_stacks() -> str:
+    """The current stack of every thread of the process, as text."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        parts.append(f"--- thread {names.get(ident, '?')} ({ident}) ---\n"
+                     + "".join(traceback.format_stack(frame)))
+    return "\n".join(parts)
+
+
+def run_threads(fns: Sequence[Callable[[], Any]], timeout: float = 60.0) -> list[Any]:
+    """Run every callable of ``fns`` on a thread of its own; return their results.
+
+    Raises
+    ------
+    Hang
+        A thread is still running after ``timeout`` seconds (the message holds the
+        stacks of every thread).
+    BaseException
+        The first exception a thread raised (the others are in its notes).
+    """
+    results: list[Any] = [None] * len(fns)
+    errors: list[tuple[int, BaseException]] = []
+    lock = threading.Lock()
+
+    def call(index: int, fn: Callable[[], Any]) -> None:
+        try:
+            results[index] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the caller
+            with lock:
+                errors.append((index, exc))
+
+    threads = [threading.Thread(target=call, args=(i, fn), name=f"worker-{i}",
+                                daemon=True) for i, fn in enumerate(fns)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [thread.name for thread in threads if thread.is_alive()]
+    if alive:
+        raise Hang(f"threads {alive} still running after {timeout} s:\n{all_stacks()}")
+    if errors:
+        errors.sort(key=lambda item: item[0])
+        first = errors[0][1]
+        for index, other in errors[1:]:
+            first.add_note(f"worker-{index} also raised {other!r}")
+        raise first
+    return results
+
+
+# -- programs -------------------------------------------------------------------------
+
+@dataclass
+class Segment:
+    """A run of one thread's operations; ``turn``: it may touch the turn data;
+    ``scoped``: recorded as a graph scope (stackable contexts)."""
+
+    ops: list[Any]
+    turn: bool = False
+    scoped: bool = False
+
+
+@dataclass
+class ThreadedProgram:
+    seed: int
+    mode: str
+    data: list[DataSpec]
+    private: list[list[int]]              # thread -> its data indices
+    shared: list[int]
+    turn_data: list[int]
+    threads: list[list[Segment]]
+    turns: list[tuple[int, int]]          # (thread, segment), in turn order
+    devices: int
+    initial: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def as_program(self) -> Program:
+        """The data part, as a :class:`Program` (for the shared helpers)."""
+        return Program(self.seed, self.data, [], self.devices, self.initial)
+
+    def describe(self) -> str:
+        lines = [f"threaded program seed={self.seed} mode={self.mode} "
+                 f"devices={self.devices}"]
+        for i, spec in enumerate(self.data):
+            role = ("shared" if i in self.shared else "turn" if i in self.turn_data
+                    else f"private to {[t for t, p in enumerate(self.private) if i in p]}")
+            lines.append(f"  d{i} ({role}): {spec}")
+        lines.append(f"  turns: {self.turns}")
+        for t, segments in enumerate(self.threads):
+            lines.append(f"  thread {t}:")
+            for s, segment in enumerate(segments):
+                flags = (" turn" if segment.turn else "") + (" scoped" if segment.scoped
+                                                             else "")
+                lines.append(f"    segment {s}{flags}:")
+                for op in segment.ops:
+                    lines.append(f"      {op}")
+        return "\n".join(lines)
+
+
+def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
+                              devices: int = 2, *, max_segments: int = 4,
+                              max_ops: int = 6) -> ThreadedProgram:
+    """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
+    ``context(use_graph=...)``; ``scopes``: a ``stackable_context``)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    rng = random.Random(seed)
+    data: list[DataSpec] = []
+
+    def new_data(readonly: bool = False) -> int:
+        shape = ((rng.randint(1, 64),) if rng.random() < 0.7
+                 else (rng.randint(1, 8), rng.randint(1, 8)))
+        dtype = rng.choice(["float32", "float64"])
+        if readonly or rng.random() < 0.6:
+            data.append(DataSpec(shape, dtype, "array", readonly=readonly))
+        else:
+            data.append(DataSpec(shape, dtype, "full", fill=rng.choice([0.0, 1.5]),
+                                 fill_place=rng.choice([None, "host", *range(devices)])))
+        return len(data) - 1
+
+    private = [[new_data() for _ in range(rng.randint(2, 3))] for _ in range(threads)]
+    shared = [new_data(readonly=True) for _ in range(rng.randint(1, 3))]
+    turn_data = [new_data() for _ in range(rng.randint(1, 2))]
+
+    per_thread: list[list[Segment]] = []
+    for t in range(threads):
+        segments = []
+        for _ in range(rng.randint(2, max_segments)):
+            turn = rng.random() < 0.4
+            scoped = mode == "scopes" and rng.random() < 0.5
+            ops = [_draw_op(rng, mode, private[t], shared, turn_data if turn else [],
+                            devices, scoped)
+                   for _ in range(rng.randint(1, max_ops))]
+            if turn and mode != "scopes":
+                ops.append(Op("wait", rng.choice(turn_data)))   # the user's handover
+            segments.append(Segment(ops, turn, scoped))
+        per_thread.append(segments)
+
+    # The turn order: every thread's turns in its own order, interleaved at random.
+    queues = [[(t, s) for s, segment in enumerate(segments) if segment.turn]
+              for t, segments in enumerate(per_thread)]
+    turns = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        turns.append(queue.pop(0))
+    program = ThreadedProgram(seed, mode, data, private, shared, turn_data, per_thread,
+                              turns, devices)
+    program.initial = initial_arrays(program.as_program())
+    return program
+
+
+def _draw_op(rng: random.Random, mode: str, private: list[int], shared: list[int],
+             turn_data: list[int], devices: int, scoped: bool) -> Any:
+    roll = rng.random()
+    writable = private + turn_data
+    if roll < 0.08 and not scoped:
+        return Op("fence")
+    if roll < 0.2 and mode != "scopes":
+        return Op("wait", rng.choice(writable))
+    kind = "host_launch" if roll < 0.3 else "task"
+    chosen = rng.sample(writable, rng.randint(1, min(2, len(writable))))
+    chosen += rng.sample(shared, rng.randint(0, min(2, len(shared))))
+    deps = []
+    for index in chosen:
+        mode_ = READ if index in shared else rng.choice([READ, RW, RW, WRITE])
+        if kind == "host_launch":
+            place = rng.choice([None, None, "host", "managed"])
+        else:
+            place = rng.choice([None, None, None, "host", "managed", *range(devices)])
+        deps.append((index, mode_, place))
+    exec_place = "host" if kind == "host_launch" else rng.choice(["host", *range(devices)])
+    launch = kind == "task" and (mode != "stream" or rng.random() < 0.5)
+    return TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), exec_place, launch)
+
+
+# -- the oracle -------------------------------------------------------------------------
+
+def run_threaded_oracle(program: ThreadedProgram
+                        ) -> tuple[list[list[np.ndarray]], dict[int, np.ndarray]]:
+    """Every thread's ``wait`` results, and the final user arrays, sequentially."""
+    values: dict[int, np.ndarray] = {}
+    for i, spec in enumerate(program.data):
+        if spec.origin == "array":
+            values[i] = program.initial[i].copy()
+        else:
+            values[i] = np.full(spec.shape or (), spec.fill, dtype=spec.dtype)
+    waits: list[list[np.ndarray]] = [[] for _ in program.threads]
+    done = [0] * len(program.threads)
+
+    def run_segments(t: int, upto: int) -> None:
+        while done[t] < upto:
+            for op in program.threads[t][done[t]].ops:
+                if isinstance(op, TaskOp):
+                    task_body(np, [values[i] for i, _, _ in op.deps],
+                              [m for _, m, _ in op.deps], op.coef)
+                elif op.kind == "wait":
+                    waits[t].append(values[op.data].copy())
+            done[t] += 1
+
+    for t, s in program.turns:
+        run_segments(t, s + 1)
+    for t, segments in enumerate(program.threads):
+        run_segments(t, len(segments))
+    final = {i: values[i] for i, spec in enumerate(program.data) if spec.origin == "array"}
+    return waits, final
+
+
+# -- running through stflow -------------------------------------------------------------
+
+def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
+                         body: BodyRunner | None = None, timeout: float = 120.0,
+                         jitter: bool = True
+                         ) -> tuple[list[list[np.ndarray]], dict[int, np.ndarray]]:
+    """Run ``program``, one host thread per program thread, under a watchdog.
+
+    ``jitter``: threads pause for up to 0.2 ms at random inside task windows, so that
+    other threads' submissions, fences and waits fall while tasks are started."""
+    import stflow as stf
+    mode = program.mode
+    if body is None:
+        body = (cupy_body if backend == "cuda" else host_body if backend == "null" else
+                emulated_body if mode == "stream" else emulated_graph_body)
+    data_program = program.as_program()
+    user = user_arrays(data_program)
+    turn = [0]
+    handover = threading.Condition()
+    if mode == "scopes":
+        ctx: Any = stf.stackable_context(backend=backend)
+    else:
+        ctx = stf.context(backend=backend, use_graph=mode == "graph")
+    waits: list[list[np.ndarray]] = [[] for _ in program.threads]
+    try:
+        lds = declare_data(stf, ctx, data_program, user)
+        if mode == "scopes":
+            for index in program.shared:
+                lds[index].set_read_only()
+
+        def wait_for_turn(key: tuple[int, int]) -> None:
+            with handover:
+                while program.turns[turn[0]] != key:
+                    handover.wait()
+
+        def pass_turn() -> None:
+            with handover:
+                turn[0] += 1
+                handover.notify_all()
+
+        def worker(t: int) -> Callable[[], None]:
+            pause = _jitter(program.seed * 1009 + t) if jitter else None
+            run_body = body if pause is None else _paused(body, pause)
+
+            def run() -> None:
+                for s, segment in enumerate(program.threads[t]):
+                    if segment.turn:
+                        wait_for_turn((t, s))
+                    if segment.scoped:
+                        with ctx.graph_scope():
+                            _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
+                    else:
+                        _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
+                    if segment.turn:
+                        pass_turn()
+            return run
+
+        run_threads([worker(t) for t in range(len(program.threads))], timeout)
+    finally:
+        ctx.finalize()
+    final = {i: user[i] for i in program.initial}
+    return waits, final
+
+
+def _jitter(seed: int) -> Callable[[], None]:
+    rng = random.Random(seed)
+
+    def pause() -> None:
+        if rng.random() < 0.3:
+            time.sleep(rng.random() * 2e-4)
+    return pause
+
+
+def _paused(body: BodyRunner, pause: Callable[[], None]) -> BodyRunner:
+    def run(t: Any, op: TaskOp, modes: list[int]) -> None:
+        pause()
+        body(t, op, modes)
+        pause()
+    return run
+
+
+def _run_ops(stf: Any, ctx: Any, ops: list[Any], lds: dict[int, Any], body: BodyRunner,
+             waits: list[np.ndarray]) -> None:
+    for op in ops:
+        if isinstance(op, TaskOp):
+            deps = [stf.dep(lds[i], m, _place(stf, p)) for i, m, p in op.deps]
+            modes = [m for _, m, _ in op.deps]
+            if op.kind == "host_launch":
+                ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
+                continue
+            place = (stf.exec_place.host() if op.place_of_exec == "host"
+                     else stf.exec_place.device(op.place_of_exec))
+            with ctx.task(place, *deps) as t:
+                body(t, op, modes)
+        elif op.kind == "wait":
+            waits.append(ctx.wait(lds[op.data]))
+        elif op.kind == "fence":
+            ctx.fence()
+
+
+def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
+                           backend: str = "emulated", devices: int = 2,
+                           body: BodyRunner | None = None, exact: bool | None = None,
+                           timeout: float = 120.0, **options: Any) -> None:
+    """Run the threaded program of ``seed`` and the oracle; raise ``AssertionError``
+    (with the listing) if a ``wait`` result or a final user array differs, and
+    :class:`Hang` if the threads do not finish within ``timeout`` seconds."""
+    if exact is None:
+        exact = backend == "emulated"
+    program = generate_threaded_program(seed, threads, mode, devices, **options)
+    want_waits, want_final = run_threaded_oracle(program)
+    try:
+        got_waits, got_final = run_threaded_program(program, backend, body, timeout)
+    except Hang as exc:
+        exc.add_note(program.describe())
+        raise
+    except BaseException as exc:
+        exc.add_note(program.describe())
+        raise
+    problems = []
+    for t, (got_t, want_t) in enumerate(zip(got_waits, want_waits)):
+        if len(got_t) != len(want_t):
+            problems.append(f"thread {t}: {len(got_t)} wait results, expected "
+                            f"{len(want_t)}")
+        for number, (g, w) in enumerate(zip(got_t, want_t)):
+            if not _same(g, w, exact):
+                problems.append(f"thread {t} wait #{number}: got {g.ravel()[:6]}..., "
+                                f"expected {w.ravel()[:6]}...")
+    for index, want in want_final.items():
+        if not _same(got_final[index], want, exact):
+            problems.append(f"final user array d{index}: got "
+                            f"{got_final[index].ravel()[:6]}..., "
+                            f"expected {want.ravel()[:6]}...")
+    if problems:
+        raise AssertionError("\n".join(problems) + "\n" + program.describe())
