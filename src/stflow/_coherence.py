@@ -79,9 +79,12 @@ class Instance:
         stream -> event of the copies into this instance since the last write.
     is_reference : bool
         True for the user's own buffer (never freed by the runtime).
+    last_use : int
+        When work last used it (the runtime's acquisition count): eviction takes the
+        least recently used first.
     """
 
-    __slots__ = ("device", "allocation", "state", "ready", "is_reference")
+    __slots__ = ("device", "allocation", "state", "ready", "is_reference", "last_use")
 
     def __init__(self, device: int, allocation: Allocation | None = None,
                  state: Coherence = INVALID, is_reference: bool = False) -> None:
@@ -90,6 +93,7 @@ class Instance:
         self.state = state
         self.ready: dict[Stream, Event] = {}
         self.is_reference = is_reference
+        self.last_use = 0
 
     def __repr__(self) -> str:
         reference = " reference" if self.is_reference else ""

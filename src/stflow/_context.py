@@ -59,6 +59,11 @@ class context(RuntimeOwner):
         accepted now.
     backend : {"auto", "cuda", "emulated"}
         Which backend runs the work (default: ``STFLOW_BACKEND``, else ``"auto"``).
+    memory_budget : int, str or dict, optional
+        The device memory the context's data may use per device, in bytes (``"8GiB"``
+        works too; a dict sets it per device). Beyond it, the least recently used
+        data is evicted (written back if it holds the only valid copy). Default:
+        ``STFLOW_DEVICE_MEMORY_BUDGET``, else what each device has (stflow-only).
 
     Notes
     -----
@@ -72,7 +77,8 @@ class context(RuntimeOwner):
     """The class of the logical data this context creates."""
 
     def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
-                 handle: Any = None, *, backend: str | None = None) -> None:
+                 handle: Any = None, *, backend: str | None = None,
+                 memory_budget: Any = None) -> None:
         self._runtime: Runtime | None = None
         self._borrowed = False
         if borrowed:
@@ -84,27 +90,28 @@ class context(RuntimeOwner):
         native = _backend(backend)
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
         if use_graph:
-            self._start(_graph_backend(native, caller), caller, "epochs")
+            self._start(_graph_backend(native, caller), caller, "epochs", memory_budget)
         else:
-            self._start(native, caller, None)
+            self._start(native, caller, None, memory_budget)
         self._stream_owner = stream
 
     def _start(self, backend: Backend, caller: Stream | None,
-               graph_mode: str | None) -> None:
-        runtime = self._runtime = Runtime(backend, caller, graph_mode)
+               graph_mode: str | None, memory_budget: Any = None) -> None:
+        runtime = self._runtime = Runtime(backend, caller, graph_mode, memory_budget)
         runtime.context_type = type(self)
         with _live_lock:
             _live_contexts.add(self)
 
     @classmethod
-    def _recording(cls, backend: str | None, data_class: type[logical_data]) -> context:
+    def _recording(cls, backend: str | None, data_class: type[logical_data],
+                   memory_budget: Any = None) -> context:
         """The context behind a ``stackable_context``: its scopes are recorded."""
         ctx = cls.__new__(cls)
         ctx._runtime = None
         ctx._borrowed = False
         ctx._stream_owner = None
         ctx._data_class = data_class
-        ctx._start(_graph_backend(_backend(backend), None), None, "scopes")
+        ctx._start(_graph_backend(_backend(backend), None), None, "scopes", memory_budget)
         return ctx
 
     @classmethod

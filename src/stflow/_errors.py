@@ -59,6 +59,12 @@ class ContextMismatchError(STFError, ValueError):
     """An object of one context used with another."""
 
 
+class OutOfMemoryError(STFError, MemoryError):
+    """Device memory ran out: a task's own data at one place exceeds the memory
+    budget, or what is left cannot be freed by eviction; the message names the task,
+    the sizes and the budget."""
+
+
 class BackendUnavailableError(STFError, ImportError):
     """A backend or optional dependency cannot be loaded; the message names the extra."""
 

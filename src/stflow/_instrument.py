@@ -129,6 +129,8 @@ class Statistics:
     graph_updates: int = 0
     graph_cache_hits: int = 0
     seed: int | None = None
+    evicted_bytes: int = 0
+    written_back_bytes: int = 0
 
     def __str__(self) -> str:
         size = byte_size_text
@@ -138,7 +140,9 @@ class Statistics:
                 f"({size(self.bytes_d2d)}), H2H {self.copies_h2h} "
                 f"({size(self.bytes_h2h)}); {self.allocations} allocations "
                 f"({size(self.allocated_bytes)}); waits issued {self.waits_issued}, "
-                f"skipped {self.waits_skipped}; {self.evictions} evictions")
+                f"skipped {self.waits_skipped}; {self.evictions} evictions "
+                f"({size(self.evicted_bytes)}, {size(self.written_back_bytes)} written "
+                "back)")
 
 
 def byte_size_text(nbytes: int) -> str:
@@ -262,8 +266,8 @@ class Instruments:
                 failures.append(exc)
         return failures
 
-    def statistics(self, backend: Any, graph_instantiations: int, graph_updates: int
-                   ) -> Statistics:
+    def statistics(self, backend: Any, graph_instantiations: int, graph_updates: int,
+                   memory: Any = None) -> Statistics:
         counters = self.counters
         return Statistics(
             backend=backend.name, tasks=counters.tasks,
@@ -273,7 +277,10 @@ class Instruments:
             bytes_h2d=counters.bytes["h2d"], bytes_d2h=counters.bytes["d2h"],
             bytes_d2d=counters.bytes["d2d"], bytes_h2h=counters.bytes["h2h"],
             allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
-            evictions=0, waits_issued=counters.waits_issued,
+            evictions=0 if memory is None else memory.evictions,
+            evicted_bytes=0 if memory is None else memory.evicted_bytes,
+            written_back_bytes=0 if memory is None else memory.written_back_bytes,
+            waits_issued=counters.waits_issued,
             waits_skipped=counters.waits_skipped, fences=counters.fences,
             seed=backend.seed, graph_instantiations=graph_instantiations,
             graph_updates=graph_updates)

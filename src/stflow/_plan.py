@@ -238,7 +238,7 @@ def _host_device(place: int | None, what: Any) -> int:
 
 # -- acquisition ------------------------------------------------------------------
 
-def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
+def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: int
             ) -> Stream | None:
     """Decide what a submission of ``plan`` on ``pool`` needs (see the module).
 
@@ -246,6 +246,7 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
     that completed order nothing any more and are forgotten. Fills the decision
     fields of ``plan``; returns the stream, or ``None`` when started work holds data
     the plan conflicts with (the caller waits for its release, then asks again).
+    ``tick`` stamps the instances used (``Instance.last_use``).
     """
     first: Event | None = None
     others: list[Event] | None = None
@@ -272,6 +273,7 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
         instance = access.instance
         if instance is None:                      # a token: ordering only
             continue
+        instance.last_use = tick
         if instance.state is INVALID:
             source = state.valid_source(access.device) if access.mode & READ else None
             if source is not None or instance.allocation is None:
@@ -296,12 +298,16 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool]
     plan.first = first
     plan.others = others
     plan.moves = moves
-    retarget(plan, stream)
+    if stream.bodies:        # graph mode: it captures for a body; the caller retargets
+        plan.stream = stream
+    else:
+        retarget(plan, stream)
     return stream
 
 
 def retarget(plan: Plan, stream: Stream) -> None:
-    """Run the latest acquisition of ``plan`` on ``stream``: the waits it needs there."""
+    """Run the latest acquisition of ``plan`` on ``stream``: the waits it needs there
+    (``needs_wait`` remembers them: call it once, for the stream the work runs on)."""
     plan.stream = stream
     first = plan.first
     others = plan.others

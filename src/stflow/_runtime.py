@@ -43,12 +43,13 @@ import numpy as np
 
 from ._access import READ, WRITE
 from ._compile import mypyc_attr
-from ._coherence import DataState, Instance
+from ._coherence import INVALID, DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
-                      ErrorLog, PlaceError, ScopeError, work_ids)
-from ._instrument import Instrument, Instruments, Statistics, WorkRecord
-from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
+                      ErrorLog, OutOfMemoryError, PlaceError, ScopeError, work_ids)
+from ._instrument import Instrument, Instruments, Statistics, WorkRecord, byte_size_text
+from ._memory import DeviceMemory, resolve_budgets
+from ._plan import Move, Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
 from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
@@ -71,6 +72,33 @@ def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | 
         if scope is not None:
             return access.state, scope
     return None
+
+
+def _next_place(groups: dict[int, list[Move]]) -> int:
+    """A device of ``groups`` (device -> moves into it) that holds no source of
+    another group's moves, else any."""
+    for device in groups:
+        if not any(source is not None and source.device == device
+                   for other, moves in groups.items() if other != device
+                   for _, source in moves):
+            return device
+    return next(iter(groups))
+
+
+def _working_set(plan: Plan | None, device: int, nbytes: int) -> int:
+    """Bytes of ``plan``'s data at ``device`` (``nbytes`` without a plan)."""
+    if plan is None:
+        return nbytes
+    return sum(access.state.nbytes for access in plan.accesses
+               if access.device == device and access.instance is not None)
+
+
+def _data_sizes(plan: Plan | None, device: int, nbytes: int) -> str:
+    if plan is None:
+        return byte_size_text(nbytes)
+    return ", ".join(f"{access.state.label} {byte_size_text(access.state.nbytes)}"
+                     for access in plan.accesses
+                     if access.device == device and access.instance is not None)
 
 
 def _modes(plan: Plan) -> list[tuple[DataState, int]]:
@@ -119,10 +147,12 @@ class Runtime:
     graph_mode : {None, "epochs", "scopes"}
         ``"epochs"``: ``context(use_graph=True)``, the root level is recorded;
         ``"scopes"``: ``stackable_context``, scopes are recorded on demand.
+    memory_budget : int, str or mapping, optional
+        The device memory budget (see ``_memory.py``).
     """
 
     def __init__(self, backend: Backend, caller_stream: Stream | None = None,
-                 graph_mode: str | None = None) -> None:
+                 graph_mode: str | None = None, memory_budget: Any = None) -> None:
         self.id = next(_runtime_ids)
         self.backend = backend
         self.device_count = backend.device_count
@@ -138,6 +168,8 @@ class Runtime:
         entry = None if caller_stream is None else backend.record(caller_stream)
         self.root_pools = StreamPools(backend, self.errors.capture, entry)
         self.data = DataRegistry(backend, may_pin=caller_stream is None)
+        self.memory = DeviceMemory(resolve_budgets(memory_budget, backend))
+        self.ticks = 0                             # acquisitions so far (LRU stamps)
         self.plans: dict[tuple, Plan] = {}
         self.started: dict[Any, int] = {}          # held work -> its thread
         self.waiters = 0                           # threads blocked in _block()
@@ -185,7 +217,7 @@ class Runtime:
     def statistics(self) -> Statistics:
         """The counters of this context so far."""
         graphs = (0, 0) if self.scopes is None else self.scopes.statistics()
-        return self.instruments.statistics(self.backend, *graphs)
+        return self.instruments.statistics(self.backend, *graphs, self.memory)
 
     # -- checks ------------------------------------------------------------------
     def check_submit(self, what: Any) -> None:
@@ -292,16 +324,17 @@ class Runtime:
             pools = scopes.pools() or self.root_pools
         pool = pools.pools.get(exec_device) or pools.pool(exec_device)
         backend = self.backend
-        stream = acquire(plan, pool, self._completed)
+        tick = self.ticks = self.ticks + 1
+        stream = acquire(plan, pool, self._completed, tick)
         if stream is None:                # data held by started work
             self._wait_for_conflicts(_modes(plan), what)
-            stream = acquire(plan, pool, self._completed)
+            stream = acquire(plan, pool, self._completed, tick)
             assert stream is not None     # still under the lock: nothing took it since
+        if stream.bodies:                 # graph mode: it captures for a task body
+            stream = pools.idle_stream(exec_device)
+            retarget(plan, stream)
         if recording:
             assert scopes is not None
-            if stream.bodies:             # it captures for a task body in progress
-                stream = pools.idle_stream(exec_device)
-                retarget(plan, stream)
             scopes.noted(plan)
         waits = plan.waits
         counters = self.instruments.counters
@@ -318,7 +351,7 @@ class Runtime:
         if self.instruments.attached:
             record = self._open_record(plan, ident, kind, what, stream)
         if plan.moves is not None:
-            self._enact_moves(plan, stream, ident, record)
+            self._enact_moves(plan, stream, ident, record, what)
         if record is not None:
             self.instruments.body(record)
         if owner is not None:
@@ -373,18 +406,43 @@ class Runtime:
                                      accesses, plan.prerequisites())
 
     def _enact_moves(self, plan: Plan, stream: Stream, ident: int,
-                     record: WorkRecord | None) -> None:
-        """Allocate, then copy, what ``plan.moves`` names, in stream order."""
+                     record: WorkRecord | None, what: Any) -> None:
+        """Allocate, then copy, what ``plan.moves`` names, in stream order.
+
+        One place at a time when the moves go to several: host places first, then
+        devices, a device before those holding the sources of its copies. An
+        allocation that evicts may then take an instance whose copies are made.
+        """
         moves = plan.moves
         assert moves is not None
+        if len(moves) == 1 or all(access.device == moves[0][0].device
+                                  for access, _ in moves):
+            self._enact_some(moves, plan, stream, ident, record, what, moves)
+            return
+        groups: dict[int, list[Move]] = {}
+        for move in moves:
+            device = move[0].device
+            groups.setdefault(device if device >= 0 else HOST, []).append(move)
+        pending = list(moves)
+        while groups:
+            device = HOST if HOST in groups else _next_place(groups)
+            group = groups.pop(device)
+            self._enact_some(group, plan, stream, ident, record, what, pending)
+            pending = [move for move in pending if move not in group]
+
+    def _enact_some(self, moves: list[Move], plan: Plan, stream: Stream, ident: int,
+                    record: WorkRecord | None, what: Any, pending: list[Move]) -> None:
+        """Allocate, then copy, ``moves`` (``pending``: the moves not made yet, whose
+        sources eviction leaves alone)."""
         # Every allocation before any copy: an allocation failure (out of memory)
         # then leaves no copy in flight that no later work would know about.
+        sources = tuple(source for _, source in pending if source is not None)
         for access, _ in moves:
             instance = access.instance
             assert instance is not None
             if instance.allocation is None:
-                instance.allocation = self._allocate(access.state, instance.device,
-                                                     stream, record)
+                self._allocate(access.state, instance, stream, record, plan, what,
+                               sources)
         copied: list[tuple[DataState, Instance, Instance]] = []
         backend = self.backend
         try:
@@ -392,6 +450,10 @@ class Runtime:
                 if source is not None:
                     target = access.instance
                     assert target is not None
+                    if source.allocation is None:    # evicted: valid elsewhere
+                        source = access.state.valid_source(access.device)
+                        assert source is not None and source.allocation is not None
+                        self.order_after(stream, list(source.ready.values()))
                     self._copy(access.state, target, source, stream, record)
                     copied.append((access.state, target, source))
         except BaseException:
@@ -410,12 +472,143 @@ class Runtime:
                 if scopes is not None and scopes.stack:
                     scopes.wrote(state, target)
 
-    def _allocate(self, state: DataState, device: int, stream: Stream,
-                  record: WorkRecord | None) -> Allocation:
-        allocation = self.backend.allocate(device, state.nbytes, stream,
-                                           state.dtype or _BYTES)
-        self.instruments.allocated(record, device, state.nbytes)
-        return allocation
+    def _allocate(self, state: DataState, instance: Instance, stream: Stream,
+                  record: WorkRecord | None, plan: Plan | None, what: Any,
+                  keep: tuple[Instance, ...] = ()) -> None:
+        """Give ``instance`` memory, within its device's budget: evict first if it
+        would exceed it, and again if the device itself runs out (``plan``, the
+        acquisition being made, and ``keep`` stay)."""
+        device = instance.device
+        nbytes = state.nbytes
+        dtype = state.dtype or _BYTES
+        if device < 0 or not nbytes:
+            instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
+        else:
+            memory = self.memory
+            if memory.over(device, nbytes) > 0:
+                self._make_room(device, nbytes, plan, keep, what)
+            try:
+                instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
+            except OutOfMemoryError as exc:
+                self._make_room(device, nbytes, plan, keep, what, exhausted=exc)
+                instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
+            memory.charge(state, instance)
+        self.instruments.allocated(record, device, nbytes)
+
+    # -- eviction ----------------------------------------------------------------------
+    def _make_room(self, device: int, nbytes: int, plan: Plan | None,
+                   keep: tuple[Instance, ...], what: Any,
+                   exhausted: OutOfMemoryError | None = None) -> None:
+        """Evict instances of ``device``, least recently used first, until
+        ``nbytes`` more fit in its budget (``exhausted``: the device itself ran out;
+        evict ``nbytes`` and wait until the memory is free).
+
+        Raises
+        ------
+        OutOfMemoryError
+            ``plan``'s own data at ``device`` exceeds the budget, or not enough can
+            be evicted; nothing was changed for the work being acquired.
+        """
+        memory = self.memory
+        budget = memory.budgets.get(device)
+        own = _working_set(plan, device, nbytes)
+        if budget is not None and own > budget:
+            raise OutOfMemoryError(
+                f"{what} needs {byte_size_text(own)} on device {device} (its data at "
+                f"that place: {_data_sizes(plan, device, nbytes)}), more than the "
+                f"device's memory budget of {byte_size_text(budget)}; split the data "
+                "or raise the budget (memory_budget=, STFLOW_DEVICE_MEMORY_BUDGET)")
+        needed = nbytes if exhausted is not None else memory.over(device, nbytes)
+        scopes = self.scopes
+        if exhausted is not None and scopes is not None and scopes.stack:
+            raise OutOfMemoryError(f"{what}: device {device} is out of memory while "
+                                   "work is recorded into a graph (memory an eviction "
+                                   "frees is released only when the graph has run)"
+                                   ) from exhausted
+        pinned, pinned_states = self._pinned(plan, ())
+        sources = {id(instance) for instance in keep}
+        freed: list[Event] = []
+        for state, instance in memory.candidates(device, pinned, pinned_states, sources):
+            if needed <= 0:
+                break
+            freed.append(self._evict(state, instance))
+            needed -= state.nbytes
+        if needed > 0:
+            used = memory.used[device]
+            limit = ("the device's memory" if exhausted is not None or budget is None
+                     else f"its memory budget of {byte_size_text(budget)}")
+            raise OutOfMemoryError(
+                f"{what} needs {byte_size_text(nbytes)} more on device {device}, where "
+                f"{byte_size_text(used)} are in use and nothing more can be evicted "
+                f"within {limit}: the rest belongs to running tasks, launchable graphs "
+                "or open scopes") from exhausted
+        if exhausted is not None:
+            for event in freed:             # the memory is free once the frees ran
+                self.backend.synchronize(event)
+
+    def _pinned(self, plan: Plan | None, keep: tuple[Instance, ...]
+                ) -> tuple[set[int], set[int]]:
+        """Ids of the instances and of the data eviction must leave alone: ``keep``
+        (sources of copies about to be made), the instances of ``plan`` and of
+        started tasks, and the data of launchable graphs and open scopes."""
+        instances = {id(instance) for instance in keep}
+        states: set[int] = set()
+        plans = [] if plan is None else [plan]
+        for owner in self.started:
+            started_plan = getattr(owner, "_plan", None)
+            if started_plan is not None:
+                plans.append(started_plan)
+            scope = getattr(owner, "scope", None)        # a launchable graph
+            if scope is not None:
+                states.update(id(state) for state in scope.touched.values())
+        for held_plan in plans:
+            for access in held_plan.accesses:
+                if access.instance is not None:
+                    instances.add(id(access.instance))
+        scopes = self.scopes
+        if scopes is not None:
+            for top in scopes.open_tops:
+                states.update(id(state) for state in top.touched.values())
+        return instances, states
+
+    def _evict(self, state: DataState, instance: Instance) -> Event:
+        """Drop ``instance`` (writing its value back first if it is the only valid
+        copy) and free its memory after every use; returns the free's event."""
+        scopes = self.scopes
+        if scopes is not None and scopes.per_thread and scopes.stack:
+            with scopes.root_level():       # the data is not the open scopes'
+                return self._evict(state, instance)
+        if scopes is not None:
+            scopes.touch(state)
+        memory = self.memory
+        nbytes = state.nbytes
+        if not any(other is not instance and other.state is not INVALID
+                   for other in state.instances.values()):
+            reference = state.reference
+            target = (reference if reference is not None and reference is not instance
+                      else state.instance(HOST))
+            prerequisites = [*state.tracker.prerequisites(READ), *instance.ready.values()]
+            self.copy_into(state, target, instance, prerequisites, state.label)
+            memory.written_back_bytes += nbytes
+        events = merge_events([*state.tracker.events(),
+                               *(event for other in state.instances.values()
+                                 for event in other.ready.values())])
+        pools = self._current_pools()
+        device = instance.device
+        stream = choose_stream(pools.pool(device), None, events)
+        if stream.bodies:
+            stream = pools.idle_stream(device)
+        self.order_after(stream, events)
+        allocation = instance.allocation
+        assert allocation is not None
+        self.backend.free(allocation, stream)
+        instance.allocation = None
+        instance.state = INVALID
+        instance.ready.clear()
+        memory.discharge(instance, nbytes)
+        memory.evictions += 1
+        memory.evicted_bytes += nbytes
+        return self.backend.record(stream)
 
     def _copy(self, state: DataState, target: Instance, source: Instance,
               stream: Stream, record: WorkRecord | None) -> None:
@@ -597,7 +790,8 @@ class Runtime:
             record = self.instruments.open(ident, kind, f"{title} {label}",
                                            target.device, stream, [], prerequisites)
         if target.allocation is None:
-            target.allocation = self._allocate(state, target.device, stream, record)
+            self._allocate(state, target, stream, record, None, f"copying {label}",
+                           (target, source))
         self._copy(state, target, source, stream, record)
         if record is not None:
             self.instruments.body(record)
@@ -645,6 +839,7 @@ class Runtime:
                 if instance.allocation is not None and not instance.is_reference:
                     backend.free(instance.allocation, stream)
                     instance.allocation = None
+                    self.memory.discharge(instance, state.nbytes)
             self.releases.append(_Release(backend.record(stream), state))
         if self.releases:
             self.release_completed()
@@ -792,6 +987,7 @@ class Runtime:
                         backend.free(instance.allocation, caller)
                     instance.allocation = None
             self.data.clear()
+            self.memory.clear()
             self.releases.clear()
             self.plans.clear()
             self.root_pools.destroy()

@@ -539,7 +539,7 @@ class ScopeTracker:
                 continue
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
             if at_root:
-                with self._root_level():
+                with self.root_level():
                     self.runtime.copy_into(state, instance, source, prerequisites,
                                            state.label)
                 continue
@@ -559,8 +559,15 @@ class ScopeTracker:
             if scope.repeatable and place not in scope.fresh:
                 scope.assumed[place] = state
 
+    def touch(self, state: DataState) -> None:
+        """Work on ``state`` was recorded outside a task (an eviction): the
+        outermost scope lowers its events when it closes."""
+        stack = self.stack
+        if stack:
+            stack[0].touched[id(state)] = state
+
     @contextlib.contextmanager
-    def _root_level(self) -> Iterator[None]:
+    def root_level(self) -> Iterator[None]:
         """Run at the root level (real streams), from inside the open scopes."""
         here = self.here()
         stack, pools = here.stack, here.pools

@@ -396,10 +396,12 @@ class stackable_context:
     ----------
     backend : {"auto", "cuda", "emulated"}
         Which backend runs the work (stflow-only; default ``STFLOW_BACKEND``).
+    memory_budget : int, str or dict, optional
+        The device memory budget (see ``context``; stflow-only).
     """
 
-    def __init__(self, *, backend: str | None = None) -> None:
-        self._ctx = context._recording(backend, stackable_logical_data)
+    def __init__(self, *, backend: str | None = None, memory_budget: Any = None) -> None:
+        self._ctx = context._recording(backend, stackable_logical_data, memory_budget)
         self._runtime: Runtime = self._ctx._live()
         self._pushes = threading.local()
         self._launchables: weakref.WeakSet[_Launchable] = weakref.WeakSet()

@@ -1,8 +1,8 @@
 """The exceptions stflow raises (see the API's error model)."""
 
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
-                      ContextFinalizedError, ContextMismatchError, CudaError, PlaceError,
-                      ScopeError, ShapeError, STFError)
+                      ContextFinalizedError, ContextMismatchError, CudaError,
+                      OutOfMemoryError, PlaceError, ScopeError, ShapeError, STFError)
 
 __all__ = [
     "AccessModeError",
@@ -11,6 +11,7 @@ __all__ = [
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
+    "OutOfMemoryError",
     "PlaceError",
     "STFError",
     "ScopeError",

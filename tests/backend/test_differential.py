@@ -3,7 +3,8 @@
 Every seed draws a program (stflow.testing.generate_program), runs it through stflow
 and through the oracle, and compares every ``wait()`` result and every final user
 buffer (bit for bit on the emulated backend). ``STFLOW_DIFFERENTIAL_SEEDS`` sets how
-many seeds run (default 1000); ``-m slow`` adds a campaign of large programs.
+many seeds run (default 1000); ``-m slow`` adds a campaign of large programs. The
+same programs also run under tight device memory budgets (eviction).
 """
 
 from __future__ import annotations
@@ -91,3 +92,27 @@ def test_campaign_of_large_scoped_programs(backend, first):
     devices = _device_count(backend)
     for seed in range(first, first + 500):
         check_scoped_program(seed, devices, backend, max_data=10, max_ops=80)
+
+
+# -- under memory pressure: random small budgets make the runtime evict ----------------
+
+@pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 300), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_random_programs_under_a_tight_memory_budget_match_the_oracle(backend, mode,
+                                                                      first):
+    """Each seed runs within a budget between the smallest its program fits in and
+    1.5 times that (``memory_budget="tight"``): instances are evicted, the only valid
+    copies written back first, and the results must not change."""
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            if mode == "scopes":
+                check_scoped_program(seed, devices, backend, memory_budget="tight")
+            else:
+                check_program(generate_program(seed, devices), backend,
+                              use_graph=mode == "graph", memory_budget="tight")
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])

@@ -252,6 +252,11 @@ class Backend(abc.ABC):
         """A one-line description of the devices, for messages and the demo."""
         return f"{self.name} backend, {self.device_count} device(s)"
 
+    def device_memory(self, device: int) -> int | None:
+        """The memory of ``device`` in bytes (``None``: no limit, as on emulated
+        devices): the default memory budget of a context."""
+        return None
+
     def machine_init(self) -> None:
         """Prepare the devices (peer access, memory pools); idempotent."""
 

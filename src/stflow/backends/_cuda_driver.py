@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import BackendUnavailableError, CudaError
+from .._errors import BackendUnavailableError, CudaError, OutOfMemoryError
 
 __all__ = ["CudaOutOfMemoryError", "EXTRAS", "check", "driver", "error", "load",
            "releases_gil"]
@@ -21,8 +21,9 @@ driver: Any = None
 """``cuda.bindings.driver`` once :func:`load` succeeded."""
 
 
-class CudaOutOfMemoryError(CudaError, MemoryError):
-    """``CUDA_ERROR_OUT_OF_MEMORY``: both a :class:`CudaError` and a ``MemoryError``."""
+class CudaOutOfMemoryError(CudaError, OutOfMemoryError):
+    """``CUDA_ERROR_OUT_OF_MEMORY``: both a :class:`CudaError` and an
+    :class:`OutOfMemoryError` (a ``MemoryError``); the runtime evicts and retries."""
 
 
 def error(err: Any, step: str) -> CudaError:

@@ -230,6 +230,9 @@ class CudaBackend(CudaMemory, Backend):
     def device_count(self) -> int:
         return self._count
 
+    def device_memory(self, device: int) -> int | None:
+        return int(self._properties[device][3])
+
     def describe(self) -> str:
         devices = ", ".join(f"{name} (sm_{major}{minor}, {round(total / 2**30)} GiB)"
                             for name, major, minor, total in self._properties)

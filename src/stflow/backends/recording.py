@@ -225,6 +225,9 @@ class GraphRecorder(Backend):
     def describe(self) -> str:
         return f"graph mode on the {self.real.describe()}"
 
+    def device_memory(self, device: int) -> int | None:
+        return self.real.device_memory(device)
+
     def machine_init(self) -> None:
         self.real.machine_init()
 

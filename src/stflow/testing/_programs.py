@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
-           "run_oracle", "run_program", "task_body"]
+           "run_oracle", "run_program", "smallest_budget", "task_body"]
 
 READ, WRITE, RW = 1, 2, 3
 _MODE_NAMES = {READ: "read", WRITE: "write", RW: "rw"}
@@ -353,16 +353,19 @@ def declare_data(stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarra
 
 
 def run_program(program: Program, backend: str = "emulated",
-                body: BodyRunner | None = None, use_graph: bool = False) -> Outcome:
+                body: BodyRunner | None = None, use_graph: bool = False,
+                memory_budget: Any = None) -> Outcome:
     """Run ``program`` through stflow on ``backend`` (in graph mode with
-    ``use_graph``); returns what it observed."""
+    ``use_graph``, within ``memory_budget`` bytes per device); returns what it
+    observed."""
     import stflow as stf
     if body is None:
         body = (cupy_body if backend == "cuda" else host_body if backend == "null" else
                 emulated_graph_body if use_graph else emulated_body)
     user = user_arrays(program)
     waits = []
-    with stf.context(backend=backend, use_graph=use_graph) as ctx:
+    with stf.context(backend=backend, use_graph=use_graph,
+                     memory_budget=memory_budget) as ctx:
         lds = declare_data(stf, ctx, program, user)
         for op in program.ops:
             if isinstance(op, TaskOp):
@@ -396,6 +399,50 @@ def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any]
         body(t, op, modes)
 
 
+def _nbytes(spec: DataSpec) -> int:
+    if spec.shape is None:
+        return 0
+    return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
+
+
+def task_working_sets(program: Program, ops: Sequence[Any] | None = None
+                      ) -> list[dict[int, set[int]]]:
+    """For every task of ``ops`` (default: the program's): device -> the data it
+    needs there."""
+    sets = []
+    for op in program.ops if ops is None else ops:
+        if not isinstance(op, TaskOp) or op.kind != "task":
+            continue
+        at: dict[int, set[int]] = {}
+        for index, _, place in op.deps:
+            device = op.place_of_exec if place is None else place
+            if isinstance(device, int) and program.data[index].shape is not None:
+                at.setdefault(device, set()).add(index)
+        sets.append(at)
+    return sets
+
+
+def smallest_budget(program: Program, groups: Sequence[set[int]] = ()) -> int:
+    """The smallest device memory budget ``program`` runs within: the largest
+    working set of one task at one device, or of one group of data that must stay
+    resident together (the data of an open scope, ``groups``)."""
+    need = 0
+    for at in task_working_sets(program):
+        for indices in at.values():
+            need = max(need, sum(_nbytes(program.data[i]) for i in indices))
+    for spec in program.data:                  # logical_data_full fills on a device
+        if spec.origin == "full" and spec.fill_place != "host":
+            need = max(need, _nbytes(spec))
+    for group in groups:
+        need = max(need, sum(_nbytes(program.data[i]) for i in group))
+    return need
+
+
+def tight_budget(seed: int, smallest: int) -> int:
+    """A budget drawn from ``seed`` between ``smallest`` and 1.5 times it."""
+    return smallest + random.Random(seed * 31 + 7).randint(0, smallest // 2)
+
+
 def _host_fn(modes: list[int], coef: float) -> Callable[..., None]:
     def fn(*arrays: np.ndarray) -> None:
         task_body(np, arrays, modes, coef)
@@ -413,8 +460,12 @@ def _same(actual: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
 
 def check_program(program: Program, backend: str = "emulated",
                   body: BodyRunner | None = None, exact: bool | None = None,
-                  use_graph: bool = False) -> None:
+                  use_graph: bool = False, memory_budget: Any = None) -> None:
     """Run ``program`` through stflow and the oracle; raise if they differ.
+
+    ``memory_budget`` (bytes per device) makes the runtime evict; it must hold the
+    data of any one task at one place (:func:`smallest_budget`). ``"tight"`` draws
+    one from the program's seed between that smallest budget and 1.5 times it.
 
     Raises
     ------
@@ -424,7 +475,9 @@ def check_program(program: Program, backend: str = "emulated",
     if exact is None:
         exact = backend == "emulated"
     expected = run_oracle(program)
-    actual = run_program(program, backend, body, use_graph)
+    if memory_budget == "tight":
+        memory_budget = tight_budget(program.seed, smallest_budget(program))
+    actual = run_program(program, backend, body, use_graph, memory_budget)
     problems = []
     if len(actual.waits) != len(expected.waits):
         problems.append(f"{len(actual.waits)} wait results, expected "
@@ -440,5 +493,7 @@ def check_program(program: Program, backend: str = "emulated",
             problems.append(f"final user array d{index}: got {got.ravel()[:6]}..., "
                             f"expected {want.ravel()[:6]}...")
     if problems:
+        budget = "" if memory_budget is None else f"\nmemory budget: {memory_budget}"
         raise AssertionError("stflow differs from the sequential oracle:\n  "
-                             + "\n  ".join(problems) + "\n" + program.describe())
+                             + "\n  ".join(problems) + "\n" + program.describe()
+                             + budget)

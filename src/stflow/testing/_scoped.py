@@ -19,9 +19,10 @@ import numpy as np
 
 from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
                         declare_data, emulated_graph_body, generate_program, run_oracle,
-                        submit, user_arrays)
+                        smallest_budget, submit, tight_budget, user_arrays)
 
-__all__ = ["Scoped", "check_scoped_program", "generate_scoped_program"]
+__all__ = ["Scoped", "check_scoped_program", "generate_scoped_program",
+           "smallest_scoped_budget"]
 
 KINDS = ("graph", "repeat", "while", "launchable")
 
@@ -100,15 +101,32 @@ def _unrolled(items: list[Any]) -> list[Any]:
     return ops
 
 
+def smallest_scoped_budget(program: Program, items: list[Any]) -> int:
+    """The smallest device memory budget a scoped program runs within: data an open
+    scope recorded work on stays resident until the scope closes, so every top-level
+    scope's data must fit at once (plus a loop counter or two)."""
+    groups = []
+    for item in items:
+        if isinstance(item, Scoped):
+            touched: set[int] = set()
+            for op in _unrolled([item]):
+                if isinstance(op, TaskOp):
+                    touched.update(index for index, _, _ in op.deps
+                                   if program.data[index].shape is not None)
+            groups.append(touched)
+    return smallest_budget(program, groups) + 64
+
+
 def run_scoped_program(program: Program, items: list[Any], backend: str = "emulated",
-                       body: BodyRunner | None = None) -> dict[int, np.ndarray]:
+                       body: BodyRunner | None = None, memory_budget: Any = None
+                       ) -> dict[int, np.ndarray]:
     """Run a scoped program through a ``stackable_context``; returns the final user
     arrays."""
     import stflow as stf
     if body is None:
         body = cupy_body if backend == "cuda" else emulated_graph_body
     user = user_arrays(program)
-    with stf.stackable_context(backend=backend) as sctx:
+    with stf.stackable_context(backend=backend, memory_budget=memory_budget) as sctx:
         lds = declare_data(stf, sctx, program, user)
         _run_items(stf, sctx, program, items, lds, body, backend)
     return user
@@ -165,9 +183,12 @@ def _decrement(t: Any, backend: str) -> None:
 
 def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
                          body: BodyRunner | None = None, exact: bool | None = None,
-                         **options: Any) -> None:
+                         memory_budget: Any = None, **options: Any) -> None:
     """Run the scoped program of ``seed`` and the unrolled oracle; raise
-    ``AssertionError`` (with both listings) if a final user buffer differs."""
+    ``AssertionError`` (with both listings) if a final user buffer differs.
+
+    ``memory_budget="tight"`` runs within a random budget between the smallest the
+    program fits in (:func:`smallest_scoped_budget`) and 1.5 times that."""
     if exact is None:
         exact = backend == "emulated"
     program, items = generate_scoped_program(seed, devices,
@@ -176,14 +197,17 @@ def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
     unrolled = Program(program.seed, program.data, _unrolled(items), devices,
                        program.initial)
     expected: Outcome = run_oracle(unrolled)
-    actual = run_scoped_program(program, items, backend, body)
+    if memory_budget == "tight":
+        memory_budget = tight_budget(seed, smallest_scoped_budget(program, items))
+    actual = run_scoped_program(program, items, backend, body, memory_budget)
     problems = [f"final user array d{index}: got {actual[index].ravel()[:6]}..., "
                 f"expected {want.ravel()[:6]}..."
                 for index, want in expected.final.items()
                 if not _same(actual[index], want, exact)]
     if problems:
         raise AssertionError("\n".join(problems) + "\n" + program.describe() +
-                             "\nscopes:\n" + _describe(items))
+                             "\nscopes:\n" + _describe(items) +
+                             f"\nmemory budget: {memory_budget}")
 
 
 def _describe(items: list[Any], indent: str = "  ") -> str:

@@ -1,0 +1,160 @@
+"""Device memory of a runtime, against a per-device budget.
+
+A runtime charges every device instance it allocates to the instance's device and
+discharges it when the instance is freed (:class:`DeviceMemory`). Before an
+allocation would exceed the device's budget, the runtime *evicts* instances, least
+recently used first (``Instance.last_use``): an instance whose value is valid
+elsewhere is dropped, the only valid copy is first written back (to the user's buffer,
+else to a host instance). Instances pinned by running work are never taken: those of
+the acquisition being made (and the sources of its copies), of started tasks, of
+launchable graphs, and of data an open scope recorded work on.
+
+The budget of a device is, in order: the ``memory_budget`` argument of the context,
+``STFLOW_DEVICE_MEMORY_BUDGET``, else what the device has (``Backend.device_memory``:
+unlimited on emulated devices). Either is a number of bytes with an optional unit
+(``"512MiB"``, ``"2G"``), or, for the argument, a mapping device -> bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from ._coherence import INVALID
+
+if TYPE_CHECKING:
+    from ._coherence import DataState, Instance
+    from .backends._base import Backend
+
+__all__ = ["DeviceMemory", "parse_size", "resolve_budgets"]
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2,
+          "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+          "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any, what: str) -> int:
+    """A number of bytes from an int or a text such as ``"512MiB"``.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is neither an int nor a str.
+    ValueError
+        The text is not a size, or the size is negative.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} must be a number of bytes (an int, or a str such as "
+                        f"'512MiB'), got {type(value).__name__}")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(f"{what}={value!r} is not a size: write bytes, or a number "
+                             "with a unit (K, M, G, T, KiB, MiB, GiB, TiB)")
+        size = int(float(match.group(1)) * _UNITS[unit])
+    if size < 0:
+        raise ValueError(f"{what} must be >= 0 bytes, got {size}")
+    return size
+
+
+def resolve_budgets(argument: Any, backend: Backend) -> dict[int, int | None]:
+    """The budget of every device of ``backend`` (``None``: unlimited)."""
+    count = backend.device_count
+    if argument is None:
+        text = os.environ.get("STFLOW_DEVICE_MEMORY_BUDGET", "").strip()
+        if text:
+            size = parse_size(text, "STFLOW_DEVICE_MEMORY_BUDGET")
+            return {device: size for device in range(count)}
+        return {device: backend.device_memory(device) for device in range(count)}
+    if isinstance(argument, Mapping):
+        budgets = {device: backend.device_memory(device) for device in range(count)}
+        for device, size in argument.items():
+            if isinstance(device, bool) or not isinstance(device, int) or \
+                    not 0 <= device < count:
+                raise ValueError(f"memory_budget: {device!r} is not a device of the "
+                                 f"{backend.name} backend ({count} device(s))")
+            budgets[device] = parse_size(size, f"memory_budget[{device}]")
+        return budgets
+    size = parse_size(argument, "memory_budget")
+    return {device: size for device in range(count)}
+
+
+class DeviceMemory:
+    """The device instances a runtime allocated, per device, against its budgets.
+
+    Attributes
+    ----------
+    budgets : dict
+        device -> bytes (``None``: unlimited).
+    used : dict
+        device -> bytes of the instances charged to it.
+    evictions, evicted_bytes, written_back_bytes : int
+        What eviction did so far (``ctx.statistics()``).
+    """
+
+    __slots__ = ("budgets", "used", "resident", "evictions", "evicted_bytes",
+                 "written_back_bytes")
+
+    def __init__(self, budgets: dict[int, int | None]) -> None:
+        self.budgets = budgets
+        self.used = dict.fromkeys(budgets, 0)
+        self.resident: dict[int, dict[int, tuple[DataState, Instance]]] = {
+            device: {} for device in budgets}
+        self.evictions = 0
+        self.evicted_bytes = 0
+        self.written_back_bytes = 0
+
+    def over(self, device: int, nbytes: int) -> int:
+        """By how many bytes ``nbytes`` more would exceed the budget of ``device``
+        (``<= 0``: they fit)."""
+        budget = self.budgets.get(device)
+        if budget is None:
+            return 0
+        return self.used[device] + nbytes - budget
+
+    def charge(self, state: DataState, instance: Instance) -> None:
+        device = instance.device
+        self.resident[device][id(instance)] = (state, instance)
+        self.used[device] += state.nbytes
+
+    def discharge(self, instance: Instance, nbytes: int) -> None:
+        if self.resident.get(instance.device, {}).pop(id(instance), None) is not None:
+            self.used[instance.device] -= nbytes
+
+    def candidates(self, device: int, pinned: set[int], pinned_states: set[int],
+                   sources: set[int]) -> Iterator[tuple[DataState, Instance]]:
+        """The instances of ``device`` that may be evicted, least recently used
+        first; then the ``sources`` of copies about to be made (the copy is then made
+        from another valid instance, or from the one the eviction writes back),
+        those valid elsewhere first. ``pinned``: ids of instances,
+        ``pinned_states``: ids of states that must stay."""
+        ranked = []
+        for state, instance in self.resident.get(device, {}).values():
+            if id(instance) in pinned or id(state) in pinned_states or \
+                    instance.allocation is None:
+                continue
+            if id(instance) not in sources:
+                rank = 0
+            elif any(other.state is not INVALID and other.device != device
+                     for other in state.instances.values()):
+                rank = 1
+            else:
+                rank = 2
+            ranked.append((rank, instance.last_use, state, instance))
+        ranked.sort(key=lambda entry: entry[:2])
+        return ((state, instance) for _, _, state, instance in ranked)
+
+    def clear(self) -> None:
+        for device in self.resident:
+            self.resident[device].clear()
+            self.used[device] = 0
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{device}: {self.used[device]}/{budget}"
+                          for device, budget in self.budgets.items())
+        return f"<DeviceMemory {parts}>"

@@ -1,0 +1,166 @@
+"""Eviction under a device memory budget: working sets larger than the budget run
+correctly, a task that cannot fit fails cleanly, and nothing is lost."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.errors import OutOfMemoryError
+from stflow.testing import run_threads
+
+from helpers.bodies import _run, add_to
+
+N = 1000                       # float64 elements: 8000 bytes per data
+NBYTES = 8 * N
+
+
+def _ring(ctx, arrays, rounds, device=0):
+    """data[i] += data[i + 1], round after round, on ``device``."""
+    data = [ctx.logical_data(a) for a in arrays]
+    for _ in range(rounds):
+        for i in range(len(data)):
+            with ctx.task(stf.exec_place.device(device), data[i].rw(),
+                          data[(i + 1) % len(data)].read()) as t:
+                add_to(t, 0, 1, 1.0)
+    return data
+
+
+def _ring_oracle(arrays, rounds):
+    expected = [a.copy() for a in arrays]
+    for _ in range(rounds):
+        for i in range(len(expected)):
+            expected[i] += expected[(i + 1) % len(expected)]
+    return expected
+
+
+@pytest.mark.parametrize("mode", ["stream", "graph"])
+def test_a_working_set_of_one_and_a_half_budgets_completes(backend, mode):
+    arrays = [np.full(N, float(i)) for i in range(6)]        # 48 kB
+    expected = _ring_oracle(arrays, 3)
+    with stf.context(backend=backend, use_graph=mode == "graph",
+                     memory_budget=4 * NBYTES) as ctx:        # 32 kB
+        _ring(ctx, arrays, 3)
+        stats = ctx.statistics()
+    for got, want in zip(arrays, expected):
+        np.testing.assert_array_equal(got, want)
+    assert stats.evictions > 0
+    assert stats.evicted_bytes == stats.evictions * NBYTES
+    assert stats.written_back_bytes > 0                  # modified data went home first
+    assert "evictions" in str(stats)
+
+
+def test_stackable_contexts_evict_between_scopes(backend):
+    arrays = [np.full(N, float(i)) for i in range(6)]
+    expected = _ring_oracle(arrays, 2)
+    with stf.stackable_context(backend=backend, memory_budget=f"{3 * NBYTES}B") as sctx:
+        data = [sctx.logical_data(a) for a in arrays]
+        for _ in range(2):
+            for i in range(len(data)):
+                with sctx.graph_scope():
+                    with sctx.task(stf.exec_place.device(0), data[i].rw(),
+                                   data[(i + 1) % len(data)].read()) as t:
+                        add_to(t, 0, 1, 1.0)
+        assert sctx.statistics().evictions > 0
+    for got, want in zip(arrays, expected):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_data_created_on_a_device_is_written_back_to_a_host_instance(backend):
+    with stf.context(backend=backend, memory_budget=2 * NBYTES) as ctx:
+        made = [ctx.logical_data_full((N,), float(i), where=stf.data_place.device(0))
+                for i in range(4)]                         # no user buffer to go to
+        for ld in made:
+            with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
+                add_to(t, 0, None, 1.0)
+        for i, ld in enumerate(made):
+            np.testing.assert_array_equal(ctx.wait(ld), np.full(N, i + 1.0))
+        assert ctx.statistics().evictions >= 2
+
+
+def test_a_task_that_cannot_fit_raises_and_loses_nothing(backend):
+    X, Y = np.arange(float(N)), np.ones(N)
+    with stf.context(backend=backend, memory_budget=NBYTES + NBYTES // 2) as ctx:
+        x, y = ctx.logical_data(X, name="x"), ctx.logical_data(Y, name="y")
+        with ctx.task(stf.exec_place.device(0), x.rw()) as t:
+            add_to(t, 0, None, 1.0)                        # x only on device 0 now
+        with pytest.raises(OutOfMemoryError) as caught:
+            with ctx.task(stf.exec_place.device(0), x.rw(), y.read(),
+                          symbol="too_big") as t:
+                raise AssertionError("the body must not run")
+        message = str(caught.value)
+        for part in ("too_big", "device 0", "'x'", "'y'", "15.6 KiB", "11.7 KiB"):
+            assert part in message, (part, message)
+        assert isinstance(caught.value, MemoryError)
+        with ctx.task(stf.exec_place.device(0), x.rw()) as t:   # still usable
+            add_to(t, 0, None, 1.0)
+    np.testing.assert_array_equal(X, np.arange(float(N)) + 2.0)
+    np.testing.assert_array_equal(Y, np.ones(N))
+
+
+def test_instances_of_a_started_task_are_never_evicted(backend):
+    A, B = np.zeros(N), np.zeros(N)
+    started = threading.Event()
+    tried = threading.Event()
+    with stf.context(backend=backend, memory_budget=NBYTES + NBYTES // 2) as ctx:
+        a, b = ctx.logical_data(A), ctx.logical_data(B)
+
+        def holder():
+            with ctx.task(stf.exec_place.device(0), a.rw()) as t:
+                started.set()
+                assert tried.wait(10)
+                add_to(t, 0, None, 1.0)
+
+        def other():
+            assert started.wait(10)
+            with pytest.raises(OutOfMemoryError, match="running tasks"):
+                with ctx.task(stf.exec_place.device(0), b.rw()):
+                    pass
+            tried.set()
+
+        run_threads([holder, other])
+    np.testing.assert_array_equal(A, np.ones(N))
+
+
+def test_per_device_budgets_and_the_environment_variable(backend, monkeypatch):
+    with stf.context(backend=backend, memory_budget={0: "16KB"}) as ctx:
+        budgets = ctx._runtime.memory.budgets
+        assert budgets[0] == 16_000
+    monkeypatch.setenv("STFLOW_DEVICE_MEMORY_BUDGET", "2KiB")
+    with stf.context(backend=backend) as ctx:
+        assert set(ctx._runtime.memory.budgets.values()) == {2048}
+        x = ctx.logical_data(np.zeros(N))
+        with pytest.raises(OutOfMemoryError, match="2.0 KiB"):
+            with ctx.task(stf.exec_place.device(0), x.rw()):
+                pass
+
+
+@pytest.mark.parametrize("budget, error", [
+    ("lots", ValueError), (-1, ValueError), (1.5, TypeError), ({7: 10}, ValueError),
+    ("12 parsecs", ValueError), (True, TypeError),
+])
+def test_bad_budgets_are_refused(backend, budget, error):
+    with pytest.raises(error, match="memory_budget"):
+        stf.context(backend=backend, memory_budget=budget)
+
+
+def test_read_only_copies_are_dropped_without_a_write_back(backend):
+    arrays = [np.full(N, float(i)) for i in range(4)]
+    for a in arrays:
+        a.setflags(write=False)
+    out = np.zeros(N)
+    with stf.context(backend=backend, memory_budget=3 * NBYTES) as ctx:
+        data = [ctx.logical_data(a) for a in arrays]
+        o = ctx.logical_data(out)
+        for _ in range(2):
+            for d in data:
+                with ctx.task(stf.exec_place.device(0), o.rw(), d.read()) as t:
+                    _run(t, lambda xp, acc, v: acc.__iadd__(v), 0, 1)
+        stats = ctx.statistics()
+    np.testing.assert_array_equal(out, np.full(N, 2.0 * (0 + 1 + 2 + 3)))
+    assert stats.evictions > 0
+    # Only the accumulator is ever the sole valid copy.
+    assert stats.written_back_bytes < stats.evictions * NBYTES
