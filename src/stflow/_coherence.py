@@ -145,10 +145,14 @@ class DataState:
     readonly : bool
         No access may write it (its logical data is read-only): scopes of any thread
         may read it at once.
+    pending : Reduction or None
+        Partial results of reductions not combined into the data yet
+        (``_reduce.py``): any other access combines them first.
     """
 
     __slots__ = ("key", "label", "nbytes", "dtype", "is_token", "tracker", "instances",
-                 "reference", "writing", "reading", "pin", "scope", "readonly")
+                 "reference", "writing", "reading", "pin", "scope", "readonly",
+                 "pending")
 
     def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
                  is_token: bool = False) -> None:
@@ -165,6 +169,7 @@ class DataState:
         self.pin: Any = None
         self.scope: Any = None
         self.readonly = False
+        self.pending: Any = None
 
     def __repr__(self) -> str:
         return f"<DataState {self.label} {list(self.instances.values())}>"

@@ -16,13 +16,14 @@ import numpy as np
 from ._access import READ, RW, WRITE, AccessMode, is_mode, mode_name
 from ._errors import AccessModeError, ContextFinalizedError
 from ._places import data_place
+from ._reduce import REDUCE, reduce_mode, reduce_op, resolve_op
 from ._runtime import RuntimeOwner
 
 if TYPE_CHECKING:
     from ._coherence import DataState
     from ._runtime import Runtime
 
-__all__ = ["AccessMode", "dep", "logical_data", "read", "rw", "write"]
+__all__ = ["AccessMode", "dep", "logical_data", "read", "reduce", "rw", "write"]
 
 
 class dep:
@@ -35,7 +36,8 @@ class dep:
     ----------
     ld : logical_data
     mode : int
-        ``READ``, ``WRITE`` or ``RW`` (as a plain ``int``).
+        ``READ``, ``WRITE`` or ``RW`` (as a plain ``int``), or a reduction's mode
+        (``ld.reduce(op)``; ``AccessMode.REDUCE`` alone reduces with ``"sum"``).
     dplace : data_place or None
     place : int or None
         The device number of ``dplace`` (``None`` for the affine place).
@@ -56,7 +58,8 @@ class dep:
                             f"{type(ld).__name__}")
         if not is_mode(mode):
             raise AccessModeError(
-                f"access mode {mode!r} is not one of AccessMode.READ, WRITE or RW")
+                f"access mode {mode!r} is not one of AccessMode.READ, WRITE, RW or "
+                "REDUCE (ld.reduce(op) for another operation than 'sum')")
         ld._dependency(self, int(mode), dplace)
 
     @classmethod
@@ -97,6 +100,13 @@ def write(ld: logical_data, dplace: data_place | None = None) -> dep:
 def rw(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``rw`` (read-write) dependency on ``ld``."""
     return dep(ld, RW, dplace)
+
+
+def reduce(ld: logical_data, op: Any = "sum", dplace: data_place | None = None) -> dep:
+    """A reduction dependency on ``ld`` with ``op`` (see ``logical_data.reduce``)."""
+    if not isinstance(ld, logical_data):
+        raise TypeError(f"reduce expects a logical_data, got {type(ld).__name__}")
+    return ld.reduce(op, dplace)
 
 
 class logical_data:
@@ -229,6 +239,17 @@ class logical_data:
                 f"{mode_name(mode)}() asked on logical data {self._label()}, which was "
                 "registered from a read-only buffer; use read(), or register a "
                 "writable copy")
+        if mode & REDUCE and self._readonly:
+            raise AccessModeError(
+                f"{mode_name(mode)} asked on logical data {self._label()}, which is "
+                "read-only; reduce into a writable data")
+        if mode & REDUCE:
+            if self._is_token:
+                raise AccessModeError(f"{mode_name(mode)} asked on token "
+                                      f"{self._label()}: a token has no value to "
+                                      "reduce into; use read() or rw() to order")
+            assert self._dtype is not None
+            reduce_op(mode).check_dtype(self._dtype, f"logical data {self._label()}")
         made.ld = self
         made.mode = mode
         made.dplace = dplace
@@ -246,6 +267,18 @@ class logical_data:
     def rw(self, dplace: data_place | None = None) -> dep:
         """A ``rw`` dependency, optionally at ``dplace``."""
         return dep._make(self, RW, dplace)
+
+    def reduce(self, op: Any = "sum", dplace: data_place | None = None) -> dep:
+        """A reduction dependency (stflow-only): the task's view of the data holds
+        ``op``'s identity, and what the task leaves in it is combined into the data
+        with ``op`` before any other access. Tasks reducing into the same data with
+        the same ``op`` do not order against each other.
+
+        ``op``: ``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"logical_and"``,
+        ``"logical_or"``, ``"bitwise_and"``, ``"bitwise_or"``, ``"bitwise_xor"`` (the
+        last three on integer or bool data), or the matching NumPy ufunc.
+        """
+        return dep._make(self, reduce_mode(resolve_op(op)), dplace)
 
     # -- derived data ------------------------------------------------------------
     def empty_like(self) -> logical_data:

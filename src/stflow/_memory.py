@@ -117,10 +117,19 @@ class DeviceMemory:
             return 0
         return self.used[device] + nbytes - budget
 
-    def charge(self, state: DataState, instance: Instance) -> None:
+    def charge(self, state: DataState, instance: Instance, evictable: bool = True
+               ) -> None:
+        """Count ``instance`` against its device (an eviction candidate if
+        ``evictable``)."""
         device = instance.device
-        self.resident[device][id(instance)] = (state, instance)
+        if evictable:
+            self.resident[device][id(instance)] = (state, instance)
         self.used[device] += state.nbytes
+
+    def release_private(self, device: int, nbytes: int) -> None:
+        """A private (never evictable) instance of ``nbytes`` was freed."""
+        if device in self.used:
+            self.used[device] -= nbytes
 
     def discharge(self, instance: Instance, nbytes: int) -> None:
         if self.resident.get(instance.device, {}).pop(id(instance), None) is not None:

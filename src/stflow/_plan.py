@@ -46,6 +46,7 @@ from ._coherence import INVALID, MODIFIED, DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import AccessModeError, PlaceError
 from ._places import place_name
+from ._reduce import REDUCE
 from ._streams import Pool, choose_stream
 from .backends._base import AFFINE, HOST, MANAGED
 
@@ -83,7 +84,9 @@ class Access:
         self.state = state
         self.mode = mode
         self.device = device
-        self.instance = None if state.is_token else state.instance(device)
+        # A reduction gets a private instance at every acquisition (Plan.private).
+        self.instance = (None if state.is_token or mode & REDUCE
+                         else state.instance(device))
 
     def __repr__(self) -> str:
         return f"<Access {self.state.label} mode={self.mode} device={self.device}>"
@@ -111,17 +114,25 @@ class Plan:
         The prerequisites (newest per stream) that need no wait.
     moves : list of Move or None
         Allocations and copies to enqueue before the work.
+    reductions : tuple of Access
+        The reduction accesses (``ld.reduce(op)``), apart from ``accesses``: they
+        order against nothing and get private instances.
+    private : list of Instance or None
+        The private instances of the latest acquisition's reductions (the runtime
+        fills them with the identity).
     """
 
     __slots__ = ("accesses", "per_dependency", "device", "stream", "first", "others",
-                 "waits", "skipped", "moves")
+                 "waits", "skipped", "moves", "reductions", "private")
     stream: Stream        # decided by acquire(), before anything reads it
 
     def __init__(self, accesses: tuple[Access, ...], per_dependency: tuple[Access, ...],
-                 device: int) -> None:
+                 device: int, reductions: tuple[Access, ...] = ()) -> None:
         self.accesses = accesses
         self.per_dependency = per_dependency
         self.device = device
+        self.reductions = reductions
+        self.private: list[Instance] | None = None
         self.first: Event | None = None
         self.others: list[Event] | None = None
         self.waits: Sequence[Event] = ()
@@ -196,10 +207,37 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
         else:
             raise PlaceError(f"{what}: {place_name(place)} cannot hold an instance")
         accesses.append(Access(state, mode, device))
+    if any(access.mode & REDUCE for access in accesses):
+        return _with_reductions(accesses, exec_device, what)
     if len(accesses) == 1 or len({id(a.state) for a in accesses}) == len(accesses):
         distinct = tuple(accesses)
         return Plan(distinct, distinct, exec_device)
     return _merge_repeated(accesses, exec_device, what)
+
+
+def _with_reductions(accesses: list[Access], exec_device: int, what: Any) -> Plan:
+    """A plan whose reductions are apart from its other accesses; a task reduces
+    into a data once and does nothing else with it."""
+    reductions = [access for access in accesses if access.mode & REDUCE]
+    others = [access for access in accesses if not access.mode & REDUCE]
+    reduced = [id(access.state) for access in reductions]
+    for access in reductions:
+        if reduced.count(id(access.state)) > 1 or \
+                any(other.state is access.state for other in others):
+            raise AccessModeError(
+                f"{what} reduces into logical data {access.state.label} and accesses "
+                "it again; a task reduces into a data once and does nothing else with "
+                "it (reduce in one task, read in a later one)")
+    if not others:
+        plan = Plan((), (), exec_device)
+    elif len({id(a.state) for a in others}) == len(others):
+        plan = Plan(tuple(others), tuple(others), exec_device)
+    else:
+        plan = _merge_repeated(others, exec_device, what)
+    kept = iter(plan.per_dependency)
+    per_dependency = tuple(access if access.mode & REDUCE else next(kept)
+                           for access in accesses)
+    return Plan(plan.accesses, per_dependency, exec_device, tuple(reductions))
 
 
 def _merge_repeated(accesses: list[Access], exec_device: int, what: Any) -> Plan:
@@ -253,7 +291,8 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: in
     moves: list[Move] | None = None
     for access in plan.accesses:
         state = access.state
-        if state.writing is not None or (state.reading and access.mode & WRITE):
+        if state.writing is not None or state.pending is not None or \
+                (state.reading and access.mode & WRITE):
             return None
         tracker = state.tracker
         writer = tracker.writer

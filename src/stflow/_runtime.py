@@ -49,6 +49,7 @@ from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMis
                       ErrorLog, OutOfMemoryError, PlaceError, ScopeError, work_ids)
 from ._instrument import Instrument, Instruments, Statistics, WorkRecord, byte_size_text
 from ._memory import DeviceMemory, resolve_budgets
+from ._reduce import Reduction, reduce_op
 from ._plan import Move, Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
@@ -169,6 +170,7 @@ class Runtime:
         self.root_pools = StreamPools(backend, self.errors.capture, entry)
         self.data = DataRegistry(backend, may_pin=caller_stream is None)
         self.memory = DeviceMemory(resolve_budgets(memory_budget, backend))
+        self.combining: list[DataState] = []       # data whose reductions combine now
         self.ticks = 0                             # acquisitions so far (LRU stamps)
         self.plans: dict[tuple, Plan] = {}
         self.started: dict[Any, int] = {}          # held work -> its thread
@@ -325,11 +327,14 @@ class Runtime:
         pool = pools.pools.get(exec_device) or pools.pool(exec_device)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
+        if plan.reductions:
+            self._prepare_reductions(plan, what)
         stream = acquire(plan, pool, self._completed, tick)
-        if stream is None:                # data held by started work
-            self._wait_for_conflicts(_modes(plan), what)
+        while stream is None:             # data held by started work, or reductions
+            self._clear(plan, what)       # to combine first
+            if plan.reductions:
+                self._prepare_reductions(plan, what)
             stream = acquire(plan, pool, self._completed, tick)
-            assert stream is not None     # still under the lock: nothing took it since
         if stream.bodies:                 # graph mode: it captures for a task body
             stream = pools.idle_stream(exec_device)
             retarget(plan, stream)
@@ -352,6 +357,8 @@ class Runtime:
             record = self._open_record(plan, ident, kind, what, stream)
         if plan.moves is not None:
             self._enact_moves(plan, stream, ident, record, what)
+        if plan.reductions:
+            self._begin_reductions(plan, stream, owner, record, what)
         if record is not None:
             self.instruments.body(record)
         if owner is not None:
@@ -359,9 +366,11 @@ class Runtime:
             self.started[owner] = _thread()
         return plan
 
-    def release(self, plan: Plan, stream: Stream, owner: Any, ident: int) -> Event:
+    def release(self, plan: Plan, stream: Stream, owner: Any, ident: int,
+                private: list[Instance] | None = None) -> Event:
         """Release ``plan``: record the end event on ``stream`` and update the data
-        states. The lock must be held."""
+        states (``private``: the instances the work reduced into). The lock must be
+        held."""
         instruments = self.instruments
         record = instruments.ending(ident) if instruments.attached else None
         event = self._record(stream)
@@ -376,6 +385,8 @@ class Runtime:
                 scopes.end_body(stream)
             if self.waiters:
                 self.cv.notify_all()
+        if plan.reductions:
+            self._end_reductions(plan, event, owner, private, ident)
         if scopes is not None and scopes.stack:
             scopes.released(plan)
             if not self.started and scopes.epoch_full():
@@ -474,10 +485,11 @@ class Runtime:
 
     def _allocate(self, state: DataState, instance: Instance, stream: Stream,
                   record: WorkRecord | None, plan: Plan | None, what: Any,
-                  keep: tuple[Instance, ...] = ()) -> None:
+                  keep: tuple[Instance, ...] = (), private: bool = False) -> None:
         """Give ``instance`` memory, within its device's budget: evict first if it
         would exceed it, and again if the device itself runs out (``plan``, the
-        acquisition being made, and ``keep`` stay)."""
+        acquisition being made, and ``keep`` stay). A ``private`` instance (a
+        reduction's) counts against the budget but is never evicted."""
         device = instance.device
         nbytes = state.nbytes
         dtype = state.dtype or _BYTES
@@ -492,7 +504,7 @@ class Runtime:
             except OutOfMemoryError as exc:
                 self._make_room(device, nbytes, plan, keep, what, exhausted=exc)
                 instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
-            memory.charge(state, instance)
+            memory.charge(state, instance, evictable=not private)
         self.instruments.allocated(record, device, nbytes)
 
     # -- eviction ----------------------------------------------------------------------
@@ -533,6 +545,8 @@ class Runtime:
                 break
             freed.append(self._evict(state, instance))
             needed -= state.nbytes
+        if needed > 0 and exhausted is None:
+            needed = self._combine_pending_on(device, needed, what)
         if needed > 0:
             used = memory.used[device]
             limit = ("the device's memory" if exhausted is not None or budget is None
@@ -545,6 +559,31 @@ class Runtime:
         if exhausted is not None:
             for event in freed:             # the memory is free once the frees ran
                 self.backend.synchronize(event)
+
+    def _combine_pending_on(self, device: int, needed: int, what: Any) -> int:
+        """Free partial results of reductions held on ``device`` by combining them
+        on the host (none still being reduced into or used); returns the bytes still
+        needed."""
+        for state in list(self.data.states.values()):
+            if needed <= 0:
+                break
+            pending = state.pending
+            if pending is None or pending.holders or pending.combining or \
+                    state.writing is not None or state.reading or \
+                    state.scope is not None:
+                continue
+            held = sum(state.nbytes for instance, _ in pending.partials
+                       if instance.device == device)
+            if not held:
+                continue
+            scopes = self.scopes
+            if scopes is not None and scopes.per_thread and scopes.stack:
+                with scopes.root_level():
+                    self._combine(state, pending, HOST, what)
+            else:
+                self._combine(state, pending, HOST, what)
+            needed -= held
+        return needed
 
     def _pinned(self, plan: Plan | None, keep: tuple[Instance, ...]
                 ) -> tuple[set[int], set[int]]:
@@ -569,6 +608,7 @@ class Runtime:
         if scopes is not None:
             for top in scopes.open_tops:
                 states.update(id(state) for state in top.touched.values())
+        states.update(id(state) for state in self.combining)
         return instances, states
 
     def _evict(self, state: DataState, instance: Instance) -> Event:
@@ -618,6 +658,234 @@ class Runtime:
         self.instruments.copied(record, state.label, source.device, target.device,
                                 state.nbytes)
 
+    # -- reductions ----------------------------------------------------------------------
+    def _clear(self, plan: Plan, what: Any) -> None:
+        """Before ``plan`` is acquired again: wait for the started work it conflicts
+        with, and combine the pending reductions of the data it accesses."""
+        self._wait_for_conflicts(_modes(plan), what)
+        for access in plan.accesses:
+            if access.state.pending is not None:
+                self._flush(access.state, access.device, what)
+
+    def _prepare_reductions(self, plan: Plan, what: Any) -> bool:
+        """A reduction with another operation than the pending one combines those
+        first (into the place of the new reduction); so does one recorded in a
+        stackable context's scope (combined at once, in a recording that may run many
+        times, it must not combine what came before: that is combined at the root)."""
+        scopes = self.scopes
+        recording = scopes is not None and scopes.per_thread and bool(scopes.stack)
+        flushed = False
+        for access in plan.reductions:
+            pending = access.state.pending
+            if pending is not None and (recording or pending.mode != access.mode):
+                self._flush(access.state, access.device, what)
+                flushed = True
+        return flushed
+
+    def _begin_reductions(self, plan: Plan, stream: Stream, owner: Any,
+                          record: WorkRecord | None, what: Any) -> None:
+        """Private instances for ``plan``'s reductions, filled with the identity on
+        ``stream`` (``plan.private``); a started ``owner`` holds the reductions."""
+        private: list[Instance] = []
+        me = _thread()
+        backend = self.backend
+        for access in plan.reductions:
+            state = access.state
+            instance = Instance(access.device)
+            # First the memory: making room may combine the data's pending results.
+            try:
+                self._allocate(state, instance, stream, record, plan, what,
+                               private=True)
+            except BaseException:       # the reductions begun so far are undone
+                for begun, made in zip(plan.reductions, private):
+                    if begun.state.pending is not None:
+                        begun.state.pending.holders.pop(owner, None)
+                    self._free_private(made, begun.state.nbytes, stream)
+                raise
+            pending = state.pending
+            if pending is None:
+                pending = state.pending = Reduction(access.mode)
+            allocation = instance.allocation
+            assert allocation is not None and state.dtype is not None
+            backend.fill(allocation.ptr, state.nbytes,
+                         reduce_op(access.mode).pattern(state.dtype), stream)
+            if owner is not None:
+                pending.holders[owner] = me
+            private.append(instance)
+        plan.private = private
+
+    def _end_reductions(self, plan: Plan, event: Event, owner: Any,
+                        private: list[Instance] | None, ident: int) -> None:
+        """The partial results of ``plan``'s reductions are complete at ``event``.
+        Inside a stackable context's scopes, where a recording may run many times,
+        they are combined at once."""
+        if private is None:
+            private = plan.private
+        assert private is not None
+        scopes = self.scopes
+        at_once = scopes is not None and scopes.per_thread and bool(scopes.stack)
+        for access, instance in zip(plan.reductions, private):
+            state = access.state
+            pending = state.pending
+            assert pending is not None
+            pending.partials.append((instance, event))
+            if owner is not None:
+                pending.holders.pop(owner, None)
+            if at_once:
+                self._flush(state, access.device, f"work {ident}", in_place=True)
+        self.wake()
+
+    def _flush(self, state: DataState, device: int | None, what: Any,
+               in_place: bool = False) -> None:
+        """Combine the pending reductions of ``state`` into its instance at
+        ``device`` (``None``: where the first partial result is), once the tasks
+        reducing are ended. Partial results from outside the calling thread's open
+        scopes are combined at the root level, unless ``in_place``."""
+        pending = state.pending
+        if pending is None:
+            return
+        if not pending.partials and not pending.holders:
+            state.pending = None                  # reductions begun, then undone
+            return
+        me = _thread()
+        while pending.holders:
+            for holder, thread in pending.holders.items():
+                if thread == me:
+                    raise ScopeError(
+                        f"{what} needs the reductions into logical data {state.label} "
+                        f"combined, but {holder._label()} (started, not yet ended on "
+                        "this thread) reduces into it; end that task first")
+            holder, thread = next(iter(pending.holders.items()))
+            self._block(thread, what, state, holder)
+        self._wait_for_conflicts([(state, WRITE)], what)
+        if state.pending is not pending:
+            return                                # another thread combined them
+        scopes = self.scopes
+        if not in_place and scopes is not None and scopes.per_thread and scopes.stack:
+            with scopes.root_level():
+                self._combine(state, pending, device, what)
+        else:
+            self._combine(state, pending, device, what)
+
+    def _combine(self, state: DataState, pending: Reduction, device: int | None,
+                 what: Any) -> None:
+        """Combine ``pending`` into ``state``: per device, its partial results into
+        the first of them; then each device's into the instance at ``device``, where
+        the data's current value is brought first (the identity if it has none)."""
+        pending.combining = True
+        self.combining.append(state)
+        try:
+            self._combine_into(state, pending, device, what)
+        finally:
+            self.combining.remove(state)
+
+    def _combine_into(self, state: DataState, pending: Reduction, device: int | None,
+                      what: Any) -> None:
+        op = pending.op
+        dtype = state.dtype
+        assert dtype is not None
+        count = state.nbytes // dtype.itemsize
+        backend = self.backend
+        memory = self.memory
+        pools = self._current_pools()
+        if device is None:
+            device = pending.partials[0][0].device if pending.partials else HOST
+        # 1. On each other device, its partial results into the first of them (the
+        #    pending list then holds that one only: a failure later loses nothing).
+        groups: dict[int, list[tuple[Instance, Event]]] = {}
+        for instance, event in pending.partials:
+            groups.setdefault(instance.device, []).append((instance, event))
+        for place, items in groups.items():
+            if place == device or len(items) == 1:
+                continue
+            stream = self._stream_on(pools, place, [event for _, event in items])
+            first = items[0][0]
+            assert first.allocation is not None
+            for instance, _ in items[1:]:
+                assert instance.allocation is not None
+                backend.combine(first.allocation.ptr, instance.allocation.ptr, count,
+                                dtype, op.name, stream)
+            done = backend.record(stream)
+            for instance, _ in items[1:]:
+                self._free_private(instance, state.nbytes, stream)
+            pending.partials = [entry for entry in pending.partials
+                                if entry[0].device != place] + [(first, done)]
+        # 2. The memory: the instance at ``device``, and there a copy of each other
+        #    device's result (all allocated before anything is enqueued).
+        heads = pending.partials
+        target = state.instance(device)
+        source = state.valid_source(device) if target.state is INVALID else None
+        prerequisites = [*state.tracker.prerequisites(WRITE), *target.ready.values(),
+                         *(source.ready.values() if source is not None else ()),
+                         *(event for _, event in heads)]
+        stream = self._stream_on(pools, device, prerequisites)
+        moved: list[Instance] = []
+        try:
+            if target.allocation is None:
+                self._allocate(state, target, stream, None, None, what)
+            for instance, _ in heads:
+                if instance.device != device:
+                    copy = Instance(device)
+                    self._allocate(state, copy, stream, None, None, what, private=True)
+                    moved.append(copy)
+        except OutOfMemoryError:
+            for copy in moved:
+                self._free_private(copy, state.nbytes, stream)
+            if device == HOST:
+                raise
+            # The device is full (of these partial results, maybe): combine on the
+            # host, from where the next reader imports the value.
+            self._combine_into(state, pending, HOST, what)
+            return
+        # 3. The work, in stream order.
+        scopes = self.scopes
+        recording = scopes is not None and bool(scopes.stack)
+        if recording:
+            assert scopes is not None
+            scopes.snapshot(state)
+            scopes.touch(state)
+            scopes.read_at(state, device if source is None else source.device)
+        assert target.allocation is not None
+        if source is not None:
+            self._copy(state, target, source, stream, None)
+        elif target.state is INVALID:             # never written: start from identity
+            backend.fill(target.allocation.ptr, state.nbytes, op.pattern(dtype), stream)
+        copies = iter(moved)
+        for instance, _ in heads:
+            if instance.device != device:         # another device's result, moved first
+                copy = next(copies)
+                self._copy(state, copy, instance, stream, None)
+                instance = copy
+            assert instance.allocation is not None
+            backend.combine(target.allocation.ptr, instance.allocation.ptr, count, dtype,
+                            op.name, stream)
+        event = backend.record(stream)
+        state.released(target, WRITE, event)
+        if recording:
+            assert scopes is not None
+            scopes.wrote(state, target)
+        for instance in [instance for instance, _ in heads] + moved:
+            self._free_private(instance, state.nbytes, stream)
+        state.pending = None
+        self.wake()
+
+    def _free_private(self, instance: Instance, nbytes: int, stream: Stream) -> None:
+        """Free a private instance (a partial result, a moved copy) in stream order."""
+        allocation = instance.allocation
+        if allocation is not None:
+            self.backend.free(allocation, stream)
+            self.memory.release_private(instance.device, nbytes)
+            instance.allocation = None
+
+    def _stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
+        """A stream of place ``device`` ordered after ``events`` (internal work)."""
+        events = merge_events(events)
+        stream = choose_stream(pools.pool(device), None, events)
+        if stream.bodies:
+            stream = pools.idle_stream(device)
+        self.order_after(stream, events)
+        return stream
+
     # -- conflicts between threads -------------------------------------------------
     def _admit(self, scopes: ScopeTracker, plan: Plan, what: Any) -> bool:
         """Graph mode, before planning: wait until ``plan`` may be acquired by the
@@ -628,7 +896,8 @@ class Runtime:
           thread submits, it waits until no task is started (task bodies capture on
           their own from then on, see the recorder);
         - scopes per thread: data touched by another thread's open scope;
-        - data held by started work, before imports are hoisted out of a loop.
+        - data held by started work, and reductions to combine, before imports are
+          hoisted out of a loop.
         """
         me = _thread()
         if scopes.epochs and scopes.submitter != me and scopes.arrived(me):
@@ -646,9 +915,18 @@ class Runtime:
                     self._block(scope.thread, what, state, scope)
                     continue
             recording = bool(scopes.stack)
-            if recording and held(plan):   # before any import is hoisted for the plan
-                self._wait_for_conflicts(_modes(plan), what)
-                continue
+            if recording:                  # before any import is hoisted for the plan
+                if held(plan):
+                    self._wait_for_conflicts(_modes(plan), what)
+                    continue
+                if plan.reductions and self._prepare_reductions(plan, what):
+                    continue
+                pending = [access for access in plan.accesses
+                           if access.state.pending is not None]
+                if pending:
+                    for access in pending:
+                        self._flush(access.state, access.device, what)
+                    continue
             return recording
 
     def _wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
@@ -807,7 +1085,10 @@ class Runtime:
         return event
 
     def writeback(self, state: DataState) -> None:
-        """Bring the user's buffer of ``state`` up to date (stream-ordered)."""
+        """Bring the user's buffer of ``state`` up to date (stream-ordered); pending
+        reductions are combined first."""
+        if state.pending is not None:
+            self._flush(state, None, "writing back")
         plan = state.writeback_plan()
         if plan is not None:
             reference, source, prerequisites = plan
@@ -906,6 +1187,8 @@ class Runtime:
             self.drain_retired()
             if state.writing is not None:
                 self._wait_for_conflicts([(state, READ)], "wait()")
+            if state.pending is not None:
+                self._flush(state, None, "wait()")
             result: np.ndarray = np.empty(shape, dtype)
             source = state.valid_source()
             if source is None:

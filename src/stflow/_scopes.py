@@ -340,6 +340,10 @@ class ScopeTracker:
 
         for state in scope.touched.values():
             state.substitute(stand_in)
+            pending = state.pending
+            if pending is not None:
+                pending.partials = [(instance, stand_in(event))
+                                    for instance, event in pending.partials]
 
     def discard(self, scope: Scope) -> None:
         """Drop the innermost scope ``scope``: nothing it recorded runs."""
@@ -449,6 +453,9 @@ class ScopeTracker:
         outermost = self.stack[0]
         outermost.work += 1
         touched = outermost.touched
+        for access in plan.reductions:            # combined (read, written) later
+            touched[id(access.state)] = access.state
+            self.snapshot(access.state)
         for access in plan.accesses:
             state = access.state
             touched[id(state)] = state
@@ -487,6 +494,14 @@ class ScopeTracker:
             top = stack[0]
             state.scope = top
             top.touched[key] = state
+
+    def read_at(self, state: DataState, device: int) -> None:
+        """Work of the open scopes reads ``state``'s instance at ``device``: unless
+        the scopes wrote it, a repeated body assumes it valid on entry."""
+        place = (id(state), device)
+        for scope in self.stack:
+            if scope.repeatable and place not in scope.fresh:
+                scope.assumed[place] = state
 
     def wrote(self, state: DataState, instance: Instance) -> None:
         """``instance`` was written or copied into inside the open scopes."""

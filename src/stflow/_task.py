@@ -14,6 +14,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from ._access import READ
+from ._coherence import Instance
 from ._compile import mypyc_attr
 from ._errors import ContextFinalizedError, ScopeError, work_ids
 from ._logical_data import dep
@@ -52,11 +53,21 @@ def check_dep(runtime: Runtime, d: Any, what: str) -> dep:
     return d
 
 
-def _allocation(access: Access) -> Allocation:
+def _allocation(access: Any) -> Allocation:
     """The allocation of an acquired, non-token access."""
     instance = access.instance
     assert instance is not None and instance.allocation is not None
     return instance.allocation
+
+
+class _Reduced:
+    """A reduction access as a task body sees it: its private instance."""
+
+    __slots__ = ("access", "instance")
+
+    def __init__(self, access: Access, instance: Instance) -> None:
+        self.access = access
+        self.instance = instance
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -76,7 +87,7 @@ class task:
     """
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
-                 "_views", "_id", "_previous_device")
+                 "_views", "_id", "_previous_device", "_private")
     _runtime: Runtime
     _deps: tuple[dep, ...]
     _place: exec_place | None
@@ -87,6 +98,7 @@ class task:
     _views: dict[int, Any] | None
     _id: int
     _previous_device: int | None
+    _private: list[Instance] | None
 
     # Arguments users pass are typed Any: they are checked here, with messages that
     # name the fix (a compiled build would otherwise refuse them with its own).
@@ -113,6 +125,7 @@ class task:
         self._views = None
         self._id = next(work_ids)
         self._previous_device = None
+        self._private = None
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
@@ -208,13 +221,15 @@ class task:
             stream = plan.stream
             self._plan = plan
             self._stream = stream
+            if plan.reductions:
+                self._private = plan.private
             scopes = runtime.scopes
             if scopes is not None and scopes.stack:     # graph mode: capture the body
                 try:
                     scopes.begin_body(stream)
                 except BaseException:
                     self._phase = _ENDED
-                    runtime.release(plan, stream, self, self._id)
+                    runtime.release(plan, stream, self, self._id, self._private)
                     raise
             self._phase = _STARTED
             device = plan.device
@@ -256,7 +271,7 @@ class task:
         lock.acquire()
         try:
             self._phase = _ENDED
-            runtime.release(plan, stream, self, self._id)
+            runtime.release(plan, stream, self, self._id, self._private)
         finally:
             lock.release()
         views = self._views
@@ -303,16 +318,21 @@ class task:
         """``[stream_ptr()]`` for a scalar execution place."""
         return [self.stream_ptr()]
 
-    def _access_at(self, index: Any, what: str) -> Access:
+    def _access_at(self, index: Any, what: str) -> Any:
         self._check_window(what)
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"{what}: index must be an int, got {type(index).__name__}")
         if not 0 <= index < len(self._deps):
             raise IndexError(f"{what}: dependency index {index} out of range "
                              f"(the task has {len(self._deps)} dependencies)")
-        assert self._plan is not None
-        access = self._plan.per_dependency[index]
+        plan = self._plan
+        assert plan is not None
+        access = plan.per_dependency[index]
         if access.instance is None:
+            if self._private is not None:
+                for reduction, instance in zip(plan.reductions, self._private):
+                    if reduction is access:
+                        return _Reduced(access, instance)
             raise TypeError(f"{what}: dependency {index} is a token, which has no "
                             "memory")
         return access
@@ -359,7 +379,7 @@ class task:
 def _settled(plan: Plan, completed: Callable[[Any], bool]) -> bool:
     """True when nothing was enqueued for ``plan``'s acquisition and every
     prerequisite has completed (a body may then touch the data at once)."""
-    if plan.waits or plan.moves is not None:
+    if plan.waits or plan.moves is not None or plan.reductions:
         return False
     if plan.first is not None and not completed(plan.first):
         return False
@@ -390,10 +410,13 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
                                host_only=True)
         stream = plan.stream
         assert stream is not None
-        arguments = [(_allocation(access), cast(tuple, d.ld._shape),
-                      cast(np.dtype, d.ld._dtype), d.mode == READ)
+        private = dict(zip(map(id, plan.reductions), plan.private or ()))
+        arguments = [(_allocation(access) if access.instance is not None
+                      else cast(Allocation, private[id(access)].allocation),
+                      cast(tuple, d.ld._shape), cast(np.dtype, d.ld._dtype),
+                      d.mode == READ)
                      for d, access in zip(checked, plan.per_dependency)
-                     if access.instance is not None]
+                     if access.instance is not None or id(access) in private]
         capture = runtime.errors.capture
 
         def callback() -> None:
@@ -407,5 +430,5 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
                 capture(exc, ident)
 
         backend.launch_host_func(stream, callback)
-        runtime.release(plan, stream, None, ident)
+        runtime.release(plan, stream, None, ident, plan.private)
 

@@ -587,7 +587,7 @@ TASK_BUILDING = [
     pytest.param(lambda ctx: ctx.task().set_exec_place("host"), TypeError,
                  r"set_exec_place expects an exec_place, got str", id="set_exec_place-str"),
     pytest.param(lambda ctx: stf.dep(_data(ctx), 7), AccessModeError,
-                 r"access mode 7 is not one of AccessMode\.READ, WRITE or RW",
+                 r"access mode 7 is not one of AccessMode\.READ, WRITE, RW or REDUCE",
                  id="dep-mode-7"),
     pytest.param(lambda ctx: stf.dep(_data(ctx), stf.AccessMode.NONE), AccessModeError,
                  r"is not one of AccessMode\.READ", id="dep-mode-none"),

@@ -335,6 +335,13 @@ class Backend(abc.ABC):
         """Repeat ``pattern`` over ``nbytes`` at ``ptr`` in stream order."""
 
     @abc.abstractmethod
+    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
+                stream: Stream) -> None:
+        """``dst[i] = op(dst[i], src[i])`` for ``count`` elements of ``dtype``, in
+        stream order (both addresses reachable from the stream's device). ``op`` is a
+        name of ``stflow._reduce.OPS``; reductions combine partial results with it."""
+
+    @abc.abstractmethod
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a host thread in stream order. ``fn`` must not raise."""
 

@@ -80,6 +80,7 @@ import numpy as np
 from .._errors import CudaError, ScopeError
 from . import _cuda_driver as _cu
 from ._base import Allocation, Stream
+from ._cuda_kernels import kernel_params as _kernel_params
 from ._graphs import ConditionTerm, GraphSupport
 
 __all__ = ["CudaGraphSupport"]
@@ -183,8 +184,6 @@ class CudaGraphSupport(GraphSupport):
         self._resources: dict[int, _Resources] = {}    # graph or body -> resources
         self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
         self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
-        self._libraries: dict[tuple[str, tuple[int, int]], Any] = {}
-        self._functions: dict[tuple[str, str, int], Any] = {}
         # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
         # suffix (same arguments).
         self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
@@ -566,30 +565,7 @@ class CudaGraphSupport(GraphSupport):
     # -- kernels -------------------------------------------------------------------
     def _function(self, source: str, name: str, device: int) -> Any:
         """The kernel ``name`` of ``source`` loaded in ``device``'s context (cached)."""
-        key = (source, name, device)
-        function = self._functions.get(key)
-        if function is not None:
-            return function
-        backend = self._backend
-        _name, major, minor, _total = backend._properties[device]
-        arch = (major, minor)
-        library = self._libraries.get((source, arch))
-        d = _cu.driver
-        if library is None:
-            cubin = _compile(source, arch)
-            library = _cu.check(d.cuLibraryLoadData(cubin, None, None, 0, None, None, 0),
-                                f"loading the {name} kernel")
-            self._libraries[(source, arch)] = library
-        kernel = _cu.check(d.cuLibraryGetKernel(library, name.encode()),
-                           f"finding the {name} kernel")
-        backend._push(device)
-        try:        # load it into the context now, not lazily during a capture
-            function = _cu.check(d.cuKernelGetFunction(kernel),
-                                 f"loading the {name} kernel on device {device}")
-        finally:
-            backend._pop(device)
-        self._functions[key] = function
-        return function
+        return self._backend.kernels.function(source, name, device)
 
     def _add_kernel_node(self, graph: Any, deps: list[Any], function: Any,
                          args: list[Any], device: int) -> Any:
@@ -606,10 +582,6 @@ class CudaGraphSupport(GraphSupport):
                          f"adding a kernel node to a CUDA graph on device {device}")
 
 
-def _kernel_params(args: list[Any]) -> Any:
-    """The ``void*`` array of a launch: the addresses of ``args`` (ctypes values),
-    which the caller keeps alive until the driver has read them."""
-    return (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
 
 
 def _integer_threshold(op: str, threshold: float) -> int:
@@ -640,40 +612,3 @@ def _condition_source(signature: tuple[tuple[str, str, bool], ...],
             + 'extern "C" __global__ void stflow_condition(' + ", ".join(params) + ")\n"
             + "{\n    const bool value = " + join.join(tests) + ";\n"
             + "    cudaGraphSetConditional(handle, value ? 1u : 0u);\n}\n")
-
-
-def _compile(source: str, arch: tuple[int, int]) -> bytes:
-    """Compile ``source`` with NVRTC to a cubin for ``sm_<arch>``."""
-    try:
-        from cuda.bindings import nvrtc
-        nvrtc.nvrtcVersion()                    # loads libnvrtc
-    except Exception as exc:  # noqa: BLE001 - not installed, or no libnvrtc
-        raise CudaError(f"loops in CUDA graphs compile their condition kernels with "
-                        f"NVRTC, which cannot be loaded ({exc}); install the NVRTC of "
-                        "your CUDA version (pip install nvidia-cuda-nvrtc)") from exc
-
-    def check(result: tuple, step: str) -> Any:
-        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CudaError(f"{step} failed: {result[0].name}", name=result[0].name,
-                            code=int(result[0]))
-        return result[1] if len(result) > 1 else None
-
-    program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"stflow_graph.cu", 0,
-                                             [], []), "creating an NVRTC program")
-    try:
-        options = [f"--gpu-architecture=sm_{arch[0]}{arch[1]}".encode()]
-        result = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            size = check(nvrtc.nvrtcGetProgramLogSize(program), "reading the NVRTC log")
-            log = b" " * size
-            check(nvrtc.nvrtcGetProgramLog(program, log), "reading the NVRTC log")
-            raise CudaError(f"compiling a graph kernel for sm_{arch[0]}{arch[1]} "
-                            f"failed: {result[0].name}\n"
-                            f"{log.decode(errors='replace')}",
-                            name=result[0].name, code=int(result[0]))
-        size = check(nvrtc.nvrtcGetCUBINSize(program), "reading the cubin size")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(program, cubin), "reading the cubin")
-        return cubin
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)

@@ -160,6 +160,17 @@ class HostMemory:
 
 
 
+def combine_at(dst: int, src: int, count: int, dtype: np.dtype, op: str) -> None:
+    """``dst[i] = op(dst[i], src[i])`` on host-addressable memory (now)."""
+    from .._reduce import OPS
+    if not count:
+        return
+    nbytes = count * np.dtype(dtype).itemsize
+    target = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(dst)).view(dtype)
+    source = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(src)).view(dtype)
+    OPS[op].ufunc(target, source, out=target)
+
+
 def python_kernel(launch: KernelLaunch,
                   host_array: Callable[[Allocation, tuple[int, ...], np.dtype, bool],
                                        np.ndarray]) -> tuple[Callable[..., Any], tuple]:

@@ -78,6 +78,7 @@ from . import _cuda_driver as _cu
 from ._base import HOST, Allocation, Backend, Event, KernelLaunch, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError
 from ._cuda_graphs import CudaGraphSupport
+from ._cuda_kernels import KernelCache, combine_source, kernel_params
 from ._cuda_memory import CudaMemory
 
 __all__ = ["CudaBackend", "CudaOutOfMemoryError", "DriverEvent", "DriverStream",
@@ -193,6 +194,7 @@ class CudaBackend(CudaMemory, Backend):
         self._service = [self._new_stream(i) for i in range(self._count)]
         self._timing_pools: list[list[Any]] = [[] for _ in range(self._count)]
         self._time_origins = [self._time_origin(i) for i in range(self._count)]
+        self.kernels = KernelCache(self)
         self.graphs = CudaGraphSupport(self)
 
     # -- contexts ----------------------------------------------------------------
@@ -550,6 +552,24 @@ class CudaBackend(CudaMemory, Backend):
         _cu.check(self._cuEventRecord(event, service), "recording a time origin")
         _cu.check(self._cuEventSynchronize(event), "recording a time origin")
         return event, time.perf_counter()
+
+    # -- reductions ----------------------------------------------------------------
+    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
+                stream: Stream) -> None:
+        """An NVRTC kernel (one per operation and dtype, compiled once) on the
+        stream's device: a grid-stride loop of 256-thread blocks."""
+        if not count:
+            return
+        device = stream.ordinal
+        function = self.kernels.function(combine_source(op, np.dtype(dtype).name),
+                                         "stflow_combine", device)
+        blocks = min((count + 255) // 256, 65535)
+        args = [ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_uint64(count)]
+        array = kernel_params(args)
+        _cu.check(_cu.driver.cuLaunchKernel(function, blocks, 1, 1, 256, 1, 1, 0,
+                                            stream.native,  # type: ignore[attr-defined]
+                                            ctypes.addressof(array), 0),
+                  f"combining reduction results ({op}) on {stream!r}")
 
     # -- host callbacks ----------------------------------------------------------
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 from .._errors import ScopeError, work_ids
 from ._base import (Allocation, Backend, CurrentDevice, Event, KernelLaunch, Stream,
                     callback_state)
-from ._host_memory import HostMemory, HostView, poison, python_kernel
+from ._host_memory import HostMemory, HostView, combine_at, poison, python_kernel
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
 
@@ -297,6 +297,11 @@ class EmulatedBackend(Backend):
                 ctypes.memmove(dst, src, nbytes)
 
             self.enqueue_call(stream, move)
+
+    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
+                stream: Stream) -> None:
+        if count:
+            self.enqueue_call(stream, lambda: combine_at(dst, src, count, dtype, op))
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if not nbytes:

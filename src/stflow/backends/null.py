@@ -32,7 +32,7 @@ import numpy as np
 
 from ._base import (Allocation, Backend, CurrentDevice, Event, KernelLaunch, Stream,
                     callback_state)
-from ._host_memory import HostMemory, HostView, python_kernel
+from ._host_memory import HostMemory, HostView, combine_at, python_kernel
 
 __all__ = ["NullBackend", "get_backend"]
 
@@ -118,6 +118,10 @@ class NullBackend(Backend):
             memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
             target = np.ctypeslib.as_array(memory).reshape(-1, len(pattern))
             target[:] = np.frombuffer(pattern, dtype=np.uint8)
+
+    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
+                stream: Stream) -> None:
+        self._run(stream, combine_at, (dst, src, count, dtype, op))
 
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         self._run(stream, fn, ())

@@ -669,6 +669,15 @@ class GraphRecorder(Backend):
             stream = stream.real
         self.real.fill(ptr, nbytes, pattern, stream)
 
+    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
+                stream: Stream) -> None:
+        if isinstance(stream, RecordingStream):
+            if not count:
+                return
+            self._capture(stream)
+            stream = stream.real
+        self.real.combine(dst, src, count, dtype, op, stream)
+
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         if isinstance(stream, RecordingStream):
             self._capture(stream)

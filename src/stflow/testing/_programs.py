@@ -11,6 +11,13 @@ results must be identical bit for bit; on CUDA the bodies may fuse multiply-adds
 
 Task bodies read three elements of every input (first, middle, last) and rewrite every
 element of every output, so a stale copy, a missing copy or a race shows up.
+
+Reductions: some data are *accumulators*, only reduced into (``reduce`` with sum, min
+or max, or with prod, min or max) and read. A reducing body folds a contribution of
+small dyadic values (quarters; powers of two for prod) into its view, which holds the
+identity; the oracle folds each task's result into the data in program order. Sums of
+such values are exact in any order, so the runtime may combine partial results as it
+likes and still match bit for bit.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
 
 __all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
            "run_oracle", "run_program", "smallest_budget", "task_body"]
@@ -38,6 +47,7 @@ class DataSpec:
     fill: float = 0.0                  # for "full"
     readonly: bool = False             # for "array"
     fill_place: Any = None             # for "full": None, "host" or a device ordinal
+    accumulator: str | None = None     # "add" or "mul": only reduced into and read
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,7 @@ class Program:
             lines.append(f"  d{i}: {spec}")
         for op in self.ops:
             if isinstance(op, TaskOp):
-                deps = ", ".join(f"d{i}.{_MODE_NAMES[m]}({p!r})" for i, m, p in op.deps)
+                deps = ", ".join(f"d{i}.{_mode_text(m)}({p!r})" for i, m, p in op.deps)
                 lines.append(f"  {op.kind}@{op.place_of_exec!r}"
                              f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
             else:
@@ -89,11 +99,18 @@ class Program:
         return "\n".join(lines)
 
 
+def _mode_text(mode: int) -> str:
+    if mode & REDUCE:
+        return f"reduce[{reduce_op(mode).name}]"
+    return _MODE_NAMES[mode]
+
+
 def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float) -> None:
     """The computation of every generated task, for NumPy (``xp=numpy``) or CuPy.
 
     Reads three samples of each input, then rewrites each output: ``rw`` outputs as
-    ``0.5 * old + base``, ``write`` outputs as ``ramp + base``.
+    ``0.5 * old + base``, ``write`` outputs as ``ramp + base``; folds a dyadic
+    contribution into each reduction's view (see the module docstring).
     """
     total = None
     for array, mode in zip(arrays, modes):
@@ -108,6 +125,9 @@ def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float)
     if total is not None:
         base = total * 0.1 + base
     for array, mode in zip(arrays, modes):
+        if mode & REDUCE and array.size:
+            _fold(xp, array, reduce_op(mode), base)
+            continue
         if not mode & WRITE or not array.size:
             continue
         if mode == RW:
@@ -118,12 +138,27 @@ def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float)
         array[...] = new.astype(array.dtype)
 
 
+def _fold(xp: Any, array: Any, op: Any, base: Any) -> None:
+    """``array = op(array, contribution)``: quarters in [-8, 10] (``sum``, ``min``,
+    ``max``), or 2, 1/2 and 1 (``prod``); NaN when ``base`` is."""
+    index = xp.arange(array.size, dtype=xp.float64).reshape(array.shape)
+    nan_guard = base * 0.0 + 1.0
+    if op.name == "prod":
+        k = (index + xp.floor(base)) % 3
+        contribution = xp.where(k == 0, 2.0, xp.where(k == 1, 0.5, 1.0)) * nan_guard
+    else:
+        contribution = (xp.clip(xp.floor(base * 4.0) / 4.0, -8.0, 8.0) + index % 3
+                        ) * nan_guard
+    op.ufunc(array, contribution.astype(array.dtype), out=array)
+
+
 # -- generation ------------------------------------------------------------------
 
 def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
                      max_ops: int = 24, host_callbacks: bool = True,
-                     drops: bool = True) -> Program:
-    """Draw a random program from ``seed``."""
+                     drops: bool = True, reductions: bool = True) -> Program:
+    """Draw a random program from ``seed`` (``reductions``: with accumulators, data
+    only reduced into and read)."""
     rng = random.Random(seed)
     data: list[DataSpec] = []
     for _ in range(rng.randint(2, max_data)):
@@ -202,6 +237,10 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
         place_of_exec = "host" if kind == "host_launch" else rng.choice(exec_places)
         ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
                           launch=kind == "task" and rng.random() < 0.4))
+    if reductions:
+        ops = _add_reductions(random.Random(seed * 7919 + 17), data, ops, devices,
+                              host_callbacks)
+        initialised.update(i for i, spec in enumerate(data) if spec.accumulator)
     # Observe every surviving data without a user buffer at the end.
     for i, spec in enumerate(data):
         if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
@@ -209,6 +248,72 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     program = Program(seed, data, ops, devices)
     program.initial = initial_arrays(program)
     return program
+
+
+def _add_reductions(rng: random.Random, data: list[DataSpec], ops: list[Any],
+                    devices: int, host_callbacks: bool) -> list[Any]:
+    """Add one or two accumulators to ``data`` and, between the operations of
+    ``ops``, tasks that reduce into them or read them (writing other data)."""
+    if rng.random() < 0.3:
+        return ops
+    accumulators = []
+    for _ in range(rng.randint(1, 2)):
+        family = rng.choice(["add", "add", "mul"])
+        shape = (rng.randint(1, 64),) if rng.random() < 0.7 else (rng.randint(1, 6),
+                                                                  rng.randint(1, 6))
+        fill = rng.choice([1.0, 2.5] if family == "mul" else [0.0, 1.0, 2.5])
+        data.append(DataSpec(shape, rng.choice(["float32", "float64"]), "full",
+                             fill=fill, fill_place=rng.choice([None, "host",
+                                                               *range(devices)]),
+                             accumulator=family))
+        accumulators.append(len(data) - 1)
+    places = [None, None, "host", "managed", *range(devices)]
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    dropped: set[int] = set()
+    result: list[Any] = []
+    for op in [*ops, None]:
+        while rng.random() < 0.35:
+            acc = rng.choice(accumulators)
+            ops_of = (["sum", "sum", "min", "max"] if data[acc].accumulator == "add"
+                      else ["prod", "prod", "min", "max"])
+            readable = [i for i, spec in enumerate(data)
+                        if i != acc and i not in dropped and spec.shape is not None
+                        and i in initialised]
+            if rng.random() < 0.7:         # reduce into acc, reading another data
+                kind = "host_launch" if host_callbacks and rng.random() < 0.2 else "task"
+                mode = reduce_mode(OPS[rng.choice(ops_of)])
+                place = (rng.choice([None, "host", "managed"]) if kind == "host_launch"
+                         else rng.choice(places))
+                deps = [(acc, mode, place)]
+                if readable and rng.random() < 0.7:
+                    deps.append((rng.choice(readable), READ,
+                                 rng.choice([None, "host", "managed"])
+                                 if kind == "host_launch" else rng.choice(places)))
+                exec_place = "host" if kind == "host_launch" else \
+                    rng.choice(["host", *range(devices)])
+                result.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3),
+                                     exec_place, launch=kind == "task" and
+                                     rng.random() < 0.5))
+                continue
+            writable = [i for i in readable if not data[i].readonly
+                        and not data[i].accumulator]
+            if writable:                   # read acc, update another data
+                target = rng.choice(writable)
+                result.append(TaskOp("task", ((target, RW, rng.choice(places)),
+                                              (acc, READ, rng.choice(places))),
+                                     round(rng.uniform(-2, 2), 3),
+                                     rng.choice(["host", *range(devices)]),
+                                     launch=rng.random() < 0.5))
+            elif rng.random() < 0.5:
+                result.append(Op("wait", acc))
+        if op is None:
+            break
+        result.append(op)
+        if isinstance(op, TaskOp):
+            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
+        elif op.kind == "drop":
+            dropped.add(op.data)
+    return result
 
 
 def initial_arrays(program: Program) -> dict[int, np.ndarray]:
@@ -246,12 +351,22 @@ def run_oracle(program: Program) -> Outcome:
     waits = []
     for op in program.ops:
         if isinstance(op, TaskOp):
-            arrays, modes = [], []
+            arrays, modes, folds = [], [], []
             for index, mode, _ in op.deps:
-                if values[index] is not None:
-                    arrays.append(values[index])
-                    modes.append(mode)
+                value = values[index]
+                if value is None:
+                    continue
+                if mode & REDUCE:              # a private view holding the identity
+                    operation = reduce_op(mode)
+                    private = np.full(value.shape, operation.identity(value.dtype),
+                                      dtype=value.dtype)
+                    folds.append((operation, value, private))
+                    value = private
+                arrays.append(value)
+                modes.append(mode)
             task_body(np, arrays, modes, op.coef)
+            for operation, value, private in folds:
+                operation.ufunc(value, private, out=value)
         elif op.kind == "wait":
             waits.append((op.data, values[op.data].copy()))  # type: ignore[union-attr]
     final = {i: values[i] for i, spec in enumerate(program.data)
@@ -433,6 +548,16 @@ def smallest_budget(program: Program, groups: Sequence[set[int]] = ()) -> int:
     for spec in program.data:                  # logical_data_full fills on a device
         if spec.origin == "full" and spec.fill_place != "host":
             need = max(need, _nbytes(spec))
+    # Partial results of reductions wait in private instances until combined (into
+    # the data and a moved copy): room for all of them, at worst on one device.
+    reductions = [0] * len(program.data)
+    for op in program.ops:
+        if isinstance(op, TaskOp):
+            for index, mode, _ in op.deps:
+                if mode & REDUCE:
+                    reductions[index] += 1
+    need += sum((count + 2) * _nbytes(program.data[index])
+                for index, count in enumerate(reductions) if count)
     for group in groups:
         need = max(need, sum(_nbytes(program.data[i]) for i in group))
     return need
