@@ -10,6 +10,9 @@
 #           and as Python
 #   graphs  B2 (graph-mode cost per task) and B3 (replay)
 #   memory  memory_flat.py on CUDA (RSS over long graph-mode runs)
+#   reduce  B7: N tasks accumulating into one vector, reduce against rw
+#   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
+#           and finalized (device memory and thread count before and after)
 #   demo    the demo and the CG example
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
@@ -46,6 +49,10 @@ for step in "$@"; do
     (cd benchmarks && timeout 150 python3 b3_replay.py --json "$OUT/b3.json") 2>&1 ;;
   memory)
     timeout 200 python3 benchmarks/memory_flat.py --backend cuda --json "$OUT/memory.json" 2>&1 ;;
+  reduce)
+    (cd benchmarks && timeout 200 python3 b7_reduce.py --json "$OUT/b7.json" ${B7_EXTRA:-}) 2>&1 ;;
+  evict)
+    timeout 300 python3 benchmarks/memory_pressure.py --backend cuda --json "$OUT/pressure.json" 2>&1 ;;
   demo)
     timeout 60 python3 -m stflow.demo --backend cuda 2>&1 | tail -n 5
     timeout 120 python3 examples/cg_while_loop.py --backend cuda --n 2048 2>&1 | tail -n 3 ;;

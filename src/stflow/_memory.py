@@ -93,15 +93,18 @@ class DeviceMemory:
         device -> bytes (``None``: unlimited).
     used : dict
         device -> bytes of the instances charged to it.
+    limited : bool
+        Some device has a budget.
     evictions, evicted_bytes, written_back_bytes : int
         What eviction did so far (``ctx.statistics()``).
     """
 
     __slots__ = ("budgets", "used", "resident", "evictions", "evicted_bytes",
-                 "written_back_bytes")
+                 "written_back_bytes", "limited")
 
     def __init__(self, budgets: dict[int, int | None]) -> None:
         self.budgets = budgets
+        self.limited = any(budget is not None for budget in budgets.values())
         self.used = dict.fromkeys(budgets, 0)
         self.resident: dict[int, dict[int, tuple[DataState, Instance]]] = {
             device: {} for device in budgets}

@@ -282,9 +282,11 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: in
 
     ``completed(event)`` tells events that have completed: copies into an instance
     that completed order nothing any more and are forgotten. Fills the decision
-    fields of ``plan``; returns the stream, or ``None`` when started work holds data
-    the plan conflicts with (the caller waits for its release, then asks again).
-    ``tick`` stamps the instances used (``Instance.last_use``).
+    fields of ``plan`` but the waits; returns the stream, or ``None`` when started
+    work holds data the plan conflicts with (the caller waits for its release, then
+    asks again). The caller may decide again (after making room in memory, say),
+    then calls :func:`retarget` once, for the stream the work runs on. ``tick``
+    stamps the instances used (``Instance.last_use``).
     """
     first: Event | None = None
     others: list[Event] | None = None
@@ -334,13 +336,10 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: in
             else:
                 others.extend(ready.values())
     stream = choose_stream(pool, first, others)
+    plan.stream = stream
     plan.first = first
     plan.others = others
     plan.moves = moves
-    if stream.bodies:        # graph mode: it captures for a body; the caller retargets
-        plan.stream = stream
-    else:
-        retarget(plan, stream)
     return stream
 
 

@@ -335,9 +335,13 @@ class Runtime:
             if plan.reductions:
                 self._prepare_reductions(plan, what)
             stream = acquire(plan, pool, self._completed, tick)
+        if (plan.moves is not None or plan.reductions) and self.memory.limited and \
+                self._room_for(plan, what):
+            stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
+            assert stream is not None
         if stream.bodies:                 # graph mode: it captures for a task body
             stream = pools.idle_stream(exec_device)
-            retarget(plan, stream)
+        retarget(plan, stream)
         if recording:
             assert scopes is not None
             scopes.noted(plan)
@@ -559,6 +563,29 @@ class Runtime:
         if exhausted is not None:
             for event in freed:             # the memory is free once the frees ran
                 self.backend.synchronize(event)
+
+    def _room_for(self, plan: Plan, what: Any) -> bool:
+        """Before ``plan``'s decisions are enacted: make room for the instances it
+        allocates (its moves' targets without memory, its reductions' private
+        instances). Returns True when something was evicted or combined: the caller
+        decides again, after what that changed (a write-back its work must follow)."""
+        needs: dict[int, int] = {}
+        for access, _ in plan.moves or ():
+            instance = access.instance
+            if instance is not None and instance.allocation is None and \
+                    access.device >= 0:
+                needs[access.device] = needs.get(access.device, 0) + access.state.nbytes
+        for access in plan.reductions:
+            if access.device >= 0:
+                needs[access.device] = needs.get(access.device, 0) + access.state.nbytes
+        memory = self.memory
+        changed = False
+        for device, nbytes in needs.items():
+            if memory.over(device, nbytes) > 0:
+                before = (memory.evictions, memory.used[device])
+                self._make_room(device, nbytes, plan, (), what)
+                changed = changed or before != (memory.evictions, memory.used[device])
+        return changed
 
     def _combine_pending_on(self, device: int, needed: int, what: Any) -> int:
         """Free partial results of reductions held on ``device`` by combining them

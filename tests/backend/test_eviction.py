@@ -164,3 +164,25 @@ def test_read_only_copies_are_dropped_without_a_write_back(backend):
     assert stats.evictions > 0
     # Only the accumulator is ever the sole valid copy.
     assert stats.written_back_bytes < stats.evictions * NBYTES
+
+
+@pytest.mark.parametrize("mode", ["stream", "graph"])
+def test_a_write_back_an_eviction_makes_is_ordered_before_the_task_that_needed_room(
+        backend, mode):
+    """Room for a task is made before its prerequisites are decided: when the
+    eviction writes back data the task itself writes elsewhere, the task's write
+    comes after the write-back (it used to race with it)."""
+    for _ in range(20):
+        A, B = np.zeros(N), np.arange(float(N))
+        with stf.context(backend=backend, use_graph=mode == "graph",
+                         memory_budget=NBYTES + NBYTES // 2) as ctx:
+            a, b = ctx.logical_data(A), ctx.logical_data(B)
+            with ctx.task(stf.exec_place.device(1), a.rw()) as t:   # a only on device 1
+                add_to(t, 0, None, 5.0)
+            # b needs device 1: a is evicted, written back to A, which this task
+            # overwrites with b + 1.
+            with ctx.task(stf.exec_place.host(), a.write(stf.data_place.host()),
+                          b.read(stf.data_place.device(1))) as t:
+                _run(t, lambda xp, out, inp: out.__setitem__(Ellipsis, inp + 1.0), 0, 1)
+            assert ctx.statistics().written_back_bytes == NBYTES
+        np.testing.assert_array_equal(A, np.arange(float(N)) + 1.0)

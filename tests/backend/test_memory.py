@@ -98,3 +98,31 @@ def test_contexts_on_one_user_stream_leave_nothing_behind(backend):
     assert user.waited == {}, "contexts left ordering state on the user's stream"
     assert sum(ref() is not None for ref in streams) == 0, \
         "the user's stream keeps finished contexts' streams alive"
+
+
+def test_a_thousand_contexts_leave_device_memory_and_threads_as_they_were(backend):
+    """Contexts that move data to devices, reduce and evict, created and finalized
+    one after another: nothing of them stays on a device, no thread is left."""
+    import threading
+
+    from helpers.backends import device_bytes_in_use
+
+    def one() -> None:
+        with stf.context(backend=backend, memory_budget=4096) as ctx:
+            x = ctx.logical_data(np.zeros(256))                  # 2 KiB
+            with ctx.task(stf.exec_place.device(0), x.rw()) as t:
+                add_to(t, 0, None, 1.0)
+            y = ctx.logical_data_full((256,), 2.0, where=stf.data_place.device(0))
+            with ctx.task(stf.exec_place.device(0), y.reduce()) as t:   # evicts x
+                add_to(t, 0, None, 1.0)
+            ctx.wait(y)
+
+    one()
+    gc.collect()
+    memory, threads = device_bytes_in_use(backend), threading.active_count()
+    for _ in range(1000):
+        one()
+    gc.collect()
+    slack = 0 if backend == "emulated" else 2 << 20      # the driver's own bookkeeping
+    assert device_bytes_in_use(backend) - memory <= slack
+    assert threading.active_count() == threads

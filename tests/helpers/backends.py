@@ -34,3 +34,26 @@ def make_default(monkeypatch, name: str) -> None:
     import stflow._config as configuration
     monkeypatch.setattr(configuration, "_config",
                         dataclasses.replace(configuration.config(), backend=name))
+
+
+def device_bytes_in_use(name: str) -> int:
+    """Device memory the process holds on the backend's devices: the emulated
+    backend's live device buffers; on CUDA, total minus free after the memory pools
+    gave back what they keep."""
+    from stflow.backends import get_backend
+    backend = get_backend(name)
+    if name == "emulated":
+        memory = backend._memory
+        return sum(end - start for start, (end, device) in memory._ranges.items()
+                   if device >= 0)
+    backend.trim_pools()
+    from cuda.bindings import driver
+    used = 0
+    for device in range(backend.device_count):
+        backend._push(device)
+        try:
+            _, free, total = driver.cuMemGetInfo()
+        finally:
+            backend._pop(device)
+        used += int(total) - int(free)
+    return used

@@ -22,6 +22,14 @@ def registered(key: int = 1) -> DataState:
     return state
 
 
+def decide(plan, pool, completed, tick=1):
+    """acquire() then retarget() on the chosen stream: the runtime's two steps."""
+    stream = acquire(plan, pool, completed, tick)
+    if stream is not None:
+        retarget(plan, stream)
+    return stream
+
+
 def pool_of(name: str, size: int = 2) -> Pool:
     return Pool([FakeStream(f"{name}{i}") for i in range(size)])
 
@@ -71,7 +79,7 @@ def test_first_read_elsewhere_moves_a_copy_then_the_steady_state_moves_nothing()
     x = registered()
     pool = pool_of("p")
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
-    stream = acquire(plan, pool, never, 1)
+    stream = decide(plan, pool, never, 1)
     assert plan.moves == [(plan.accesses[0], x.reference)]
     assert plan.waits == () and plan.first is None
     copy_done = stream.record()
@@ -80,7 +88,7 @@ def test_first_read_elsewhere_moves_a_copy_then_the_steady_state_moves_nothing()
     assert plan.accesses[0].instance.state is MODIFIED
     assert x.reference.state is INVALID
     for _ in range(3):                          # a chain: same stream, nothing to do
-        again = acquire(plan, pool, never, 1)
+        again = decide(plan, pool, never, 1)
         assert again is stream and plan.moves is None and plan.waits == ()
         assert plan.skipped == 1
         release(plan, stream.record(), None)
@@ -89,7 +97,7 @@ def test_first_read_elsewhere_moves_a_copy_then_the_steady_state_moves_nothing()
 def test_a_write_only_access_allocates_without_copying():
     x = registered()
     plan = resolve([(x, WRITE, 1)], 1, 1, 2, False, "t")
-    acquire(plan, pool_of("p"), never, 1)
+    decide(plan, pool_of("p"), never, 1)
     assert plan.moves == [(plan.accesses[0], None)]
 
 
@@ -102,9 +110,9 @@ def test_readers_of_a_fresh_copy_wait_for_it_until_it_completed():
     x.copied(dev0, x.reference, copy_done)
     plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
     pool = pool_of("p")
-    stream = acquire(plan, pool, never, 1)
+    stream = decide(plan, pool, never, 1)
     assert plan.waits == [copy_done] and stream in pool.streams
-    acquire(plan, pool, always, 1)                 # completed copies order nothing
+    decide(plan, pool, always, 1)                 # completed copies order nothing
     assert plan.waits == () and dev0.ready == {}
 
 
@@ -118,18 +126,19 @@ def test_a_writer_waits_for_every_reader_on_other_streams():
     writer_first = x.tracker.writer
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
     pool = Pool([a, FakeStream("a2")])
-    stream = acquire(plan, pool, never, 1)
+    stream = decide(plan, pool, never, 1)
     assert stream is a                          # the last writer's stream
     assert plan.first is writer_first and plan.others == [reader]
     assert plan.waits == [reader] and plan.skipped == 1
-    acquire(plan, pool, never, 1)                  # the wait is remembered: none again
+    decide(plan, pool, never, 1)                  # the wait is remembered: none again
     assert plan.waits == [] and plan.skipped == 2
 
 
-def test_a_stream_busy_with_a_body_is_left_for_the_caller_and_remembers_nothing():
-    """Graph mode keeps other work off a stream whose task body is being captured:
-    acquire() names it without deciding its waits (which needs_wait would remember
-    for a stream the work never runs on); the caller retargets."""
+def test_acquire_decides_no_waits_so_the_caller_can_decide_again():
+    """acquire() names a stream without deciding its waits (which needs_wait would
+    remember): graph mode may give the work another stream (one whose task body is
+    being captured is left alone), eviction may change the prerequisites; the caller
+    retargets once, for the stream the work runs on."""
     x = registered()
     x.instance(0).allocation, x.instance(1).allocation = buffer(0), buffer(1)
     a, b, c = FakeStream("a"), FakeStream("b"), FakeStream("c")
@@ -139,11 +148,12 @@ def test_a_stream_busy_with_a_body_is_left_for_the_caller_and_remembers_nothing(
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
     a.bodies = 1
     assert acquire(plan, Pool([a, c]), never, 1) is a
-    assert a.waited == {}                       # nothing remembered for the busy stream
+    assert acquire(plan, Pool([a, c]), never, 2) is a      # deciding again is free
+    assert a.waited == {}
     retarget(plan, c)
     assert plan.stream is c and set(plan.waits) == {x.tracker.writer, reader}
     a.bodies = 0
-    acquire(plan, Pool([a, c]), never, 2)
+    decide(plan, Pool([a, c]), never, 3)
     assert plan.stream is a and plan.waits == [reader]     # a still waits for b
 
 
@@ -163,7 +173,7 @@ def test_invalid_instances_with_memory_only_copy():
     dev0.allocation = buffer(0)
     assert dev0.state is INVALID
     plan = resolve([(x, READ, 0)], 0, 0, 2, False, "t")
-    acquire(plan, pool_of("p"), never, 1)
+    decide(plan, pool_of("p"), never, 1)
     assert plan.moves == [(plan.accesses[0], x.reference)]
 
 
