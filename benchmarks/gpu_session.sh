@@ -32,7 +32,8 @@ for step in "$@"; do
     python3 -c "import stflow; print('compiled build:', stflow.__compiled__)" ;;
   tests|tests-python)
     pure=0; [ "$step" = tests-python ] && pure=1
-    STFLOW_PURE_PYTHON=$pure timeout 400 python3 -m pytest -q -m "gpu and not slow" tests \
+    STFLOW_THREADED_SEEDS=${STFLOW_THREADED_SEEDS:-40} STFLOW_PURE_PYTHON=$pure \
+      timeout ${TESTS_TIMEOUT:-400} python3 -m pytest -q -m "gpu and not slow" tests \
       -p no:cacheprovider --timeout 300 ${PYTEST_EXTRA:-} --tb=short -rf \
       -W "ignore::DeprecationWarning" > "$OUT/$step.log" 2>&1
     echo "$step exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$step.log" | tail -n 30 ;;

@@ -905,11 +905,13 @@ class Runtime:
             instance.allocation = None
 
     def _stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
-        """A stream of place ``device`` ordered after ``events`` (internal work)."""
+        """A stream for internal work at place ``device`` (the host's for host and
+        managed memory), ordered after ``events``."""
         events = merge_events(events)
-        stream = choose_stream(pools.pool(device), None, events)
+        place = device if device >= 0 else HOST
+        stream = choose_stream(pools.pool(place), None, events)
         if stream.bodies:
-            stream = pools.idle_stream(device)
+            stream = pools.idle_stream(place)
         self.order_after(stream, events)
         return stream
 

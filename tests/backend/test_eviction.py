@@ -177,12 +177,12 @@ def test_a_write_back_an_eviction_makes_is_ordered_before_the_task_that_needed_r
         with stf.context(backend=backend, use_graph=mode == "graph",
                          memory_budget=NBYTES + NBYTES // 2) as ctx:
             a, b = ctx.logical_data(A), ctx.logical_data(B)
-            with ctx.task(stf.exec_place.device(1), a.rw()) as t:   # a only on device 1
+            with ctx.task(stf.exec_place.device(0), a.rw()) as t:   # a only on device 0
                 add_to(t, 0, None, 5.0)
-            # b needs device 1: a is evicted, written back to A, which this task
+            # b needs device 0: a is evicted, written back to A, which this task
             # overwrites with b + 1.
             with ctx.task(stf.exec_place.host(), a.write(stf.data_place.host()),
-                          b.read(stf.data_place.device(1))) as t:
+                          b.read(stf.data_place.device(0))) as t:
                 _run(t, lambda xp, out, inp: out.__setitem__(Ellipsis, inp + 1.0), 0, 1)
             assert ctx.statistics().written_back_bytes == NBYTES
         np.testing.assert_array_equal(A, np.arange(float(N)) + 1.0)

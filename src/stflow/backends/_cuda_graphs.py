@@ -201,6 +201,7 @@ class CudaGraphSupport(GraphSupport):
 
     # -- graphs --------------------------------------------------------------------
     def create_graph(self) -> Any:
+        self._backend._ensure_context()     # a thread without one (workers)
         graph = _cu.check(_cu.driver.cuGraphCreate(0), "creating a CUDA graph")
         with self._lock:
             self._resources[int(graph)] = _Resources()
@@ -270,6 +271,7 @@ class CudaGraphSupport(GraphSupport):
             The stream is capturing already, or ``graph`` is the body of a loop on
             another device than the stream's.
         """
+        self._backend._ensure_context()     # a thread without one (workers)
         backend = self._backend
         if stream.handle in backend._captures:
             raise ScopeError(f"{stream!r} is already capturing into a graph; end that "
@@ -311,6 +313,7 @@ class CudaGraphSupport(GraphSupport):
             captured (a synchronous call, work of a legacy stream, an event of
             another capture); the message says so.
         """
+        self._backend._ensure_context()     # a thread without one (workers)
         d = _cu.driver
         native = stream.native  # type: ignore[attr-defined]
         capture = self._backend._captures.pop(stream.handle, None)
@@ -492,6 +495,7 @@ class CudaGraphSupport(GraphSupport):
 
     # -- executables ---------------------------------------------------------------
     def instantiate(self, graph: Any) -> _Executable:
+        self._backend._ensure_context()     # a thread without one (workers)
         resources = self._owner(graph)
         native = _cu.check(_cu.driver.cuGraphInstantiate(graph, 0),
                            "instantiating a CUDA graph")
@@ -507,6 +511,7 @@ class CudaGraphSupport(GraphSupport):
         The resources of the graph the executable used before are released once the
         launches enqueued so far completed (and that graph is destroyed).
         """
+        self._backend._ensure_context()     # a thread without one (workers)
         resources = self._owner(graph)
         (err, _info) = _cu.driver.cuGraphExecUpdate(executable.native, graph)
         if err == self._update_failure:
@@ -520,6 +525,7 @@ class CudaGraphSupport(GraphSupport):
         return True
 
     def launch(self, executable: Any, stream: Stream) -> None:
+        self._backend._ensure_context()     # a thread without one (workers)
         native = stream.native  # type: ignore[attr-defined]
         (err,) = self._cuGraphLaunch(executable.native, native)
         if err:

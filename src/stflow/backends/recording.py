@@ -250,10 +250,15 @@ class GraphRecorder(Backend):
             raise ScopeError("a loop is opened outside any graph")
         self._end_captures()
         node = Node(parent, [])
-        parent.sinks[node] = None
-        parent.used = True
         body = self.current = Graph(None, node)
         body.loop_count = count
+        if count == 0:
+            # A body that never runs (its scope is discarded when it closes): its
+            # work is captured into a scratch graph, never into the enclosing one.
+            body.handle = self.graphs.create_graph()
+            return body
+        parent.sinks[node] = None
+        parent.used = True
         return body
 
     def _materialize(self, body: Graph, device: int) -> None:
@@ -291,13 +296,16 @@ class GraphRecorder(Backend):
         self.current = body.parent.graph
 
     def discard_loop(self, body: Graph) -> None:
-        """Drop a loop whose body raised: its node leaves the enclosing graph."""
+        """Drop a loop whose body raised (or never runs): its node leaves the
+        enclosing graph."""
         self._end_captures(keep=False)
         assert body.parent is not None
         node = body.parent
         parent = self.current = node.graph
         parent.sinks.pop(node, None)
-        if body.handle is not None:
+        if body.loop_count == 0:
+            self.graphs.destroy_graph(body.handle)
+        elif body.handle is not None:
             self.graphs.remove_node(parent.handle, node.handles[0])  # type: ignore[index]
 
     def enter_level(self, graph: Graph | None) -> Graph | None:
@@ -478,7 +486,10 @@ class GraphRecorder(Backend):
         self._begin(stream, graph)
 
     def _begin(self, stream: RecordingStream, graph: Graph) -> None:
-        deps = self._dependencies(stream.frontier, graph)
+        if graph.loop_count == 0 and graph.parent is not None:
+            deps: list[Any] = []                  # a scratch body orders nothing
+        else:
+            deps = self._dependencies(stream.frontier, graph)
         self.graphs.begin_capture(stream.real, graph.handle, deps)
         stream.capturing = graph
         stream.open_node = Node(graph, None, stream)

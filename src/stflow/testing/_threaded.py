@@ -275,6 +275,7 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
     user = user_arrays(data_program)
     turn = [0]
     handover = threading.Condition()
+    failed = threading.Event()          # a thread raised: the others stop waiting
     if mode == "scopes":
         ctx: Any = stf.stackable_context(backend=backend)
     else:
@@ -289,7 +290,9 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
         def wait_for_turn(key: tuple[int, int]) -> None:
             with handover:
                 while program.turns[turn[0]] != key:
-                    handover.wait()
+                    if failed.is_set():
+                        raise RuntimeError("another thread failed; its turn never came")
+                    handover.wait(0.05)
 
         def pass_turn() -> None:
             with handover:
@@ -301,21 +304,30 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
             run_body = body if pause is None else _paused(body, pause)
 
             def run() -> None:
-                for s, segment in enumerate(program.threads[t]):
-                    if segment.turn:
-                        wait_for_turn((t, s))
-                    if segment.scoped:
-                        with ctx.graph_scope():
+                try:
+                    for s, segment in enumerate(program.threads[t]):
+                        if segment.turn:
+                            wait_for_turn((t, s))
+                        if segment.scoped:
+                            with ctx.graph_scope():
+                                _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
+                        else:
                             _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
-                    else:
-                        _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
-                    if segment.turn:
-                        pass_turn()
+                        if segment.turn:
+                            pass_turn()
+                except BaseException:
+                    failed.set()
+                    raise
             return run
 
-        run_threads([worker(t) for t in range(len(program.threads))], timeout)
+        try:
+            run_threads([worker(t) for t in range(len(program.threads))], timeout)
+        except Hang:
+            ctx = None                  # threads are stuck in it: leave it be
+            raise
     finally:
-        ctx.finalize()
+        if ctx is not None:
+            ctx.finalize()
     final = {i: user[i] for i in program.initial}
     return waits, final
 
