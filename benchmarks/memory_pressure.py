@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from helpers.backends import device_bytes_in_use  # noqa: E402
+from helpers.backends import device_bytes_in_use, one_context_round  # noqa: E402
 from helpers.bodies import add_to  # noqa: E402
 
 
@@ -57,14 +57,7 @@ def working_set(stf, backend: str, budget: int) -> dict:
 
 def many_contexts(stf, backend: str, contexts: int) -> dict:
     def one() -> None:
-        with stf.context(backend=backend, memory_budget=1 << 20) as ctx:
-            x = ctx.logical_data(np.zeros(1 << 16))                   # 512 KiB
-            with ctx.task(stf.exec_place.device(0), x.rw()) as t:
-                add_to(t, 0, None, 1.0)
-            y = ctx.logical_data_full((1 << 16,), 2.0, where=stf.data_place.device(0))
-            with ctx.task(stf.exec_place.device(0), y.reduce()) as t:   # evicts x
-                add_to(t, 0, None, 1.0)
-            ctx.wait(y)
+        one_context_round(backend, 1 << 16)                           # 512 KiB each
 
     one()
     gc.collect()

@@ -1046,12 +1046,7 @@ class Runtime:
                                  "the task first")
         self.boundaries += 1
         try:
-            while self.started:
-                self.waiters += 1
-                try:
-                    self.cv.wait()
-                finally:
-                    self.waiters -= 1
+            self._await_no_started()
         finally:
             self.boundaries -= 1
             self.wake()
@@ -1257,6 +1252,10 @@ class Runtime:
         while scopes is not None and scopes.open_tops:   # other threads' scopes close
             self._block(None, "finalize()")
         self.closing = True               # submissions waiting on a conflict give up
+        self._await_no_started()
+
+    def _await_no_started(self) -> None:
+        """Wait (lock held) until no task is started (they end by themselves)."""
         while self.started:
             self.waiters += 1
             try:

@@ -105,17 +105,10 @@ def test_a_thousand_contexts_leave_device_memory_and_threads_as_they_were(backen
     one after another: nothing of them stays on a device, no thread is left."""
     import threading
 
-    from helpers.backends import device_bytes_in_use
+    from helpers.backends import device_bytes_in_use, one_context_round
 
     def one() -> None:
-        with stf.context(backend=backend, memory_budget=4096) as ctx:
-            x = ctx.logical_data(np.zeros(256))                  # 2 KiB
-            with ctx.task(stf.exec_place.device(0), x.rw()) as t:
-                add_to(t, 0, None, 1.0)
-            y = ctx.logical_data_full((256,), 2.0, where=stf.data_place.device(0))
-            with ctx.task(stf.exec_place.device(0), y.reduce()) as t:   # evicts x
-                add_to(t, 0, None, 1.0)
-            ctx.wait(y)
+        one_context_round(backend, 256)
 
     one()
     gc.collect()

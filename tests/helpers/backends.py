@@ -57,3 +57,21 @@ def device_bytes_in_use(name: str) -> int:
             backend._pop(device)
         used += int(total) - int(free)
     return used
+
+
+def one_context_round(name: str, elements: int) -> None:
+    """One context that moves data to device 0, reduces and evicts (its budget holds
+    two of its vectors of ``elements`` float64), then finalizes."""
+    import numpy as np
+
+    import stflow as stf
+
+    from .bodies import add_to
+    with stf.context(backend=name, memory_budget=16 * elements) as ctx:
+        x = ctx.logical_data(np.zeros(elements))
+        with ctx.task(stf.exec_place.device(0), x.rw()) as t:
+            add_to(t, 0, None, 1.0)
+        y = ctx.logical_data_full((elements,), 2.0, where=stf.data_place.device(0))
+        with ctx.task(stf.exec_place.device(0), y.reduce()) as t:     # evicts x
+            add_to(t, 0, None, 1.0)
+        ctx.wait(y)

@@ -33,9 +33,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
-                        _host_fn, _place, _same, cupy_body, declare_data, emulated_body,
-                        emulated_graph_body, host_body, initial_arrays, task_body,
-                        user_arrays)
+                        _same, cupy_body, declare_data, emulated_body,
+                        emulated_graph_body, host_body, initial_arrays, submit,
+                        task_body, user_arrays)
 
 __all__ = ["Hang", "Segment", "ThreadedProgram", "all_stacks", "check_threaded_program",
            "generate_threaded_program", "run_threads"]
@@ -310,9 +310,11 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                             wait_for_turn((t, s))
                         if segment.scoped:
                             with ctx.graph_scope():
-                                _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
+                                _run_ops(stf, ctx, data_program, segment.ops, lds,
+                                         run_body, waits[t])
                         else:
-                            _run_ops(stf, ctx, segment.ops, lds, run_body, waits[t])
+                            _run_ops(stf, ctx, data_program, segment.ops, lds,
+                                     run_body, waits[t])
                         if segment.turn:
                             pass_turn()
                 except BaseException:
@@ -349,19 +351,11 @@ def _paused(body: BodyRunner, pause: Callable[[], None]) -> BodyRunner:
     return run
 
 
-def _run_ops(stf: Any, ctx: Any, ops: list[Any], lds: dict[int, Any], body: BodyRunner,
-             waits: list[np.ndarray]) -> None:
+def _run_ops(stf: Any, ctx: Any, program: Program, ops: list[Any], lds: dict[int, Any],
+             body: BodyRunner, waits: list[np.ndarray]) -> None:
     for op in ops:
         if isinstance(op, TaskOp):
-            deps = [stf.dep(lds[i], m, _place(stf, p)) for i, m, p in op.deps]
-            modes = [m for _, m, _ in op.deps]
-            if op.kind == "host_launch":
-                ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
-                continue
-            place = (stf.exec_place.host() if op.place_of_exec == "host"
-                     else stf.exec_place.device(op.place_of_exec))
-            with ctx.task(place, *deps) as t:
-                body(t, op, modes)
+            submit(stf, ctx, program, op, lds, body)
         elif op.kind == "wait":
             waits.append(ctx.wait(lds[op.data]))
         elif op.kind == "fence":
