@@ -232,6 +232,14 @@ class DataState:
                     other.ready.clear()
         instance.state = MODIFIED
 
+    def uses(self) -> list[Event]:
+        """Events after which every use of the data so far has completed: its
+        ordering events and the readiness of every instance (copies in flight)."""
+        events = self.tracker.events()
+        for instance in self.instances.values():
+            events.extend(instance.ready.values())
+        return events
+
     def substitute(self, stand_in: Callable[[Event], Event]) -> None:
         """Replace every event the state holds (ordering and instance readiness) by
         ``stand_in(event)`` (see ``AccessTracker.substitute``)."""

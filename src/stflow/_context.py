@@ -173,7 +173,7 @@ class context(RuntimeOwner):
     def _full(self, shape: Any, fill_value: Any, dtype: Any, where: Any,
               exec_place: Any, name: str | None, what: str) -> _LogicalData:
         from .fill_utils import check_fill_places, fill_pattern, init_logical_data
-        runtime = self._live()
+        self._live()
         check_fill_places(where, exec_place, what, "where")
         if dtype is None:
             dtype = np.array(fill_value).dtype

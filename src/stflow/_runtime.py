@@ -41,16 +41,17 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
+from . import _eviction as eviction
+from . import _reductions as reductions
 from ._access import READ, WRITE
 from ._compile import mypyc_attr
-from ._coherence import INVALID, DataState, Instance
+from ._coherence import DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
                       ErrorLog, OutOfMemoryError, PlaceError, ScopeError, work_ids)
-from ._instrument import Instrument, Instruments, Statistics, WorkRecord, byte_size_text
+from ._instrument import Instrument, Instruments, Statistics, WorkRecord
 from ._memory import DeviceMemory, resolve_budgets
-from ._reduce import Reduction, reduce_op
-from ._plan import Move, Plan, acquire, held, hold, release, remember, resolve, retarget
+from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
 from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
@@ -73,33 +74,6 @@ def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | 
         if scope is not None:
             return access.state, scope
     return None
-
-
-def _next_place(groups: dict[int, list[Move]]) -> int:
-    """A device of ``groups`` (device -> moves into it) that holds no source of
-    another group's moves, else any."""
-    for device in groups:
-        if not any(source is not None and source.device == device
-                   for other, moves in groups.items() if other != device
-                   for _, source in moves):
-            return device
-    return next(iter(groups))
-
-
-def _working_set(plan: Plan | None, device: int, nbytes: int) -> int:
-    """Bytes of ``plan``'s data at ``device`` (``nbytes`` without a plan)."""
-    if plan is None:
-        return nbytes
-    return sum(access.state.nbytes for access in plan.accesses
-               if access.device == device and access.instance is not None)
-
-
-def _data_sizes(plan: Plan | None, device: int, nbytes: int) -> str:
-    if plan is None:
-        return byte_size_text(nbytes)
-    return ", ".join(f"{access.state.label} {byte_size_text(access.state.nbytes)}"
-                     for access in plan.accesses
-                     if access.device == device and access.instance is not None)
 
 
 def _modes(plan: Plan) -> list[tuple[DataState, int]]:
@@ -274,7 +248,7 @@ class Runtime:
         if ordinal != HOST:
             self.check_device(ordinal, "logical_data")
         with self.lock:
-            pool = self._current_pools().pool(ordinal)
+            pool = self.current_pools().pool(ordinal)
             return pool.streams[pool.next % len(pool.streams)]
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
@@ -328,15 +302,15 @@ class Runtime:
         backend = self.backend
         tick = self.ticks = self.ticks + 1
         if plan.reductions:
-            self._prepare_reductions(plan, what)
+            reductions.prepare(self, plan, what)
         stream = acquire(plan, pool, self._completed, tick)
         while stream is None:             # data held by started work, or reductions
             self._clear(plan, what)       # to combine first
             if plan.reductions:
-                self._prepare_reductions(plan, what)
+                reductions.prepare(self, plan, what)
             stream = acquire(plan, pool, self._completed, tick)
         if (plan.moves is not None or plan.reductions) and self.memory.limited and \
-                self._room_for(plan, what):
+                eviction.room_for(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
             assert stream is not None
         if stream.bodies:                 # graph mode: it captures for a task body
@@ -362,7 +336,7 @@ class Runtime:
         if plan.moves is not None:
             self._enact_moves(plan, stream, ident, record, what)
         if plan.reductions:
-            self._begin_reductions(plan, stream, owner, record, what)
+            reductions.begin(self, plan, stream, owner, record, what)
         if record is not None:
             self.instruments.body(record)
         if owner is not None:
@@ -390,7 +364,7 @@ class Runtime:
             if self.waiters:
                 self.cv.notify_all()
         if plan.reductions:
-            self._end_reductions(plan, event, owner, private, ident)
+            reductions.end(self, plan, event, owner, private, ident)
         if scopes is not None and scopes.stack:
             scopes.released(plan)
             if not self.started and scopes.epoch_full():
@@ -424,40 +398,22 @@ class Runtime:
                      record: WorkRecord | None, what: Any) -> None:
         """Allocate, then copy, what ``plan.moves`` names, in stream order.
 
-        One place at a time when the moves go to several: host places first, then
-        devices, a device before those holding the sources of its copies. An
-        allocation that evicts may then take an instance whose copies are made.
+        Room under the memory budget was made before the plan was decided
+        (``_eviction.room_for``); should the device itself run out, an eviction may
+        still take a source of these copies, which are then made from another valid
+        instance (the one it wrote back, at worst).
         """
         moves = plan.moves
         assert moves is not None
-        if len(moves) == 1 or all(access.device == moves[0][0].device
-                                  for access, _ in moves):
-            self._enact_some(moves, plan, stream, ident, record, what, moves)
-            return
-        groups: dict[int, list[Move]] = {}
-        for move in moves:
-            device = move[0].device
-            groups.setdefault(device if device >= 0 else HOST, []).append(move)
-        pending = list(moves)
-        while groups:
-            device = HOST if HOST in groups else _next_place(groups)
-            group = groups.pop(device)
-            self._enact_some(group, plan, stream, ident, record, what, pending)
-            pending = [move for move in pending if move not in group]
-
-    def _enact_some(self, moves: list[Move], plan: Plan, stream: Stream, ident: int,
-                    record: WorkRecord | None, what: Any, pending: list[Move]) -> None:
-        """Allocate, then copy, ``moves`` (``pending``: the moves not made yet, whose
-        sources eviction leaves alone)."""
         # Every allocation before any copy: an allocation failure (out of memory)
         # then leaves no copy in flight that no later work would know about.
-        sources = tuple(source for _, source in pending if source is not None)
+        sources = tuple(source for _, source in moves if source is not None)
         for access, _ in moves:
             instance = access.instance
             assert instance is not None
             if instance.allocation is None:
-                self._allocate(access.state, instance, stream, record, plan, what,
-                               sources)
+                self.allocate(access.state, instance, stream, record, plan, what,
+                              sources)
         copied: list[tuple[DataState, Instance, Instance]] = []
         backend = self.backend
         try:
@@ -469,7 +425,7 @@ class Runtime:
                         source = access.state.valid_source(access.device)
                         assert source is not None and source.allocation is not None
                         self.order_after(stream, list(source.ready.values()))
-                    self._copy(access.state, target, source, stream, record)
+                    self.copy_instance(access.state, target, source, stream, record)
                     copied.append((access.state, target, source))
         except BaseException:
             if copied:       # the copies in flight read their sources: order writers
@@ -487,9 +443,9 @@ class Runtime:
                 if scopes is not None and scopes.stack:
                     scopes.wrote(state, target)
 
-    def _allocate(self, state: DataState, instance: Instance, stream: Stream,
-                  record: WorkRecord | None, plan: Plan | None, what: Any,
-                  keep: tuple[Instance, ...] = (), private: bool = False) -> None:
+    def allocate(self, state: DataState, instance: Instance, stream: Stream,
+                 record: WorkRecord | None, plan: Plan | None, what: Any,
+                 keep: tuple[Instance, ...] = (), private: bool = False) -> None:
         """Give ``instance`` memory, within its device's budget: evict first if it
         would exceed it, and again if the device itself runs out (``plan``, the
         acquisition being made, and ``keep`` stay). A ``private`` instance (a
@@ -502,183 +458,17 @@ class Runtime:
         else:
             memory = self.memory
             if memory.over(device, nbytes) > 0:
-                self._make_room(device, nbytes, plan, keep, what)
+                eviction.make_room(self, device, nbytes, plan, keep, what)
             try:
                 instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
             except OutOfMemoryError as exc:
-                self._make_room(device, nbytes, plan, keep, what, exhausted=exc)
+                eviction.make_room(self, device, nbytes, plan, keep, what, exhausted=exc)
                 instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
             memory.charge(state, instance, evictable=not private)
         self.instruments.allocated(record, device, nbytes)
 
-    # -- eviction ----------------------------------------------------------------------
-    def _make_room(self, device: int, nbytes: int, plan: Plan | None,
-                   keep: tuple[Instance, ...], what: Any,
-                   exhausted: OutOfMemoryError | None = None) -> None:
-        """Evict instances of ``device``, least recently used first, until
-        ``nbytes`` more fit in its budget (``exhausted``: the device itself ran out;
-        evict ``nbytes`` and wait until the memory is free).
-
-        Raises
-        ------
-        OutOfMemoryError
-            ``plan``'s own data at ``device`` exceeds the budget, or not enough can
-            be evicted; nothing was changed for the work being acquired.
-        """
-        memory = self.memory
-        budget = memory.budgets.get(device)
-        own = _working_set(plan, device, nbytes)
-        if budget is not None and own > budget:
-            raise OutOfMemoryError(
-                f"{what} needs {byte_size_text(own)} on device {device} (its data at "
-                f"that place: {_data_sizes(plan, device, nbytes)}), more than the "
-                f"device's memory budget of {byte_size_text(budget)}; split the data "
-                "or raise the budget (memory_budget=, STFLOW_DEVICE_MEMORY_BUDGET)")
-        needed = nbytes if exhausted is not None else memory.over(device, nbytes)
-        scopes = self.scopes
-        if exhausted is not None and scopes is not None and scopes.stack:
-            raise OutOfMemoryError(f"{what}: device {device} is out of memory while "
-                                   "work is recorded into a graph (memory an eviction "
-                                   "frees is released only when the graph has run)"
-                                   ) from exhausted
-        pinned, pinned_states = self._pinned(plan, ())
-        sources = {id(instance) for instance in keep}
-        freed: list[Event] = []
-        for state, instance in memory.candidates(device, pinned, pinned_states, sources):
-            if needed <= 0:
-                break
-            freed.append(self._evict(state, instance))
-            needed -= state.nbytes
-        if needed > 0 and exhausted is None:
-            needed = self._combine_pending_on(device, needed, what)
-        if needed > 0:
-            used = memory.used[device]
-            limit = ("the device's memory" if exhausted is not None or budget is None
-                     else f"its memory budget of {byte_size_text(budget)}")
-            raise OutOfMemoryError(
-                f"{what} needs {byte_size_text(nbytes)} more on device {device}, where "
-                f"{byte_size_text(used)} are in use and nothing more can be evicted "
-                f"within {limit}: the rest belongs to running tasks, launchable graphs "
-                "or open scopes") from exhausted
-        if exhausted is not None:
-            for event in freed:             # the memory is free once the frees ran
-                self.backend.synchronize(event)
-
-    def _room_for(self, plan: Plan, what: Any) -> bool:
-        """Before ``plan``'s decisions are enacted: make room for the instances it
-        allocates (its moves' targets without memory, its reductions' private
-        instances). Returns True when something was evicted or combined: the caller
-        decides again, after what that changed (a write-back its work must follow)."""
-        needs: dict[int, int] = {}
-        for access, _ in plan.moves or ():
-            instance = access.instance
-            if instance is not None and instance.allocation is None and \
-                    access.device >= 0:
-                needs[access.device] = needs.get(access.device, 0) + access.state.nbytes
-        for access in plan.reductions:
-            if access.device >= 0:
-                needs[access.device] = needs.get(access.device, 0) + access.state.nbytes
-        memory = self.memory
-        changed = False
-        for device, nbytes in needs.items():
-            if memory.over(device, nbytes) > 0:
-                before = (memory.evictions, memory.used[device])
-                self._make_room(device, nbytes, plan, (), what)
-                changed = changed or before != (memory.evictions, memory.used[device])
-        return changed
-
-    def _combine_pending_on(self, device: int, needed: int, what: Any) -> int:
-        """Free partial results of reductions held on ``device`` by combining them
-        on the host (none still being reduced into or used); returns the bytes still
-        needed."""
-        for state in list(self.data.states.values()):
-            if needed <= 0:
-                break
-            pending = state.pending
-            if pending is None or pending.holders or pending.combining or \
-                    state.writing is not None or state.reading or \
-                    state.scope is not None:
-                continue
-            held = sum(state.nbytes for instance, _ in pending.partials
-                       if instance.device == device)
-            if not held:
-                continue
-            scopes = self.scopes
-            if scopes is not None and scopes.per_thread and scopes.stack:
-                with scopes.root_level():
-                    self._combine(state, pending, HOST, what)
-            else:
-                self._combine(state, pending, HOST, what)
-            needed -= held
-        return needed
-
-    def _pinned(self, plan: Plan | None, keep: tuple[Instance, ...]
-                ) -> tuple[set[int], set[int]]:
-        """Ids of the instances and of the data eviction must leave alone: ``keep``
-        (sources of copies about to be made), the instances of ``plan`` and of
-        started tasks, and the data of launchable graphs and open scopes."""
-        instances = {id(instance) for instance in keep}
-        states: set[int] = set()
-        plans = [] if plan is None else [plan]
-        for owner in self.started:
-            started_plan = getattr(owner, "_plan", None)
-            if started_plan is not None:
-                plans.append(started_plan)
-            scope = getattr(owner, "scope", None)        # a launchable graph
-            if scope is not None:
-                states.update(id(state) for state in scope.touched.values())
-        for held_plan in plans:
-            for access in held_plan.accesses:
-                if access.instance is not None:
-                    instances.add(id(access.instance))
-        scopes = self.scopes
-        if scopes is not None:
-            for top in scopes.open_tops:
-                states.update(id(state) for state in top.touched.values())
-        states.update(id(state) for state in self.combining)
-        return instances, states
-
-    def _evict(self, state: DataState, instance: Instance) -> Event:
-        """Drop ``instance`` (writing its value back first if it is the only valid
-        copy) and free its memory after every use; returns the free's event."""
-        scopes = self.scopes
-        if scopes is not None and scopes.per_thread and scopes.stack:
-            with scopes.root_level():       # the data is not the open scopes'
-                return self._evict(state, instance)
-        if scopes is not None:
-            scopes.touch(state)
-        memory = self.memory
-        nbytes = state.nbytes
-        if not any(other is not instance and other.state is not INVALID
-                   for other in state.instances.values()):
-            reference = state.reference
-            target = (reference if reference is not None and reference is not instance
-                      else state.instance(HOST))
-            prerequisites = [*state.tracker.prerequisites(READ), *instance.ready.values()]
-            self.copy_into(state, target, instance, prerequisites, state.label)
-            memory.written_back_bytes += nbytes
-        events = merge_events([*state.tracker.events(),
-                               *(event for other in state.instances.values()
-                                 for event in other.ready.values())])
-        pools = self._current_pools()
-        device = instance.device
-        stream = choose_stream(pools.pool(device), None, events)
-        if stream.bodies:
-            stream = pools.idle_stream(device)
-        self.order_after(stream, events)
-        allocation = instance.allocation
-        assert allocation is not None
-        self.backend.free(allocation, stream)
-        instance.allocation = None
-        instance.state = INVALID
-        instance.ready.clear()
-        memory.discharge(instance, nbytes)
-        memory.evictions += 1
-        memory.evicted_bytes += nbytes
-        return self.backend.record(stream)
-
-    def _copy(self, state: DataState, target: Instance, source: Instance,
-              stream: Stream, record: WorkRecord | None) -> None:
+    def copy_instance(self, state: DataState, target: Instance, source: Instance,
+                      stream: Stream, record: WorkRecord | None) -> None:
         assert target.allocation is not None and source.allocation is not None
         self.backend.copy(target.allocation.ptr, source.allocation.ptr, state.nbytes,
                           stream)
@@ -689,222 +479,12 @@ class Runtime:
     def _clear(self, plan: Plan, what: Any) -> None:
         """Before ``plan`` is acquired again: wait for the started work it conflicts
         with, and combine the pending reductions of the data it accesses."""
-        self._wait_for_conflicts(_modes(plan), what)
+        self.wait_for_conflicts(_modes(plan), what)
         for access in plan.accesses:
             if access.state.pending is not None:
-                self._flush(access.state, access.device, what)
+                reductions.flush(self, access.state, access.device, what)
 
-    def _prepare_reductions(self, plan: Plan, what: Any) -> bool:
-        """A reduction with another operation than the pending one combines those
-        first (into the place of the new reduction); so does one recorded in a
-        stackable context's scope (combined at once, in a recording that may run many
-        times, it must not combine what came before: that is combined at the root)."""
-        scopes = self.scopes
-        recording = scopes is not None and scopes.per_thread and bool(scopes.stack)
-        flushed = False
-        for access in plan.reductions:
-            pending = access.state.pending
-            if pending is not None and (recording or pending.mode != access.mode):
-                self._flush(access.state, access.device, what)
-                flushed = True
-        return flushed
-
-    def _begin_reductions(self, plan: Plan, stream: Stream, owner: Any,
-                          record: WorkRecord | None, what: Any) -> None:
-        """Private instances for ``plan``'s reductions, filled with the identity on
-        ``stream`` (``plan.private``); a started ``owner`` holds the reductions."""
-        private: list[Instance] = []
-        me = _thread()
-        backend = self.backend
-        for access in plan.reductions:
-            state = access.state
-            instance = Instance(access.device)
-            # First the memory: making room may combine the data's pending results.
-            try:
-                self._allocate(state, instance, stream, record, plan, what,
-                               private=True)
-            except BaseException:       # the reductions begun so far are undone
-                for begun, made in zip(plan.reductions, private):
-                    if begun.state.pending is not None:
-                        begun.state.pending.holders.pop(owner, None)
-                    self._free_private(made, begun.state.nbytes, stream)
-                raise
-            pending = state.pending
-            if pending is None:
-                pending = state.pending = Reduction(access.mode)
-            allocation = instance.allocation
-            assert allocation is not None and state.dtype is not None
-            backend.fill(allocation.ptr, state.nbytes,
-                         reduce_op(access.mode).pattern(state.dtype), stream)
-            if owner is not None:
-                pending.holders[owner] = me
-            private.append(instance)
-        plan.private = private
-
-    def _end_reductions(self, plan: Plan, event: Event, owner: Any,
-                        private: list[Instance] | None, ident: int) -> None:
-        """The partial results of ``plan``'s reductions are complete at ``event``.
-        Inside a stackable context's scopes, where a recording may run many times,
-        they are combined at once."""
-        if private is None:
-            private = plan.private
-        assert private is not None
-        scopes = self.scopes
-        at_once = scopes is not None and scopes.per_thread and bool(scopes.stack)
-        for access, instance in zip(plan.reductions, private):
-            state = access.state
-            pending = state.pending
-            assert pending is not None
-            pending.partials.append((instance, event))
-            if owner is not None:
-                pending.holders.pop(owner, None)
-            if at_once:
-                self._flush(state, access.device, f"work {ident}", in_place=True)
-        self.wake()
-
-    def _flush(self, state: DataState, device: int | None, what: Any,
-               in_place: bool = False) -> None:
-        """Combine the pending reductions of ``state`` into its instance at
-        ``device`` (``None``: where the first partial result is), once the tasks
-        reducing are ended. Partial results from outside the calling thread's open
-        scopes are combined at the root level, unless ``in_place``."""
-        pending = state.pending
-        if pending is None:
-            return
-        if not pending.partials and not pending.holders:
-            state.pending = None                  # reductions begun, then undone
-            return
-        me = _thread()
-        while pending.holders:
-            for holder, thread in pending.holders.items():
-                if thread == me:
-                    raise ScopeError(
-                        f"{what} needs the reductions into logical data {state.label} "
-                        f"combined, but {holder._label()} (started, not yet ended on "
-                        "this thread) reduces into it; end that task first")
-            holder, thread = next(iter(pending.holders.items()))
-            self._block(thread, what, state, holder)
-        self._wait_for_conflicts([(state, WRITE)], what)
-        if state.pending is not pending:
-            return                                # another thread combined them
-        scopes = self.scopes
-        if not in_place and scopes is not None and scopes.per_thread and scopes.stack:
-            with scopes.root_level():
-                self._combine(state, pending, device, what)
-        else:
-            self._combine(state, pending, device, what)
-
-    def _combine(self, state: DataState, pending: Reduction, device: int | None,
-                 what: Any) -> None:
-        """Combine ``pending`` into ``state``: per device, its partial results into
-        the first of them; then each device's into the instance at ``device``, where
-        the data's current value is brought first (the identity if it has none)."""
-        pending.combining = True
-        self.combining.append(state)
-        try:
-            self._combine_into(state, pending, device, what)
-        finally:
-            self.combining.remove(state)
-
-    def _combine_into(self, state: DataState, pending: Reduction, device: int | None,
-                      what: Any) -> None:
-        op = pending.op
-        dtype = state.dtype
-        assert dtype is not None
-        count = state.nbytes // dtype.itemsize
-        backend = self.backend
-        memory = self.memory
-        pools = self._current_pools()
-        if device is None:
-            device = pending.partials[0][0].device if pending.partials else HOST
-        # 1. On each other device, its partial results into the first of them (the
-        #    pending list then holds that one only: a failure later loses nothing).
-        groups: dict[int, list[tuple[Instance, Event]]] = {}
-        for instance, event in pending.partials:
-            groups.setdefault(instance.device, []).append((instance, event))
-        for place, items in groups.items():
-            if place == device or len(items) == 1:
-                continue
-            stream = self._stream_on(pools, place, [event for _, event in items])
-            first = items[0][0]
-            assert first.allocation is not None
-            for instance, _ in items[1:]:
-                assert instance.allocation is not None
-                backend.combine(first.allocation.ptr, instance.allocation.ptr, count,
-                                dtype, op.name, stream)
-            done = backend.record(stream)
-            for instance, _ in items[1:]:
-                self._free_private(instance, state.nbytes, stream)
-            pending.partials = [entry for entry in pending.partials
-                                if entry[0].device != place] + [(first, done)]
-        # 2. The memory: the instance at ``device``, and there a copy of each other
-        #    device's result (all allocated before anything is enqueued).
-        heads = pending.partials
-        target = state.instance(device)
-        source = state.valid_source(device) if target.state is INVALID else None
-        prerequisites = [*state.tracker.prerequisites(WRITE), *target.ready.values(),
-                         *(source.ready.values() if source is not None else ()),
-                         *(event for _, event in heads)]
-        stream = self._stream_on(pools, device, prerequisites)
-        moved: list[Instance] = []
-        try:
-            if target.allocation is None:
-                self._allocate(state, target, stream, None, None, what)
-            for instance, _ in heads:
-                if instance.device != device:
-                    copy = Instance(device)
-                    self._allocate(state, copy, stream, None, None, what, private=True)
-                    moved.append(copy)
-        except OutOfMemoryError:
-            for copy in moved:
-                self._free_private(copy, state.nbytes, stream)
-            if device == HOST:
-                raise
-            # The device is full (of these partial results, maybe): combine on the
-            # host, from where the next reader imports the value.
-            self._combine_into(state, pending, HOST, what)
-            return
-        # 3. The work, in stream order.
-        scopes = self.scopes
-        recording = scopes is not None and bool(scopes.stack)
-        if recording:
-            assert scopes is not None
-            scopes.snapshot(state)
-            scopes.touch(state)
-            scopes.read_at(state, device if source is None else source.device)
-        assert target.allocation is not None
-        if source is not None:
-            self._copy(state, target, source, stream, None)
-        elif target.state is INVALID:             # never written: start from identity
-            backend.fill(target.allocation.ptr, state.nbytes, op.pattern(dtype), stream)
-        copies = iter(moved)
-        for instance, _ in heads:
-            if instance.device != device:         # another device's result, moved first
-                copy = next(copies)
-                self._copy(state, copy, instance, stream, None)
-                instance = copy
-            assert instance.allocation is not None
-            backend.combine(target.allocation.ptr, instance.allocation.ptr, count, dtype,
-                            op.name, stream)
-        event = backend.record(stream)
-        state.released(target, WRITE, event)
-        if recording:
-            assert scopes is not None
-            scopes.wrote(state, target)
-        for instance in [instance for instance, _ in heads] + moved:
-            self._free_private(instance, state.nbytes, stream)
-        state.pending = None
-        self.wake()
-
-    def _free_private(self, instance: Instance, nbytes: int, stream: Stream) -> None:
-        """Free a private instance (a partial result, a moved copy) in stream order."""
-        allocation = instance.allocation
-        if allocation is not None:
-            self.backend.free(allocation, stream)
-            self.memory.release_private(instance.device, nbytes)
-            instance.allocation = None
-
-    def _stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
+    def stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
         """A stream for internal work at place ``device`` (the host's for host and
         managed memory), ordered after ``events``."""
         events = merge_events(events)
@@ -931,35 +511,35 @@ class Runtime:
         me = _thread()
         if scopes.epochs and scopes.submitter != me and scopes.arrived(me):
             while self.started:
-                self._block(None, what)
+                self.block(None, what)
         while True:
             if scopes.epochs:
                 if self.boundaries and me not in self.started.values():
-                    self._block(None, what)
+                    self.block(None, what)
                     continue
             elif scopes.open_tops:
                 foreign = _foreign_scope(scopes, plan)
                 if foreign is not None:
                     state, scope = foreign
-                    self._block(scope.thread, what, state, scope)
+                    self.block(scope.thread, what, state, scope)
                     continue
             recording = bool(scopes.stack)
             if recording:                  # before any import is hoisted for the plan
                 if held(plan):
-                    self._wait_for_conflicts(_modes(plan), what)
+                    self.wait_for_conflicts(_modes(plan), what)
                     continue
-                if plan.reductions and self._prepare_reductions(plan, what):
+                if plan.reductions and reductions.prepare(self, plan, what):
                     continue
                 pending = [access for access in plan.accesses
                            if access.state.pending is not None]
                 if pending:
                     for access in pending:
-                        self._flush(access.state, access.device, what)
+                        reductions.flush(self, access.state, access.device, what)
                     continue
             return recording
 
-    def _wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
-                            what: Any) -> None:
+    def wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
+                           what: Any) -> None:
         """Block while started work of another thread holds data that ``accesses``
         (state, mode) conflict with."""
         me = threading.get_ident()
@@ -974,7 +554,7 @@ class Runtime:
                     f"{what} accesses logical data {state.label}, which "
                     f"{holder._label()} (started, not yet ended on this thread) also "
                     "accesses with a conflicting mode; end that task first")
-            self._block(thread, what, state, holder)
+            self.block(thread, what, state, holder)
 
     def _conflict(self, accesses: list[tuple[DataState, int]]
                   ) -> tuple[DataState, Any] | None:
@@ -989,8 +569,8 @@ class Runtime:
                 return state, None
         return None
 
-    def _block(self, thread: int | None, what: Any, state: DataState | None = None,
-               holder: Any = None) -> None:
+    def block(self, thread: int | None, what: Any, state: DataState | None = None,
+              holder: Any = None) -> None:
         """Wait (lock held) until held work is released; ``thread`` holds what the
         caller waits for (``None``: unknown or several).
 
@@ -1078,12 +658,7 @@ class Runtime:
             loop_device = scopes.copy_device()
             if loop_device is not None:
                 device = loop_device
-        events = merge_events(prerequisites)
-        pools = self._current_pools()
-        stream = choose_stream(pools.pool(device), None, events)
-        if stream.bodies:
-            stream = pools.idle_stream(device)
-        self.order_after(stream, events)
+        stream = self.stream_on(self.current_pools(), device, prerequisites)
         backend = self.backend
         ident = next(work_ids)
         record = None
@@ -1092,9 +667,9 @@ class Runtime:
             record = self.instruments.open(ident, kind, f"{title} {label}",
                                            target.device, stream, [], prerequisites)
         if target.allocation is None:
-            self._allocate(state, target, stream, record, None, f"copying {label}",
+            self.allocate(state, target, stream, record, None, f"copying {label}",
                            (target, source))
-        self._copy(state, target, source, stream, record)
+        self.copy_instance(state, target, source, stream, record)
         if record is not None:
             self.instruments.body(record)
             self.instruments.ending(ident)
@@ -1112,7 +687,7 @@ class Runtime:
         """Bring the user's buffer of ``state`` up to date (stream-ordered); pending
         reductions are combined first."""
         if state.pending is not None:
-            self._flush(state, None, "writing back")
+            reductions.flush(self, state, None, "writing back")
         plan = state.writeback_plan()
         if plan is not None:
             reference, source, prerequisites = plan
@@ -1132,14 +707,7 @@ class Runtime:
         backend = self.backend
         for state in self.data.take_retired():
             self.writeback(state)
-            events = merge_events([*state.tracker.events(),
-                                   *(event for instance in state.instances.values()
-                                     for event in instance.ready.values())])
-            pools = self._current_pools()
-            stream = choose_stream(pools.pool(HOST), None, events)
-            if stream.bodies:
-                stream = pools.idle_stream(HOST)
-            self.order_after(stream, events)
+            stream = self.stream_on(self.current_pools(), HOST, state.uses())
             for instance in state.instances.values():
                 if instance.allocation is not None and not instance.is_reference:
                     backend.free(instance.allocation, stream)
@@ -1164,7 +732,7 @@ class Runtime:
                 pending.append(entry)
         self.releases = pending
 
-    def _current_pools(self) -> StreamPools:
+    def current_pools(self) -> StreamPools:
         """The streams of the calling thread's recording level."""
         scopes = self.scopes
         pools = None if scopes is None else scopes.pools()
@@ -1210,9 +778,9 @@ class Runtime:
                 scopes.epoch_boundary()
             self.drain_retired()
             if state.writing is not None:
-                self._wait_for_conflicts([(state, READ)], "wait()")
+                self.wait_for_conflicts([(state, READ)], "wait()")
             if state.pending is not None:
-                self._flush(state, None, "wait()")
+                reductions.flush(self, state, None, "wait()")
             result: np.ndarray = np.empty(shape, dtype)
             source = state.valid_source()
             if source is None:
@@ -1250,7 +818,7 @@ class Runtime:
                                  "not ended; end the task first")
         scopes = self.scopes
         while scopes is not None and scopes.open_tops:   # other threads' scopes close
-            self._block(None, "finalize()")
+            self.block(None, "finalize()")
         self.closing = True               # submissions waiting on a conflict give up
         self._await_no_started()
 

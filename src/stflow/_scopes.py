@@ -219,7 +219,6 @@ class ScopeTracker:
         self._local = threading.local()
         self.open_tops: dict[Scope, int] = {}     # per thread: open top scopes -> thread
         self.submitter: int | None = None         # epochs: the first submitting thread
-        self.threaded = False                     # epochs: work came from two threads
 
     # -- the calling thread's recording ---------------------------------------------
     def here(self) -> Recording:
@@ -247,10 +246,10 @@ class ScopeTracker:
         if self.submitter is None:
             self.submitter = thread
             return False
-        if thread == self.submitter or self.threaded:
+        recorder = self.recorder
+        if thread == self.submitter or recorder.split_bodies:
             return False
-        self.threaded = True
-        self.recorder.split_bodies = True
+        recorder.split_bodies = True
         return True
 
     def foreign(self, state: DataState) -> Scope | None:
