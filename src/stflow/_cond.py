@@ -57,11 +57,11 @@ class Comparable:
 
     def _leaf(self, op: str, other: Any) -> cond:
         if isinstance(other, Comparable):
-            raise TypeError("a loop condition compares logical data with a number, not "
-                            "with other logical data")
+            raise TypeError("comparing two logical data does not build a loop "
+                            "condition: compare logical data with a real scalar")
         if not isinstance(other, numbers.Real):
-            raise TypeError(f"a loop condition compares logical data with a real number, "
-                            f"got {type(other).__name__}")
+            raise TypeError(f"a loop condition compares logical data with a real "
+                            f"scalar, got {type(other).__name__}")
         return cond(self, op, other)
 
     def __gt__(self, other: Any) -> cond:
@@ -97,15 +97,16 @@ class cond(_Expr):
     def __init__(self, data: Any, op: str, threshold: Any) -> None:
         ld: Any = data
         if not isinstance(data, Comparable):
-            raise TypeError(f"cond: expected a stackable_logical_data, got "
-                            f"{type(ld).__name__}")
+            raise TypeError(f"cond: expected a stackable logical_data "
+                            f"(stackable_logical_data), got {type(ld).__name__}")
         if ld._is_token or ld._dtype not in _DTYPES:
             raise ValueError(f"cond: {ld._label()} has dtype {ld._dtype}; a condition "
                              "reads float32, float64, int32 or int64 data")
         if op not in _OPS:
-            raise ValueError(f"cond: op must be one of {', '.join(_OPS)}, got {op!r}")
+            raise ValueError(f"cond: unsupported comparison operator {op!r}; use one "
+                             f"of {', '.join(_OPS)}")
         if isinstance(threshold, _Expr) or not isinstance(threshold, numbers.Real):
-            raise TypeError(f"cond: threshold must be a real number, got "
+            raise TypeError(f"cond: threshold must be a real scalar, got "
                             f"{type(threshold).__name__}")
         self._ld = ld
         self._op = op
@@ -165,7 +166,7 @@ def _combine(left: Any, right: Any, combiner: str) -> Any:
                 side._combiner != combiner:
             symbol = "&" if combiner == "all" else "|"
             raise NotImplementedError(
-                f"mixing & and | in one loop condition is not supported ({side!r} "
+                f"mixed & and | in one loop condition are not supported ({side!r} "
                 f"{symbol} ...); write it as a single all-of or any-of")
         terms.extend(side.leaves())
     return _Compound(combiner, tuple(terms))

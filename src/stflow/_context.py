@@ -1,9 +1,24 @@
 """The public ``context``: creates data, submits tasks, synchronises, finalizes.
 
 A context is a thin handle on a :class:`~stflow._runtime.Runtime`. Logical data and
-tasks refer to the runtime, not to the context object, so dropping the last reference
-to a context finalizes it (with a ``ResourceWarning``) even while its data objects are
-still referenced somewhere.
+tasks refer to the runtime, not to the context object, so the context object's
+collection is what ends an unfinalized context, even while its data objects are still
+referenced somewhere.
+
+Ending without ``finalize()`` (API I-6)
+    A context collected, or still alive at interpreter exit, without ``finalize()`` is
+    *abandoned*, never finalized: results are not written into the user's arrays at
+    that unpredictable moment (as in the reference). :func:`abandon` waits for the
+    work already submitted, then frees every allocation, stream and event, and
+    discards what was recorded but not launched. It warns with a ``ResourceWarning``
+    and, when user buffers lose results that a ``finalize()`` would have written, an
+    :class:`~stflow.errors.UnfinalizedContextWarning` (a ``UserWarning``, shown by
+    default). Errors nobody can raise any more become ``RuntimeWarning``s.
+
+Deferred errors (API I-7)
+    ``wait()``, ``finalize()`` and ``check_errors()`` raise the oldest captured
+    asynchronous error, one per call; ``fence()`` never raises them;
+    ``pending_errors()`` lists them without clearing (``_errors.ErrorLog``).
 """
 
 from __future__ import annotations
@@ -18,7 +33,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ._config import warn_ignored_reference_variables
-from ._errors import BackendUnavailableError
+from ._deps import merge_events
+from ._errors import BackendUnavailableError, UnfinalizedContextWarning
 from ._instrument import Instrument, Statistics
 from ._logical_data import dep, logical_data
 from ._places import exec_place
@@ -53,10 +69,13 @@ class context(RuntimeOwner):
     stream : stream-like, optional
         A caller-owned stream: all work is ordered after what was enqueued on it so
         far, and ``finalize()`` enqueues the completion and write-backs on it without
-        blocking the host.
-    handle : None
-        Shared ``async_resources`` arrive with multi-device support; only ``None`` is
-        accepted now.
+        blocking the host. With ``use_graph=True`` the graphs are launched on it too.
+    handle : async_resources, optional
+        Resources shared with other contexts: in stream mode the context borrows its
+        streams from them (and gives them back at ``finalize()``), in graph mode it
+        shares their cache of executable graphs, so a later context of the same
+        topology updates a cached executable instead of instantiating one. The
+        context keeps ``handle`` alive.
     backend : {"auto", "cuda", "emulated"}
         Which backend runs the work (default: ``STFLOW_BACKEND``, else ``"auto"``).
     memory_budget : int, str or dict, optional
@@ -69,8 +88,10 @@ class context(RuntimeOwner):
     -----
     Use it as a context manager: leaving the ``with`` block finalizes, which waits for
     all work, writes every modified logical data back into its user buffer and frees
-    device memory. A context collected unfinalized warns (``ResourceWarning``) and
-    finalizes all the same.
+    device memory. A context collected (or alive at interpreter exit) without
+    ``finalize()`` warns (``ResourceWarning``, plus an ``UnfinalizedContextWarning``
+    when user buffers lose results), waits for its work and frees everything, but
+    never writes into the user's buffers.
     """
 
     _data_class: type[logical_data] = logical_data
@@ -85,15 +106,24 @@ class context(RuntimeOwner):
             raise TypeError("borrowed contexts come from ld.borrow_ctx_handle()")
         caller_handle = None if stream is None else stream_handle(stream)
         if handle is not None:
-            raise TypeError(f"handle must be None in this release (async_resources "
-                            f"are not supported yet), got {type(handle).__name__}")
+            from ._resources import async_resources
+            if not isinstance(handle, async_resources):
+                raise TypeError(f"handle must be an async_resources or None, got "
+                                f"{type(handle).__name__}")
         native = _backend(backend)
+        if handle is not None:
+            handle._bind(native)                # one backend per async_resources
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
         if use_graph:
             self._start(_graph_backend(native, caller), caller, "epochs", memory_budget)
         else:
             self._start(native, caller, None, memory_budget)
         self._stream_owner = stream
+        self._async_resources = handle          # kept alive by the context
+        self._place_resources: Any = None       # lent by the place_resources property
+        if handle is not None:
+            assert self._runtime is not None
+            handle._attach(self._runtime)
 
     def _start(self, backend: Backend, caller: Stream | None,
                graph_mode: str | None, memory_budget: Any = None) -> None:
@@ -129,6 +159,24 @@ class context(RuntimeOwner):
         runtime = self._runtime
         assert runtime is not None
         return runtime.backend.name
+
+    @property
+    def place_resources(self) -> Any:
+        """The context's own ``exec_place_resources``, lent for
+        ``place.pick_stream(ctx.place_resources)`` (the same object each time).
+
+        Notes
+        -----
+        In stream mode its computation streams are the context's task streams; its
+        streams are valid until the context is finalized, after which the property
+        (and ``pick_stream`` with it) raises ``ContextFinalizedError``.
+        """
+        runtime = self._live()
+        lent = getattr(self, "_place_resources", None)
+        if lent is None:
+            from ._resources import exec_place_resources
+            lent = self._place_resources = exec_place_resources._lent(runtime)
+        return lent
 
     # -- data --------------------------------------------------------------------
     def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
@@ -240,7 +288,8 @@ class context(RuntimeOwner):
     def fence(self) -> int:
         """A raw stream handle that completes when all work submitted so far has.
 
-        Does not block the host. Raises pending asynchronous errors.
+        Does not block the host and, as in the reference, never raises pending
+        asynchronous errors (``check_errors()``, ``wait()`` and ``finalize()`` do).
         """
         return self._live().fence()
 
@@ -273,20 +322,43 @@ class context(RuntimeOwner):
         self._live().attach(instrument)
 
     def check_errors(self) -> None:
-        """Raise the asynchronous errors captured so far (several → ExceptionGroup)."""
+        """Raise the oldest asynchronous error captured so far, and forget it.
+
+        One per call, oldest first, so ``except ValueError:`` catches a failed
+        callback's ``ValueError``; the exception carries a note saying how many more
+        are pending. Does nothing when none is. Works after ``finalize()``.
+
+        Notes
+        -----
+        Does not block: in a caller-stream context, synchronise the stream first so
+        that every callback has run. A borrowed context shares its owner's errors.
+        """
         runtime = self._runtime
         if runtime is not None:
             runtime.errors.raise_pending("check_errors()")
 
+    def pending_errors(self) -> list[BaseException]:
+        """The asynchronous errors captured and not raised yet, oldest first.
+
+        Does not clear them: ``check_errors()``, ``wait()`` and ``finalize()`` raise
+        them one per call (stflow-only).
+        """
+        runtime = self._runtime
+        return [] if runtime is None else runtime.errors.pending()
+
     def finalize(self) -> None:
         """Wait for all work, write results back to user buffers, free everything.
 
-        Idempotent. Raises pending asynchronous errors. With a caller stream, the
-        completion is enqueued on that stream and the host does not block.
+        Idempotent. Then raises the oldest pending asynchronous error (the others
+        stay for ``check_errors()``). With a caller stream, the completion is enqueued
+        on that stream and the host does not block: the errors captured so far are
+        raised, later ones by ``check_errors()`` (or reported as ``RuntimeWarning``
+        when the context is collected).
         """
         if self._borrowed:
-            raise RuntimeError("a borrowed context cannot be finalized; finalize the "
-                               "context that owns the data")
+            raise RuntimeError("cannot finalize borrowed context: a borrowed context "
+                               "is not the owner; finalize the context that owns the "
+                               "data")
         runtime = self._runtime
         if runtime is not None:
             runtime.finalize()
@@ -301,17 +373,14 @@ class context(RuntimeOwner):
 
     def __del__(self) -> None:
         runtime = getattr(self, "_runtime", None)
-        if runtime is None or self._borrowed:
+        if runtime is None or getattr(self, "_borrowed", True):
             return
         if runtime.finalized:
             _warn_errors(runtime)          # e.g. callbacks that failed after a
             return                         # caller-stream finalize()
         if sys.is_finalizing():
             return
-        warnings.warn("stflow context collected without finalize(); use 'with "
-                      "stf.context() as ctx:' so results are written back "
-                      "deterministically", ResourceWarning, stacklevel=2)
-        _finalize_quietly(runtime)
+        abandon(runtime, "collected")
 
     def __repr__(self) -> str:
         runtime = self._runtime
@@ -336,50 +405,163 @@ def _backend(name: str | None) -> Backend:
         from ._config import config
         name = config().backend
     warn_ignored_reference_variables()
-    return get_backend(name)
+    backend = get_backend(name)
+    revalidate = getattr(backend, "revalidate_contexts", None)
+    if revalidate is not None:
+        revalidate()        # primary contexts reset by another library (CUDA)
+    return backend
 
 
 def _graph_backend(native: Backend, caller: Stream | None) -> Backend:
-    """The recording backend of a graph-mode context."""
-    if caller is not None:
-        raise ValueError("graph mode with a caller stream (context(stream=...)) is not "
-                         "supported; use one or the other")
+    """The recording backend of a graph-mode context; with a ``caller`` stream, its
+    graphs are launched on that stream (the host never waits for them)."""
     if native.graphs is None:
         raise BackendUnavailableError(f"graph mode (use_graph=True) needs graph support, "
                                       f"which the {native.name} backend lacks")
     from .backends.recording import GraphRecorder
-    return GraphRecorder(native)
+    return GraphRecorder(native, launch_stream=caller)
 
 
-def _finalize_quietly(runtime: Runtime) -> None:
-    """Finalize where nobody can catch exceptions: they become RuntimeWarnings."""
+def _kind(runtime: Runtime) -> str:
+    """``"stackable_context"`` or ``"context"``, for messages."""
+    scopes = runtime.scopes
+    return "stackable_context" if scopes is not None and not scopes.epochs else "context"
+
+
+def abandon(runtime: Runtime, how: str) -> None:
+    """End an unfinalized context without writing into the user's buffers (I-6).
+
+    Warns (``ResourceWarning``; plus :class:`UnfinalizedContextWarning` when user
+    buffers lose results a ``finalize()`` would have written), then waits for the
+    work already submitted and frees every allocation, stream and event. Open scopes
+    of the calling thread and work recorded but not launched are discarded. Errors
+    nobody can raise any more become ``RuntimeWarning`` warnings.
+
+    Parameters
+    ----------
+    runtime : Runtime
+        The runtime of the context being collected.
+    how : str
+        ``"collected"`` or ``"alive at interpreter exit"``, for the messages.
+
+    Notes
+    -----
+    Waiting blocks the calling thread. When it must not (the collection runs on a
+    stflow thread, or a task is still started), the wait and the release run on a
+    helper thread instead.
+    """
+    with runtime.lock:
+        if runtime.finalized:
+            return
+        runtime.closing = True           # new submissions give up
+        lost = _lost_results(runtime)
+        discarded = _discard_open_scopes(runtime)
+    kind = _kind(runtime)
+    extra = f"; {discarded} open scope(s) were discarded" if discarded else ""
+    try:                              # a warning filter may turn these into errors
+        warnings.warn(f"stflow.{kind} {how} without an explicit finalize(): its work "
+                      f"was waited for and its memory freed, but results were not "
+                      f"written back{extra}; use 'with stf.{kind}() as ctx:' or call "
+                      f"ctx.finalize()", ResourceWarning, stacklevel=3)
+        if lost:
+            names = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more"
+                                            if len(lost) > 3 else "")
+            warnings.warn(f"stflow.{kind} {how} without an explicit finalize(): the "
+                          f"results of {names} were NOT written back to the user's "
+                          f"arrays; use 'with stf.{kind}() as ctx:' or call "
+                          "ctx.finalize() before reading them",
+                          UnfinalizedContextWarning, stacklevel=3)
+    finally:                          # released in any case: nothing leaks
+        if callback_state.active or runtime.started:
+            threading.Thread(target=_release_abandoned, args=(runtime,),
+                             name="stflow-abandon", daemon=True).start()
+        else:
+            _release_abandoned(runtime)
+
+
+def _lost_results(runtime: Runtime) -> list[str]:
+    """Labels of the data whose user buffer a ``finalize()`` would write (lock held)."""
+    data = runtime.data
+    states = list(data.states.values())
+    retired = set(data.retired)
+    lost = []
+    for state in states:
+        if state.reference is None or state.is_token:
+            continue
+        if state.pending is not None or state.writeback_plan() is not None:
+            lost.append(state.label + (" (collected)" if state.key in retired else ""))
+    return lost
+
+
+def _discard_open_scopes(runtime: Runtime) -> int:
+    """Drop the calling thread's open scopes and the current graph-mode epoch: what
+    they recorded never runs (lock held). Returns the number of user scopes."""
+    scopes = runtime.scopes
+    if scopes is None:
+        return 0
+    count = scopes.user_scopes()
     try:
-        runtime.finalize()
-    except BaseException as exc:  # noqa: BLE001
-        errors = list(getattr(exc, "exceptions", None) or [exc])
-        for error in errors:
-            warnings.warn(f"stflow: error while finalizing a collected context: "
-                          f"{error!r}", RuntimeWarning, stacklevel=2)
+        scopes.discard_all()
+    except Exception as exc:  # noqa: BLE001 - nothing can be raised here
+        warnings.warn(f"stflow: could not discard the open scopes of an abandoned "
+                      f"context: {exc!r}", RuntimeWarning, stacklevel=4)
+    return count
+
+
+def _release_abandoned(runtime: Runtime) -> None:
+    """Wait for the submitted work of an abandoned context, then free everything."""
+    backend = runtime.backend
+    try:
+        with runtime.lock:
+            runtime._await_no_started()
+            events = merge_events(runtime.outstanding_events())
+            events.extend(entry.done for entry in runtime.releases)
+        for event in events:
+            backend.synchronize(event)
+        with runtime.lock:
+            for state in runtime.data.states.values():
+                for instance in state.instances.values():
+                    if instance.allocation is not None and not instance.is_reference:
+                        backend.free(instance.allocation, None)
+                    instance.allocation = None
+                state.instances.clear()
+                state.reference = None
+            runtime.data.clear()
+            runtime.memory.clear()
+            runtime.releases.clear()
+            runtime.plans.clear()
+            runtime.root_pools.destroy()
+            runtime.fence_stream = None
+            if runtime.scopes is not None:
+                runtime.scopes.finalized()
+            runtime.finalized = True
+            runtime.wake()
+        for failure in runtime.instruments.finalized():
+            runtime.errors.capture(failure)
+    except BaseException as exc:  # noqa: BLE001 - nobody can catch it any more
+        warnings.warn(f"stflow: error while releasing an abandoned context: {exc!r}",
+                      RuntimeWarning, stacklevel=2)
     _warn_errors(runtime)
 
 
 def _warn_errors(runtime: Runtime) -> None:
-    """Report errors nobody can catch any more as RuntimeWarnings."""
+    """Report errors nobody can raise any more as RuntimeWarnings."""
     for error in runtime.errors.take():
         warnings.warn(f"stflow: asynchronous error of a context that is gone: "
                       f"{error!r}", RuntimeWarning, stacklevel=2)
 
 
 @atexit.register
-def _finalize_at_exit() -> None:
-    """Finalize contexts still alive at exit, so user buffers get their results."""
+def _abandon_at_exit() -> None:
+    """Abandon the contexts still alive at interpreter exit (never finalize them:
+    their user buffers are not written), and report the errors of finalized ones."""
     with _live_lock:
         contexts = list(_live_contexts)
     for ctx in contexts:
         runtime = ctx._runtime
-        if runtime is not None and not ctx._borrowed:
-            if runtime.finalized:
-                _warn_errors(runtime)
-            else:
-                _finalize_quietly(runtime)
-
+        if runtime is None or ctx._borrowed:
+            continue
+        if runtime.finalized:
+            _warn_errors(runtime)
+        else:
+            abandon(runtime, "alive at interpreter exit")

@@ -1,15 +1,27 @@
-"""The exception hierarchy of stflow.
+"""The exception hierarchy of stflow, and the log of asynchronous errors.
 
 Every class derives from :class:`STFError` *and* from the builtin whose meaning it
-matches, so ``except ValueError`` written for the reference API keeps working.
+matches, so ``except ValueError`` written for the reference API keeps working. Where
+the reference raises a *different* builtin at the same call (a ``RuntimeError`` for an
+invalid device, a ``MemoryError`` for an allocation on a place that cannot allocate,
+an ``OverflowError`` for a negative index, ...), stflow raises a small subclass that is
+an instance of both, and its message carries the reference's key phrase, so ``except``
+clauses and ``pytest.raises(..., match=...)`` written for the reference keep working
+too (``docs/errors.md`` lists every such site).
+
+Asynchronous errors
+    Work that runs later in stream order (host callbacks, launched work, copies) cannot
+    raise into the caller. :class:`ErrorLog` keeps what it raises, in submission
+    order, until a blocking synchronisation point (``wait()``, ``finalize()``,
+    ``check_errors()``) raises the **oldest** one, with a note saying how many more
+    are pending. One per call, as in the reference, so ``except ValueError:`` catches
+    a failed callback's ``ValueError`` (an ``ExceptionGroup`` would not).
 """
 
 from __future__ import annotations
 
 import itertools
-import sys
 import threading
-from typing import Sequence
 
 __all__ = [
     "AccessModeError",
@@ -18,11 +30,20 @@ __all__ = [
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
+    "DeviceOrdinalError",
     "ErrorLog",
+    "GreenContextUnavailableError",
+    "GridIndexError",
+    "NegativeCountError",
+    "NegativeIndexError",
+    "OutOfMemoryError",
+    "PlaceAllocationError",
     "PlaceError",
     "STFError",
     "ScopeError",
     "ShapeError",
+    "TokenArgumentError",
+    "UnfinalizedContextWarning",
     "work_ids",
 ]
 
@@ -36,11 +57,16 @@ class STFError(Exception):
 
 
 class ContextFinalizedError(STFError, RuntimeError):
-    """A context, or one of its data or tasks, was used after ``finalize()``."""
+    """A context, or one of its data or tasks, was used after ``finalize()``.
+
+    Messages of the context's own methods contain the reference's phrase "context
+    handle is NULL".
+    """
 
 
 class AccessModeError(STFError, ValueError):
-    """An access mode is not allowed (write to read-only data, unknown mode)."""
+    """An access mode is not allowed (write to read-only data, unknown mode), or a
+    task wrote to data it declared ``read()`` (detected on the emulated backend)."""
 
 
 class PlaceError(STFError, ValueError):
@@ -56,7 +82,8 @@ class ScopeError(STFError, RuntimeError):
 
 
 class ContextMismatchError(STFError, ValueError):
-    """An object of one context used with another."""
+    """An object of one context used with another (the message says "different
+    context", as the reference's)."""
 
 
 class OutOfMemoryError(STFError, MemoryError):
@@ -86,38 +113,74 @@ class CudaError(STFError, RuntimeError):
         self.code = code
 
 
+# -- where the reference raises another builtin: instances of both ------------------
+class DeviceOrdinalError(PlaceError, RuntimeError):
+    """A device ordinal that does not exist (``data_place.device(99)``, ...).
+
+    A :class:`PlaceError` (``ValueError``) and, as the reference raises there, a
+    ``RuntimeError``; the message contains "invalid device id".
+    """
+
+
+class PlaceAllocationError(PlaceError, MemoryError):
+    """``allocate`` on a place that cannot allocate (affine, composite, replicated).
+
+    A :class:`PlaceError` and, as in the reference, a ``MemoryError``; the message
+    contains "data_place.allocate failed".
+    """
+
+
+class NegativeIndexError(STFError, IndexError, OverflowError):
+    """A negative index where the reference takes a ``size_t`` (sub-places, grid
+    streams, green-context views): an ``IndexError`` and, as the reference's
+    conversion raises, an ``OverflowError``; the message says "negative"."""
+
+
+class NegativeCountError(STFError, ValueError, OverflowError):
+    """A negative count where the reference takes a ``size_t`` (``repeat(-1)``): a
+    ``ValueError`` and, as the reference's conversion raises, an ``OverflowError``."""
+
+
+class GridIndexError(STFError, IndexError, RuntimeError):
+    """A grid member index out of range (``task.get_stream_at_index``): an
+    ``IndexError`` and, as in the reference, a ``RuntimeError``."""
+
+
+class TokenArgumentError(STFError, TypeError, RuntimeError):
+    """``get_arg`` / ``get_arg_cai`` of a token dependency: a ``TypeError`` (a token
+    has no memory) and, as in the reference, a ``RuntimeError``; the message says
+    "cannot materialize a token argument"."""
+
+
+class GreenContextUnavailableError(BackendUnavailableError, RuntimeError):
+    """Green contexts cannot be created (``cuda.core`` or driver support missing): a
+    :class:`BackendUnavailableError` (``ImportError``) naming the extra and, as in the
+    reference, a ``RuntimeError``."""
+
+
+# -- warnings --------------------------------------------------------------------------
 class BackendNotice(UserWarning):
     """Issued once per process when ``backend="auto"`` falls back to emulation."""
 
 
-def raise_collected(errors: Sequence[BaseException], what: str) -> None:
-    """Raise captured asynchronous errors: one as itself, several as a group.
+class UnfinalizedContextWarning(UserWarning):
+    """A context holding results for user buffers was collected, or was still alive at
+    interpreter exit, without ``finalize()``: the results were **not** written back.
 
-    Parameters
-    ----------
-    errors : sequence of exceptions
-        In submission order; nothing is raised when empty.
-    what : str
-        Describes the sync point for the group message ("fence()", ...).
+    Shown by default (a ``UserWarning``), once per such context, in addition to the
+    ``ResourceWarning`` every unfinalized context gets. Use ``with stf.context() as
+    ctx:`` or call ``ctx.finalize()``.
     """
-    if not errors:
-        return
-    if len(errors) == 1:
-        raise errors[0]
-    exceptions = [e if isinstance(e, Exception) else RuntimeError(repr(e)) for e in errors]
-    if sys.version_info >= (3, 11):
-        group = ExceptionGroup  # noqa: F821 - builtin on 3.11+
-    else:  # pragma: no cover - exercised on Python 3.10 only
-        from exceptiongroup import ExceptionGroup as group
-    raise group(f"{len(errors)} asynchronous errors raised at {what}", exceptions)
 
 
+# -- asynchronous errors ---------------------------------------------------------------
 class ErrorLog:
     """Asynchronous failures of one context, kept for its next synchronisation point.
 
     Failures arrive from any thread (host callbacks, the emulated device thread,
     launched work); each comes with the ident of the work that failed, so they are
-    raised in submission order.
+    kept in submission order. A synchronisation point raises the oldest one
+    (:meth:`raise_pending`); the others stay pending for the next call.
     """
 
     __slots__ = ("_errors", "_lock")
@@ -129,19 +192,71 @@ class ErrorLog:
     def __bool__(self) -> bool:
         return bool(self._errors)
 
+    def __len__(self) -> int:
+        return len(self._errors)
+
     def capture(self, exc: BaseException, order: int | None = None) -> None:
         """Keep ``exc``; ``order`` is the ident of the work that failed (default: now)."""
         with self._lock:
             self._errors.append((next(work_ids) if order is None else order, exc))
 
+    def pending(self) -> list[BaseException]:
+        """The captured errors, oldest first, without forgetting them."""
+        with self._lock:
+            errors = sorted(self._errors, key=lambda entry: entry[0])
+        return [exc for _, exc in errors]
+
     def take(self) -> list[BaseException]:
-        """The captured errors in submission order; forgets them."""
+        """The captured errors, oldest first; forgets them."""
         with self._lock:
             errors, self._errors = self._errors, []
         errors.sort(key=lambda entry: entry[0])
         return [exc for _, exc in errors]
 
+    def take_oldest(self) -> tuple[BaseException | None, int]:
+        """The oldest captured error (forgotten) and how many remain pending."""
+        with self._lock:
+            errors = self._errors
+            if not errors:
+                return None, 0
+            oldest = min(range(len(errors)), key=lambda i: errors[i][0])
+            exc = errors.pop(oldest)[1]
+            return exc, len(errors)
+
     def raise_pending(self, where: str) -> None:
-        """Raise what was captured (see :func:`raise_collected`)."""
-        if self._errors:
-            raise_collected(self.take(), where)
+        """Raise the oldest captured error, if any, noting how many more are pending.
+
+        Parameters
+        ----------
+        where : str
+            The synchronisation point ("wait()", "finalize()", ...), for the note.
+        """
+        if not self._errors:
+            return
+        exc, remaining = self.take_oldest()
+        if exc is None:
+            return
+        if remaining:
+            note = (f"stflow: asynchronous error raised at {where}; {remaining} more "
+                    f"pending (ctx.check_errors() raises the next, "
+                    f"ctx.pending_errors() lists them)")
+        else:
+            note = f"stflow: asynchronous error raised at {where}; none more pending"
+        add_note(exc, note)
+        raise exc
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (PEP 678), also on Python 3.10 (``__notes__``)."""
+    adder = getattr(exc, "add_note", None)
+    if adder is not None:
+        adder(note)
+        return
+    notes = getattr(exc, "__notes__", None)  # pragma: no cover - Python 3.10
+    if not isinstance(notes, list):          # pragma: no cover
+        notes = []
+        try:
+            setattr(exc, "__notes__", notes)
+        except AttributeError:
+            return
+    notes.append(note)                       # pragma: no cover

@@ -69,8 +69,8 @@ def _from_cai(buf: Any, interface: dict) -> Source:
         raise TypeError(f"{type(buf).__name__}.__cuda_array_interface__ is not a dict")
     shape = tuple(interface.get("shape", ()))
     if any((not isinstance(n, int)) or n < 0 for n in shape):
-        raise ShapeError(f"CUDA Array Interface shape {shape} has a negative or "
-                         "non-integer extent")
+        raise ShapeError(f"CUDA Array Interface shape dimensions must be non-negative "
+                         f"integers, got shape {shape}")
     typestr = interface["typestr"]
     descr = interface.get("descr")
     if typestr.startswith("|V") and descr:
@@ -85,8 +85,9 @@ def _from_cai(buf: Any, interface: dict) -> Source:
     if strides is not None and 0 not in shape:
         strides = tuple(strides)
         if len(strides) != len(shape):
-            raise ShapeError(f"CUDA Array Interface strides {strides} do not match shape "
-                             f"{shape}; the buffer is not C-contiguous")
+            raise ShapeError(f"CUDA Array Interface strides must match the number of "
+                             f"dimensions: strides {strides} for shape {shape}; the "
+                             "buffer is not C-contiguous")
         compact = _compact_strides(shape, dtype.itemsize)
         if any(n != 1 and s != c for n, s, c in zip(shape, strides, compact)):
             raise ShapeError(
@@ -95,8 +96,8 @@ def _from_cai(buf: Any, interface: dict) -> Source:
             )
     stream = interface.get("stream")
     if stream == 0:
-        raise ValueError("CUDA Array Interface v3 forbids stream 0; the producer must "
-                         "give None, 1, 2 or a stream handle")
+        raise ValueError("CUDA Array Interface v3 forbids stream 0 (0 is disallowed); "
+                         "the producer must give None, 1, 2 or a stream handle")
     ptr, readonly = interface["data"]
     return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream)
 
@@ -104,8 +105,8 @@ def _from_cai(buf: Any, interface: dict) -> Source:
 def _from_buffer(buf: Any, view: memoryview) -> Source:
     if not view.c_contiguous:
         raise ShapeError(
-            f"the {type(buf).__name__} of shape {view.shape} is not C-contiguous; "
-            "register numpy.ascontiguousarray(buf) instead"
+            f"the {type(buf).__name__} of shape {view.shape} is not C-contiguous (not "
+            "contiguous in C order); register numpy.ascontiguousarray(buf) instead"
         )
     try:
         array = np.asarray(view)
@@ -121,8 +122,9 @@ def _from_buffer(buf: Any, view: memoryview) -> Source:
 def _from_array_interface(buf: Any) -> Source:
     array = np.asarray(buf)
     if not array.flags.c_contiguous:
-        raise ShapeError(f"the array of shape {array.shape} is not C-contiguous; "
-                         "register numpy.ascontiguousarray(buf) instead")
+        raise ShapeError(f"the array of shape {array.shape} is not C-contiguous (not "
+                         "contiguous in C order); register numpy.ascontiguousarray(buf) "
+                         "instead")
     dtype = check_dtype(array.dtype, "logical_data")
     return Source(int(array.__array_interface__["data"][0]), tuple(array.shape), dtype,
                   not array.flags.writeable, "buffer", (buf, array))

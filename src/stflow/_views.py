@@ -1,4 +1,9 @@
-"""Stream handles and array views handed to users: ``CudaStream`` and ``stf_cai``."""
+"""Stream handles and array views handed to users: ``CudaStream`` and ``stf_cai``.
+
+Task views on CUDA (:class:`TaskView`) advertise ``data: (ptr, False)`` for every
+access mode, as the reference does, so that ``torch.as_tensor(view)`` accepts the views
+of ``read()`` dependencies (API I-34).
+"""
 
 from __future__ import annotations
 
@@ -144,14 +149,30 @@ _CAI = stf_cai.__dict__["__cuda_array_interface__"]      # the slot of stf_cai
 
 
 class TaskView(stf_cai, ViewLifetime):
-    """What a task body gets on CUDA: an :class:`stf_cai` valid until the task ends."""
+    """What a task body gets on CUDA: an :class:`stf_cai` valid until the task ends.
 
-    __slots__ = ("_invalid",)
+    Like the reference's, a task view advertises ``data: (ptr, False)`` whatever the
+    access mode (API I-34): PyTorch refuses read-only CUDA Array Interface objects,
+    and ``torch.as_tensor(view)`` must work for ``read()`` dependencies too. Writing
+    through the view of a ``read()`` dependency is still a bug; the emulated backend
+    detects it at the end of the task (``AccessModeError``).
+
+    Parameters
+    ----------
+    ptr, shape, dtype, stream
+        As for :class:`stf_cai`.
+    readonly : bool, optional
+        Whether the dependency is ``read()``; kept as :attr:`read_only_access`, never
+        advertised.
+    """
+
+    __slots__ = ("_invalid", "read_only_access")
 
     def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
                  readonly: bool = False) -> None:
         self._invalid = None
-        super().__init__(ptr, shape, dtype, stream, readonly)
+        self.read_only_access = bool(readonly)
+        super().__init__(ptr, shape, dtype, stream, False)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

@@ -1,8 +1,17 @@
-"""The exceptions stflow raises (see the API's error model)."""
+"""The exceptions and warnings stflow raises (see the API's error model, section 1.1).
+
+Each exception derives from :class:`STFError` and from the builtin matching its
+meaning; the subclasses in the second group are also instances of the builtin the
+reference raises at the same call, so ``except`` clauses written for the reference keep
+working (``docs/errors.md``).
+"""
 
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
                       ContextFinalizedError, ContextMismatchError, CudaError,
-                      OutOfMemoryError, PlaceError, ScopeError, ShapeError, STFError)
+                      DeviceOrdinalError, GreenContextUnavailableError, GridIndexError,
+                      NegativeCountError, NegativeIndexError, OutOfMemoryError,
+                      PlaceAllocationError, PlaceError, ScopeError, ShapeError, STFError,
+                      TokenArgumentError, UnfinalizedContextWarning)
 
 __all__ = [
     "AccessModeError",
@@ -11,9 +20,17 @@ __all__ = [
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
+    "DeviceOrdinalError",
+    "GreenContextUnavailableError",
+    "GridIndexError",
+    "NegativeCountError",
+    "NegativeIndexError",
     "OutOfMemoryError",
+    "PlaceAllocationError",
     "PlaceError",
     "STFError",
     "ScopeError",
     "ShapeError",
+    "TokenArgumentError",
+    "UnfinalizedContextWarning",
 ]

@@ -77,8 +77,8 @@ def init_logical_data(ctx: Any, ld: logical_data, value: Any,
                         f"{ld!r}")
     runtime = ctx._live()
     if ld._runtime is not runtime:
-        raise ContextMismatchError(f"logical data {ld._label()} belongs to another "
-                                   "context")
+        raise ContextMismatchError(f"logical data {ld._label()} belongs to a "
+                                   "different context")
     check_fill_places(data_place, exec_place, "init_logical_data", "data_place")
     assert ld._dtype is not None                  # data with memory has a dtype
     pattern = fill_pattern(value, ld._dtype, "init_logical_data")

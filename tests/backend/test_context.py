@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow.errors import ContextFinalizedError, ScopeError
+from stflow.errors import ContextFinalizedError, ScopeError, UnfinalizedContextWarning
 
 from helpers.bodies import add_to, arrays_of, fill_with
 
@@ -115,15 +115,23 @@ def test_host_callback_errors_are_raised_at_the_next_sync_point(backend):
     ctx.finalize()
 
 
-def test_several_errors_form_an_exception_group_in_order(backend):
+def test_several_errors_are_raised_one_per_call_in_order(backend):
+    # API I-7: oldest first, one per call; the rest stay for check_errors().
     ctx = stf.context(backend=backend)
     ld = ctx.logical_data(np.zeros(2))
     for number in range(3):
         ctx.host_launch(ld.rw(), fn=_raiser(number))
-    with pytest.raises(ExceptionGroup) as info:
+    with pytest.raises(KeyError, match="'0'") as info:
         ctx.finalize()
-    assert [str(e) for e in info.value.exceptions] == ["'0'", "'1'", "'2'"]
-    ctx.finalize()                           # idempotent, nothing pending
+    assert any("2 more pending" in note for note in info.value.__notes__)
+    assert [str(e) for e in ctx.pending_errors()] == ["'1'", "'2'"]
+    ctx.finalize()                           # idempotent: raises nothing more
+    with pytest.raises(KeyError, match="'1'"):
+        ctx.check_errors()
+    with pytest.raises(KeyError, match="'2'"):
+        ctx.check_errors()
+    ctx.check_errors()                       # nothing pending
+    assert ctx.pending_errors() == []
 
 
 def _raiser(number):
@@ -158,17 +166,19 @@ def test_finalize_is_idempotent_and_use_after_raises(backend):
             attempt()
 
 
-def test_collected_context_warns_and_still_writes_back(backend):
+def test_collected_context_warns_and_never_writes_back(backend):
+    # API I-6: like the reference, a collected context never writes the user's array.
     Y = np.zeros(4)
     ctx = stf.context(backend=backend)
-    ld = ctx.logical_data(Y)
+    ld = ctx.logical_data(Y, name="Y")
     with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
         fill_with(t, 0, 9.0)
     del t
-    with pytest.warns(ResourceWarning, match="without finalize"):
+    with pytest.warns(ResourceWarning, match="without an explicit finalize"), \
+            pytest.warns(UnfinalizedContextWarning, match="'Y' were NOT"):
         del ctx
         gc.collect()
-    np.testing.assert_array_equal(Y, np.full(4, 9.0))
+    np.testing.assert_array_equal(Y, np.zeros(4))
     with pytest.raises(ContextFinalizedError):
         ld.read()
 

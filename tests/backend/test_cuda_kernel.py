@@ -112,8 +112,9 @@ def test_kernel_exception_is_raised_at_the_next_sync_point(backend):
             k.launch(lambda x: x.__setitem__(0, 1.0), 1, 1, (k.get_arg(0),))
         with ctx.cuda_kernel(ld.rw()) as k:      # starts after the failed launch
             k.launch(lambda x: x.__setitem__(0, 3.0), 1, 1, (k.get_arg(0),))
+        ctx.fence()                              # never raises deferred errors (I-7)
         with pytest.raises(ValueError, match="read-only"):
-            ctx.fence()
+            ctx.check_errors()
         assert ctx.wait(ld)[0] == 3.0            # the context stays usable
 
 

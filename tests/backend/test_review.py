@@ -125,7 +125,7 @@ def test_collected_data_releases_user_buffer_after_write_back(backend):
 
 @pytest.mark.timeout(20)
 def test_async_errors_are_raised_in_submission_order(backend):
-    # API.md 1.1: several pending exceptions -> ExceptionGroup "in submission order"
+    # API.md 1.1 / I-7: pending exceptions are raised one per call, oldest first
     _emulated_only(backend)
     import stflow.emulated as em
 
@@ -146,7 +146,11 @@ def test_async_errors_are_raised_in_submission_order(backend):
         ctx.host_launch(y.read(), fn=second)      # submitted second, ready at once
         with pytest.raises(Exception) as info:
             ctx.finalize()
-        orders.append([type(e).__name__ for e in info.value.exceptions])
+        order = [type(info.value).__name__]
+        with pytest.raises(Exception) as later:
+            ctx.check_errors()
+        order.append(type(later.value).__name__)
+        orders.append(order)
     assert all(order == ["KeyError", "IndexError"] for order in orders), orders
 
 

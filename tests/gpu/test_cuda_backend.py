@@ -398,7 +398,10 @@ def test_task_view_is_a_cuda_array_interface(cuda, stream, cupy):
     sync(cuda, stream)
     view = cuda.task_view(allocation, 16, (2, 3), np.dtype(np.float64), readonly=True)
     interface = view.__cuda_array_interface__
-    assert interface["data"] == (allocation.ptr + 16, True)
+    # API I-34: the view of a read() dependency advertises writable memory, as the
+    # reference's does (PyTorch refuses read-only CUDA Array Interface objects).
+    assert interface["data"] == (allocation.ptr + 16, False)
+    assert view.read_only_access
     assert interface["shape"] == (2, 3) and interface["stream"] is None
     assert float(cupy.asarray(view).sum()) == 12.0
     cuda.free(allocation, stream)

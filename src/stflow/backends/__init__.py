@@ -13,7 +13,7 @@ import threading
 import warnings
 from typing import Any
 
-from .._errors import BackendNotice, BackendUnavailableError, PlaceError
+from .._errors import BackendNotice, BackendUnavailableError, PlaceAllocationError
 from ._base import HOST, MANAGED, Allocation, Backend
 
 __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
@@ -104,14 +104,16 @@ class _PlaceAllocator:
         device = place._device
         if device >= 0 or device in (HOST, MANAGED):
             return device
-        raise PlaceError(f"{place!r} cannot allocate memory; use a host, managed or "
-                         "device place")
+        raise PlaceAllocationError(f"data_place.allocate failed: {place!r} cannot "
+                                   "allocate memory; use a host, managed or device "
+                                   "place")
 
     def allocate(self, place: Any, nbytes: int, stream: Any) -> int:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}")
         if nbytes < 0:
-            raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
+            raise ValueError(f"data_place.allocate: nbytes must be non-negative, got "
+                             f"{nbytes}")
         device = self._device(place)
         if nbytes == 0:
             return 0

@@ -38,14 +38,16 @@ import sys
 import threading
 import time
 import weakref
+import zlib
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import ScopeError, work_ids
-from ._base import (Allocation, Backend, CurrentDevice, Event, KernelLaunch, Stream,
-                    callback_state)
+from .._access import READ
+from .._errors import AccessModeError, ScopeError, work_ids
+from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
+                    KernelLaunch, Stream, callback_state)
 from ._host_memory import HostMemory, HostView, combine_at, poison, python_kernel
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
@@ -54,6 +56,9 @@ EmulatedView = HostView
 """What task bodies get on the emulated backend (a :class:`HostView`)."""
 
 _CALL, _RECORD, _WAIT = 0, 1, 2
+COMPOSITE_CHUNK = 256
+"""Bytes per chunk of a composite instance: small, so that small test data already
+spread over several virtual devices."""
 _HOLD_SECONDS = 50e-6
 
 
@@ -205,8 +210,10 @@ class EmulatedBackend(Backend):
 
     # -- streams and events ------------------------------------------------------
     def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None) -> EmulatedStream:
+                      error_sink: Callable[..., None] | None = None,
+                      partition: Any = None) -> EmulatedStream:
         stream = EmulatedStream(next(self._handles), device, error_sink)
+        stream.partition = partition      # an SM partition of a virtual device: a label
         self._streams[stream.handle] = stream
         return stream
 
@@ -279,6 +286,13 @@ class EmulatedBackend(Backend):
     def allocate(self, device: int, nbytes: int, stream: Stream | None,
                  dtype: np.dtype) -> Allocation:
         return self._memory.allocate(device, nbytes, dtype)
+
+    def composite_granularity(self, devices: Sequence[int]) -> int:
+        return COMPOSITE_CHUNK
+
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        return self._memory.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         if stream is None:
@@ -360,6 +374,125 @@ class EmulatedBackend(Backend):
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> HostView:
         return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+
+    # -- the read-only check (API I-34) -----------------------------------------------
+    def pending_calls(self, stream: Stream) -> bool:
+        """True when work (not only markers) is still queued on ``stream``."""
+        queue = getattr(stream, "queue", None)
+        if not queue:
+            return False
+        with self._scheduler.cv:
+            return any(kind == _CALL for kind, _ in queue)
+
+    def guard_reads(self, plan: Any) -> ReadGuard | None:
+        """Checksums of the instances a started task only reads (see :class:`ReadGuard`).
+
+        Called once the task's prerequisites have completed (the body may start), so
+        the bytes are final. ``None`` when the task reads nothing.
+        """
+        entries: list[tuple[Any, int, int, bytes | int]] = []
+        seen: set[int] = set()
+        for access in plan.accesses:
+            if access.mode != READ:
+                continue
+            instance = access.instance
+            allocation = None if instance is None else instance.allocation
+            nbytes = access.state.nbytes
+            if allocation is None or not nbytes or allocation.ptr in seen:
+                continue
+            seen.add(allocation.ptr)
+            entries.append((access.state, allocation.ptr, nbytes,
+                            _fingerprint(allocation.ptr, nbytes)))
+        return ReadGuard(self, entries) if entries else None
+
+
+SNAPSHOT_LIMIT = 64 << 10
+"""Read-only instances up to this size are fingerprinted by a copy, larger ones by a
+CRC-32 (measured: a copy compares faster for small data; for large data the copies
+hold the GIL long enough to stall the device thread, while zlib releases it)."""
+
+
+def _fingerprint(ptr: int, nbytes: int) -> bytes | int:
+    """What :class:`ReadGuard` compares: a copy of the ``nbytes`` bytes at ``ptr``
+    (about 1 microsecond for 8 KB), or their CRC-32 beyond :data:`SNAPSHOT_LIMIT`
+    (about 0.3 ms per MB)."""
+    memory = _memory_at(ptr, nbytes)
+    return bytes(memory) if nbytes <= SNAPSHOT_LIMIT else zlib.crc32(memory)
+
+
+def _unchanged(ptr: int, nbytes: int, fingerprint: bytes | int) -> bool:
+    """True when the bytes at ``ptr`` still match ``fingerprint``."""
+    memory = _memory_at(ptr, nbytes)
+    if isinstance(fingerprint, int):
+        return zlib.crc32(memory) == fingerprint
+    return bytes(memory) == fingerprint
+
+
+_PyMemoryView_FromMemory = ctypes.pythonapi.PyMemoryView_FromMemory
+_PyMemoryView_FromMemory.restype = ctypes.py_object
+_PyMemoryView_FromMemory.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int)
+_PyBUF_READ = 0x100
+
+
+def _memory_at(ptr: int, nbytes: int) -> memoryview:
+    """A read-only memoryview of ``nbytes`` bytes at ``ptr``, without a copy (a
+    Python C-API call: unlike a ctypes foreign call, it keeps the GIL, so it does not
+    hand the interpreter to the device thread in the middle of a task's end)."""
+    view: memoryview = _PyMemoryView_FromMemory(ptr, nbytes, _PyBUF_READ)
+    return view
+
+
+class ReadGuard:
+    """Detects writes through the views of a task's ``read()`` dependencies (I-34).
+
+    Task views on CUDA advertise writable memory for every mode (PyTorch refuses
+    read-only CUDA Array Interface objects), so a body can write data it declared
+    ``read()``; no later task would know the data changed. The emulated backend
+    catches it: a fingerprint of each read-only instance is taken when the body may
+    start (:meth:`EmulatedBackend.guard_reads`) and compared when the task ends.
+
+    The fingerprint is the cheapest one measured: a copy of the bytes up to
+    :data:`SNAPSHOT_LIMIT` (a few microseconds per task for small data), beyond it a
+    CRC-32 (about 0.3 ms per MB at each end; a change that keeps the CRC goes
+    unnoticed with probability 2**-32). Graph-mode and stackable contexts record
+    their bodies, which run later, and are not checked.
+    """
+
+    __slots__ = ("backend", "entries")
+
+    def __init__(self, backend: EmulatedBackend,
+                 entries: list[tuple[Any, int, int, bytes | int]]) -> None:
+        self.backend = backend
+        self.entries = entries           # (data state, address, size, fingerprint)
+
+    def check(self, stream: Stream, task: Any) -> AccessModeError | None:
+        """Compare the fingerprints at the end of ``task``, before its end event.
+
+        Returns the error for the first changed instance when the task stream holds
+        no more work (the check ran now); otherwise the check is enqueued
+        on ``stream`` after that work, and a change is captured as an asynchronous
+        error of the context (raised at its next ``wait``/``finalize``/
+        ``check_errors``), and ``None`` is returned.
+        """
+        if self.backend.pending_calls(stream):
+            def deferred() -> None:
+                error = self._compare(task)
+                if error is not None:
+                    raise error
+
+            self.backend.enqueue_call(stream, deferred)
+            return None
+        return self._compare(task)
+
+    def _compare(self, task: Any) -> AccessModeError | None:
+        for state, ptr, nbytes, fingerprint in self.entries:
+            if not _unchanged(ptr, nbytes, fingerprint):
+                return AccessModeError(
+                    f"{task._label()} declared read() on logical data {state.label} "
+                    "but changed it (a write through its view, its pointer or launched "
+                    "work): later tasks would not see the change; declare rw() or "
+                    "write() to modify it, or work on a copy")
+        return None
 
 
 _backend: EmulatedBackend | None = None

@@ -121,9 +121,10 @@ class _Launcher:
         ctx = self._ctx
         if ctx is None:
             if not deps:
-                raise TypeError("a stflow Numba kernel needs a dependency (ld.read(), "
-                                "...) among its arguments or a context in its "
-                                "configuration: kernel[grid, block, place, ctx](...)")
+                raise TypeError("No STF context could be inferred: a stflow Numba "
+                                "kernel needs a dependency (ld.read(), ...) among its "
+                                "arguments or a context in its configuration: "
+                                "kernel[grid, block, place, ctx](...)")
             ctx = deps[0].ld.borrow_ctx_handle()
         kernel = self._kernel._compiled()
         task_args: list[Any] = [] if self._place is None else [self._place]
