@@ -8,7 +8,9 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_logical_data``  logical_data, dep, read/write/rw, AccessMode
 - ``_coherence``     instances per place and their states (pure)
 - ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
-- ``_places``        data_place, exec_place
+- ``_places``        data_place, exec_place, exec_place_grid
+- ``_resources``     exec_place_resources, async_resources (stream pools, graph cache)
+- ``_green``         green contexts and locality domains
 - ``_views``         CudaStream, stf_cai
 - ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
 - ``_dlpack``        DLPack capsules: dlpack_export, reading producers' capsules
@@ -16,6 +18,13 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports)
 - ``backends/``      the backend contract, the emulated and CUDA backends
 - ``testing``        random task programs and their sequential NumPy oracle
+
+Public submodules under the reference's paths: ``paths``, ``fill_utils``, ``errors``,
+``device_array``, ``task_graph`` and ``green_places`` (the last two are callable, so
+``stf.task_graph(...)`` works whatever was imported first; see ``_submodules``),
+``_stream_utils`` and ``_stf_bindings`` (aliases of the reference's private modules).
+``paths``, ``errors``, ``fill_utils``, ``interop`` and ``partitions`` (stflow's named
+partition mappers) are also attributes of the package without a separate import.
 
 ``import stflow`` loads NumPy only; no CUDA module is imported before a context (or a
 place factory) needs a backend. ``stflow.__compiled__`` tells whether the hot modules
@@ -32,40 +41,29 @@ from . import _compile, _config
 if _config.pure_python_requested() or _compile.stale():
     _compile.use_sources()
 
-__all__ = [
-    "AccessMode",
-    "cond",
-    "context",
-    "cuda_kernel",
-    "CudaStream",
-    "data_place",
-    "dep",
-    "DeviceArray",
-    "dlpack_export",
-    "exec_place",
-    "get_include_paths",
-    "get_library_dir",
-    "get_library_path",
-    "get_stf_include_dir",
-    "IncludePaths",
-    "LaunchableGraph",
-    "logical_data",
-    "machine_init",
-    "read",
-    "reduce",
-    "rw",
-    "stackable_context",
-    "stackable_logical_data",
-    "stackable_task",
-    "stf_cai",
-    "task",
-    "task_graph",
-    "TaskGraph",
-    "write",
+# API.md 1.2: the reference's package names, the names it keeps in its bindings module,
+# ``locality_domain_count`` (lazy but missing from the reference's ``__all__``), and the
+# stflow-only names of API.md section 5.
+_REFERENCE_NAMES = [
+    "AccessMode", "CudaStream", "DeviceArray", "TaskGraph", "__version__",
+    "async_resources", "cond", "context", "data_place", "dep", "exec_place",
+    "exec_place_grid", "exec_place_resources", "get_include_paths", "get_library_dir",
+    "get_library_path", "get_stf_include_dir", "green_context_helper", "green_ctx_view",
+    "green_places", "machine_init", "paths", "stackable_context", "task_graph",
 ]
+_BINDING_NAMES = [
+    "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
+    "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
+]
+_STFLOW_NAMES = ["reduce"]
 
+__all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
+
+# Where each lazily resolved name is defined. ``IncludePaths`` resolves too (as in
+# the reference's ``paths`` module) but is not part of ``__all__``.
 _LOCATIONS = {
     "AccessMode": "._logical_data",
+    "async_resources": "._resources",
     "cond": "._cond",
     "context": "._context",
     "cuda_kernel": "._kernel",
@@ -75,12 +73,18 @@ _LOCATIONS = {
     "DeviceArray": "._device_array",
     "dlpack_export": "._dlpack",
     "exec_place": "._places",
+    "exec_place_grid": "._places",
+    "exec_place_resources": "._resources",
     "get_include_paths": ".paths",
     "get_library_dir": ".paths",
     "get_library_path": ".paths",
     "get_stf_include_dir": ".paths",
+    "green_context_helper": "._green",
+    "green_ctx_view": "._green",
+    "green_places": "._green",
     "IncludePaths": ".paths",
     "LaunchableGraph": "._stackable",
+    "locality_domain_count": "._green",
     "logical_data": "._logical_data",
     "machine_init": ".backends",
     "read": "._logical_data",
@@ -95,6 +99,10 @@ _LOCATIONS = {
     "TaskGraph": "._task_graph",
     "write": "._logical_data",
 }
+
+# Submodules that are attributes of the package without a separate import (the
+# reference imports ``paths`` eagerly; importing any of these loads no CUDA module).
+_SUBMODULES = frozenset({"errors", "fill_utils", "interop", "partitions", "paths"})
 
 
 def _version() -> str:
@@ -114,6 +122,10 @@ __version__ = _version()
 def __getattr__(name: str) -> Any:
     if name == "__compiled__":
         return _compile.compiled()
+    if name in _SUBMODULES:
+        value = importlib.import_module(f".{name}", __name__)
+        globals()[name] = value
+        return value
     module = _LOCATIONS.get(name)
     if module is None:
         raise AttributeError(f"module 'stflow' has no attribute {name!r}")
@@ -123,4 +135,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    # Everything that resolves: globals, __all__, the lazy submodules, IncludePaths.
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES | set(_LOCATIONS))

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
-from ._errors import PlaceError
+from ._errors import DeviceOrdinalError, PlaceAllocationError
 from ._places import data_place
 from ._sources import check_dtype
 from ._views import stream_handle
@@ -50,20 +50,21 @@ _LEGACY = "legacy"
 _PER_THREAD = "per-thread"
 
 
-def _check_shape(shape_or_size: Any) -> tuple[int, ...]:
-    if isinstance(shape_or_size, int) and not isinstance(shape_or_size, bool):
-        extents: tuple[Any, ...] = (shape_or_size,)
-    elif isinstance(shape_or_size, (tuple, list)):
-        extents = tuple(shape_or_size)
+def _check_shape(size: Any) -> tuple[int, ...]:
+    """The shape of a new array: ``(size,)`` for an ``int``, else the given extents."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        extents: tuple[Any, ...] = (size,)
+    elif isinstance(size, (tuple, list)):
+        extents = tuple(size)
     else:
         raise TypeError(f"DeviceArray: size must be an int (or a shape tuple of ints), "
-                        f"got {type(shape_or_size).__name__}")
+                        f"got {type(size).__name__}")
     for extent in extents:
         if isinstance(extent, bool) or not isinstance(extent, int):
             raise TypeError(f"DeviceArray: extents must be ints, got "
-                            f"{type(extent).__name__} in {shape_or_size!r}")
+                            f"{type(extent).__name__} in {size!r}")
         if extent < 0:
-            raise ValueError(f"DeviceArray: negative size {extent} in {shape_or_size!r}")
+            raise ValueError(f"DeviceArray size must be non-negative, got {size!r}")
     return extents
 
 
@@ -96,8 +97,10 @@ class DeviceArray:
 
     Parameters
     ----------
-    shape_or_size : int or tuple of int
-        Number of elements, or the shape (stflow accepts any number of axes).
+    size : int or tuple of int
+        Number of elements, as in the reference (``DeviceArray(size=n, ...)`` works).
+        stflow also accepts a C-order shape tuple with any number of axes (a
+        documented superset: the reference's array is 1-D only).
     dtype : dtype-like
         Any fixed-size NumPy dtype.
     dplace : data_place
@@ -113,7 +116,7 @@ class DeviceArray:
         A size or extent that is not an ``int``, a dtype without fixed size, a
         ``dplace`` that is not a ``data_place``, a bad stream.
     ValueError
-        A negative size.
+        A negative size ("DeviceArray size must be non-negative").
     PlaceError
         A place that cannot allocate (``affine()``) or a device that does not exist.
 
@@ -139,7 +142,7 @@ class DeviceArray:
     _finalizer: Any
     _device: tuple[int, int]
 
-    def __new__(cls, shape_or_size: Any = None, dtype: Any = None, dplace: Any = None,
+    def __new__(cls, size: Any = None, dtype: Any = None, dplace: Any = None,
                 stream: Any = None) -> DeviceArray:
         if cls is DeviceArray:
             from .backends import default_backend
@@ -147,10 +150,10 @@ class DeviceArray:
                 else _HostDeviceArray
         return object.__new__(cls)
 
-    def __init__(self, shape_or_size: Any, dtype: Any, dplace: data_place,
+    def __init__(self, size: Any, dtype: Any, dplace: data_place,
                  stream: Any = None) -> None:
         from .backends import default_backend
-        shape = _check_shape(shape_or_size)
+        shape = _check_shape(size)
         checked = check_dtype(dtype, "DeviceArray")
         if not isinstance(dplace, data_place):
             raise TypeError(f"DeviceArray: dplace must be a data_place, got "
@@ -158,12 +161,14 @@ class DeviceArray:
         backend = default_backend(notify=False)
         device = dplace.device_id
         if device < MANAGED:
-            raise PlaceError(f"DeviceArray: {dplace!r} cannot allocate memory; use "
-                             "data_place.host(), .managed() or .device(n)")
+            raise PlaceAllocationError(
+                f"DeviceArray: data_place.allocate failed: {dplace!r} cannot allocate "
+                "memory; use data_place.host(), .managed() or .device(n)")
         if device >= backend.device_count:
-            raise PlaceError(f"DeviceArray: device {device} does not exist on the "
-                             f"{backend.name} backend ({backend.device_count} "
-                             "device(s))")
+            raise DeviceOrdinalError(
+                f"DeviceArray: invalid device id {device}: device {device} does not "
+                f"exist on the {backend.name} backend ({backend.device_count} "
+                "device(s))")
         native = backend.stream_from_handle(stream_handle(stream))
         nbytes = math.prod(shape) * checked.itemsize
         self._shape = shape
@@ -210,8 +215,20 @@ class DeviceArray:
     def from_host(host_array: Any, dplace: data_place, stream: Any = None) -> DeviceArray:
         """A new array on ``dplace`` holding a contiguous copy of ``host_array``.
 
-        The copy is complete when this returns. stflow keeps the shape of
-        ``host_array`` (the reference accepts only 1-D arrays).
+        Parameters
+        ----------
+        host_array : array-like
+            The values; made C-contiguous first. Any number of axes: the new array
+            keeps the shape (a deliberate superset: the reference accepts only 1-D
+            arrays and raises ``ValueError`` otherwise).
+        dplace : data_place
+            Where the new array lives.
+        stream : stream-like, optional
+            As for :class:`DeviceArray`.
+
+        Notes
+        -----
+        The copy is made on the allocation stream and is complete when this returns.
         """
         source = np.ascontiguousarray(host_array)
         array = DeviceArray(tuple(source.shape), source.dtype, dplace, stream)
@@ -248,6 +265,13 @@ class DeviceArray:
     def ptr(self) -> int:
         """Address of the first element (``0`` for an empty array)."""
         return self._ptr
+
+    @property
+    def _finalizer_ref(self) -> Any:
+        """The reference's private name of the ``weakref.finalize`` that frees the
+        memory (tests written for it read ``.alive``); ``None`` for views and empty
+        arrays."""
+        return self._finalizer
 
     def __len__(self) -> int:
         if not self._shape:
@@ -380,8 +404,10 @@ class DeviceArray:
                                   f"it cannot be exported to {wanted} without a copy")
         code = dtype_code(self._dtype)
         if code is None:
-            raise BufferError(f"dtype {self._dtype} has no DLPack equivalent (only "
-                              "bool, integer, floating and complex types do)")
+            kind = "structured dtype" if self._dtype.fields is not None else "dtype"
+            raise BufferError(f"{kind} {self._dtype} has no DLPack equivalent (only "
+                              "bool, integer, floating and complex types do; the CUDA "
+                              "Array Interface describes structured types)")
         versioned = _wants_versioned(max_version)
         self._handshake(stream)
         return export_capsule(self, self._ptr, self._shape, code[0], code[1],

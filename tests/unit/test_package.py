@@ -55,7 +55,9 @@ def test_error_classes_derive_from_the_matching_builtin():
     assert issubclass(errors.BackendUnavailableError, ImportError)
     for name in errors.__all__:
         cls = getattr(errors, name)
-        assert issubclass(cls, errors.STFError) or name == "BackendNotice"
+        assert issubclass(cls, errors.STFError) or \
+            name in ("BackendNotice", "UnfinalizedContextWarning")
+    assert issubclass(errors.UnfinalizedContextWarning, UserWarning)   # shown by default
 
 
 def test_cuda_stream_and_stf_cai():
