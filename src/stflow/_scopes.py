@@ -6,7 +6,9 @@ stack of :class:`Scope` objects over the runtime's backend, a
 :class:`~stflow.backends.recording.GraphRecorder`. The outermost scope records a
 top-level graph with a set of streams of its own (so that stream order inside a graph
 never stands in for an order the graph does not have); nested ones record the body of a
-loop node (a nested ``graph_scope`` is a loop that runs once).
+loop node (a ``graph_scope`` nested in a loop is a loop that runs once). A
+``graph_scope`` that no loop encloses is *inline*: it records into the top-level graph
+itself, so it may hold host callbacks, and discarding it removes what it added.
 
 Two duties come with scopes:
 
@@ -55,7 +57,7 @@ if TYPE_CHECKING:
     from ._errors import ErrorLog
     from ._plan import Plan
     from .backends._base import Event, Stream
-    from .backends.recording import Graph, GraphRecorder
+    from .backends.recording import Graph, GraphRecorder, InlineScope
 
 __all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
 
@@ -102,7 +104,8 @@ class Scope:
     count : int or None
         How often a ``repeat`` body runs.
     graph : Graph
-        The recorder's graph of this scope (a top-level graph, or a loop body).
+        The recorder's graph of this scope (a top-level graph, or a loop body; an
+        inline scope's is its top-level graph).
     top : bool
         An outermost scope: it records a top-level graph with streams of its own.
     pools : StreamPools or None
@@ -131,11 +134,24 @@ class Scope:
         Tasks and host callbacks acquired in it.
     thread : int
         The host thread that opened it.
+    inline : InlineScope or None
+        A nested graph scope that no loop encloses: recorded into the top-level
+        graph itself (it may hold host work), not as a loop node.
+    locals : set
+        ``id(state)`` of the data created in it with ``no_export=True``: it lives
+        only in the scope and its value is not carried from one iteration of a
+        loop to the next (no hoisted import, no refresh).
+    lent : list
+        ``(scope, place)``: places its work (or that of scopes closed in it) added
+        to the ``fresh`` of an enclosing scope. Discarding it takes them back: work
+        that never runs wrote nothing (else an enclosing loop would skip refreshing
+        what it reads, or hoisting what it imports).
     """
 
     __slots__ = ("kind", "count", "graph", "top", "pools", "outer_pools", "hoist_pools",
                  "snapshots", "touched", "repeatable", "assumed", "fresh",
-                 "condition_set", "closed", "wrapper", "work", "thread")
+                 "condition_set", "closed", "wrapper", "work", "thread", "inline",
+                 "locals", "lent")
     graph: Graph          # set when the scope is opened
 
     def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool,
@@ -157,6 +173,9 @@ class Scope:
         self.wrapper: Scope | None = None
         self.work = 0
         self.thread = threading.get_ident()
+        self.inline: InlineScope | None = None
+        self.locals: set[int] = set()
+        self.lent: list[tuple[Scope, tuple[int, int]]] = []
 
     def held_data(self) -> list[DataState]:
         """The data a launchable graph holds: what its recording touched, read-only
@@ -282,6 +301,11 @@ class ScopeTracker:
             scope.pools = here.pools = StreamPools(recorder, runtime.errors.capture)
             if self.per_thread:
                 self.open_tops[scope] = scope.thread
+        elif kind is ScopeKind.GRAPH and recorder.current is not None and \
+                recorder.current.parent is None:
+            # No loop encloses it: record into the top-level graph itself.
+            scope.inline = recorder.open_inline()
+            scope.graph = scope.inline.graph
         else:
             loop_count = (count if kind is ScopeKind.REPEAT
                           else None if kind is ScopeKind.WHILE else 1)
@@ -310,6 +334,11 @@ class ScopeTracker:
             self._refresh_assumed(scope)
         self.stack.pop()
         scope.closed = True
+        if self.stack:
+            self.stack[-1].lent.extend(scope.lent)   # discarded with the parent
+        if scope.inline is not None:
+            recorder.close_inline(scope.inline)
+            return
         if not scope.top:
             recorder.close_loop(scope.graph)
             if scope.wrapper is not None:
@@ -351,12 +380,17 @@ class ScopeTracker:
         self.stack.pop()
         scope.closed = True
         self.restore(scope)
+        for outer, place in scope.lent:
+            outer.fresh.discard(place)
         if scope.top:
             recorder.discard_graph(scope.graph)
             self._forget_reads(scope)
             self._leave_top(scope)
         else:
-            recorder.discard_loop(scope.graph)
+            if scope.inline is not None:
+                recorder.discard_inline(scope.inline)
+            else:
+                recorder.discard_loop(scope.graph)
             here = self.here()
             top = here.stack[0] if here.stack else None
             if top is not None and top.pools is not None:
@@ -407,8 +441,10 @@ class ScopeTracker:
         return self.stack[-1] if self.stack else None
 
     def in_nested_scope(self) -> bool:
-        """True inside a loop body or a nested graph scope (no host work there)."""
-        return any(not scope.top for scope in self.stack)
+        """True inside a loop body or a graph scope nested in one: a conditional
+        graph node's body, which holds no host work. (A graph scope that no loop
+        encloses is recorded inline, into the top-level graph.)"""
+        return any(not scope.top and scope.inline is None for scope in self.stack)
 
     def user_scopes(self) -> int:
         """Open scopes other than graph mode's epoch."""
@@ -460,7 +496,7 @@ class ScopeTracker:
             touched[id(state)] = state
             self.snapshot(state)
             instance = access.instance
-            if instance is None:
+            if instance is None or self.is_local(state):
                 continue
             source = sources.get(id(access))
             used = source if source is not None else (
@@ -497,6 +533,8 @@ class ScopeTracker:
     def read_at(self, state: DataState, device: int) -> None:
         """Work of the open scopes reads ``state``'s instance at ``device``: unless
         the scopes wrote it, a repeated body assumes it valid on entry."""
+        if self.is_local(state):
+            return
         place = (id(state), device)
         for scope in self.stack:
             if scope.repeatable and place not in scope.fresh:
@@ -505,9 +543,15 @@ class ScopeTracker:
     def wrote(self, state: DataState, instance: Instance) -> None:
         """``instance`` was written or copied into inside the open scopes."""
         place = (id(state), instance.device)
-        for scope in self.stack:
-            if scope.repeatable:
+        stack = self.stack
+        if not stack:
+            return
+        inner = stack[-1]
+        for scope in stack:
+            if scope.repeatable and place not in scope.fresh:
                 scope.fresh.add(place)
+                if scope is not inner:
+                    inner.lent.append((scope, place))
 
     def begin_body(self, stream: Stream) -> None:
         """A task body is about to enqueue work on ``stream``: capture it (until
@@ -545,6 +589,8 @@ class ScopeTracker:
                     instance.state is not INVALID:
                 continue
             state = access.state
+            if self.is_local(state):
+                continue                    # no_export data: fresh in every iteration
             at_root = state.readonly and state.scope is None and self.per_thread
             if not at_root and not scope.repeatable:
                 continue
@@ -559,11 +605,34 @@ class ScopeTracker:
                 continue
             if (id(state), source.device) in scope.fresh:
                 continue
-            self.snapshot(state)
             with self._enclosing_level(scope):
                 self._note_import(state, instance, source)    # in enclosing scopes
-                self.runtime.copy_into(state, instance, source, prerequisites,
-                                       state.label)
+                event = self.runtime.copy_into(state, instance, source, prerequisites,
+                                               state.label)
+            # The import is work of the enclosing level, which runs even if this
+            # scope is discarded: the scope's snapshot must keep it (its copy, and
+            # the event later users of the instance, or writers of the source, wait
+            # for). Snapshotted only now, or, when the scope's work touched the data
+            # before, the snapshot taken then gets the import.
+            self._keep_import(scope, state, instance, source, event)
+
+    def _keep_import(self, scope: Scope, state: DataState, target: Instance,
+                     source: Instance, event: Event) -> None:
+        """Make the snapshot of ``state`` that discarding ``scope`` restores hold an
+        import made for it at the enclosing level (``source`` copied into ``target``,
+        complete at ``event``)."""
+        snapshots = scope.snapshots
+        entry = None if snapshots is None else snapshots.get(id(state))
+        if snapshots is None or entry is None:
+            self.snapshot(state)
+            return
+        now = state.snapshot()
+        state.restore(entry[1])
+        if source.state is not INVALID:         # as the copy did (``copy_into``)
+            state.copied(target, source, event)
+        state.tracker.release(READ, event)
+        snapshots[id(state)] = (state, state.snapshot())
+        state.restore(now)
 
     def _note_import(self, state: DataState, instance: Instance,
                      source: Instance) -> None:
@@ -572,6 +641,19 @@ class ScopeTracker:
         for scope in self.stack:
             if scope.repeatable and place not in scope.fresh:
                 scope.assumed[place] = state
+
+    def make_local(self, state: DataState) -> Scope | None:
+        """``state`` was created with ``no_export=True``: it belongs to the innermost
+        open scope (returned; ``None`` at the root, where it is ordinary data)."""
+        scope = self.innermost
+        if scope is not None:
+            scope.locals.add(id(state))
+        return scope
+
+    def is_local(self, state: DataState) -> bool:
+        """True when ``state`` is ``no_export`` data of an open scope."""
+        key = id(state)
+        return any(scope.locals and key in scope.locals for scope in self.stack)
 
     def touch(self, state: DataState) -> None:
         """Work on ``state`` was recorded outside a task (an eviction): the

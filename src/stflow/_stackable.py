@@ -18,7 +18,7 @@ from typing import Any, Callable, cast
 
 from ._cond import Comparable, cond, condition_terms
 from ._context import context
-from ._errors import ContextMismatchError, ScopeError
+from ._errors import ContextMismatchError, NegativeCountError, ScopeError
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
@@ -33,14 +33,38 @@ class stackable_logical_data(logical_data, Comparable):
     """Logical data of a :class:`stackable_context` (see ``logical_data``), plus
     ``set_read_only``, ``push`` and comparisons building loop conditions."""
 
-    __slots__ = ()
+    __slots__ = ("_home",)      # the scope of no_export data (unset: none)
 
     def set_read_only(self) -> None:
-        """Make the data read-only everywhere: later ``write()``/``rw()`` raise
-        ``AccessModeError``, and scopes only read it, so they can overlap."""
-        self._alive()
-        self._readonly = True
-        self._state.readonly = True
+        """Make the data read-only for every scope, at any level, from now on.
+
+        Later ``write()``/``rw()`` (and ``push`` with a writing mode) raise
+        ``AccessModeError``. Scopes only read the data: it is imported at the root
+        level (one copy per place, shared by every scope and every iteration of a
+        loop, never refreshed), scopes are not discarded back over it, launchable
+        graphs do not hold it, and the scopes of several threads read it at once.
+
+        Raises
+        ------
+        ScopeError
+            An open scope (of any thread) has used the data, a launchable graph
+            holds it, or a task writing it is in progress: call ``set_read_only()``
+            before that work, or after it ends.
+        """
+        runtime = self._alive()
+        state = self._state
+        with runtime.lock:
+            if state.scope is not None or state.writing is not None:
+                holder = state.scope if state.scope is not None else state.writing
+                what = ("a launchable graph holds it" if isinstance(holder, _Launchable)
+                        else "an open scope has used it" if isinstance(holder, Scope)
+                        else "a task writing it is in progress")
+                raise ScopeError(f"set_read_only() of {self._label()} while {what}; "
+                                 "call set_read_only() before that work, or once it "
+                                 "has ended (the scope closed, the launchable graph "
+                                 "reset)")
+            self._readonly = True
+            state.readonly = True
 
     def push(self, mode: Any, dplace: Any = None) -> None:
         """Import the data into the innermost open scope with ``mode`` (at ``dplace``).
@@ -51,6 +75,7 @@ class stackable_logical_data(logical_data, Comparable):
         """
         runtime = self._alive()
         access = dep(self, mode if isinstance(mode, int) else int(mode), dplace)
+        _check_home(self, "push()")
         if not _scopes(runtime).stack:
             raise ScopeError(f"push() of {self._label()} with no scope open; open one "
                              "with push(), graph_scope() or a loop first")
@@ -83,8 +108,25 @@ def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
             raise TypeError(f"{what}: {d.ld._label()} is not data of a stackable "
                             "context; create it with sctx.logical_data(...)")
         if d.ld._runtime is not runtime:
-            raise ContextMismatchError(f"{what}: {d.ld._label()} belongs to another "
-                                       "context")
+            raise ContextMismatchError(f"{what}: {d.ld._label()} belongs to a "
+                                       "different context")
+        _check_home(d.ld, what)
+
+
+def _check_home(ld: stackable_logical_data, what: str) -> None:
+    """Refuse ``no_export`` data outside the scope that created it."""
+    home: Scope | None = getattr(ld, "_home", None)
+    if home is None:
+        return
+    if home.closed:
+        raise ScopeError(f"{what}: {ld._label()} was created with no_export=True in a "
+                         f"{home.kind.value} scope that has closed: such data lives "
+                         "only in its scope; create it without no_export to use it "
+                         "after the scope")
+    if home.thread != threading.get_ident():
+        raise ScopeError(f"{what}: {ld._label()} was created with no_export=True in a "
+                         f"{home.kind.value} scope of another thread; such data lives "
+                         "only in its scope")
 
 
 def _scopes(runtime: Runtime) -> ScopeTracker:
@@ -176,7 +218,7 @@ class _Loop:
         for leaf in leaves:
             if leaf._ld._runtime is not runtime:
                 raise ContextMismatchError(f"continue_while: {leaf._ld._label()} belongs "
-                                           "to another context")
+                                           "to a different context")
         if scope.condition_set:
             raise ScopeError("continue_while() called twice in one while_loop body; "
                              "combine the conditions with & or |")
@@ -483,7 +525,8 @@ class stackable_context:
             raise TypeError(f"repeat(count): count must be an int, got "
                             f"{type(count).__name__}")
         if count < 0:
-            raise ValueError(f"repeat(count): count must be >= 0, got {count}")
+            raise NegativeCountError(f"repeat(count): count must be non-negative, got "
+                                     f"{count}")
         self._ctx._live()
         return _Loop(self, ScopeKind.REPEAT, int(count))
 
@@ -516,34 +559,51 @@ class stackable_context:
 
     def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None,
                            *, no_export: bool = False) -> stackable_logical_data:
-        """Logical data without an initial value. ``no_export`` marks a temporary of
-        the innermost scope (accepted; such data is simply never written back)."""
+        """Logical data without an initial value.
+
+        ``no_export=True`` makes it a temporary of the innermost open scope: it lives
+        only there (using it once the scope has closed, or from another thread,
+        raises ``ScopeError``), its value is not carried from one iteration of a loop
+        body to the next (nothing is hoisted or refreshed for it: write it before
+        reading it in each iteration), and it is never written back. At the root
+        level it is ordinary data.
+        """
         _check_bool(no_export)
-        return cast(stackable_logical_data,
-                    self._ctx.logical_data_empty(shape, dtype, name))
+        return self._local(self._ctx.logical_data_empty(shape, dtype, name), no_export)
+
+    def _local(self, ld: Any, no_export: bool) -> stackable_logical_data:
+        """Make ``ld`` data of the innermost open scope when ``no_export``."""
+        if no_export:
+            runtime = self._runtime
+            with runtime.lock:
+                home = _scopes(runtime).make_local(ld._state)
+            if home is not None:
+                ld._home = home
+        return cast(stackable_logical_data, ld)
 
     def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
                           where: Any = None, exec_place: Any = None,
                           name: str | None = None, *, no_export: bool = False
                           ) -> stackable_logical_data:
-        """Logical data filled with ``fill_value``; the fill runs in the current scope."""
+        """Logical data filled with ``fill_value``; the fill runs in the current scope
+        (``no_export``: see :meth:`logical_data_empty`)."""
         _check_bool(no_export)
-        return cast(stackable_logical_data, self._ctx.logical_data_full(
-            shape, fill_value, dtype, where, exec_place, name))
+        return self._local(self._ctx.logical_data_full(
+            shape, fill_value, dtype, where, exec_place, name), no_export)
 
     def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
                            exec_place: Any = None, name: str | None = None, *,
                            no_export: bool = False) -> stackable_logical_data:
         _check_bool(no_export)
-        return cast(stackable_logical_data, self._ctx.logical_data_zeros(
-            shape, dtype, where, exec_place, name))
+        return self._local(self._ctx.logical_data_zeros(
+            shape, dtype, where, exec_place, name), no_export)
 
     def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
                           exec_place: Any = None, name: str | None = None, *,
                           no_export: bool = False) -> stackable_logical_data:
         _check_bool(no_export)
-        return cast(stackable_logical_data, self._ctx.logical_data_ones(
-            shape, dtype, where, exec_place, name))
+        return self._local(self._ctx.logical_data_ones(
+            shape, dtype, where, exec_place, name), no_export)
 
     def token(self) -> stackable_logical_data:
         """A logical data without bytes, for ordering only."""
@@ -560,14 +620,16 @@ class stackable_context:
     def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
                     args: Any = None, symbol: str | None = None) -> None:
         """Run ``fn`` on the host in order with ``deps`` (see ``context.host_launch``);
-        not inside loop bodies or nested graph scopes, which hold no host work."""
+        also inside graph scopes, not inside loop bodies (conditional graph nodes
+        hold no host work)."""
         runtime = self._ctx._live()
         for d in deps:
             _check_stackable(d, runtime, "host_launch()")
         if _scopes(runtime).in_nested_scope():
-            raise ScopeError("host_launch() inside a while_loop/repeat body or a nested "
-                             "graph scope: those run as conditional graph nodes, which "
-                             "cannot hold host work; move it to the enclosing level")
+            raise ScopeError("host_launch() inside a while_loop/repeat body (or a graph "
+                             "scope nested in one): a loop body runs as a conditional "
+                             "graph node, which cannot hold host work; move it out of "
+                             "the loop")
         host_launch(runtime, deps, fn, args, symbol)
 
     # -- synchronisation -----------------------------------------------------------------
@@ -580,7 +642,12 @@ class stackable_context:
         return self._ctx.fence()
 
     def check_errors(self) -> None:
+        """Raise the oldest pending asynchronous error (see ``context``)."""
         self._ctx.check_errors()
+
+    def pending_errors(self) -> list[BaseException]:
+        """The pending asynchronous errors, oldest first, not cleared (stflow-only)."""
+        return self._ctx.pending_errors()
 
     def finalize(self) -> None:
         """Wait for all work, write results back, free everything (idempotent)."""

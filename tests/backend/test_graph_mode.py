@@ -86,10 +86,28 @@ def test_trace_of_a_graph_mode_context(backend):
     assert "task 'add'" in {e["name"] for e in events if e["ph"] == "X"}
 
 
-def test_graph_mode_with_a_caller_stream_is_refused():
-    with stf.context(backend="emulated") as outer:
-        with pytest.raises(ValueError, match="caller stream"):
-            stf.context(backend="emulated", use_graph=True, stream=outer.fence())
+def test_graph_mode_on_a_caller_stream(backend):
+    """``context(use_graph=True, stream=s)``: the graphs launch on ``s``, after what
+    ``s`` held, and ``finalize()`` orders the write-back on ``s`` without waiting."""
+    from stflow.backends import get_backend
+    real = get_backend(backend)
+    caller = real.create_stream(0)
+    X = np.zeros(8)
+    try:
+        ctx = stf.context(backend=backend, use_graph=True, stream=caller.handle)
+        recorder = ctx._runtime.backend
+        lx = ctx.logical_data(X)
+        for _ in range(3):
+            with ctx.task(lx.rw()) as t:
+                add_to(t, 0, None, 1.0)
+        assert recorder.launch_stream().handle == caller.handle
+        ctx.finalize()
+        real.synchronize(real.record(caller))
+        np.testing.assert_array_equal(X, 3.0)
+        assert ctx.statistics().graph_instantiations == 1
+    finally:
+        real.synchronize(real.record(caller))
+        real.destroy_stream(caller)
 
 
 def test_long_epochs_are_launched_in_parts(backend, monkeypatch):

@@ -146,15 +146,16 @@ class _Capture:
 class _Loop:
     """A loop node: its body graph, device, and for repeat loops the counter."""
 
-    __slots__ = ("node", "body", "device", "counter", "start")
+    __slots__ = ("node", "body", "device", "counter", "start", "handle")
 
     def __init__(self, node: Any, body: Any, device: int, counter: Allocation | None,
-                 start: Any) -> None:
+                 start: Any, handle: Any = None) -> None:
         self.node = node
         self.body = body
         self.device = device
         self.counter = counter
         self.start = start          # the kernel node setting the condition
+        self.handle = handle        # its CUgraphConditionalHandle
 
 
 class _Executable:
@@ -184,6 +185,7 @@ class CudaGraphSupport(GraphSupport):
         self._resources: dict[int, _Resources] = {}    # graph or body -> resources
         self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
         self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
+        self._placeholders: dict[int, tuple[Any, int]] = {}   # IF node -> (handle, device)
         # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
         # suffix (same arguments).
         self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
@@ -238,6 +240,64 @@ class CudaGraphSupport(GraphSupport):
         if loop is not None:
             _cu.check(d.cuGraphDestroyNode(loop.start),
                       "removing the start of a loop from a CUDA graph")
+
+    def _nodes(self, graph: Any) -> list[Any]:
+        """The nodes of the top level of ``graph``."""
+        d = _cu.driver
+        step = "listing the nodes of a CUDA graph"
+        count = int(_cu.check(d.cuGraphGetNodes(graph, 0), step)[-1])
+        if not count:
+            return []
+        return list(_cu.check(d.cuGraphGetNodes(graph, count), step)[0])[:count]
+
+    def mark(self, graph: Any) -> frozenset[int]:
+        """The nodes ``graph`` holds now (for :meth:`truncate`)."""
+        return frozenset(int(node) for node in self._nodes(graph))
+
+    def truncate(self, graph: Any, mark: Any) -> None:
+        """Remove the nodes added to ``graph`` since ``mark``: loop nodes first (with
+        their start nodes and bodies), then the others.
+
+        The conditional handle of a removed loop still belongs to ``graph``, and
+        instantiation refuses a handle that no node uses: each gets a placeholder,
+        an IF node with an empty body, which does nothing."""
+        added = [node for node in self._nodes(graph) if int(node) not in mark]
+        handles: list[tuple[Any, int]] = []
+        for node in added:
+            loop = self._loop_nodes.get(int(node))
+            if loop is not None:
+                handles.append((loop.handle, loop.device))
+                self.remove_node(graph, node)
+            else:
+                kept = self._placeholders.pop(int(node), None)
+                if kept is not None:
+                    handles.append(kept)
+        edges = self._owner(graph).edges
+        for node in self._nodes(graph):
+            if int(node) in mark:
+                continue
+            edges.pop(int(node), None)
+            for known in edges.values():
+                known.discard(int(node))
+            _cu.check(_cu.driver.cuGraphDestroyNode(node),
+                      "removing a node from a CUDA graph")
+        for handle, device in handles:
+            self._placeholder(graph, handle, device)
+
+    def _placeholder(self, graph: Any, handle: Any, device: int) -> None:
+        """An IF node of ``handle`` with an empty body, keeping the handle used."""
+        d = _cu.driver
+        params = d.CUgraphNodeParams()
+        params.type = self._conditional_type
+        conditional = params.conditional
+        conditional.handle = handle
+        conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_IF
+        conditional.size = 1
+        conditional.ctx = self._backend._contexts[device]
+        step = "keeping the condition of a discarded loop in a CUDA graph"
+        node = _cu.check(self._add_node(graph, [], None, 0, params), step)
+        _cu.check(d.cuGraphAddEmptyNode(conditional.phGraph_out[0], None, 0), step)
+        self._placeholders[int(node)] = (handle, device)
 
     def _drop(self, resources: _Resources) -> None:
         """One user of ``resources`` is gone; the last runs the releases."""
@@ -387,8 +447,47 @@ class CudaGraphSupport(GraphSupport):
                 new.append(node)
         if not new:
             return
-        _cu.check(self._add_edges(graph, new, [after] * len(new), None, len(new)),
-                  "adding dependencies to a CUDA graph node")
+        result = self._add_edges(graph, new, [after] * len(new), None, len(new))
+        if result[0]:
+            for node in new:
+                known.discard(int(node))
+            raise _cu.error(result[0], "adding dependencies to a CUDA graph node"
+                            + self._explain_edges(graph, new, after)) from None
+
+    def _explain_edges(self, graph: Any, before: Sequence[Any], after: Any) -> str:
+        """What the driver may have refused in an edge ``before -> after`` of
+        ``graph`` (a node of another graph, an existing edge, a self edge), for the
+        message of a failed :meth:`add_dependencies`. Never raises."""
+        d = _cu.driver
+        found: list[str] = []
+        try:
+            if any(int(node) == int(after) for node in before):
+                found.append("a node would depend on itself")
+            containing = getattr(d, "cuGraphNodeGetContainingGraph", None)
+            if containing is not None:
+                for role, node in [("the dependent", after),
+                                   *(("a dependency", node) for node in before)]:
+                    err, owner = containing(node)
+                    if err:
+                        found.append(f"{role} 0x{int(node):x} is not a live node "
+                                     f"({getattr(err, 'name', err)})")
+                    elif int(owner) != int(graph):
+                        found.append(f"{role} 0x{int(node):x} belongs to graph "
+                                     f"0x{int(owner):x}, not 0x{int(graph):x}")
+            dependencies = (getattr(d, "cuGraphNodeGetDependencies_v2", None)
+                            or d.cuGraphNodeGetDependencies)
+            result = dependencies(after, 0)
+            count = int(result[-1]) if not result[0] else 0
+            if count:
+                result = dependencies(after, count)
+                existing = {int(node) for node in list(result[1])[:count]}
+                for node in before:
+                    if int(node) in existing:
+                        found.append(f"the edge 0x{int(node):x} -> 0x{int(after):x} "
+                                     "exists already")
+        except Exception:                           # a diagnosis only
+            pass
+        return f" ({'; '.join(found)})" if found else ""
 
     def add_loop(self, graph: Any, deps: Sequence[Any], device: int,
                  count: int | None) -> tuple[Any, Any, int]:
@@ -433,7 +532,7 @@ class CudaGraphSupport(GraphSupport):
         conditional.ctx = context
         node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
         body = conditional.phGraph_out[0]
-        loop = _Loop(node, body, device, counter, start)
+        loop = _Loop(node, body, device, counter, start, handle)
         with self._lock:
             self._resources[int(body)] = resources
             self._bodies[int(body)] = loop

@@ -13,6 +13,15 @@ from the launch), so an edge the recorder forgot changes results for some seeds.
 while loop runs its body once and again while its handle is non-zero; its handle is
 set to 1 each time the loop node is reached. A repeat loop runs its body ``count``
 times.
+
+Validation
+    Building a graph checks what the CUDA driver checks, so that a recorder bug that
+    would fail on a GPU (``CUDA_ERROR_INVALID_VALUE``) fails here too, with
+    :class:`EmulatedGraphError`: every node named as a dependency (of a capture, a
+    loop node or an edge) must be a live node of the graph being built, never one of
+    an enclosing, nested or sibling graph (a conditional body graph is a graph of
+    its own); an edge must join two distinct nodes; a removed node or a destroyed
+    graph cannot be used again.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import numpy as np
 from ._base import Stream
 from ._graphs import ConditionTerm, GraphSupport
 
-__all__ = ["EmulatedGraphs", "set_conditional"]
+__all__ = ["EmulatedGraphError", "EmulatedGraphs", "set_conditional"]
 
 _handles = itertools.count(0x7C0001)
 _conditions: dict[int, list[int]] = {}
@@ -49,16 +58,23 @@ def set_conditional(handle: int, value: int) -> None:
     cell[0] = 1 if value else 0
 
 
-class Node:
-    """A node of an emulated graph: a callable, or a loop."""
+class EmulatedGraphError(RuntimeError):
+    """A graph was built in a way the CUDA driver refuses (``CUDA_ERROR_INVALID_VALUE``
+    on a GPU): a dependency on a node of another graph, a removed node, a self edge."""
 
-    __slots__ = ("run", "deps", "loop")
+
+class Node:
+    """A node of an emulated graph: a callable, or a loop. ``graph`` is the graph it
+    belongs to (``None`` once removed)."""
+
+    __slots__ = ("run", "deps", "loop", "graph")
 
     def __init__(self, run: Callable[[], None] | None, deps: list[Node],
-                 loop: Loop | None = None) -> None:
+                 loop: Loop | None = None, graph: Graph | None = None) -> None:
         self.run = run
         self.deps = deps
         self.loop = loop
+        self.graph = graph
 
 
 class Loop:
@@ -71,11 +87,45 @@ class Loop:
 
 
 class Graph:
-    __slots__ = ("nodes", "handles")
+    __slots__ = ("nodes", "handles", "parent", "destroyed", "captures")
 
-    def __init__(self) -> None:
+    def __init__(self, parent: Node | None = None) -> None:
         self.nodes: list[Node] = []
         self.handles: list[int] = []          # condition handles it owns
+        self.parent = parent                  # the loop node of a body graph
+        self.destroyed = False
+        self.captures = 0                     # streams capturing into it now
+
+    def describe(self) -> str:
+        depth, node = 0, self.parent
+        while node is not None and node.graph is not None:
+            depth, node = depth + 1, node.graph.parent
+        return "a top-level graph" if depth == 0 else f"a loop body {depth} deep"
+
+
+def _check_not_capturing(graph: Graph, step: str) -> None:
+    """Refuse to change a loop body that a stream captures into (on CUDA such a
+    capture goes straight into the body graph, ``cuStreamBeginCaptureToGraph``; a
+    top-level graph's captures go into graphs of their own)."""
+    if graph.captures and graph.parent is not None:
+        raise EmulatedGraphError(f"{step}: {graph.describe()} is the target of "
+                                 f"{graph.captures} open stream capture(s)")
+
+
+def _check_nodes(graph: Graph, nodes: Sequence[Any], step: str) -> None:
+    """Refuse, as the CUDA driver does, dependencies that are not nodes of ``graph``."""
+    if graph.destroyed:
+        raise EmulatedGraphError(f"{step}: the graph was destroyed")
+    for node in nodes:
+        if not isinstance(node, Node):
+            raise EmulatedGraphError(f"{step}: {node!r} is not a graph node")
+        if node.graph is not graph:
+            where = ("a removed node" if node.graph is None
+                     else f"a node of {node.graph.describe()}")
+            raise EmulatedGraphError(
+                f"{step}: a dependency is {where}, not of {graph.describe()} (a CUDA "
+                "graph's edges join nodes of one graph; the driver answers "
+                "CUDA_ERROR_INVALID_VALUE)")
 
 
 class Capture:
@@ -88,7 +138,7 @@ class Capture:
         self.deps = deps
 
     def add(self, fn: Callable[[], None]) -> None:
-        node = Node(fn, self.deps)
+        node = Node(fn, self.deps, graph=self.graph)
         self.graph.nodes.append(node)
         self.deps = [node]
 
@@ -115,25 +165,36 @@ class EmulatedGraphs(GraphSupport):
             for handle in graph.handles:
                 _conditions.pop(handle, None)
         graph.handles = []
+        graph.destroyed = True
 
     def begin_capture(self, stream: Stream, graph: Graph, deps: Sequence[Any]) -> None:
         if stream.capture is not None:  # type: ignore[attr-defined]
             raise RuntimeError(f"{stream!r} is already capturing")
+        _check_nodes(graph, deps, "beginning a capture")
         stream.capture = Capture(graph, list(deps))  # type: ignore[attr-defined]
+        graph.captures += 1
 
     def end_capture(self, stream: Stream) -> list[Any]:
         capture = stream.capture  # type: ignore[attr-defined]
         if capture is None:
             raise RuntimeError(f"{stream!r} is not capturing")
         stream.capture = None  # type: ignore[attr-defined]
+        capture.graph.captures -= 1
         return capture.deps
 
     def add_dependencies(self, graph: Graph, before: Sequence[Any], after: Any) -> None:
+        step = "adding dependencies to a graph node"
+        _check_nodes(graph, [*before, after], step)
+        _check_not_capturing(graph, step)
+        if after in before:
+            raise EmulatedGraphError(f"{step}: a node cannot depend on itself")
         for node in before:
             if node not in after.deps:
                 after.deps.append(node)
 
     def remove_node(self, graph: Graph, node: Any) -> None:
+        _check_nodes(graph, [node], "removing a graph node")
+        node.graph = None
         graph.nodes.remove(node)
         for other in graph.nodes:
             if node in other.deps:
@@ -141,14 +202,24 @@ class EmulatedGraphs(GraphSupport):
         if node.loop is not None:
             self.destroy_graph(node.loop.body)
 
+    def mark(self, graph: Graph) -> int:
+        return len(graph.nodes)
+
+    def truncate(self, graph: Graph, mark: int) -> None:
+        for node in reversed(graph.nodes[mark:]):
+            self.remove_node(graph, node)
+
     def add_loop(self, graph: Graph, deps: Sequence[Any], device: int,
                  count: int | None) -> tuple[Node, Graph, int]:
         handle = next(_handles)
         with _conditions_lock:
             _conditions[handle] = [1]
+        _check_nodes(graph, deps, "adding a loop node")
+        _check_not_capturing(graph, "adding a loop node")
         graph.handles.append(handle)
-        body = Graph()
-        node = Node(None, list(deps), Loop(body, count, handle))
+        node = Node(None, list(deps), graph=graph)
+        body = Graph(node)
+        node.loop = Loop(body, count, handle)
         graph.nodes.append(node)
         return node, body, handle
 

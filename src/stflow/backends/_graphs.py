@@ -11,7 +11,8 @@ graphs              ``create_graph``, ``destroy_graph``
 capture             ``begin_capture``, ``end_capture``: work enqueued on a real stream
                     in between (copies, fills, host functions, whatever a task body
                     enqueues) becomes nodes of a graph instead of running
-edges               ``add_dependencies``, ``remove_node``
+edges               ``add_dependencies``, ``remove_node``, ``mark`` and
+                    ``truncate`` (remove what was added since a mark)
 loops               ``add_loop`` (a conditional node and its body graph),
                     ``set_condition`` (enqueue the evaluation of a loop condition),
                     ``end_loop_body``
@@ -127,6 +128,16 @@ class GraphSupport(abc.ABC):
     @abc.abstractmethod
     def destroy_exec(self, executable: Any) -> None:
         """Release an executable graph (its queued launches complete normally)."""
+
+    def mark(self, graph: Any) -> Any:
+        """A mark of the nodes ``graph`` holds now, for :meth:`truncate`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot mark graphs")
+
+    def truncate(self, graph: Any, mark: Any) -> None:
+        """Remove every node added to ``graph`` since :meth:`mark` returned ``mark``
+        (with their edges, and the bodies of loop nodes among them): a discarded
+        inline scope."""
+        raise NotImplementedError(f"{type(self).__name__} cannot truncate graphs")
 
     def topology(self, graph: Any) -> Any:
         """A hashable key equal for graphs that :meth:`update` can exchange; ``None``

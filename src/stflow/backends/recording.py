@@ -18,7 +18,9 @@ backend that has graph support (``backend.graphs``, see ``_graphs.py``):
   the open capture included (as a node whose handles are filled when it ends).
 
 Graphs nest: a loop scope adds a loop node to the enclosing graph and records its body
-into the node's body graph. A node used as a dependency in another graph is *lifted*:
+into the node's body graph. A nested graph scope that no loop encloses is *inline*: it
+records into the top-level graph itself (so it may hold host work), and discarding it
+removes the nodes added since it opened (``GraphSupport.mark`` / ``truncate``). A node used as a dependency in another graph is *lifted*:
 from inside a loop body, a node of an enclosing graph becomes a dependency of the loop
 node; from outside, a node of a loop body stands for its loop node. A node of another
 top-level graph stands for that graph's launch, whose completion event the launch of
@@ -35,14 +37,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._errors import ScopeError
-from ._base import Allocation, Backend, Event, KernelLaunch, Stream
+from ._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
 
-__all__ = ["GraphEvent", "GraphRecorder", "RecordingStream"]
+__all__ = ["GraphEvent", "GraphRecorder", "InlineScope", "RecordingStream"]
 
 MAX_GRAPHS_IN_FLIGHT = 16
 """Launched graphs of one context that may be queued or running at once: a launch
@@ -105,6 +107,21 @@ class Node:
         self.stream = stream
 
 
+class InlineScope:
+    """A nested graph scope recorded into its enclosing top-level graph: the graph,
+    the backend's mark of its nodes when the scope opened, and the recorder's
+    state then (restored when the scope is discarded)."""
+
+    __slots__ = ("graph", "mark", "sinks", "used")
+
+    def __init__(self, graph: Graph, mark: Any, sinks: dict[Node, None],
+                 used: bool) -> None:
+        self.graph = graph
+        self.mark = mark
+        self.sinks = sinks
+        self.used = used
+
+
 class RecordingStream(Stream):
     """A stream of a scope: a frontier of nodes, captured on a real stream.
 
@@ -117,6 +134,7 @@ class RecordingStream(Stream):
 
     def __init__(self, real: Stream, top: Graph) -> None:
         super().__init__(real.handle, real.device, real.ordinal, real.error_sink)
+        self.partition = real.partition
         self.real = real
         self.top = top
         self.frontier: list[Node] = []
@@ -163,7 +181,7 @@ class GraphRecorder(Backend):
         name the open one).
     """
 
-    def __init__(self, real: Backend) -> None:
+    def __init__(self, real: Backend, launch_stream: Stream | None = None) -> None:
         graphs = real.graphs
         if graphs is None:
             from .._errors import BackendUnavailableError
@@ -180,11 +198,17 @@ class GraphRecorder(Backend):
         self.split_bodies = False
         self._shared = _Level()
         self._local = threading.local()
-        self.spare: dict[int, list[Stream]] = {}    # real streams for captures
+        self.spare: dict[tuple, list[Stream]] = {}  # (device, partition) -> streams
         self.lent: dict[Graph, list[Stream]] = {}   # capture streams of each top graph
         self.launch_streams: dict[int, Stream] = {}
+        # A caller's stream (context(use_graph=True, stream=s)): graphs launch on it,
+        # and the end of the context does not block the host (see context_finalized).
+        self.caller_stream = launch_stream
+        if launch_stream is not None:
+            self.launch_streams[0] = launch_stream
         self.retiring: list[tuple[Event, Graph]] = []
         self.cache: dict[Any, Any] = {}             # topology -> executable
+        self.cache_shared = False                   # an async_resources owns the cache
         self.graph_instantiations = 0
         self.graph_updates = 0
 
@@ -261,6 +285,32 @@ class GraphRecorder(Backend):
         parent.used = True
         return body
 
+    def open_inline(self) -> InlineScope:
+        """Open a nested graph scope recorded straight into the current top-level
+        graph (no loop encloses it): no conditional node, so host work is allowed.
+
+        Its work is captured apart from the work before it (open captures end), so
+        that :meth:`discard_inline` can remove exactly what it recorded.
+        """
+        graph = self.current
+        if graph is None or graph.parent is not None:
+            raise ScopeError("an inline graph scope is opened outside a top-level graph")
+        self._end_captures()
+        return InlineScope(graph, self.graphs.mark(graph.handle), dict(graph.sinks),
+                           graph.used)
+
+    def close_inline(self, scope: InlineScope) -> None:
+        """The inline scope is recorded: later work is captured apart from it."""
+        self._end_captures()
+
+    def discard_inline(self, scope: InlineScope) -> None:
+        """Remove what an inline scope recorded from its graph (its block raised)."""
+        self._end_captures(keep=False)
+        graph = scope.graph
+        self.graphs.truncate(graph.handle, scope.mark)
+        graph.sinks = scope.sinks
+        graph.used = scope.used
+
     def _materialize(self, body: Graph, device: int) -> None:
         """Add the loop node of ``body`` (and of the bodies enclosing it) on ``device``."""
         pending: list[Graph] = []                 # innermost first; a loop, not recursion
@@ -297,8 +347,9 @@ class GraphRecorder(Backend):
 
     def discard_loop(self, body: Graph) -> None:
         """Drop a loop whose body raised (or never runs): its node leaves the
-        enclosing graph."""
-        self._end_captures(keep=False)
+        enclosing graph. Captures into the enclosing graphs (imports hoisted out of
+        the body) stay: that work runs."""
+        self._end_captures(keep=False, dropped=body)
         assert body.parent is not None
         node = body.parent
         parent = self.current = node.graph
@@ -423,19 +474,21 @@ class GraphRecorder(Backend):
 
     # -- streams ---------------------------------------------------------------------
     def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None) -> Stream:
+                      error_sink: Callable[..., None] | None = None,
+                      partition: Any = None) -> Stream:
         graph = self.current
         if graph is None:
-            return self.real.create_stream(device, error_sink)
-        spare = self.spare.get(device)
-        real = spare.pop() if spare else self.real.create_stream(device, error_sink)
+            return self.real.create_stream(device, error_sink, partition)
+        spare = self.spare.get((device, partition))     # captures stay in the partition
+        real = spare.pop() if spare else self.real.create_stream(device, error_sink,
+                                                                 partition)
         real.error_sink = error_sink
         self.lent.setdefault(graph.top, []).append(real)
         return RecordingStream(real, graph.top)
 
     def _return_streams(self, top: Graph) -> None:
         for real in self.lent.pop(top, ()):
-            self.spare.setdefault(real.device, []).append(real)
+            self.spare.setdefault((real.device, real.partition), []).append(real)
 
     def destroy_stream(self, stream: Stream) -> None:
         if not isinstance(stream, RecordingStream):
@@ -519,12 +572,17 @@ class GraphRecorder(Backend):
         if restart:
             self._begin(stream, graph)
 
-    def _end_captures(self, keep: bool = True) -> None:
-        """End the open captures of the calling thread's top graph."""
+    def _end_captures(self, keep: bool = True, dropped: Graph | None = None) -> None:
+        """End the open captures of the calling thread's top graph; with ``dropped``
+        (and not ``keep``), only the captures into ``dropped`` and the bodies in it
+        are dropped, the others are kept."""
         graph = self.current
         if graph is not None:
             for stream in list(graph.top.capturing):
-                self._end_capture(stream, keep)
+                capturing = stream.capturing
+                assert capturing is not None
+                self._end_capture(stream, keep or (dropped is not None and
+                                                   not dropped.encloses(capturing)))
 
     def _dependencies(self, frontier: list[Node], graph: Graph) -> list[Any]:
         """The node handles in ``graph`` that work after ``frontier`` depends on."""
@@ -547,9 +605,13 @@ class GraphRecorder(Backend):
             else:                                        # from an enclosing graph
                 container = graph.parent
                 assert container is not None
+                never_runs = False
                 while container.graph is not node.graph:
+                    never_runs |= container.graph.loop_count == 0
                     assert container.graph.parent is not None
                     container = container.graph.parent
+                if never_runs:
+                    continue        # inside the scratch body of a repeat(0): no edge
                 node.graph.sinks.pop(node, None)
                 self.graphs.add_dependencies(node.graph.handle, node.handles or [],
                                              container.handles[0])  # type: ignore[index]
@@ -645,6 +707,13 @@ class GraphRecorder(Backend):
             stream = None
         return self.real.allocate(device, nbytes, stream, dtype)
 
+    def composite_granularity(self, devices: Sequence[int]) -> int:
+        return self.real.composite_granularity(devices)
+
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        return self.real.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
+
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         if isinstance(stream, RecordingStream):
             stream.top.frees.append(allocation)
@@ -738,18 +807,52 @@ class GraphRecorder(Backend):
 
     # -- the end of the context -----------------------------------------------------------
     def context_finalized(self) -> None:
-        """Release everything kept for the context (its work has completed)."""
+        """Release everything kept for the context (its work has completed).
+
+        With a caller's launch stream the host does not wait: graphs still running
+        are handed to :func:`_adopt_running`, destroyed once their launch completed.
+        """
+        _collect_orphans()
         for done, graph in self.retiring:
+            if self.caller_stream is not None and not self.real.query(done):
+                _adopt_running(self, done, graph)
+                continue
             self.real.synchronize(done)
             self._destroy(graph)
         self.retiring = []
-        for executable in self.cache.values():
-            self.graphs.destroy_exec(executable)
-        self.cache.clear()
+        if not self.cache_shared:       # a shared cache outlives the context
+            for executable in self.cache.values():
+                self.graphs.destroy_exec(executable)
+            self.cache.clear()
         for streams in self.spare.values():
             for real in streams:
                 self.real.destroy_stream(real)
         self.spare.clear()
         for stream in self.launch_streams.values():
-            self.real.destroy_stream(stream)
+            if stream is not self.caller_stream:      # the caller's, not ours
+                self.real.destroy_stream(stream)
         self.launch_streams.clear()
+
+
+_orphans: list[tuple[GraphRecorder, Event, Graph]] = []
+_orphans_lock = threading.Lock()
+
+
+def _adopt_running(recorder: GraphRecorder, done: Event, graph: Graph) -> None:
+    """Keep a launched graph of a finalized caller-stream context until it has run
+    (its loop conditions and host functions live as long as the graph)."""
+    with _orphans_lock:
+        _orphans.append((recorder, done, graph))
+
+
+def _collect_orphans() -> None:
+    """Destroy the adopted graphs whose launch completed (at every context's end)."""
+    with _orphans_lock:
+        finished = [entry for entry in _orphans if entry[0].real.query(entry[1])]
+        _orphans[:] = [entry for entry in _orphans if entry not in finished]
+    for recorder, _, graph in finished:
+        recorder._destroy(graph)
+        if not recorder.cache_shared:             # its context is finalized
+            for executable in recorder.cache.values():
+                recorder.graphs.destroy_exec(executable)
+            recorder.cache.clear()

@@ -4,7 +4,9 @@ launchable graphs, against the sequential oracle with the repetitions unrolled.
 :func:`generate_scoped_program` draws a program (:func:`generate_program`) and wraps
 random runs of its tasks in scopes of a ``stackable_context``: ``graph_scope``,
 ``repeat(k)``, ``while_loop`` (counting ``k`` iterations down in device memory) and, at
-the root, ``launchable_graph_scope`` launched ``k`` times; scopes nest two deep.
+the root, ``launchable_graph_scope`` launched ``k`` times; scopes nest ``depth`` deep
+(two by default; deeper nestings such as ``repeat > graph_scope > repeat >
+while_loop`` come with ``depth=3`` or more, and with them ``repeat(0)`` bodies).
 ``wait`` has no stackable counterpart, so final user buffers are compared; host
 callbacks, fences and drops stay at the root level.
 """
@@ -17,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._access import READ, WRITE
 from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
                         declare_data, emulated_graph_body, generate_program, run_oracle,
                         smallest_budget, submit, tight_budget, user_arrays)
@@ -40,39 +43,101 @@ class Scoped:
 
 
 def generate_scoped_program(seed: int, devices: int = 2, *,
-                            single_device_loops: bool = False, **options: Any
-                            ) -> tuple[Program, list[Any]]:
+                            single_device_loops: bool = False, depth: int = 2,
+                            **options: Any) -> tuple[Program, list[Any]]:
     """A program and its ops arranged in scopes (nested lists of ops and
     :class:`Scoped`).
 
     ``single_device_loops`` keeps loops and nested graph scopes (conditional graph
     nodes) to tasks on device 0, as CUDA requires of a conditional node's body.
+    ``depth`` is the deepest nesting of scopes (``1``: no nesting); the programs of
+    the default ``2`` do not depend on it.
     """
+    if depth < 1:
+        raise ValueError(f"depth is the deepest nesting of scopes, at least 1, "
+                         f"not {depth}")
     program = generate_program(seed, devices, **options)
     rng = random.Random(seed * 7919 + 1)
     ops = [op for op in program.ops if not (not isinstance(op, TaskOp)
                                             and op.kind == "wait")]
+    longest = 6 if depth <= 2 else 4 * depth     # room for deeper nestings
     items: list[Any] = []
     i = 0
     while i < len(ops):
         op = ops[i]
         if _scopable(op) and rng.random() < 0.35:
             span: list[Any] = []
-            while i < len(ops) and _scopable(ops[i]) and len(span) < rng.randint(1, 6):
+            while i < len(ops) and _scopable(ops[i]) and \
+                    len(span) < rng.randint(1, longest):
                 span.append(ops[i])
                 i += 1
-            items.append(_wrap(span, rng, root=True, single=single_device_loops))
+            items.append(_wrap(span, rng, root=True, single=single_device_loops,
+                               depth=depth, nest=0.4 if depth <= 2 else 0.8))
             continue
         items.append(op)
         i += 1
+    _keep_first_writes(program, items)
     return program, items
+
+
+def _keep_first_writes(program: Program, items: list[Any]) -> None:
+    """Give ``repeat(1)`` to each ``repeat(0)`` that would leave empty data unwritten
+    where the program reads it.
+
+    :func:`generate_program` writes empty data (``logical_data_empty``) before any
+    task reads it; a ``repeat(0)`` holding that first write would make the read see
+    memory nobody wrote: the poison pattern on the emulated and null backends, garbage
+    on a GPU, nothing an oracle can match on every backend. Changes no ``rng`` draw,
+    so programs without such a ``repeat(0)`` stay as they were.
+    """
+    while True:
+        unwritten = _first_unwritten_read(program, _unrolled(items))
+        if unwritten is None:
+            return
+        scope = _skipped_write(items, unwritten)
+        assert scope is not None, "a read of unwritten data with no repeat(0) before it"
+        scope.k = 1
+
+
+def _first_unwritten_read(program: Program, ops: list[Any]) -> int | None:
+    """The first empty data that ``ops`` (an unrolled program) read before writing."""
+    written = {index for index, spec in enumerate(program.data) if spec.origin != "empty"}
+    for op in ops:
+        if not isinstance(op, TaskOp):
+            continue
+        for index, mode, _ in op.deps:
+            if index not in written and mode & READ:
+                return index
+        written.update(index for index, mode, _ in op.deps if mode & WRITE)
+    return None
+
+
+def _skipped_write(items: list[Any], index: int) -> Scoped | None:
+    """The outermost ``repeat(0)`` (first in program order) that holds a write of data
+    ``index``."""
+    for item in items:
+        if isinstance(item, Scoped):
+            if item.kind == "repeat" and item.k == 0 and _writes(item.items, index):
+                return item
+            found = _skipped_write(item.items, index)
+            if found is not None:
+                return found
+    return None
+
+
+def _writes(items: list[Any], index: int) -> bool:
+    return any(_writes(item.items, index) if isinstance(item, Scoped)
+               else isinstance(item, TaskOp) and
+               any(i == index and mode & WRITE for i, mode, _ in item.deps)
+               for item in items)
 
 
 def _scopable(op: Any) -> bool:
     return isinstance(op, TaskOp) and op.kind == "task"
 
 
-def _wrap(span: list[Any], rng: random.Random, root: bool, single: bool) -> Scoped:
+def _wrap(span: list[Any], rng: random.Random, root: bool, single: bool,
+          depth: int, nest: float) -> Scoped:
     kinds: tuple[str, ...] = KINDS if root else KINDS[:3]
     if single and any(op.place_of_exec != 0 for op in span):
         kinds = ("graph", "launchable") if root else ()
@@ -80,10 +145,13 @@ def _wrap(span: list[Any], rng: random.Random, root: bool, single: bool) -> Scop
         return Scoped("flat", 1, span)
     kind = rng.choice(kinds)
     scope = Scoped(kind, rng.randint(1, 3))
-    if root and len(span) > 1 and rng.random() < 0.4:
+    if nest != 0.4 and kind == "repeat" and rng.random() < 0.15:
+        scope.k = 0                    # deep programs: bodies that never run too
+    if depth > 1 and len(span) > 1 and rng.random() < nest:
         start = rng.randrange(len(span))
         stop = rng.randint(start + 1, len(span))
-        scope.items = [*span[:start], _wrap(span[start:stop], rng, False, single),
+        scope.items = [*span[:start],
+                       _wrap(span[start:stop], rng, False, single, depth - 1, nest),
                        *span[stop:]]
     else:
         scope.items = span
@@ -101,6 +169,15 @@ def _unrolled(items: list[Any]) -> list[Any]:
     return ops
 
 
+def _recorded(items: list[Any]) -> list[Any]:
+    """The ops of ``items`` as recorded: each once, those of ``repeat(0)`` bodies too
+    (recorded, then discarded, their instances allocated all the same)."""
+    ops: list[Any] = []
+    for item in items:
+        ops.extend(_recorded(item.items) if isinstance(item, Scoped) else [item])
+    return ops
+
+
 def smallest_scoped_budget(program: Program, items: list[Any]) -> int:
     """The smallest device memory budget a scoped program runs within: data an open
     scope recorded work on stays resident until the scope closes, so every top-level
@@ -109,7 +186,7 @@ def smallest_scoped_budget(program: Program, items: list[Any]) -> int:
     for item in items:
         if isinstance(item, Scoped):
             touched: set[int] = set()
-            for op in _unrolled([item]):
+            for op in _recorded([item]):
                 if isinstance(op, TaskOp):
                     touched.update(index for index, _, _ in op.deps
                                    if program.data[index].shape is not None)
