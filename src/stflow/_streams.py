@@ -10,13 +10,26 @@ the caller had enqueued when the context was created.
 The stream choice (:func:`choose_stream`) is pure: run on the stream of a
 prerequisite when that stream belongs to the place's pool (no wait is then needed for
 it), else on the next stream of the pool, round-robin.
+
+Pools are keyed by an execution place's *stream key* (``exec_place._stream_key``): its
+device number for ordinary places, so that ``exec_place.device(0)`` and
+``exec_place.current_device()`` share streams, and a key of its own
+(:data:`PARTITION_KEYS` or more) for a place whose streams must be created in an SM
+partition or a foreign CUDA context (green and ``from_context`` places). Such a key
+names a :class:`~stflow._stream_partitions.StreamPartition`, found with
+:func:`~stflow._stream_partitions.partition_of`; its streams are created with
+``backend.create_stream(device, sink, partition)``.
+
+A level may borrow its streams from a *lender* (an ``async_resources``) instead of
+creating them: they go back to the lender, not to the backend, at ``destroy``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._deps import needs_wait
+from ._stream_partitions import PARTITION_KEYS, partition_of
 
 if TYPE_CHECKING:
     from .backends._base import Backend, Event, Stream
@@ -80,7 +93,7 @@ class StreamPools:
         What every new stream waits for first (a caller stream's entry event).
     """
 
-    __slots__ = ("backend", "error_sink", "entry", "pools", "streams")
+    __slots__ = ("backend", "error_sink", "entry", "pools", "streams", "lender")
 
     def __init__(self, backend: Backend, error_sink: Callable[..., None],
                  entry: Event | None = None) -> None:
@@ -89,9 +102,11 @@ class StreamPools:
         self.entry = entry
         self.pools: dict[int, Pool] = {}
         self.streams: list[Stream] = []
+        self.lender: Any = None         # an async_resources lending its streams
 
     def pool(self, device: int) -> Pool:
-        """The pool of execution place ``device`` (created on first use)."""
+        """The pool of the execution places of stream key ``device`` (created on
+        first use)."""
         pool = self.pools.get(device)
         if pool is None:
             pool = self.pools[device] = Pool(
@@ -115,8 +130,15 @@ class StreamPools:
         return stream
 
     def new_stream(self, device: int) -> Stream:
-        """A stream of this level outside the pools (a fence stream, say)."""
-        stream = self.backend.create_stream(device, self.error_sink)
+        """A stream of this level for stream key ``device``; outside the pools when
+        called directly (a fence stream, say)."""
+        partition = partition_of(device) if device >= PARTITION_KEYS else None
+        if partition is not None:
+            device = partition.device
+        if self.lender is not None:
+            stream = self.lender.lend(self.backend, device, partition, self.error_sink)
+        else:
+            stream = self.backend.create_stream(device, self.error_sink, partition)
         entry = self.entry
         if entry is not None and needs_wait(stream, entry):
             self.backend.wait(stream, entry)
@@ -134,10 +156,15 @@ class StreamPools:
             stream.waited.clear()
 
     def destroy(self) -> None:
-        """Destroy every stream (queued work completes normally)."""
+        """Destroy every stream (queued work completes normally), or give it back to
+        the lender."""
         backend = self.backend
+        lender = self.lender
         for stream in self.streams:
-            backend.destroy_stream(stream)
+            if lender is not None:
+                lender.give_back(stream)
+            else:
+                backend.destroy_stream(stream)
         self.streams.clear()
         self.pools.clear()
 

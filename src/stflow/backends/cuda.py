@@ -13,6 +13,10 @@ Devices and contexts
     synchronisation) make device 0's primary context current on threads that have
     none. :meth:`CudaBackend.machine_init` (run once, when the backend is created)
     keeps freed pool memory cached and enables peer access between devices.
+    Another library may still destroy a primary context (``cuDevicePrimaryCtxReset``,
+    as ``numba.cuda.get_current_device().reset()`` does): every context creation
+    calls :meth:`CudaBackend.revalidate_contexts`, which notices the change by the
+    context's id and retains the new primary context.
 
 Streams
     Runtime streams are ``CU_STREAM_NON_BLOCKING`` streams of a device's primary
@@ -72,7 +76,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._errors import BackendUnavailableError, PlaceError, ScopeError
+from .._errors import BackendUnavailableError, DeviceOrdinalError, ScopeError
 from .._views import TaskView
 from . import _cuda_driver as _cu
 from ._base import HOST, Allocation, Backend, Event, KernelLaunch, Stream, callback_state
@@ -166,6 +170,7 @@ class CudaBackend(CudaMemory, Backend):
                                 f"retaining the primary context of device {i}")
                           for i, dev in enumerate(self._devices)]
         self._context_device = {int(ctx): i for i, ctx in enumerate(self._contexts)}
+        self._context_ids = [self._context_id(ctx) for ctx in self._contexts]
         self._pools = [check(d.cuDeviceGetDefaultMemPool(dev),
                              f"cuDeviceGetDefaultMemPool on device {i}")
                        for i, dev in enumerate(self._devices)]
@@ -198,6 +203,73 @@ class CudaBackend(CudaMemory, Backend):
         self.graphs = CudaGraphSupport(self)
 
     # -- contexts ----------------------------------------------------------------
+    @staticmethod
+    def _context_id(ctx: Any) -> int | None:
+        """The process-unique id of context ``ctx`` (``cuCtxGetId``, CUDA 12.0+);
+        ``None`` when the context was destroyed (or the driver cannot say)."""
+        d = _cu.driver
+        get_id = getattr(d, "cuCtxGetId", None)
+        if get_id is None:
+            err, _ = d.cuCtxGetApiVersion(ctx)
+            return 0 if err == d.CUresult.CUDA_SUCCESS else None
+        err, ident = get_id(ctx)
+        return int(ident) if err == d.CUresult.CUDA_SUCCESS else None
+
+    def revalidate_contexts(self) -> bool:
+        """Re-retain the primary contexts that another framework destroyed.
+
+        ``numba.cuda.get_current_device().reset()`` (``cuDevicePrimaryCtxReset``)
+        destroys a primary context even while stflow retains it; the driver makes a
+        new one on the next retain, with a new id. Called when a context is created:
+        a device whose context is gone (or has another id) gets its retain balanced
+        and renewed, and everything stflow made in the old context (streams, events,
+        loaded kernels, staging memory, peer access) is forgotten. Returns ``True``
+        when a context was renewed.
+
+        Notes
+        -----
+        Contexts of stflow still alive across such a reset cannot be saved: their
+        streams and memory went with the old context.
+        """
+        stale = [i for i, ctx in enumerate(self._contexts)
+                 if self._context_ids[i] is None or
+                 self._context_id(ctx) != self._context_ids[i]]
+        if not stale:
+            return False
+        d = _cu.driver
+        check = _cu.check
+        with self._lock:
+            for i in stale:
+                dev = self._devices[i]
+                d.cuDevicePrimaryCtxRelease(dev)    # balance our retain; may fail
+                ctx = check(d.cuDevicePrimaryCtxRetain(dev),
+                            f"retaining the primary context of device {i} again "
+                            "(it was reset by another library)")
+                self._contexts[i] = ctx
+                self._context_ids[i] = self._context_id(ctx)
+                self._pools[i] = check(d.cuDeviceGetDefaultMemPool(dev),
+                                       f"cuDeviceGetDefaultMemPool on device {i}")
+                # Made in the destroyed context: gone with it (lists are shared
+                # with live objects, so they are emptied, not replaced).
+                self._free_streams[i].clear()
+                self._event_pools[i].clear()
+                self._timing_pools[i].clear()
+            self._context_device = {int(ctx): i for i, ctx in enumerate(self._contexts)}
+            self._foreign.clear()
+            self._captures.clear()
+            self._initialized = False
+        self._init_memory()
+        current = _cu.check(d.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if not int(current) or self._context_id(current) is None:
+            _cu.check(d.cuCtxSetCurrent(self._contexts[0]),
+                      "making device 0's primary context current")
+        for i in stale:
+            self._service[i] = self._new_stream(i)
+            self._time_origins[i] = self._time_origin(i)
+        self.kernels = KernelCache(self)
+        self.machine_init()
+        return True
+
     def _ensure_context(self) -> None:
         """Make device 0's primary context current if the thread has no context."""
         ctx = _cu.check(_cu.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
@@ -261,8 +333,9 @@ class CudaBackend(CudaMemory, Backend):
 
     def _check_ordinal(self, device: int, what: str) -> None:
         if not 0 <= device < self._count:
-            raise PlaceError(f"{what}: device {device} does not exist on the cuda "
-                             f"backend ({self._count} device(s))")
+            raise DeviceOrdinalError(f"{what}: invalid device id {device}: device "
+                                     f"{device} does not exist on the cuda backend "
+                                     f"({self._count} device(s))")
 
     def machine_init(self) -> None:
         """Enable peer access between devices and configure the memory pools.
@@ -330,16 +403,23 @@ class CudaBackend(CudaMemory, Backend):
             self._pop(device)
 
     def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None) -> DriverStream:
-        """A non-blocking stream on ``device`` (``HOST``: on the current device)."""
+                      error_sink: Callable[..., None] | None = None,
+                      partition: Any = None) -> DriverStream:
+        """A non-blocking stream on ``device`` (``HOST``: on the current device); with
+        ``partition``, in that green or foreign context (``_cuda_green``)."""
         ordinal = self.current_device() if device == HOST else device
         self._check_ordinal(ordinal, "create_stream")
-        try:
-            native = self._free_streams[ordinal].pop()
-        except IndexError:
-            native = self._new_stream(ordinal)
+        if partition is not None:
+            from ._cuda_green import partition_stream
+            native = partition_stream(partition)
+        else:
+            try:
+                native = self._free_streams[ordinal].pop()
+            except IndexError:
+                native = self._new_stream(ordinal)
         stream = DriverStream(native, device, ordinal, self._event_pools[ordinal], True,
                               error_sink)
+        stream.partition = partition
         self._streams[stream.handle] = stream
         return stream
 
@@ -355,6 +435,10 @@ class CudaBackend(CudaMemory, Backend):
             return
         stream.owned = False
         self._streams.pop(stream.handle, None)
+        if stream.partition is not None:       # never reused outside its partition
+            _cu.check(_cu.driver.cuStreamDestroy(stream.native),
+                      f"destroying a stream of {stream.partition}")
+            return
         free = self._free_streams[stream.ordinal]
         if len(free) < _STREAM_FREE_LIST:
             free.append(stream.native)
