@@ -13,7 +13,7 @@
 #   reduce  B7: N tasks accumulating into one vector, reduce against rw
 #   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
 #           and finalized (device memory and thread count before and after)
-#   demo    the demo and the CG example
+#   demo    the demo, the CG example and the grid stencil example
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -56,7 +56,9 @@ for step in "$@"; do
     timeout 300 python3 benchmarks/memory_pressure.py --backend cuda --json "$OUT/pressure.json" 2>&1 ;;
   demo)
     timeout 60 python3 -m stflow.demo --backend cuda 2>&1 | tail -n 5
-    timeout 120 python3 examples/cg_while_loop.py --backend cuda --n 2048 2>&1 | tail -n 3 ;;
+    timeout 120 python3 examples/cg_while_loop.py --backend cuda --n 2048 2>&1 | tail -n 3
+    timeout 120 python3 examples/stencil_grid.py --backend cuda --n 4000000 2>&1 | tail -n 2
+    timeout 120 python3 examples/stencil_grid.py --backend cuda --places 3 2>&1 | tail -n 2 ;;
   *) echo "unknown step $step" ;;
   esac
 done

@@ -125,6 +125,8 @@ class DataState:
     nbytes : int
     dtype : numpy.dtype or None
         ``None`` for a token.
+    shape : tuple of int
+        The C-order shape (``()`` for a token), for layouts that need it.
     is_token : bool
         A token has no bytes and no instances; it only orders.
     tracker : AccessTracker
@@ -150,16 +152,17 @@ class DataState:
         (``_reduce.py``): any other access combines them first.
     """
 
-    __slots__ = ("key", "label", "nbytes", "dtype", "is_token", "tracker", "instances",
-                 "reference", "writing", "reading", "pin", "scope", "readonly",
-                 "pending")
+    __slots__ = ("key", "label", "nbytes", "dtype", "shape", "is_token", "tracker",
+                 "instances", "reference", "writing", "reading", "pin", "scope",
+                 "readonly", "pending")
 
     def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
-                 is_token: bool = False) -> None:
+                 is_token: bool = False, shape: tuple[int, ...] = ()) -> None:
         self.key = key
         self.label = f"#{key}"
         self.nbytes = nbytes
         self.dtype = dtype
+        self.shape = shape
         self.is_token = is_token
         self.tracker = AccessTracker()
         self.instances: dict[int, Instance] = {}

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._access import READ, RW, WRITE, AccessMode, is_mode, mode_name
 from ._errors import AccessModeError, ContextFinalizedError
-from ._places import data_place
+from ._places import LAYOUT_IDS, REPLICATED, data_place
 from ._reduce import REDUCE, reduce_mode, reduce_op, resolve_op
 from ._runtime import RuntimeOwner
 
@@ -227,6 +227,12 @@ class logical_data:
             place = None
         elif isinstance(dplace, data_place):
             place = dplace._device
+            if place <= LAYOUT_IDS and mode & (WRITE | REDUCE) and \
+                    dplace.kind.startswith(REPLICATED):
+                raise AccessModeError(
+                    f"{mode_name(mode)}() asked on logical data {self._label()} at "
+                    f"{dplace!r}: a replicated place holds read-only copies (writes "
+                    "are disallowed); use read(), or write at a single place")
         else:
             raise TypeError(f"the data place of a dependency must be a data_place or "
                             f"None, got {type(dplace).__name__}")

@@ -44,11 +44,11 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Sequence
 from ._access import READ, WRITE
 from ._coherence import INVALID, MODIFIED, DataState, Instance
 from ._deps import merge_events, needs_wait
-from ._errors import AccessModeError, PlaceError
-from ._places import place_name
+from ._errors import AccessModeError, DeviceOrdinalError, PlaceError
+from ._places import COMPOSITE, LAYOUT_IDS, layout_place, place_name
 from ._reduce import REDUCE
 from ._streams import Pool, choose_stream
-from .backends._base import AFFINE, HOST, MANAGED
+from .backends._base import AFFINE, HOST, MANAGED, NO_AFFINE
 
 if TYPE_CHECKING:
     from .backends._base import Event, Stream
@@ -166,7 +166,8 @@ def remember(plans: dict[tuple, Plan], key: tuple, plan: Plan,
 # -- resolution -------------------------------------------------------------------
 
 def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device: int,
-            device_count: int, host_only: bool, what: Any) -> Plan:
+            device_count: int, host_only: bool, what: Any,
+            grid: tuple[int, ...] | None = None) -> Plan:
     """The plan of a dependency pattern.
 
     Parameters
@@ -181,6 +182,10 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
         Work that runs on the host (``host_launch``): only host-accessible places.
     what : object
         Names the work in error messages (formatted only when one is raised).
+    grid : tuple of int, optional
+        For work on a grid of places, the affine memory of each member: a
+        replicated place without a grid of its own copies the data to each.
+        ``affine_device`` is then ``NO_AFFINE`` when the grid has no affine place.
 
     Raises
     ------
@@ -190,29 +195,92 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
         A written data accessed at two places.
     """
     accesses: list[Access] = []
+    copies: list[Access] = []          # replicated reads beyond each first member's
     for state, mode, place in dependencies:
         if state.is_token:
             device = HOST
         elif host_only:
             device = _host_device(place, what)
-        elif place is None or place == AFFINE:
-            device = affine_device
-        elif place >= 0:
-            if place >= device_count:
-                raise PlaceError(f"{what}: data_place.device({place}) does not exist "
-                                 f"on this backend ({device_count} device(s))")
-            device = place
-        elif place == HOST or place == MANAGED:
-            device = place
         else:
-            raise PlaceError(f"{what}: {place_name(place)} cannot hold an instance")
+            if place is None or place == AFFINE:
+                if affine_device == NO_AFFINE:
+                    raise PlaceError(
+                        f"{what} runs on a grid without an affine data place, and a "
+                        f"dependency on logical data {state.label} names no data place; "
+                        "give the dependency a place (ld.rw(dplace)), build the grid "
+                        "with exec_place_grid.create(..., mapper=...) or machine(), or "
+                        "call grid.set_affine_data_place(dplace)")
+                place = affine_device
+            if place >= 0:
+                if place >= device_count:
+                    raise DeviceOrdinalError(
+                        f"{what}: invalid device id {place}: data_place.device({place}) "
+                        f"does not exist on this backend ({device_count} device(s))")
+                device = place
+            elif place == HOST or place == MANAGED:
+                device = place
+            elif place <= LAYOUT_IDS:
+                members = _layout_devices(place, mode, state, grid, affine_device,
+                                          device_count, what)
+                device = members[0]
+                copies.extend(Access(state, mode, member) for member in members[1:])
+            else:
+                raise PlaceError(f"{what}: {place_name(place)} cannot hold an instance")
         accesses.append(Access(state, mode, device))
     if any(access.mode & REDUCE for access in accesses):
-        return _with_reductions(accesses, exec_device, what)
+        return _with_reductions(accesses + copies, exec_device, what)
+    if copies:
+        plan = _merge_repeated(accesses + copies, exec_device, what)
+        return Plan(plan.accesses, plan.per_dependency[:len(accesses)], exec_device)
     if len(accesses) == 1 or len({id(a.state) for a in accesses}) == len(accesses):
         distinct = tuple(accesses)
         return Plan(distinct, distinct, exec_device)
     return _merge_repeated(accesses, exec_device, what)
+
+
+def _layout_devices(place: int, mode: int, state: DataState,
+                    grid: tuple[int, ...] | None, affine_device: int, device_count: int,
+                    what: Any) -> list[int]:
+    """Where a dependency at composite or replicated place number ``place`` has its
+    instances: the composite place itself, or each member's memory of a replicated
+    place (its own grid, else the task's grid, else the task's affine memory)."""
+    layout = layout_place(place)
+    if layout is None:
+        raise PlaceError(f"{what}: the composite or replicated place of a dependency on "
+                         f"logical data {state.label} no longer exists")
+    members = layout._grid
+    if members is not None:
+        for member in members._members():
+            if member._device >= device_count:
+                raise PlaceError(f"{what}: {layout!r} spans {member!r}, which does not "
+                                 f"exist on this backend ({device_count} device(s))")
+    if layout._layout_kind == COMPOSITE:
+        return [place]
+    if mode & (WRITE | REDUCE):
+        raise AccessModeError(
+            f"{what} writes logical data {state.label} at a replicated place, which "
+            "holds read-only copies; use read(), or write at one place")
+    if members is not None:
+        devices = [_affine_of(member) for member in members._members()]
+    elif grid is not None:
+        devices = list(grid)
+    else:
+        devices = [affine_device]
+    distinct: list[int] = []
+    for device in devices:
+        if device <= LAYOUT_IDS or device == NO_AFFINE:
+            raise PlaceError(f"{what}: a replicated place copies data into each grid "
+                             "member's own memory; a member whose affine place is "
+                             "composite or replicated has none")
+        if device not in distinct:
+            distinct.append(device)
+    return distinct
+
+
+def _affine_of(member: Any) -> int:
+    """The place of a scalar execution place's affine memory."""
+    affine = member._affine
+    return member._device if affine is None else affine._device
 
 
 def _with_reductions(accesses: list[Access], exec_device: int, what: Any) -> Plan:

@@ -83,8 +83,8 @@ class DataRegistry:
         backend = self.backend
         source = describe_buffer(buf, producer_stream if backend.gpu_memory else None)
         if shape is not None and not hasattr(shape, "__iter__"):
-            raise TypeError(f"logical_data: shape must be a tuple of ints such as "
-                            f"{source.shape}, got {shape!r}")
+            raise TypeError(f"logical_data: shape must be an iterable of integers such "
+                            f"as {source.shape}, got {shape!r}")
         if shape is not None and tuple(shape) != source.shape:
             raise ShapeError(f"shape={tuple(shape)} does not match the buffer's shape "
                              f"{source.shape}")
@@ -116,7 +116,7 @@ class DataRegistry:
             if pin is None and backend.pinned_host_required and \
                     not backend.is_pinned(source.ptr, source.nbytes):
                 device = USER_PAGEABLE
-        state = DataState(next(_keys), source.nbytes, source.dtype)
+        state = DataState(next(_keys), source.nbytes, source.dtype, shape=source.shape)
         state.pin = pin
         state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
                                                source.dtype, source.keepalive))
@@ -126,7 +126,7 @@ class DataRegistry:
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DataState:
         """A new state without a value (shape and dtype already checked)."""
         state = DataState(next(_keys), byte_size(shape, dtype, "logical_data_empty"),
-                          dtype)
+                          dtype, shape=shape)
         self.states[state.key] = state
         return state
 
@@ -224,18 +224,19 @@ def byte_size(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:
 def check_shape(shape: Any, what: str) -> tuple[int, ...]:
     """Validate a shape given as an iterable of positive integers."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"{what}: shape must be a tuple of ints such as (10,), got "
-                        f"{shape!r}")
+        raise TypeError(f"{what}: shape must be an iterable of integers such as (10,), "
+                        f"got {shape!r}")
     result = []
     for extent in shape:
         if isinstance(extent, bool) or not hasattr(type(extent), "__index__"):
-            raise TypeError(f"{what}: shape {tuple(shape)!r} has a non-integer extent "
-                            f"{extent!r}")
+            raise TypeError(f"{what}: shape must be an iterable of integers; "
+                            f"{tuple(shape)!r} has the non-integer extent {extent!r}")
         result.append(extent.__index__())
     if not result:
-        raise ValueError(f"{what}: shape must not be empty")
+        raise ValueError(f"{what}: shape must contain at least one dimension")
     if any(extent <= 0 for extent in result):
-        raise ValueError(f"{what}: every extent must be positive, got {tuple(result)}")
+        raise ValueError(f"{what}: all shape dimensions must be positive integers, got "
+                         f"{tuple(result)}")
     return tuple(result)
 
 

@@ -48,13 +48,17 @@ from ._compile import mypyc_attr
 from ._coherence import DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
-                      ErrorLog, OutOfMemoryError, PlaceError, ScopeError, work_ids)
+                      DeviceOrdinalError, ErrorLog, OutOfMemoryError, ScopeError,
+                      work_ids)
 from ._instrument import Instrument, Instruments, Statistics, WorkRecord
 from ._memory import DeviceMemory, resolve_budgets
+from ._gridwork import allocate_composite
+from ._places import LAYOUT_IDS, exec_place_grid
 from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
-from .backends._base import HOST, Allocation, Backend, Event, Stream, callback_state
+from .backends._base import (HOST, NO_AFFINE, Allocation, Backend, Event, Stream,
+                             callback_state)
 
 if TYPE_CHECKING:
     from ._scopes import ScopeTracker
@@ -105,7 +109,8 @@ class RuntimeOwner:
         """The runtime, if it is not finalized."""
         runtime = self._runtime
         if runtime is None or runtime.finalized:
-            raise ContextFinalizedError("this context is finalized; create a new one")
+            raise ContextFinalizedError("this context is finalized (context handle is NULL); "
+                                        "create a new one")
         return runtime
 
 
@@ -206,15 +211,16 @@ class Runtime:
             raise ScopeError(f"{what} called from a host callback or launched function; "
                              "work running in stream order must not submit to a context")
         if self.finalized or self.closing:
-            raise ContextFinalizedError(f"{what} called on a finalized context; create "
+            raise ContextFinalizedError(f"{what} called on a finalized context (context "
+                                        "handle is NULL); create "
                                         "a new context")
 
     def check_device(self, device: int, what: Any) -> int:
         """``device`` when it is an ordinal of this runtime's backend."""
         if device >= self.device_count:
-            raise PlaceError(
-                f"{what}: device {device} does not exist on the {self.backend.name} "
-                f"backend ({self.device_count} device(s))")
+            raise DeviceOrdinalError(
+                f"{what}: invalid device id {device}: device {device} does not exist on "
+                f"the {self.backend.name} backend ({self.device_count} device(s))")
         return device
 
     def owns(self, ld: Any, what: str) -> None:
@@ -224,7 +230,7 @@ class Runtime:
                 raise ContextFinalizedError(
                     f"{what}: logical data {ld._label()} belongs to a finalized context")
             raise ContextMismatchError(
-                f"{what}: logical data {ld._label()} belongs to another context; "
+                f"{what}: logical data {ld._label()} belongs to a different context; "
                 "create it in this context (ctx.logical_data(...))")
 
     # -- data ----------------------------------------------------------------------------
@@ -271,14 +277,17 @@ class Runtime:
         ``None`` for work released in the same locked region (host callbacks).
         """
         if host_only:
-            exec_device = affine_device = HOST
+            exec_device = affine_device = stream_key = HOST
         elif place is None:
-            exec_device = affine_device = self._current_device()
+            exec_device = affine_device = stream_key = self._current_device()
         else:
             exec_device = place._device
+            stream_key = place._stream_key      # the device, or a green partition's key
             if exec_device >= self.device_count:
                 self.check_device(exec_device, what)
             affine = place._affine
+            if isinstance(place, exec_place_grid):
+                return self._acquire_on_grid(deps, place, owner, what, ident, kind)
             affine_device = exec_device if affine is None else affine._device
         if len(deps) == 1:
             key: tuple = (exec_device, affine_device, host_only, deps[0].key)
@@ -289,6 +298,31 @@ class Runtime:
             plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], exec_device,
                            affine_device, self.device_count, host_only, what)
             remember(self.plans, key, plan)
+        return self._acquire_plan(plan, stream_key, owner, what, ident, kind)
+
+    def _acquire_on_grid(self, deps: Sequence[Any], grid: exec_place_grid, owner: Any,
+                         what: Any, ident: int, kind: str) -> Plan:
+        """:meth:`acquire` for work on a grid: the plan is cached per grid (its
+        members' memory takes replicated copies); the work's stream is member 0's."""
+        affine = grid._affine
+        affine_device = NO_AFFINE if affine is None else affine._device
+        key = (("grid", grid._handle), affine_device, False, *[d.key for d in deps])
+        plan = self.plans.get(key)
+        if plan is None:
+            members = grid._members()
+            for member in members:
+                if member._device >= self.device_count:
+                    self.check_device(member._device, what)
+            affine_devices = tuple(member._device if member._affine is None
+                                   else member._affine._device for member in members)
+            plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], grid._device,
+                           affine_device, self.device_count, False, what, affine_devices)
+            remember(self.plans, key, plan)
+        return self._acquire_plan(plan, grid._stream_key, owner, what, ident, kind)
+
+    def _acquire_plan(self, plan: Plan, stream_key: int, owner: Any, what: Any,
+                      ident: int, kind: str) -> Plan:
+        """:meth:`acquire` once the plan is known."""
         scopes = self.scopes
         recording = False
         if scopes is None:
@@ -298,7 +332,7 @@ class Runtime:
             if recording:
                 scopes.before_acquire(plan)
             pools = scopes.pools() or self.root_pools
-        pool = pools.pools.get(exec_device) or pools.pool(exec_device)
+        pool = pools.pools.get(stream_key) or pools.pool(stream_key)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
         if plan.reductions:
@@ -314,7 +348,7 @@ class Runtime:
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
             assert stream is not None
         if stream.bodies:                 # graph mode: it captures for a task body
-            stream = pools.idle_stream(exec_device)
+            stream = pools.idle_stream(stream_key)
         retarget(plan, stream)
         if recording:
             assert scopes is not None
@@ -453,7 +487,10 @@ class Runtime:
         device = instance.device
         nbytes = state.nbytes
         dtype = state.dtype or _BYTES
-        if device < 0 or not nbytes:
+        if device <= LAYOUT_IDS:
+            instance.allocation = allocate_composite(self.backend, device, nbytes, dtype,
+                                                     state.shape, what)
+        elif device < 0 or not nbytes:
             instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
         else:
             memory = self.memory
@@ -763,8 +800,7 @@ class Runtime:
             self.instruments.fence()
             if scopes is not None:
                 scopes.epoch_begin()
-        self.errors.raise_pending("fence()")
-        return int(stream.handle)
+        return int(stream.handle)       # never raises deferred errors (API I-7)
 
     def wait(self, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
              label: str) -> np.ndarray:

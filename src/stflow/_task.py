@@ -16,9 +16,11 @@ import numpy as np
 from ._access import READ
 from ._coherence import Instance
 from ._compile import mypyc_attr
-from ._errors import ContextFinalizedError, ScopeError, work_ids
+from ._errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
+                      TokenArgumentError, work_ids)
+from ._gridwork import fork, join
 from ._logical_data import dep
-from ._places import exec_place
+from ._places import exec_place, exec_place_grid
 from ._plan import Access, Plan
 from ._runtime import Runtime, RuntimeOwner
 from ._views import CudaStream
@@ -87,7 +89,8 @@ class task:
     """
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
-                 "_views", "_id", "_previous_device", "_private")
+                 "_views", "_id", "_previous_device", "_private", "_members",
+                 "_read_guard")
     _runtime: Runtime
     _deps: tuple[dep, ...]
     _place: exec_place | None
@@ -99,6 +102,8 @@ class task:
     _id: int
     _previous_device: int | None
     _private: list[Instance] | None
+    _members: list[Stream] | None
+    _read_guard: Any                  # emulated: fingerprints of read() data (I-34)
 
     # Arguments users pass are typed Any: they are checked here, with messages that
     # name the fix (a compiled build would otherwise refuse them with its own).
@@ -126,6 +131,8 @@ class task:
         self._id = next(work_ids)
         self._previous_device = None
         self._private = None
+        self._members = None
+        self._read_guard = None
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
@@ -187,16 +194,16 @@ class task:
             raise self._finalized("set_symbol()")
         self._symbol = name
 
-    def set_exec_place(self, place: Any) -> None:
+    def set_exec_place(self, exec_p: Any) -> None:
         """Set the execution place (before ``start()``)."""
         if self._runtime.finalized:
             raise self._finalized("set_exec_place()")
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: set_exec_place() after start()")
-        converted = _as_exec_place(place)
+        converted = _as_exec_place(exec_p)
         if converted is None:
             raise TypeError(f"set_exec_place expects an exec_place, got "
-                            f"{type(place).__name__}")
+                            f"{type(exec_p).__name__}")
         self._place = converted
 
     # -- lifecycle ---------------------------------------------------------------
@@ -223,7 +230,12 @@ class task:
             self._stream = stream
             if plan.reductions:
                 self._private = plan.private
+            place = self._place
             scopes = runtime.scopes
+            if place is not None and isinstance(place, exec_place_grid):
+                # Graph mode captures the body from one stream: the members share it.
+                self._members = ([stream] * place.size if scopes is not None else
+                                 fork(backend, runtime.current_pools(), place, stream))
             if scopes is not None and scopes.stack:     # graph mode: capture the body
                 try:
                     scopes.begin_body(stream)
@@ -245,6 +257,9 @@ class task:
             lock.release()
         if ready is not None:
             backend.synchronize(ready)
+        guard_reads = getattr(backend, "guard_reads", None)   # emulated, stream mode
+        if guard_reads is not None:
+            self._read_guard = guard_reads(self._plan)
         return self
 
     def end(self) -> None:
@@ -267,10 +282,16 @@ class task:
         plan = self._plan
         stream = self._stream
         assert plan is not None and stream is not None        # started
+        guard = self._read_guard
+        violation = None if guard is None else guard.check(stream, self)
+        self._read_guard = None
         lock = runtime.lock
         lock.acquire()
         try:
             self._phase = _ENDED
+            if self._members is not None:
+                join(runtime.backend, self._members)
+                self._members = None
             runtime.release(plan, stream, self, self._id, self._private)
         finally:
             lock.release()
@@ -282,6 +303,8 @@ class task:
                     invalidate(f"a view of {self._label()} was used after the task "
                                "ended; use views only between start() and end()")
             views.clear()
+        if violation is not None:
+            raise violation            # the task is ended: the context stays usable
 
     # -- inside the body ---------------------------------------------------------
     def _check_window(self, what: str) -> None:
@@ -306,16 +329,37 @@ class task:
         return stream.handle
 
     def get_grid_dims(self) -> tuple[int, ...] | None:
-        """``None``: a scalar execution place has no grid."""
+        """The C-order dims of the task's grid; ``None`` on a single place."""
         self._check_window("get_grid_dims()")
+        place = self._place
+        if place is not None and isinstance(place, exec_place_grid):
+            return place.dims
         return None
 
-    def get_stream_at_index(self, i: Any) -> int:
-        raise ScopeError(f"{self._label()} does not run on a grid of places; use "
-                         "stream_ptr()")
+    def get_stream_at_index(self, place_index: Any) -> int:
+        """The stream (raw handle) on which the body enqueues the work of grid
+        member ``place_index`` (C-order linear index)."""
+        self._check_window("get_stream_at_index()")
+        members = self._members
+        if members is None:
+            raise ScopeError(f"{self._label()} does not run on a grid of places; use "
+                             "stream_ptr()")
+        if isinstance(place_index, bool) or not isinstance(place_index, int):
+            raise TypeError(f"get_stream_at_index expects an int, got "
+                            f"{type(place_index).__name__}")
+        if not 0 <= place_index < len(members):
+            error = NegativeIndexError if place_index < 0 else GridIndexError
+            raise error(f"get_stream_at_index({place_index}): place_index out of range "
+                        f"(negative or not below the grid's {len(members)} places)")
+        return int(members[place_index].handle.ptr)
 
     def get_stream_ptrs(self) -> list[int]:
-        """``[stream_ptr()]`` for a scalar execution place."""
+        """One stream per grid member (raw handles); ``[stream_ptr()]`` on a single
+        place."""
+        members = self._members
+        if members is not None:
+            self._check_window("get_stream_ptrs()")
+            return [int(stream.handle.ptr) for stream in members]
         return [self.stream_ptr()]
 
     def _access_at(self, index: Any, what: str) -> Any:
@@ -333,8 +377,9 @@ class task:
                 for reduction, instance in zip(plan.reductions, self._private):
                     if reduction is access:
                         return _Reduced(access, instance)
-            raise TypeError(f"{what}: dependency {index} is a token, which has no "
-                            "memory")
+            raise TokenArgumentError(f"{what}: cannot materialize a token argument: "
+                                     f"dependency {index} is a token, which has no "
+                                     "memory")
         return access
 
     def get_arg(self, index: Any) -> int:
@@ -346,17 +391,54 @@ class task:
         views = self._views
         view = None if views is None else views.get(index)
         if view is None:
-            access = self._access_at(index, "get_arg_cai()")
-            ld = self._deps[index].ld
-            view = self._runtime.backend.task_view(
-                _allocation(access), 0, cast(tuple, ld._shape), cast(np.dtype, ld._dtype),
-                self._deps[index].mode == READ)
+            view = self._view(self._access_at(index, "get_arg_cai()"), index)
             if views is None:
                 views = self._views = {}
             views[index] = view
         elif self._phase != _STARTED:
             self._check_window("get_arg_cai()")
         return view
+
+    def get_member_arg_cai(self, index: Any, place_index: Any) -> Any:
+        """A view of dependency ``index`` as grid member ``place_index`` should use
+        it: its own copy for data at a replicated place, else the view of
+        :meth:`get_arg_cai` (stflow only).
+
+        Raises
+        ------
+        IndexError
+            ``place_index`` is not a member of the task's grid (a task on a single
+            place has only member 0).
+        """
+        access = self._access_at(index, "get_member_arg_cai()")
+        place = self._place
+        members = place._members() if place is not None else ()
+        if isinstance(place_index, bool) or not isinstance(place_index, int):
+            raise TypeError(f"get_member_arg_cai: place_index must be an int, got "
+                            f"{type(place_index).__name__}")
+        if not 0 <= place_index < max(len(members), 1):
+            raise IndexError(f"get_member_arg_cai: place index {place_index} out of "
+                             f"range for {max(len(members), 1)} place(s)")
+        if place_index == 0 or not isinstance(access, Access):
+            return self.get_arg_cai(index)
+        member = members[place_index]
+        device = member._device if member._affine is None else member._affine._device
+        plan = self._plan
+        assert plan is not None
+        for other in plan.accesses:
+            if other.state is access.state and other.device == device:
+                access = other
+                break
+        if access is plan.per_dependency[index]:
+            return self.get_arg_cai(index)
+        return self._view(access, index)
+
+    def _view(self, access: Any, index: int) -> Any:
+        """A backend view of ``access``'s instance as dependency ``index``."""
+        ld = self._deps[index].ld
+        return self._runtime.backend.task_view(
+            _allocation(access), 0, cast(tuple, ld._shape), cast(np.dtype, ld._dtype),
+            self._deps[index].mode == READ)
 
     def args_cai(self) -> Any:
         """Views of the non-token dependencies: ``None``, one view, or a tuple."""

@@ -44,3 +44,18 @@ def test_the_null_backend_too():
     graphs)."""
     for seed in range(40):
         check_threaded_program(seed, 4, "stream", "null", 2)
+
+
+@pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
+def test_threads_submitting_grid_tasks_match_the_oracle(backend, mode):
+    """Threads whose programs run tasks on grids of places, with composite and
+    replicated data (the grids and places are shared by all threads)."""
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(min(SEEDS, 40)):
+        try:
+            check_threaded_program(seed, 2 + seed % 5, mode, backend, devices,
+                                   timeout=120, grids=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:2])

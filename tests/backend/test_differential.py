@@ -116,3 +116,27 @@ def test_random_programs_under_a_tight_memory_budget_match_the_oracle(backend, m
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
+# -- grids of places: grid tasks, composite and replicated data -------------------------
+
+@pytest.mark.parametrize("mode", ["stream", "graph", "scopes", "tight"])
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 300), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_random_programs_on_grids_match_the_oracle(backend, mode, first):
+    """Some tasks run on grids of places (their bodies on a random member's stream)
+    and some data are accessed at composite places (blocked, cyclic or scattered
+    mappers) or, for reads, at replicated places: values must not change."""
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            if mode == "scopes":
+                check_scoped_program(seed, devices, backend, grids=True)
+            else:
+                check_program(generate_program(seed, devices, grids=True), backend,
+                              use_graph=mode == "graph",
+                              memory_budget="tight" if mode == "tight" else None)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])

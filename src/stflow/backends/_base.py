@@ -38,15 +38,16 @@ import abc
 import functools
 import math
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._views import CudaStream
 
-__all__ = ["AFFINE", "Allocation", "Backend", "CurrentDevice", "Event", "HOST",
+__all__ = ["AFFINE", "Allocation", "Backend", "CompositeAllocation", "CurrentDevice",
+           "Event", "HOST",
            "KernelLaunch",
-           "MANAGED", "Stream", "USER_PAGEABLE", "callback_state", "describable",
+           "MANAGED", "NO_AFFINE", "Stream", "USER_PAGEABLE", "callback_state", "describable",
            "pointer_array"]
 
 HOST = -1
@@ -56,6 +57,8 @@ MANAGED = -2
 AFFINE = -3
 """Place number of ``data_place.affine()``: the memory of the task's execution place
 (a place only; never the device of an instance)."""
+NO_AFFINE = -7
+"""The affine place of a grid that has none: a dependency without a place fails."""
 USER_PAGEABLE = -6
 """Place of a user's host buffer that could not be page-locked on a backend whose
 host instances must be (see :attr:`Backend.pinned_host_required`): it is only ever a
@@ -105,10 +108,14 @@ class Stream:
     bodies : int
         Task bodies in progress on it whose work is captured into a graph (graph
         mode gives such a stream to no other work until they end).
+    partition : StreamPartition or None
+        The SM partition or foreign CUDA context it was created in (green and
+        ``from_context`` places, ``_stream_partitions.StreamPartition``); ``None`` for the
+        device's own context.
     """
 
     __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
-                 "error_sink", "bodies", "__weakref__")
+                 "error_sink", "bodies", "partition", "__weakref__")
 
     def __init__(self, handle: int, device: int, ordinal: int | None = None,
                  error_sink: Callable[..., None] | None = None) -> None:
@@ -120,6 +127,7 @@ class Stream:
         self.last_event: Event | None = None
         self.error_sink = error_sink
         self.bodies = 0
+        self.partition: Any = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} 0x{self.handle:x} device={self.device}>"
@@ -162,6 +170,26 @@ class Allocation:
 
     def __repr__(self) -> str:
         return f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}>"
+
+
+class CompositeAllocation(Allocation):
+    """One address range whose chunks live on different devices (a composite data
+    place). ``chunk_devices[i]`` holds bytes ``[i * chunk, (i + 1) * chunk)``;
+    ``pieces`` is what the backend must release (its own format)."""
+
+    __slots__ = ("chunk", "chunk_devices", "pieces")
+
+    def __init__(self, ptr: int, nbytes: int, device: int, dtype: np.dtype,
+                 chunk: int, chunk_devices: tuple[int, ...], pieces: Any = None,
+                 owner: Any = None) -> None:
+        super().__init__(ptr, nbytes, device, dtype, owner)
+        self.chunk = chunk
+        self.chunk_devices = chunk_devices
+        self.pieces = pieces
+
+    def __repr__(self) -> str:
+        return (f"<CompositeAllocation 0x{self.ptr:x} {self.nbytes} B over devices "
+                f"{sorted(set(self.chunk_devices))}>")
 
 
 class KernelLaunch:
@@ -263,9 +291,14 @@ class Backend(abc.ABC):
     # -- streams and events ------------------------------------------------------
     @abc.abstractmethod
     def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None) -> Stream:
+                      error_sink: Callable[..., None] | None = None,
+                      partition: Any = None) -> Stream:
         """Create a stream on ``device`` (``HOST``: a stream for host work) whose
-        asynchronous failures go to ``error_sink``."""
+        asynchronous failures go to ``error_sink``.
+
+        ``partition`` (a ``_stream_partitions.StreamPartition`` of ``device``, or ``None``)
+        asks for a stream in that SM partition or foreign context: its work is
+        limited to the partition's SMs. The stream's ``partition`` names it."""
 
     @abc.abstractmethod
     def destroy_stream(self, stream: Stream) -> None:
@@ -308,6 +341,21 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         """Free ``allocation``, stream-ordered on ``stream`` when given."""
+
+    def composite_granularity(self, devices: Sequence[int]) -> int:
+        """The chunk size, in bytes, of composite allocations over ``devices``."""
+        from .._errors import PlaceError
+        raise PlaceError(f"the {self.name} backend has no composite data places")
+
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        """For place number ``device`` (a composite place), one address range of
+        ``nbytes`` whose ``i``-th ``chunk`` bytes live on
+        ``chunk_devices[i]`` (an ordinal, or ``HOST``), accessible from every device.
+        Not stream-ordered: usable at once. :meth:`free` releases it once the work
+        enqueued on its stream so far has completed."""
+        from .._errors import PlaceError
+        raise PlaceError(f"the {self.name} backend has no composite data places")
 
     @abc.abstractmethod
     def locate(self, ptr: int) -> int:

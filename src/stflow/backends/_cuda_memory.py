@@ -47,13 +47,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._errors import PlaceError, ScopeError
 from . import _cuda_driver as _cu
-from ._base import HOST, MANAGED, Allocation, Stream
+from ._base import HOST, MANAGED, Allocation, CompositeAllocation, Stream
 
 __all__ = ["CudaMemory"]
 
@@ -159,6 +159,14 @@ class CudaMemory:
         if not ptr or allocation.owner is _FREED:
             return
         allocation.owner = _FREED
+        if isinstance(allocation, CompositeAllocation):    # unmapped once idle
+            size, pieces = allocation.pieces
+            if stream is None:
+                self._release_composite(ptr, size, pieces)
+            else:
+                self._defer(stream, lambda: self._release_composite(ptr, size, pieces))
+            self._reap()
+            return
         device = allocation.device
         if device >= 0:
             native = self._service[device] if stream is None \
@@ -172,6 +180,89 @@ class CudaMemory:
         else:
             self._defer(stream, lambda: self._release_host(device, ptr))
         self._reap()
+
+    # -- composite places: one virtual range, pages on several devices -------------------
+    def _allocation_prop(self, device: int) -> Any:
+        d = _cu.driver
+        prop = d.CUmemAllocationProp()
+        prop.type = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = device
+        return prop
+
+    def composite_granularity(self, devices: Sequence[int]) -> int:
+        """The largest minimum VMM granularity of ``devices`` (2 MiB on current
+        GPUs): composite chunks are mapped whole on one device."""
+        d = _cu.driver
+        self._ensure_context()
+        granularity = 1
+        for device in set(devices) or {0}:
+            if device < 0:
+                continue
+            value = _cu.check(d.cuMemGetAllocationGranularity(
+                self._allocation_prop(device),
+                d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                f"asking the allocation granularity of device {device}")
+            granularity = max(granularity, int(value))
+        return granularity
+
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        """Reserve one virtual range and map each run of chunks of one device on
+        physical memory of that device (``cuMemCreate`` / ``cuMemMap``); every device
+        gets read-write access (``cuMemSetAccess``), so a body sees one array and a
+        copy engine of any device can fill it."""
+        d = _cu.driver
+        if any(owner < 0 for owner in chunk_devices):
+            raise PlaceError("a composite place of the CUDA backend spreads data over "
+                             "device memory only; use a grid of device places")
+        self._ensure_context()
+        size = len(chunk_devices) * chunk
+        ptr = int(_cu.check(d.cuMemAddressReserve(size, chunk, 0, 0),
+                            f"reserving {size} bytes of virtual addresses"))
+        pieces: list[tuple[int, int, Any]] = []       # (offset, bytes, handle)
+        try:
+            start = 0
+            while start < len(chunk_devices):
+                owner = chunk_devices[start]
+                end = start
+                while end < len(chunk_devices) and chunk_devices[end] == owner:
+                    end += 1
+                run = (end - start) * chunk
+                handle = _cu.check(d.cuMemCreate(run, self._allocation_prop(owner), 0),
+                                   f"creating {run} bytes of memory on device {owner}")
+                try:
+                    _cu.check(d.cuMemMap(ptr + start * chunk, run, 0, handle, 0),
+                              f"mapping {run} bytes of device {owner}")
+                except BaseException:
+                    d.cuMemRelease(handle)
+                    raise
+                pieces.append((start * chunk, run, handle))
+                start = end
+            access = []
+            for peer in range(len(self._pools)):
+                desc = d.CUmemAccessDesc()
+                desc.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+                desc.location.id = peer
+                desc.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                access.append(desc)
+            _cu.check(d.cuMemSetAccess(ptr, size, access, len(access)),
+                      "giving every device access to a composite range")
+        except BaseException:
+            self._release_composite(ptr, size, pieces)
+            raise
+        return CompositeAllocation(ptr, nbytes, device, dtype, chunk,
+                                   tuple(chunk_devices), (size, tuple(pieces)))
+
+    def _release_composite(self, ptr: int, size: int,
+                           pieces: Sequence[tuple[int, int, Any]]) -> None:
+        d = _cu.driver
+        self._ensure_context()
+        for offset, run, handle in pieces:
+            d.cuMemUnmap(ptr + offset, run)
+            d.cuMemRelease(handle)
+        _cu.check(d.cuMemAddressFree(ptr, size),
+                  f"freeing the virtual range of a composite instance at 0x{ptr:x}")
 
     def _release_host(self, device: int, ptr: int) -> None:
         self._ensure_context()

@@ -15,13 +15,14 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._errors import BackendUnavailableError, ScopeError
 from .._views import ViewLifetime
-from ._base import HOST, Allocation, KernelLaunch, describable, pointer_array
+from ._base import (HOST, Allocation, CompositeAllocation, KernelLaunch, describable,
+                    pointer_array)
 
 __all__ = ["HostMemory", "HostView", "poison", "python_kernel"]
 
@@ -136,16 +137,42 @@ class HostMemory:
             self._ranges[ptr] = (ptr + buffer.nbytes, device)
         return Allocation(ptr, nbytes, device, dtype, buffer)
 
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        """A poisoned buffer of ``nbytes`` whose ``i``-th ``chunk`` bytes are
+        registered on ``chunk_devices[i]`` (:meth:`locate` answers per chunk)."""
+        buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
+        poison(buffer, dtype)
+        ptr = buffer.ctypes.data
+        end = ptr + buffer.nbytes
+        runs: list[int] = []
+        with self._lock:
+            for index, device in enumerate(chunk_devices):
+                start = ptr + index * chunk
+                if start >= end:
+                    break
+                if runs and self._ranges[runs[-1]][1] == device:
+                    self._ranges[runs[-1]] = (min(start + chunk, end), device)
+                    continue
+                bisect.insort(self._starts, start)
+                self._ranges[start] = (min(start + chunk, end), device)
+                runs.append(start)
+        return CompositeAllocation(ptr, nbytes, device, dtype, chunk,
+                                   tuple(chunk_devices), tuple(runs), buffer)
+
     def release(self, allocation: Allocation) -> None:
         """Poison ``allocation`` and forget it (arrays still viewing it keep the
         buffer alive and see the poison)."""
         buffer = allocation.owner
         if buffer is not None:
             poison(buffer, allocation.dtype)
+        starts = (allocation.pieces if isinstance(allocation, CompositeAllocation)
+                  else (allocation.ptr,))
         with self._lock:
-            if self._ranges.pop(allocation.ptr, None) is not None:
-                index = bisect.bisect_left(self._starts, allocation.ptr)
-                del self._starts[index]
+            for start in starts:
+                if self._ranges.pop(start, None) is not None:
+                    index = bisect.bisect_left(self._starts, start)
+                    del self._starts[index]
         allocation.owner = None
 
     def locate(self, ptr: int) -> int:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._base import (Allocation, Backend, CurrentDevice, Event, KernelLaunch, Stream,
-                    callback_state)
+from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
+                    KernelLaunch, Stream, callback_state)
 from ._host_memory import HostMemory, HostView, combine_at, python_kernel
 
 __all__ = ["NullBackend", "get_backend"]
@@ -68,9 +68,12 @@ class NullBackend(Backend):
 
     # -- streams and events ------------------------------------------------------
     def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None) -> Stream:
+                      error_sink: Callable[..., None] | None = None,
+                      partition: Any = None) -> Stream:
         self.live_streams += 1
-        return Stream(next(self._handles), device, max(device, 0), error_sink)
+        stream = Stream(next(self._handles), device, max(device, 0), error_sink)
+        stream.partition = partition
+        return stream
 
     def destroy_stream(self, stream: Stream) -> None:
         if stream.handle not in self._foreign:
@@ -101,6 +104,13 @@ class NullBackend(Backend):
     def allocate(self, device: int, nbytes: int, stream: Stream | None,
                  dtype: np.dtype) -> Allocation:
         return self._memory.allocate(device, nbytes, dtype)
+
+    def composite_granularity(self, devices: Sequence[int]) -> int:
+        return 4096
+
+    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
+                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+        return self._memory.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         self._memory.release(allocation)

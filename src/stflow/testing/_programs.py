@@ -23,12 +23,15 @@ likes and still match bit for bit.
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
+from ..backends._host_memory import poison
+from ._grids import Built, GridSpec, add_grids
 
 __all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
            "run_oracle", "run_program", "smallest_budget", "task_body"]
@@ -65,6 +68,7 @@ class TaskOp:
     coef: float
     place_of_exec: Any = 0
     launch: bool = False
+    member: int = 0                    # on a grid: the member whose stream runs it
 
 
 @dataclass(frozen=True)
@@ -82,16 +86,21 @@ class Program:
     ops: list[Any]
     devices: int
     initial: dict[int, np.ndarray] = field(default_factory=dict)
+    grids: list[GridSpec] = field(default_factory=list)
 
     def describe(self) -> str:
         """A readable listing, printed when a check fails."""
         lines = [f"program seed={self.seed} devices={self.devices}"]
         for i, spec in enumerate(self.data):
             lines.append(f"  d{i}: {spec}")
+        for i, grid in enumerate(self.grids):
+            lines.append(f"  grid{i}: {grid}")
         for op in self.ops:
             if isinstance(op, TaskOp):
                 deps = ", ".join(f"d{i}.{_mode_text(m)}({p!r})" for i, m, p in op.deps)
-                lines.append(f"  {op.kind}@{op.place_of_exec!r}"
+                member = (f" member {op.member}" if isinstance(op.place_of_exec, tuple)
+                          else "")
+                lines.append(f"  {op.kind}@{op.place_of_exec!r}{member}"
                              f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
             else:
                 lines.append(f"  {op.kind} d{op.data}" if op.data >= 0 else
@@ -156,9 +165,11 @@ def _fold(xp: Any, array: Any, op: Any, base: Any) -> None:
 
 def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
                      max_ops: int = 24, host_callbacks: bool = True,
-                     drops: bool = True, reductions: bool = True) -> Program:
+                     drops: bool = True, reductions: bool = True,
+                     grids: bool = False) -> Program:
     """Draw a random program from ``seed`` (``reductions``: with accumulators, data
-    only reduced into and read)."""
+    only reduced into and read; ``grids``: with tasks on grids of places and data at
+    composite and replicated places, see ``_grids.py``)."""
     rng = random.Random(seed)
     data: list[DataSpec] = []
     for _ in range(rng.randint(2, max_data)):
@@ -241,11 +252,14 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
         ops = _add_reductions(random.Random(seed * 7919 + 17), data, ops, devices,
                               host_callbacks)
         initialised.update(i for i, spec in enumerate(data) if spec.accumulator)
+    grid_specs: list[GridSpec] = []
+    if grids:
+        ops = add_grids(random.Random(seed * 104729 + 3), ops, devices, grid_specs)
     # Observe every surviving data without a user buffer at the end.
     for i, spec in enumerate(data):
         if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
             ops.append(Op("wait", i))
-    program = Program(seed, data, ops, devices)
+    program = Program(seed, data, ops, devices, grids=grid_specs)
     program.initial = initial_arrays(program)
     return program
 
@@ -345,7 +359,11 @@ def run_oracle(program: Program) -> Outcome:
         elif spec.origin == "full":
             values[i] = np.full(spec.shape or (), spec.fill, dtype=spec.dtype)
         elif spec.origin == "empty":
-            values[i] = np.empty(spec.shape or (), dtype=spec.dtype or "f8")
+            # What the emulated and null backends give data never written (memory an
+            # oracle left to np.empty would hold whatever the heap held before).
+            empty = np.empty(spec.shape or (), dtype=spec.dtype or "f8")
+            poison(empty.reshape(-1).view(np.uint8), empty.dtype)
+            values[i] = empty
         else:
             values[i] = None
     waits = []
@@ -397,6 +415,13 @@ def emulated_graph_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     _emulated(t, op, modes, True)
 
 
+def _body_stream(t: Any, op: TaskOp) -> Any:
+    """The stream a body enqueues on: on a grid, that of member ``op.member``."""
+    if isinstance(op.place_of_exec, tuple):
+        return t.get_stream_at_index(op.member)
+    return t.stream_ptr()
+
+
 def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
     views = t.args_cai()
     views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
@@ -406,7 +431,7 @@ def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
         def kernel(*arrays: np.ndarray) -> None:
             task_body(np, arrays, modes, op.coef)
 
-        launch(t.stream_ptr(), kernel, *views)
+        launch(_body_stream(t, op), kernel, *views)
     else:
         task_body(np, [np.asarray(v) for v in views], modes, op.coef)
 
@@ -422,13 +447,16 @@ def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     from ..interop.cupy import as_cupy, cupy_stream
     views = t.args_cai()
     views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
-    with cupy_stream(t.stream_ptr()):
+    with cupy_stream(_body_stream(t, op)):
         task_body(cupy, [as_cupy(v) for v in views], modes, op.coef)
 
 
-def _place(stf: Any, place: Any) -> Any:
+def _place(stf: Any, place: Any, built: Built | None = None) -> Any:
     if place is None:
         return None
+    if isinstance(place, tuple):
+        assert built is not None
+        return built.dep_place(place)
     if place == "host":
         return stf.data_place.host()
     if place == "managed":
@@ -499,19 +527,40 @@ def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any]
            body: BodyRunner) -> None:
     """Submit one task or host callback; nothing of it outlives the call, so a later
     ``drop`` really drops the data (its retirement is then exercised)."""
+    built = _built(stf, program) if program.grids else None
     deps = []
     modes = []
     for index, mode, place in op.deps:
-        deps.append(stf.dep(lds[index], mode, _place(stf, place)))
+        deps.append(stf.dep(lds[index], mode, _place(stf, place, built)))
         if program.data[index].origin != "token":
             modes.append(mode)
     if op.kind == "host_launch":
         ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
         return
-    place = (stf.exec_place.host() if op.place_of_exec == "host"
-             else stf.exec_place.device(op.place_of_exec))
+    if isinstance(op.place_of_exec, tuple):
+        assert built is not None
+        place = built.exec_place(op.place_of_exec)
+    else:
+        place = (stf.exec_place.host() if op.place_of_exec == "host"
+                 else stf.exec_place.device(op.place_of_exec))
     with ctx.task(place, *deps) as t:
         body(t, op, modes)
+
+
+_BUILT: dict[int, tuple[Program, Built]] = {}
+_BUILT_LOCK = threading.Lock()
+
+
+def _built(stf: Any, program: Program) -> Built:
+    """The grids and places of ``program``, built once (kept for the last few
+    programs; threads submitting one program share them)."""
+    with _BUILT_LOCK:
+        kept = _BUILT.get(id(program))
+        if kept is None or kept[0] is not program:
+            if len(_BUILT) > 8:
+                _BUILT.clear()
+            kept = _BUILT[id(program)] = (program, Built(stf, program.grids))
+        return kept[1]
 
 
 def _nbytes(spec: DataSpec) -> int:
@@ -530,11 +579,31 @@ def task_working_sets(program: Program, ops: Sequence[Any] | None = None
             continue
         at: dict[int, set[int]] = {}
         for index, _, place in op.deps:
-            device = op.place_of_exec if place is None else place
-            if isinstance(device, int) and program.data[index].shape is not None:
+            if program.data[index].shape is None:
+                continue
+            for device in _devices_of(program, op.place_of_exec, place):
                 at.setdefault(device, set()).add(index)
         sets.append(at)
     return sets
+
+
+def _devices_of(program: Program, exec_place: Any, place: Any) -> list[Any]:
+    """The devices whose memory budget a dependency at ``place`` of a task on
+    ``exec_place`` uses (composite memory is outside the budgets)."""
+    grid = program.grids[exec_place[1]] if isinstance(exec_place, tuple) else None
+    if place is None:
+        if grid is None:
+            return [exec_place] if isinstance(exec_place, int) else []
+        return [grid.members[0]] if grid.affine == "device" else []
+    if isinstance(place, tuple):
+        if place[0] != "replicated":
+            return []
+        if place[1] is not None:
+            return list(program.grids[place[1]].members)
+        if grid is not None:
+            return list(grid.members)
+        return [exec_place] if isinstance(exec_place, int) else []
+    return [place] if isinstance(place, int) else []
 
 
 def smallest_budget(program: Program, groups: Sequence[set[int]] = ()) -> int:

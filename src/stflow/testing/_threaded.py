@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ._grids import GridSpec, add_grids
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
                         _same, cupy_body, declare_data, emulated_body,
                         emulated_graph_body, host_body, initial_arrays, submit,
@@ -124,10 +125,11 @@ class ThreadedProgram:
     turns: list[tuple[int, int]]          # (thread, segment), in turn order
     devices: int
     initial: dict[int, np.ndarray] = field(default_factory=dict)
+    grids: list[GridSpec] = field(default_factory=list)
 
     def as_program(self) -> Program:
         """The data part, as a :class:`Program` (for the shared helpers)."""
-        return Program(self.seed, self.data, [], self.devices, self.initial)
+        return Program(self.seed, self.data, [], self.devices, self.initial, self.grids)
 
     def describe(self) -> str:
         lines = [f"threaded program seed={self.seed} mode={self.mode} "
@@ -150,9 +152,10 @@ class ThreadedProgram:
 
 def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
                               devices: int = 2, *, max_segments: int = 4,
-                              max_ops: int = 6) -> ThreadedProgram:
+                              max_ops: int = 6, grids: bool = False) -> ThreadedProgram:
     """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
-    ``context(use_graph=...)``; ``scopes``: a ``stackable_context``)."""
+    ``context(use_graph=...)``; ``scopes``: a ``stackable_context``; ``grids``: some
+    tasks on grids of places, some data at composite or replicated places)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rng = random.Random(seed)
@@ -194,8 +197,14 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
     while any(queues):
         queue = rng.choice([q for q in queues if q])
         turns.append(queue.pop(0))
+    grid_specs: list[GridSpec] = []
+    if grids:
+        places = random.Random(seed * 104729 + 5)
+        for segments in per_thread:
+            for segment in segments:
+                segment.ops[:] = add_grids(places, segment.ops, devices, grid_specs)
     program = ThreadedProgram(seed, mode, data, private, shared, turn_data, per_thread,
-                              turns, devices)
+                              turns, devices, grids=grid_specs)
     program.initial = initial_arrays(program.as_program())
     return program
 
