@@ -64,12 +64,12 @@ def main() -> dict:
 
         plan = runtime.acquire(deps, None, None, probe, 1)
         event = runtime.release(plan, plan.stream, None, 1)
-        pool = runtime.pools.pool(plan.device)
+        pool = runtime.root_pools.pool(plan.device)
         completed = runtime.backend.query
 
         def pure(n: int) -> None:                  # the plan's decisions alone
-            for _ in range(n):
-                acquire(plan, pool, completed)
+            for tick in range(n):
+                acquire(plan, pool, completed, tick)
                 release(plan, event, None)
 
         def record(n: int) -> None:

@@ -86,7 +86,7 @@ def _free(backend: Backend, allocation: Allocation, stream: Stream | None,
     is never enqueued on a destroyed stream.
     """
     try:
-        backend.free(allocation, stream)
+        backend.free_from_finalizer(allocation, stream)
     except BaseException as exc:  # noqa: BLE001 - nobody can catch it here
         warnings.warn(f"stflow: freeing the memory of {description} failed: {exc!r}",
                       RuntimeWarning, stacklevel=2)

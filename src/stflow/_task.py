@@ -257,9 +257,8 @@ class task:
             lock.release()
         if ready is not None:
             backend.synchronize(ready)
-        guard_reads = getattr(backend, "guard_reads", None)   # emulated, stream mode
-        if guard_reads is not None:
-            self._read_guard = guard_reads(self._plan)
+        if backend.guards_reads:                  # emulated, stream mode (I-34)
+            self._read_guard = backend.guard_reads(self._plan)
         return self
 
     def end(self) -> None:

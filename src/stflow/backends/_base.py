@@ -257,6 +257,9 @@ class Backend(abc.ABC):
     Interface objects."""
     nvtx_ranges: bool = False
     """True when NVTX ranges mean something here (a profiler can see the work)."""
+    guards_reads: bool = False
+    """True when the backend checks, at the end of each task, that its ``read()``
+    instances are unchanged (:meth:`guard_reads`; the emulated backend, I-34)."""
     seed: int | None = None
     """The seed of a backend that randomises its schedule (reported in statistics)."""
     graphs: Any = None
@@ -341,6 +344,18 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         """Free ``allocation``, stream-ordered on ``stream`` when given."""
+
+    def guard_reads(self, plan: Any) -> Any:
+        """A guard of ``plan``'s ``read()`` instances, taken when a task starts,
+        whose ``check(stream, task)`` at its end returns the violation to raise, or
+        ``None`` (only where :attr:`guards_reads`)."""
+        return None
+
+    def free_from_finalizer(self, allocation: Allocation, stream: Stream | None) -> None:
+        """:meth:`free` for memory whose owner was collected: ``stream`` may have been
+        handed to other work since (a pooled stream), so backends whose streams can
+        be capturing into a graph wait for that to end rather than free into it."""
+        self.free(allocation, stream)
 
     def composite_granularity(self, devices: Sequence[int]) -> int:
         """The chunk size, in bytes, of composite allocations over ``devices``."""

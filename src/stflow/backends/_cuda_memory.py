@@ -181,6 +181,17 @@ class CudaMemory:
             self._defer(stream, lambda: self._release_host(device, ptr))
         self._reap()
 
+    def free_from_finalizer(self, allocation: Allocation, stream: Stream | None) -> None:
+        """:meth:`free` from a finalizer: a stream capturing into a graph now (a
+        pooled stream lent to other work since) gets no free node, whose memory the
+        graph never allocated (``CUDA_ERROR_NOT_PERMITTED``): the memory is freed once
+        that graph is released instead."""
+        if stream is not None and self._captures and \
+                self._captures.get(stream.handle) is not None:
+            self._defer(stream, lambda: self.free(allocation, None))
+            return
+        self.free(allocation, stream)
+
     # -- composite places: one virtual range, pages on several devices -------------------
     def _allocation_prop(self, device: int) -> Any:
         d = _cu.driver

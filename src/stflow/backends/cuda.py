@@ -106,16 +106,22 @@ class DriverStream(Stream):
         execution places, which still live on a device).
     owned : bool
         False for wrapped foreign handles, which stflow never destroys.
+    generation : int
+        The backend's context generation when it was made
+        (:meth:`CudaBackend.revalidate_contexts`): a stream of an older one belongs
+        to a destroyed context and is never reused.
     """
 
-    __slots__ = ("native", "events", "owned")
+    __slots__ = ("native", "events", "owned", "generation")
 
     def __init__(self, native: Any, device: int, ordinal: int, events: list,
-                 owned: bool, error_sink: Callable[..., None] | None = None) -> None:
+                 owned: bool, error_sink: Callable[..., None] | None = None,
+                 generation: int = 0) -> None:
         super().__init__(int(native), device, ordinal, error_sink)
         self.native = native
         self.events = events
         self.owned = owned
+        self.generation = generation
 
 
 class DriverEvent(Event):
@@ -177,6 +183,7 @@ class CudaBackend(CudaMemory, Backend):
         self._properties = [self._read_properties(i) for i in range(self._count)]
         self._event_pools: list[list[Any]] = [[] for _ in range(self._count)]
         self._free_streams: list[list[Any]] = [[] for _ in range(self._count)]
+        self._generation = 0       # bumped when primary contexts are renewed
         self._streams: weakref.WeakValueDictionary[int, DriverStream] = \
             weakref.WeakValueDictionary()
         self._foreign: dict[Any, DriverStream] = {}
@@ -241,7 +248,9 @@ class CudaBackend(CudaMemory, Backend):
         with self._lock:
             for i in stale:
                 dev = self._devices[i]
-                d.cuDevicePrimaryCtxRelease(dev)    # balance our retain; may fail
+                # No release first: the count is per device, not per incarnation, and
+                # another library (the one that reset it) may hold the new context
+                # already; one more retain keeps it alive for the process, as ours did.
                 ctx = check(d.cuDevicePrimaryCtxRetain(dev),
                             f"retaining the primary context of device {i} again "
                             "(it was reset by another library)")
@@ -249,11 +258,13 @@ class CudaBackend(CudaMemory, Backend):
                 self._context_ids[i] = self._context_id(ctx)
                 self._pools[i] = check(d.cuDeviceGetDefaultMemPool(dev),
                                        f"cuDeviceGetDefaultMemPool on device {i}")
-                # Made in the destroyed context: gone with it (lists are shared
-                # with live objects, so they are emptied, not replaced).
-                self._free_streams[i].clear()
-                self._event_pools[i].clear()
-                self._timing_pools[i].clear()
+                # Made in the destroyed context: gone with it. New lists, not
+                # emptied ones: objects of the old context still hold the old lists
+                # and return their (dead) streams and events to those.
+                self._free_streams[i] = []
+                self._event_pools[i] = []
+                self._timing_pools[i] = []
+            self._generation += 1
             self._context_device = {int(ctx): i for i, ctx in enumerate(self._contexts)}
             self._foreign.clear()
             self._captures.clear()
@@ -418,7 +429,7 @@ class CudaBackend(CudaMemory, Backend):
             except IndexError:
                 native = self._new_stream(ordinal)
         stream = DriverStream(native, device, ordinal, self._event_pools[ordinal], True,
-                              error_sink)
+                              error_sink, self._generation)
         stream.partition = partition
         self._streams[stream.handle] = stream
         return stream
@@ -435,6 +446,8 @@ class CudaBackend(CudaMemory, Backend):
             return
         stream.owned = False
         self._streams.pop(stream.handle, None)
+        if stream.generation != self._generation:     # its context was destroyed
+            return
         if stream.partition is not None:       # never reused outside its partition
             _cu.check(_cu.driver.cuStreamDestroy(stream.native),
                       f"destroying a stream of {stream.partition}")
