@@ -412,8 +412,12 @@ class exec_place:
         No ``with place:`` block is needed. Separate resource objects give separate
         streams (``stflow._resources``).
         """
-        from ._resources import pick_stream
-        return pick_stream(self, resources, for_computation)
+        pick = getattr(resources, "_pick_stream", None)
+        if pick is None:
+            raise TypeError(f"pick_stream expects an exec_place_resources (e.g. "
+                            f"exec_place_resources() or ctx.place_resources), got "
+                            f"{type(resources).__name__}")
+        return pick(self, for_computation)
 
     @property
     def kind(self) -> str:

@@ -138,14 +138,15 @@ class exec_place_resources:
         owner = "standalone" if runtime is None else f"lent by context {runtime.id}"
         return f"<exec_place_resources {self._id} {owner}>"
 
+    def _pick_stream(self, place: exec_place, for_computation: bool) -> Any:
+        """``place.pick_stream(self, for_computation)`` (the place asks the
+        resources: places know no resource type)."""
+        return pick_stream(place, self, for_computation)
 
-def pick_stream(place: exec_place, resources: Any, for_computation: bool = True) -> Any:
-    """``place.pick_stream(resources, for_computation)``: the next stream of the
-    place's pool in ``resources``, as a ``CudaStream``."""
-    if resources is None or not isinstance(resources, exec_place_resources):
-        raise TypeError(f"pick_stream expects an exec_place_resources (e.g. "
-                        f"exec_place_resources() or ctx.place_resources), got "
-                        f"{type(resources).__name__}")
+
+def pick_stream(place: exec_place, resources: exec_place_resources,
+                for_computation: bool = True) -> Any:
+    """The next stream of ``place``'s pool in ``resources``, as a ``CudaStream``."""
     pools = resources._pools
     runtime = pools.runtime
     if runtime is not None and runtime.finalized:

@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Built", "GridSpec", "add_grids"]
+from ._ops import READ, WRITE, TaskOp
 
-READ, WRITE = 1, 2
+__all__ = ["Built", "GridSpec", "add_grids"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,6 @@ def add_grids(rng: random.Random, ops: list[Any], devices: int,
               grids: list[GridSpec]) -> list[Any]:
     """``ops`` with some tasks moved to grids and some dependencies to composite or
     replicated places (``grids`` receives the grids used)."""
-    from ._programs import TaskOp
     for _ in range(rng.randint(1, 3)):
         size = rng.choice([2, 2, 3, 4])
         members = tuple(rng.randrange(devices) for _ in range(size))

@@ -32,51 +32,12 @@ import numpy as np
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ..backends._host_memory import poison
 from ._grids import Built, GridSpec, add_grids
+from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
 
 __all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
            "run_oracle", "run_program", "smallest_budget", "task_body"]
 
-READ, WRITE, RW = 1, 2, 3
 _MODE_NAMES = {READ: "read", WRITE: "write", RW: "rw"}
-
-
-@dataclass(frozen=True)
-class DataSpec:
-    """One logical data of a program."""
-
-    shape: tuple[int, ...] | None      # None for a token
-    dtype: str | None
-    origin: str                        # "array", "full", "empty", "token"
-    fill: float = 0.0                  # for "full"
-    readonly: bool = False             # for "array"
-    fill_place: Any = None             # for "full": None, "host" or a device ordinal
-    accumulator: str | None = None     # "add" or "mul": only reduced into and read
-
-
-@dataclass(frozen=True)
-class TaskOp:
-    """A task (``kind="task"``) or a host callback (``kind="host_launch"``).
-
-    ``deps`` holds ``(data index, mode, place)``; ``place`` is ``None`` (affine),
-    ``"host"``, ``"managed"`` or a device ordinal. ``place_of_exec`` is ``"host"`` or a
-    device ordinal. ``launch`` says whether the body enqueues its work on the task
-    stream rather than touching the data on the host directly.
-    """
-
-    kind: str
-    deps: tuple[tuple[int, int, Any], ...]
-    coef: float
-    place_of_exec: Any = 0
-    launch: bool = False
-    member: int = 0                    # on a grid: the member whose stream runs it
-
-
-@dataclass(frozen=True)
-class Op:
-    """``wait`` (of ``data``), ``fence`` or ``drop`` (of ``data``)."""
-
-    kind: str
-    data: int = -1
 
 
 @dataclass

@@ -1,0 +1,53 @@
+"""The operations of random task programs: data, tasks, host callbacks, waits.
+
+Plain frozen values shared by the program generators (``_programs``, ``_grids``,
+``_scoped``, ``_threaded``) and the oracle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["READ", "RW", "WRITE", "DataSpec", "Op", "TaskOp"]
+
+READ, WRITE, RW = 1, 2, 3
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """One logical data of a program."""
+
+    shape: tuple[int, ...] | None      # None for a token
+    dtype: str | None
+    origin: str                        # "array", "full", "empty", "token"
+    fill: float = 0.0                  # for "full"
+    readonly: bool = False             # for "array"
+    fill_place: Any = None             # for "full": None, "host" or a device ordinal
+    accumulator: str | None = None     # "add" or "mul": only reduced into and read
+
+
+@dataclass(frozen=True)
+class TaskOp:
+    """A task (``kind="task"``) or a host callback (``kind="host_launch"``).
+
+    ``deps`` holds ``(data index, mode, place)``; ``place`` is ``None`` (affine),
+    ``"host"``, ``"managed"``, a device ordinal, or ``("composite" | "replicated", k)``
+    (``_grids``). ``place_of_exec`` is ``"host"``, a device ordinal or ``("grid", k)``. ``launch`` says whether the body enqueues its work on the task
+    stream rather than touching the data on the host directly.
+    """
+
+    kind: str
+    deps: tuple[tuple[int, int, Any], ...]
+    coef: float
+    place_of_exec: Any = 0
+    launch: bool = False
+    member: int = 0                    # on a grid: the member whose stream runs it
+
+
+@dataclass(frozen=True)
+class Op:
+    """``wait`` (of ``data``), ``fence`` or ``drop`` (of ``data``)."""
+
+    kind: str
+    data: int = -1
