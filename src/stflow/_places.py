@@ -21,7 +21,8 @@ import weakref
 from typing import Any, Sequence
 
 from . import _config
-from ._errors import DeviceOrdinalError, NegativeIndexError, PlaceAllocationError, PlaceError
+from ._errors import (DeviceOrdinalError, NegativeIndexError, PlaceAllocationError,
+                      PlaceError)
 from .backends._base import AFFINE, HOST, MANAGED
 
 __all__ = ["data_place", "exec_place", "exec_place_grid", "AFFINE", "LAYOUT_IDS",
@@ -695,7 +696,8 @@ class exec_place_grid(exec_place):
     __getitem__ = get_place
 
     def __repr__(self) -> str:
-        return f"exec_place_grid(dims={self._grid_dims}, places={list(self._grid_members)})"
+        members = list(self._grid_members)
+        return f"exec_place_grid(dims={self._grid_dims}, places={members})"
 
 
 class _LayoutPlace(data_place):

@@ -521,6 +521,29 @@ class Runtime:
             if access.state.pending is not None:
                 reductions.flush(self, access.state, access.device, what)
 
+    def tear_down(self, stream: Stream | None) -> None:
+        """The end of :meth:`finalize` (or of an abandoned context): free every
+        instance the runtime allocated (stream-ordered on ``stream``; ``None`` once
+        the work has completed), forget all data, plans and streams, and mark the
+        runtime finalized. The lock must be held."""
+        backend = self.backend
+        for state in self.data.states.values():
+            for instance in state.instances.values():
+                if instance.allocation is not None and not instance.is_reference:
+                    backend.free(instance.allocation, stream)
+                instance.allocation = None
+            state.instances.clear()
+            state.reference = None
+        self.data.clear()
+        self.memory.clear()
+        self.releases.clear()
+        self.plans.clear()
+        self.root_pools.destroy()
+        self.fence_stream = None
+        if self.scopes is not None:
+            self.scopes.finalized()
+        self.finalized = True
+
     def stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
         """A stream for internal work at place ``device`` (the host's for host and
         managed memory), ordered after ``events``."""
@@ -682,12 +705,15 @@ class Runtime:
 
     # -- internal copies -------------------------------------------------------------
     def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True) -> Event:
+                  prerequisites: list[Event], label: str, keep: bool = True,
+                  copy_title: str | None = None) -> Event:
         """Copy ``source`` into ``target`` on a stream of the target's place, ordered
         after ``prerequisites``; released as a read of the data.
 
         ``keep=False`` copies into a temporary buffer that is not an instance. In a
         loop body the copy runs on the loop's device (CUDA bodies are single-device).
+        ``copy_title``: the copy moves data for a scope (a loop body, a launchable
+        graph) rather than writing back; instruments see a ``"copy"`` so titled.
         """
         device = target.device if target.device >= 0 else HOST
         scopes = self.scopes
@@ -700,7 +726,8 @@ class Runtime:
         ident = next(work_ids)
         record = None
         if self.instruments.attached:
-            kind, title = ("writeback", "write-back") if keep else ("wait", "wait")
+            kind, title = (("copy", copy_title) if copy_title is not None
+                           else ("writeback", "write-back") if keep else ("wait", "wait"))
             record = self.instruments.open(ident, kind, f"{title} {label}",
                                            target.device, stream, [], prerequisites)
         if target.allocation is None:
@@ -896,20 +923,7 @@ class Runtime:
             for event in events:
                 backend.synchronize(event)
         with self.lock:
-            for state in self.data.states.values():
-                for instance in state.instances.values():
-                    if instance.allocation is not None and not instance.is_reference:
-                        backend.free(instance.allocation, caller)
-                    instance.allocation = None
-            self.data.clear()
-            self.memory.clear()
-            self.releases.clear()
-            self.plans.clear()
-            self.root_pools.destroy()
-            self.fence_stream = None
-            if scopes is not None:
-                scopes.finalized()
-            self.finalized = True
+            self.tear_down(caller)
         for failure in self.instruments.finalized():
             self.errors.capture(failure)
         self.errors.raise_pending("finalize()")

@@ -185,7 +185,7 @@ class CudaGraphSupport(GraphSupport):
         self._resources: dict[int, _Resources] = {}    # graph or body -> resources
         self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
         self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
-        self._placeholders: dict[int, tuple[Any, int]] = {}   # IF node -> (handle, device)
+        self._placeholders: dict[int, tuple[Any, int]] = {}  # IF node: (handle, device)
         # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
         # suffix (same arguments).
         self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
@@ -284,19 +284,27 @@ class CudaGraphSupport(GraphSupport):
         for handle, device in handles:
             self._placeholder(graph, handle, device)
 
-    def _placeholder(self, graph: Any, handle: Any, device: int) -> None:
-        """An IF node of ``handle`` with an empty body, keeping the handle used."""
-        d = _cu.driver
-        params = d.CUgraphNodeParams()
+    def _conditional(self, handle: Any, kind: Any, context: Any) -> Any:
+        """The parameters of a conditional node of ``kind`` on ``handle`` with one
+        body graph, in ``context``."""
+        params = _cu.driver.CUgraphNodeParams()
         params.type = self._conditional_type
         conditional = params.conditional
         conditional.handle = handle
-        conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_IF
+        conditional.type = kind
         conditional.size = 1
-        conditional.ctx = self._backend._contexts[device]
+        conditional.ctx = context
+        return params
+
+    def _placeholder(self, graph: Any, handle: Any, device: int) -> None:
+        """An IF node of ``handle`` with an empty body, keeping the handle used."""
+        d = _cu.driver
+        kinds = d.CUgraphConditionalNodeType
+        params = self._conditional(handle, kinds.CU_GRAPH_COND_TYPE_IF,
+                                   self._backend._contexts[device])
         step = "keeping the condition of a discarded loop in a CUDA graph"
         node = _cu.check(self._add_node(graph, [], None, 0, params), step)
-        _cu.check(d.cuGraphAddEmptyNode(conditional.phGraph_out[0], None, 0), step)
+        _cu.check(d.cuGraphAddEmptyNode(params.conditional.phGraph_out[0], None, 0), step)
         self._placeholders[int(node)] = (handle, device)
 
     def _drop(self, resources: _Resources) -> None:
@@ -523,15 +531,10 @@ class CudaGraphSupport(GraphSupport):
                 ctypes.c_uint32(1 if count is None else int(count > 0))]
         start = self._add_kernel_node(graph, [], kernel, args, device)
         deps = [*deps, start]
-        params = d.CUgraphNodeParams()
-        params.type = self._conditional_type
-        conditional = params.conditional
-        conditional.handle = handle
-        conditional.type = d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE
-        conditional.size = 1
-        conditional.ctx = context
+        params = self._conditional(
+            handle, d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE, context)
         node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
-        body = conditional.phGraph_out[0]
+        body = params.conditional.phGraph_out[0]
         loop = _Loop(node, body, device, counter, start, handle)
         with self._lock:
             self._resources[int(body)] = resources
