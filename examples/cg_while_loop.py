@@ -102,8 +102,7 @@ class Kernels:
             self.functions = _numpy_kernels()
 
     def __call__(self, t: Any, name: str, single_block: bool = False) -> None:
-        views = t.args_cai()
-        views = list(views) if isinstance(views, tuple) else [views]
+        views = t.views()
         if self.backend != "cuda":
             from stflow.emulated import launch
             launch(t.stream_ptr(), self.functions[name], *views)

@@ -27,14 +27,16 @@ Public submodules under the reference's paths: ``paths``, ``fill_utils``, ``erro
 partition mappers) are also attributes of the package without a separate import.
 
 ``import stflow`` loads NumPy only; no CUDA module is imported before a context (or a
-place factory) needs a backend. ``stflow.__compiled__`` tells whether the hot modules
+place factory) needs a backend. Type checkers and editors cannot follow the lazy
+``__getattr__``: they see the same names through the imports under ``TYPE_CHECKING``
+(and not ``__getattr__`` itself, so a misspelt name is an error there). ``stflow.__compiled__`` tells whether the hot modules
 run compiled (``setup.py``; ``STFLOW_PURE_PYTHON=1`` runs their Python sources).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _compile, _config
 
@@ -55,7 +57,7 @@ _BINDING_NAMES = [
     "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 ]
-_STFLOW_NAMES = ["reduce"]
+_STFLOW_NAMES = ["ProgressBar", "TileGrid", "reduce", "tiles"]
 
 __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
 
@@ -63,6 +65,9 @@ __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW
 # the reference's ``paths`` module) but is not part of ``__all__``.
 _LOCATIONS = {
     "AccessMode": "._logical_data",
+    "ProgressBar": "._progress",
+    "TileGrid": "._tiles",
+    "tiles": "._tiles",
     "async_resources": "._resources",
     "cond": "._cond",
     "context": "._context",
@@ -119,19 +124,72 @@ def _version() -> str:
 __version__ = _version()
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__compiled__":
-        return _compile.compiled()
-    if name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
+if TYPE_CHECKING:
+    # What type checkers and editors see: the same names as the lazy ``__getattr__``
+    # below resolves at run time (tests/unit/test_typing.py checks both agree).
+    from . import errors as errors
+    from . import fill_utils as fill_utils
+    from . import interop as interop
+    from . import partitions as partitions
+    from . import paths as paths
+    from ._cond import cond as cond
+    from ._context import context as context
+    from ._device_array import DeviceArray as DeviceArray
+    from ._dlpack import dlpack_export as dlpack_export
+    from ._green import green_context_helper as green_context_helper
+    from ._green import green_ctx_view as green_ctx_view
+    from ._green import green_places as green_places
+    from ._green import locality_domain_count as locality_domain_count
+    from ._kernel import cuda_kernel as cuda_kernel
+    from ._logical_data import AccessMode as AccessMode
+    from ._logical_data import dep as dep
+    from ._logical_data import logical_data as logical_data
+    from ._logical_data import read as read
+    from ._logical_data import reduce as reduce
+    from ._logical_data import rw as rw
+    from ._logical_data import write as write
+    from ._places import data_place as data_place
+    from ._places import exec_place as exec_place
+    from ._places import exec_place_grid as exec_place_grid
+    from ._progress import ProgressBar as ProgressBar
+    from ._resources import async_resources as async_resources
+    from ._resources import exec_place_resources as exec_place_resources
+    from ._tiles import TileGrid as TileGrid
+    from ._tiles import tiles as tiles
+    from ._stackable import LaunchableGraph as LaunchableGraph
+    from ._stackable import stackable_context as stackable_context
+    from ._stackable import stackable_logical_data as stackable_logical_data
+    from ._stackable import stackable_task as stackable_task
+    from ._task import task as task
+    from ._task_graph import TaskGraph as TaskGraph
+    from ._task_graph import task_graph as task_graph
+    from ._views import CudaStream as CudaStream
+    from ._views import stf_cai as stf_cai
+    from .backends import machine_init as machine_init
+    from .paths import IncludePaths as IncludePaths
+    from .paths import get_include_paths as get_include_paths
+    from .paths import get_library_dir as get_library_dir
+    from .paths import get_library_path as get_library_path
+    from .paths import get_stf_include_dir as get_stf_include_dir
+
+    __compiled__: bool
+
+
+if not TYPE_CHECKING:
+    # Hidden from type checkers, so that a misspelt ``stf.contxt`` is an error there.
+    def __getattr__(name: str) -> Any:
+        if name == "__compiled__":
+            return _compile.compiled()
+        if name in _SUBMODULES:
+            value = importlib.import_module(f".{name}", __name__)
+            globals()[name] = value
+            return value
+        module = _LOCATIONS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'stflow' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
         globals()[name] = value
         return value
-    module = _LOCATIONS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'stflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
 
 
 def __dir__() -> list[str]:

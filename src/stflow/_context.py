@@ -28,13 +28,13 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
 from ._config import warn_ignored_reference_variables
 from ._deps import merge_events
-from ._errors import BackendUnavailableError, UnfinalizedContextWarning
+from ._errors import BackendUnavailableError, UnfinalizedContextWarning, warn_user
 from ._instrument import Instrument, Statistics
 from ._logical_data import dep, logical_data
 from ._places import exec_place
@@ -45,6 +45,9 @@ from ._task import host_launch, task
 from ._views import stream_handle
 from .backends import get_backend
 from .backends._base import Backend, Stream, callback_state
+
+if TYPE_CHECKING:
+    from ._kernel import cuda_kernel as _CudaKernel
 
 __all__ = ["context"]
 
@@ -276,13 +279,15 @@ class context(RuntimeOwner):
         """
         host_launch(self._live(), deps, fn, args, symbol)
 
-    def cuda_kernel(self, *args: Any, symbol: str | None = None) -> Any:
+    def cuda_kernel(self, *args: Any, symbol: str | None = None) -> _CudaKernel:
         """A task whose body describes launches, ``k.launch(kernel, grid, block,
         args)``; takes the arguments of :meth:`task`."""
         runtime = self._live()
         runtime.check_submit("cuda_kernel()")
         from ._kernel import cuda_kernel
-        return cuda_kernel._make(runtime, args, symbol)
+        made = cuda_kernel.__new__(cuda_kernel)
+        made._setup(runtime, args, symbol)
+        return made
 
     # -- synchronisation -----------------------------------------------------------
     def fence(self) -> int:
@@ -361,7 +366,13 @@ class context(RuntimeOwner):
                                "data")
         runtime = self._runtime
         if runtime is not None:
-            runtime.finalize()
+            try:
+                runtime.finalize()
+            except KeyboardInterrupt:
+                # Ctrl-C while waiting: the program is ending, so the at-exit hook
+                # must not wait again for work that may never complete.
+                _interrupted.append(runtime)
+                raise
 
     # -- lifecycle ---------------------------------------------------------------
     def __enter__(self) -> context:
@@ -385,7 +396,8 @@ class context(RuntimeOwner):
     def __repr__(self) -> str:
         runtime = self._runtime
         ident = runtime.id if runtime is not None else 0
-        return f"context(handle={ident}, borrowed={self._borrowed})"
+        state = ", finalized" if runtime is not None and runtime.finalized else ""
+        return f"context(handle={ident}, borrowed={self._borrowed}{state})"
 
     def __copy__(self) -> context:
         raise TypeError("a context cannot be copied: it owns streams and device memory; "
@@ -459,18 +471,17 @@ def abandon(runtime: Runtime, how: str) -> None:
     kind = _kind(runtime)
     extra = f"; {discarded} open scope(s) were discarded" if discarded else ""
     try:                              # a warning filter may turn these into errors
-        warnings.warn(f"stflow.{kind} {how} without an explicit finalize(): its work "
-                      f"was waited for and its memory freed, but results were not "
-                      f"written back{extra}; use 'with stf.{kind}() as ctx:' or call "
-                      f"ctx.finalize()", ResourceWarning, stacklevel=3)
+        warn_user(f"stflow.{kind} {how} without an explicit finalize(): its work "
+                  f"was waited for and its memory freed, but results were not "
+                  f"written back{extra}; use 'with stf.{kind}() as ctx:' or call "
+                  f"ctx.finalize()", ResourceWarning)
         if lost:
             names = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more"
                                             if len(lost) > 3 else "")
-            warnings.warn(f"stflow.{kind} {how} without an explicit finalize(): the "
-                          f"results of {names} were NOT written back to the user's "
-                          f"arrays; use 'with stf.{kind}() as ctx:' or call "
-                          "ctx.finalize() before reading them",
-                          UnfinalizedContextWarning, stacklevel=3)
+            warn_user(f"stflow.{kind} {how} without an explicit finalize(): the "
+                      f"results of {names} were NOT written back to the user's "
+                      f"arrays; use 'with stf.{kind}() as ctx:' or call "
+                      "ctx.finalize() before reading them", UnfinalizedContextWarning)
     finally:                          # released in any case: nothing leaks
         if callback_state.active or runtime.started:
             threading.Thread(target=_release_abandoned, args=(runtime,),
@@ -519,22 +530,7 @@ def _release_abandoned(runtime: Runtime) -> None:
         for event in events:
             backend.synchronize(event)
         with runtime.lock:
-            for state in runtime.data.states.values():
-                for instance in state.instances.values():
-                    if instance.allocation is not None and not instance.is_reference:
-                        backend.free(instance.allocation, None)
-                    instance.allocation = None
-                state.instances.clear()
-                state.reference = None
-            runtime.data.clear()
-            runtime.memory.clear()
-            runtime.releases.clear()
-            runtime.plans.clear()
-            runtime.root_pools.destroy()
-            runtime.fence_stream = None
-            if runtime.scopes is not None:
-                runtime.scopes.finalized()
-            runtime.finalized = True
+            runtime.tear_down(None)
             runtime.wake()
         for failure in runtime.instruments.finalized():
             runtime.errors.capture(failure)
@@ -551,6 +547,11 @@ def _warn_errors(runtime: Runtime) -> None:
                       f"{error!r}", RuntimeWarning, stacklevel=2)
 
 
+_interrupted: list[Runtime] = []
+"""The runtimes whose ``finalize()`` a KeyboardInterrupt ended (kept alive: the
+program is ending)."""
+
+
 @atexit.register
 def _abandon_at_exit() -> None:
     """Abandon the contexts still alive at interpreter exit (never finalize them:
@@ -563,5 +564,10 @@ def _abandon_at_exit() -> None:
             continue
         if runtime.finalized:
             _warn_errors(runtime)
+        elif any(runtime is stopped for stopped in _interrupted):
+            warnings.warn(f"stflow.{_kind(runtime)}: finalize() was interrupted "
+                          "(KeyboardInterrupt); its work was not waited for and its "
+                          "results were not written back", UnfinalizedContextWarning,
+                          stacklevel=2)
         else:
             abandon(runtime, "alive at interpreter exit")

@@ -21,12 +21,17 @@ Asynchronous errors
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 import threading
+import types
+import warnings
 
 __all__ = [
     "AccessModeError",
     "BackendNotice",
     "BackendUnavailableError",
+    "BufferOverlapError",
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
@@ -44,6 +49,7 @@ __all__ = [
     "ShapeError",
     "TokenArgumentError",
     "UnfinalizedContextWarning",
+    "warn_user",
     "work_ids",
 ]
 
@@ -79,6 +85,15 @@ class ShapeError(STFError, ValueError):
 
 class ScopeError(STFError, RuntimeError):
     """A call made where it is not legal (outside its window, unmatched scope)."""
+
+
+class BufferOverlapError(STFError, ValueError):
+    """A buffer registered as logical data overlaps the buffer of live logical data
+    of the same context, and at least one of the two is writable: the two would
+    hold diverging copies of the same bytes (stale reads, last-writer-wins
+    write-backs at ``finalize()``). Use the existing logical data, register
+    disjoint slices, or register read-only buffers (overlapping read-only
+    registrations are allowed)."""
 
 
 class ContextMismatchError(STFError, ValueError):
@@ -171,6 +186,40 @@ class UnfinalizedContextWarning(UserWarning):
     ``ResourceWarning`` every unfinalized context gets. Use ``with stf.context() as
     ctx:`` or call ``ctx.finalize()``.
     """
+
+
+# Tracebacks, reprs and pickles name the public module users import the classes from
+# (``stflow.errors.ShapeError``), not this private one.
+for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, ShapeError,
+                ScopeError, BufferOverlapError, ContextMismatchError, OutOfMemoryError,
+                BackendUnavailableError, CudaError, DeviceOrdinalError,
+                PlaceAllocationError, NegativeIndexError, NegativeCountError,
+                GridIndexError, TokenArgumentError, GreenContextUnavailableError,
+                BackendNotice, UnfinalizedContextWarning):
+    _public.__module__ = "stflow.errors"
+del _public
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first caller outside stflow.
+
+    A fixed ``stacklevel`` is wrong as soon as a warning is reachable through more
+    than one path (``context()``, ``stackable_context()``, a place factory, ...);
+    this one names the user's file and line whatever the path, so ``-W error``,
+    filters by module and the printed location all point at the user's code. When
+    no frame is outside stflow (interpreter exit), the warning names stflow's.
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    if frame is None:
+        level = 2
+    warnings.warn(message, category, stacklevel=level)
 
 
 # -- asynchronous errors ---------------------------------------------------------------

@@ -11,6 +11,10 @@ every piece of work (a task, a host callback, an internal copy):
 ``work_ending``     the body is over; the work's end event comes next
 ``work_ended``      the work's end event was recorded
 ``fence``           ``fence()`` was called
+``scope_opened``    a scope of a ``stackable_context`` opened (``while_loop()``,
+                    ``repeat(n)``, ``graph_scope()``, ...); the work submitted until
+                    the matching ``scope_closed`` is recorded in it
+``scope_closed``    that scope closed (or was discarded: nothing it recorded runs)
 
 When no instrument is attached the runtime skips all of this (one truth test per
 call site). Counters for :meth:`context.statistics` are kept by the runtime itself.
@@ -46,14 +50,18 @@ class WorkRecord:
     ident : int
         Unique within the process.
     kind : str
-        ``"task"``, ``"host_launch"``, ``"wait"`` or ``"writeback"``.
+        ``"task"``, ``"host_launch"``, ``"wait"`` (the copy of ``ctx.wait()``),
+        ``"writeback"`` (into the user's buffer, at finalize or eviction) or
+        ``"copy"`` (data a scope of a ``stackable_context`` reads: copied once
+        before a loop body or a launchable graph, or refreshed when it closes).
     label : str
         The symbol, or a generated name.
     device : int
         Execution place (``-1`` for the host).
     stream : int
         Raw handle of the stream it runs on.
-    accesses : list of (data key, data label, mode, place)
+    accesses : list of tuple
+        ``(data key, data label, mode, place)`` for each access.
     predecessors : list of int
         Idents of the work whose events it was ordered after (after stream-order
         pruning: an access implied by stream order may be missing here).
@@ -99,6 +107,14 @@ class Instrument:
 
     def fence(self) -> None:
         pass
+
+    def scope_opened(self, kind: str, count: int | None) -> None:
+        """A scope opened: ``kind`` is ``"while"``, ``"repeat"`` (``count``
+        iterations), ``"graph"`` or ``"launchable"``; scopes nest per thread."""
+
+    def scope_closed(self, discarded: bool) -> None:
+        """The innermost scope of the calling thread closed (``discarded``: it
+        raised, or never runs, and nothing it recorded runs)."""
 
     def finalized(self) -> None:
         """Called after the context completed all work (timestamps are ready)."""
@@ -255,6 +271,14 @@ class Instruments:
         self.counters.fences += 1
         for instrument in self.attached:
             instrument.fence()
+
+    def scope_opened(self, kind: str, count: int | None) -> None:
+        for instrument in self.attached:
+            instrument.scope_opened(kind, count)
+
+    def scope_closed(self, discarded: bool) -> None:
+        for instrument in self.attached:
+            instrument.scope_closed(discarded)
 
     def finalized(self) -> list[Exception]:
         """Tell the instruments the work is complete; returns their failures."""

@@ -138,7 +138,8 @@ class cuda_kernel(task):
     Launches are enqueued on the task stream in call order, after the task's
     prerequisites; ``end()`` records the task's completion after them and releases
     the packed arguments. There is no ``stream_ptr()``, ``args_cai()`` or grid
-    helper, as in the reference.
+    helper, as in the reference; ``views()`` (stflow-only) gives the dependencies'
+    views as a tuple, as for a task.
     """
 
     __slots__ = ("_launches",)

@@ -77,7 +77,11 @@ class dep:
         yield self.dplace
 
     def __repr__(self) -> str:
-        return f"dep({self.ld!r}, {self.mode}, {self.dplace!r})"
+        try:
+            mode: object = mode_name(self.mode)
+        except KeyError:
+            mode = self.mode
+        return f"dep({self.ld!r}, {mode!r}, {self.dplace!r})"
 
     def __copy__(self) -> dep:
         return self                                 # a value: copies are the same

@@ -10,6 +10,7 @@ attach them to every new context.
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from ._instrument import Instrument, WorkRecord, byte_size_text, place_name
@@ -28,17 +29,48 @@ class DotRecorder(Instrument):
     ``b`` must follow ``a`` because of their accesses (read after write, write after
     read or write after write on some logical data), derived from the accesses in
     submission order by the rules of ``_deps.py``. Copies are separate, dashed nodes
-    feeding the work that needed them.
+    feeding the work that needed them. ``ctx.wait(ld)`` and ``ctx.fence()`` are
+    octagons after the work they wait for, and the scopes of a ``stackable_context``
+    (loop bodies, graph scopes, launchable graphs) are clusters around their work.
     """
 
     def __init__(self, path: str | None = None, reduce: bool = True) -> None:
         self.path = path
         self.reduce = reduce
         self.records: list[WorkRecord] = []
+        # Synchronisation nodes: (ident, label, predecessors); fences have negative
+        # idents. Scopes: id -> (parent id, kind, count, discarded).
+        self.syncs: list[tuple[int, str, list[int]]] = []
+        self.scopes: dict[int, list[Any]] = {}
+        self._scope_of: dict[int, int] = {}
+        self._open: dict[int, list[int]] = {}          # thread -> stack of scope ids
+        self._since_fence: list[int] = []
 
     def work_submitted(self, record: WorkRecord) -> None:
         if record.kind in ("task", "host_launch"):
             self.records.append(record)
+            self._since_fence.append(record.ident)
+            stack = self._open.get(threading.get_ident())
+            if stack:
+                self._scope_of[record.ident] = stack[-1]
+        elif record.kind == "wait":
+            self.syncs.append((record.ident, record.label, list(record.predecessors)))
+
+    def fence(self) -> None:
+        ident = -(sum(1 for s in self.syncs if s[0] < 0) + 1)
+        self.syncs.append((ident, "fence", self._since_fence))
+        self._since_fence = []
+
+    def scope_opened(self, kind: str, count: int | None) -> None:
+        stack = self._open.setdefault(threading.get_ident(), [])
+        number = len(self.scopes) + 1
+        self.scopes[number] = [stack[-1] if stack else None, kind, count, False]
+        stack.append(number)
+
+    def scope_closed(self, discarded: bool) -> None:
+        stack = self._open.get(threading.get_ident())
+        if stack:
+            self.scopes[stack.pop()][3] = discarded
 
     def edges(self, reduce: bool | None = None) -> set[tuple[int, int]]:
         """The dependency edges between recorded work, optionally reduced."""
@@ -62,23 +94,55 @@ class DotRecorder(Instrument):
         return edges
 
     def to_dot(self) -> str:
-        lines = ["digraph stflow {", "  rankdir=TB;",
-                 '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
+        nodes: dict[int | None, list[str]] = {}
         for record in self.records:
             shape = ', shape=ellipse, fillcolor="#fff4d6"' \
                 if record.kind == "host_launch" else ""
             where = place_name(record.device)
-            lines.append(f'  w{record.ident} [label="{_escape(record.label)}\\n{where}"'
+            lines = nodes.setdefault(self._scope_of.get(record.ident), [])
+            lines.append(f'w{record.ident} [label="{_escape(record.label)}\\n{where}"'
                          f'{shape}];')
             for number, (data, source, target, nbytes) in enumerate(record.transfers):
                 node = f"c{record.ident}_{number}"
                 lines.append(
-                    f'  {node} [label="{_escape(data)}\\n{place_name(source)}→'
+                    f'{node} [label="{_escape(data)}\\n{place_name(source)}→'
                     f'{place_name(target)}\\n{byte_size_text(nbytes)}", shape=note, '
                     'style="dashed,filled", fillcolor="#eeeeee", fontsize=10];')
-                lines.append(f"  {node} -> w{record.ident} [style=dashed];")
-        for source, target in sorted(self.edges()):
-            lines.append(f"  w{source} -> w{target};")
+                lines.append(f"{node} -> w{record.ident} [style=dashed];")
+        drawn = {record.ident for record in self.records}
+        edges = self.edges(reduce=False)
+        for ident, label, predecessors in self.syncs:
+            fill = "#fde2e2" if ident >= 0 else "#e2f5e2"
+            nodes.setdefault(None, []).append(
+                f'{_node(ident)} [label="{_escape(label)}", '
+                f'shape=octagon, fillcolor="{fill}"];')
+            edges.update((p, ident) for p in predecessors if p in drawn)
+            drawn.add(ident)
+        if self.reduce:
+            edges = transitive_reduction(edges)
+        lines = ["digraph stflow {", "  rankdir=TB;",
+                 '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
+        children: dict[int | None, list[int]] = {}
+        for number, (parent, _, _, _) in self.scopes.items():
+            children.setdefault(parent, []).append(number)
+
+        def emit(scope: int | None, indent: str) -> None:
+            lines.extend(indent + line for line in nodes.get(scope, ()))
+            for child in children.get(scope, ()):
+                _, kind, count, discarded = self.scopes[child]
+                title = _SCOPE_TITLES.get(kind, kind)
+                if kind == "repeat":
+                    title = f"repeat({count})"
+                style = "dashed" if discarded else "rounded"
+                lines.append(f"{indent}subgraph cluster_{child} {{")
+                lines.append(f'{indent}  label="{title}'
+                             f'{" (discarded)" if discarded else ""}"; style={style};')
+                emit(child, indent + "  ")
+                lines.append(f"{indent}}}")
+
+        emit(None, "  ")
+        for source, target in sorted(edges):
+            lines.append(f"  {_node(source)} -> {_node(target)};")
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -89,6 +153,14 @@ class DotRecorder(Instrument):
     def finalized(self) -> None:
         if self.path:
             self.write()
+
+
+_SCOPE_TITLES = {"while": "while_loop", "graph": "graph_scope",
+                 "launchable": "launchable graph"}
+
+
+def _node(ident: int) -> str:
+    return f"w{ident}" if ident >= 0 else f"wf{-ident}"
 
 
 def _escape(text: str) -> str:

@@ -8,6 +8,14 @@ Registration of a user buffer
     where its memory really is, host memory is page-locked once per owning array (so
     that device work can reach it and copies run at full speed) and the buffer
     becomes the data's *reference instance*.
+Overlapping buffers
+    The byte range of every registered buffer is kept (sorted by start): a new buffer
+    overlapping a live one raises :class:`~stflow.errors.BufferOverlapError` unless
+    both are read-only. Two logical data over the same bytes would each have their
+    own instances, so one would read stale values and ``finalize()`` would write both
+    back (last writer wins); overlapping read-only data can neither be written nor
+    written back, so they are harmless (the same constant table used by several
+    tasks, say).
 Empty data and tokens
     A state without instances (its first writer allocates them), or without bytes.
 Retirement
@@ -18,6 +26,7 @@ Retirement
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import deque
@@ -26,7 +35,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._coherence import DataState
-from ._errors import BackendUnavailableError, PlaceError, ShapeError
+from ._errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
 from ._places import data_place
 from ._sources import Source, check_dtype, describe_buffer
 from .backends._base import AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend
@@ -67,6 +76,10 @@ class DataRegistry:
         self.retired: deque[int] = deque()
         self.pins: dict[int, _Pin] = {}
         self.closed = False
+        # Byte ranges of registered buffers: (start, end, key, readonly), sorted.
+        self.ranges: list[tuple[int, int, int, bool]] = []
+        self.range_of: dict[int, tuple[int, int, int, bool]] = {}
+        self.longest = 0
 
     # -- creation ----------------------------------------------------------------------
     def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any,
@@ -106,6 +119,8 @@ class DataRegistry:
             if wanted != device:
                 raise PlaceError(f"dplace={dplace!r} contradicts the buffer, which lives "
                                  f"in {_describe_place(device)}; omit dplace to infer it")
+        if source.ptr and source.nbytes:
+            self._check_overlap(source.ptr, source.nbytes, source.readonly, buf)
         if source.stream is not None:
             backend.synchronize_producer(source.stream)
         pin = None
@@ -121,7 +136,38 @@ class DataRegistry:
         state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
                                                source.dtype, source.keepalive))
         self.states[state.key] = state
+        if source.ptr and source.nbytes:
+            entry = (source.ptr, source.ptr + source.nbytes, state.key, source.readonly)
+            bisect.insort(self.ranges, entry)
+            self.range_of[state.key] = entry
+            self.longest = max(self.longest, source.nbytes)
         return state, source
+
+    def _check_overlap(self, ptr: int, nbytes: int, readonly: bool, buf: Any) -> None:
+        """Raise :class:`BufferOverlapError` when ``[ptr, ptr + nbytes)`` overlaps a
+        registered buffer and one of the two is writable."""
+        ranges = self.ranges
+        end = ptr + nbytes
+        # Candidates start before ``end`` and no earlier than ``ptr - longest``.
+        index = bisect.bisect_left(ranges, (end,))
+        while index > 0:
+            index -= 1
+            start, stop, key, other_readonly = ranges[index]
+            if start + self.longest <= ptr:
+                break
+            if stop <= ptr or (readonly and other_readonly):
+                continue
+            state = self.states.get(key)
+            label = state.label if state is not None else f"#{key}"
+            same = start == ptr and stop == end
+            what = "is the buffer of" if same else "overlaps the buffer of"
+            raise BufferOverlapError(
+                f"logical_data(): the {type(buf).__name__} of {nbytes} bytes at "
+                f"0x{ptr:x} {what} logical data {label}, registered in this context: "
+                "two logical data over the same bytes would each keep their own copy "
+                "(stale reads, and finalize() would write both back); use the "
+                "existing logical data, register disjoint slices, or make both "
+                "buffers read-only (buf.setflags(write=False)) if they are only read")
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DataState:
         """A new state without a value (shape and dtype already checked)."""
@@ -185,9 +231,13 @@ class DataRegistry:
         taken = []
         retired = self.retired
         while retired:
-            state = self.states.pop(retired.popleft(), None)
+            key = retired.popleft()
+            state = self.states.pop(key, None)
             if state is not None:
                 taken.append(state)
+            entry = self.range_of.pop(key, None)
+            if entry is not None:
+                del self.ranges[bisect.bisect_left(self.ranges, entry)]
         return taken
 
     def clear(self) -> None:
@@ -195,6 +245,8 @@ class DataRegistry:
         self.closed = True
         self.states.clear()
         self.retired.clear()
+        self.ranges.clear()
+        self.range_of.clear()
         for pin in self.pins.values():
             self.backend.unregister_host(pin.token)
         self.pins.clear()

@@ -183,6 +183,11 @@ class Runtime:
             self.attach(DotRecorder(cfg.dot_file))
         if cfg.trace_file:
             self.attach(TraceRecorder(cfg.trace_file))
+        if cfg.progress:
+            from ._progress import progress_from_environment
+            bar = progress_from_environment(cfg.progress)
+            if bar is not None:
+                self.attach(bar)
         if cfg.nvtx != "0" and self.backend.nvtx_ranges:
             try:
                 self.attach(NvtxRanges())
@@ -237,8 +242,14 @@ class Runtime:
     def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any) -> Any:
         """The state and source of a user buffer registered as new logical data."""
         self.check_submit("logical_data()")
+        if self.data.retired:          # collected data may hold these bytes: retire it
+            with self.lock:
+                self.drain_retired()
         state, source = self.data.register(buf, dplace, shape, dtype,
                                            self._producer_stream)
+        if self.releases and source.nbytes:
+            with self.lock:
+                self._after_writebacks(source.ptr, source.nbytes)
         if source.ordered_on is not None:        # a DLPack producer's pending work
             with self.lock:
                 reference = state.reference
@@ -246,6 +257,21 @@ class Runtime:
                 event = self.backend.record(source.ordered_on)
                 reference.ready[event.stream] = event
         return state, source
+
+    def _after_writebacks(self, ptr: int, nbytes: int) -> None:
+        """Block until retired data over ``[ptr, ptr + nbytes)`` is written back.
+
+        A buffer registered again right after its previous logical data was collected
+        must not be read before that data's write-back lands in it. The lock must be
+        held.
+        """
+        end = ptr + nbytes
+        for entry in self.releases:
+            reference = entry.state.reference
+            allocation = None if reference is None else reference.allocation
+            if allocation is not None and allocation.ptr < end and \
+                    ptr < allocation.ptr + allocation.nbytes:
+                self.backend.synchronize(entry.done)
 
     def _producer_stream(self, device: tuple[int, int]) -> Stream:
         """The stream a DLPack producer in GPU memory (DLPack ``device``) is asked to

@@ -78,7 +78,8 @@ class ScopeOwner(Protocol):
         """Wake the threads waiting for held data (a scope released its data)."""
 
     def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True) -> Event:
+                  prerequisites: list[Event], label: str, keep: bool = True,
+                  copy_title: str | None = None) -> Event:
         """An internal copy (hoisted imports, refreshes of assumed instances)."""
 
 
@@ -601,14 +602,16 @@ class ScopeTracker:
             if at_root:
                 with self.root_level():
                     self.runtime.copy_into(state, instance, source, prerequisites,
-                                           state.label)
+                                           state.label,
+                                           copy_title="copy before scope")
                 continue
             if (id(state), source.device) in scope.fresh:
                 continue
             with self._enclosing_level(scope):
                 self._note_import(state, instance, source)    # in enclosing scopes
                 event = self.runtime.copy_into(state, instance, source, prerequisites,
-                                               state.label)
+                                               state.label,
+                                               copy_title="copy before scope")
             # The import is work of the enclosing level, which runs even if this
             # scope is discarded: the scope's snapshot must keep it (its copy, and
             # the event later users of the instance, or writers of the source, wait
@@ -713,7 +716,8 @@ class ScopeTracker:
             if source is None:
                 continue
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
-            self.runtime.copy_into(state, instance, source, prerequisites, state.label)
+            self.runtime.copy_into(state, instance, source, prerequisites, state.label,
+                                   copy_title="copy in scope")
 
     # -- the recorder, seen from the runtime ---------------------------------------------
     def pending_events(self) -> list[Event]:

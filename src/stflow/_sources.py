@@ -175,6 +175,36 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
                   (buf, capsule), dlpack_device=device, ordered_on=stream)
 
 
+_PLAIN_SUBCLASSES = (np.memmap, np.recarray)
+"""ndarray subclasses whose whole meaning is their bytes: registered as they are."""
+
+
+def _check_subclass(buf: np.ndarray) -> None:
+    """Refuse an ndarray subclass whose meaning would be lost in a task.
+
+    Tasks see plain arrays of the bytes and the results are written back as bytes, so
+    a mask, matrix semantics or units would be silently dropped.
+    """
+    if isinstance(buf, _PLAIN_SUBCLASSES):
+        return
+    if isinstance(buf, np.ma.MaskedArray):
+        raise TypeError(
+            "cannot register a numpy.ma.MaskedArray as logical data: tasks see plain "
+            "arrays and the mask would be silently lost; register buf.filled(value) "
+            "(a copy with masked elements replaced) or, to work on the underlying "
+            "values and ignore the mask, buf.data (which shares memory)")
+    if isinstance(buf, np.matrix):
+        raise TypeError(
+            "cannot register a numpy.matrix as logical data: tasks see plain ndarrays, "
+            "where * is elementwise; register numpy.asarray(buf) (which shares memory) "
+            "and use @ for matrix products")
+    raise TypeError(
+        f"cannot register a {type(buf).__module__}.{type(buf).__name__} (an ndarray "
+        "subclass) as logical data: tasks see plain arrays of its bytes, so what the "
+        "subclass adds (units, masks, metadata) would be silently lost; register "
+        "numpy.asarray(buf), which shares memory, if the bytes are all that matters")
+
+
 def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
                     = None) -> Source:
     """Describe ``buf`` through the first interface it supports.
@@ -186,7 +216,9 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
     Raises
     ------
     TypeError
-        ``buf`` is ``None`` or supports none of the interfaces.
+        ``buf`` is ``None``, supports none of the interfaces, or is an ndarray
+        subclass whose meaning would be lost (``numpy.ma.MaskedArray``,
+        ``numpy.matrix``, ...; ``numpy.memmap`` and ``numpy.recarray`` are accepted).
     ShapeError
         The buffer is not C-contiguous, masked, or has a bad shape.
     """
@@ -198,6 +230,8 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
     if interface is not None:
         return _from_cai(buf, interface)
     if isinstance(buf, np.ndarray):
+        if type(buf) is not np.ndarray:
+            _check_subclass(buf)
         # The array's own dtype: the buffer protocol cannot describe every fixed-size
         # dtype (datetime64, padded or void records).
         return _from_array_interface(buf)

@@ -272,6 +272,8 @@ class _Launchable:
         with runtime.lock:
             _scopes(runtime).close(self.scope, launch=False)
             self.recording = False
+            if runtime.instruments.attached:
+                runtime.instruments.scope_closed(False)
             runtime.hold(self, self.scope.held_data())
 
     def check(self, what: str) -> None:
@@ -318,6 +320,8 @@ class _Launchable:
             if self.recording:
                 scopes.close(self.scope, launch=False)
                 self.recording = False
+                if runtime.instruments.attached:
+                    runtime.instruments.scope_closed(False)
             else:
                 runtime.unhold(self, self.scope.held_data())
             graph = self.scope.graph
@@ -468,26 +472,36 @@ class stackable_context:
             if root_only is not None and scopes.stack:
                 raise ScopeError(f"{root_only} is only valid at the root level, not "
                                  "inside another scope")
-            return scopes.open(kind, count)
+            scope = scopes.open(kind, count)
+            if runtime.instruments.attached:
+                runtime.instruments.scope_opened(kind.value, count)
+            return scope
 
     def _close(self, scope: Scope, failed: bool) -> None:
         runtime = self._runtime
         scopes = _scopes(runtime)
         with runtime.lock:
-            if failed:
-                scopes.discard(scope)
-            else:
-                try:
-                    scopes.close(scope)
-                except BaseException:
-                    # Closing failed (a copy that cannot be captured, say): drop the
-                    # scope, and the graph holding a root-level loop, as if it raised.
-                    for doomed in (scope, scope.wrapper):
-                        if doomed is not None and doomed in scopes.stack:
-                            while scopes.stack[-1] is not doomed:
-                                scopes.discard(scopes.stack[-1])
-                            scopes.discard(doomed)
-                    raise
+            discarded = True
+            try:
+                if failed:
+                    scopes.discard(scope)
+                else:
+                    try:
+                        scopes.close(scope)          # repeat(0) bodies are discarded
+                        discarded = scope.kind is ScopeKind.REPEAT and scope.count == 0
+                    except BaseException:
+                        # Closing failed (a copy that cannot be captured, say): drop
+                        # the scope, and the graph holding a root-level loop, as if
+                        # it raised.
+                        for doomed in (scope, scope.wrapper):
+                            if doomed is not None and doomed in scopes.stack:
+                                while scopes.stack[-1] is not doomed:
+                                    scopes.discard(scopes.stack[-1])
+                                scopes.discard(doomed)
+                        raise
+            finally:
+                if runtime.instruments.attached:
+                    runtime.instruments.scope_closed(discarded)
         if not failed and not scopes.stack:
             runtime.errors.raise_pending("closing a scope")
 
@@ -681,7 +695,8 @@ class stackable_context:
         self.finalize()
 
     def __repr__(self) -> str:
-        return f"stackable_context(handle={self._runtime.id})"
+        state = ", finalized" if self._runtime.finalized else ""
+        return f"stackable_context(handle={self._runtime.id}{state})"
 
     def __copy__(self) -> stackable_context:
         raise TypeError("a stackable_context cannot be copied: it owns streams, graphs "

@@ -77,8 +77,9 @@ class task:
     """A unit of work with dependencies, built by ``ctx.task(*deps, symbol=...)``.
 
     ``with ctx.task(...) as t:`` starts it, runs the body and ends it, also when the
-    body raises. Between ``start()`` and ``end()``, ``t.args_cai()`` gives views of the
-    data and ``t.stream_ptr()`` the stream the body must enqueue its work on.
+    body raises. Between ``start()`` and ``end()``, ``t.views()`` gives a tuple of views
+    of the data (``t.args_cai()`` too, as the reference: the bare view for one
+    dependency) and ``t.stream_ptr()`` the stream the body must enqueue its work on.
 
     Notes
     -----
@@ -440,13 +441,47 @@ class task:
             self._deps[index].mode == READ)
 
     def args_cai(self) -> Any:
-        """Views of the non-token dependencies: ``None``, one view, or a tuple."""
-        self._check_window("args_cai()")
-        views = tuple(self.get_arg_cai(i) for i, d in enumerate(self._deps)
-                      if not d.ld._is_token)
+        """Views of the non-token dependencies: ``None``, one view, or a tuple.
+
+        The result's shape depends on the number of dependencies (as in the
+        reference): for a task with one dependency it is the bare view, so
+        ``x, = t.args_cai()`` or ``f(*t.args_cai())`` fail there. Prefer
+        :meth:`views`, which always returns a tuple.
+        """
+        views = self._dependency_views("args_cai()")
         if not views:
             return None
         return views[0] if len(views) == 1 else views
+
+    def views(self) -> tuple[Any, ...]:
+        """Views of the non-token dependencies, always a tuple in dependency order.
+
+        ``(x,) = t.views()`` for one dependency, ``x, y = t.views()`` for two,
+        ``()`` for a task of tokens only (stflow-only; ``args_cai()`` returns the
+        bare view for one dependency and ``None`` for none, as in the reference).
+
+        Returns
+        -------
+        tuple
+            One view per non-token dependency: ``stf_cai`` (CUDA Array Interface)
+            on CUDA, NumPy-convertible host views on the emulated backend.
+
+        Raises
+        ------
+        ScopeError
+            Outside ``start()`` ... ``end()``.
+
+        Notes
+        -----
+        The views are valid until ``end()``; their work is ordered on the task
+        stream, so they advertise no stream of their own.
+        """
+        return self._dependency_views("views()")
+
+    def _dependency_views(self, what: str) -> tuple[Any, ...]:
+        self._check_window(what)
+        return tuple([self.get_arg_cai(i) for i, d in enumerate(self._deps)
+                      if not d.ld._is_token])
 
     def __repr__(self) -> str:
         phase = ("new", "started", "ended")[self._phase]

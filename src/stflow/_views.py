@@ -7,7 +7,7 @@ of ``read()`` dependencies (API I-34).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -66,7 +66,35 @@ def stream_handle(stream: Any) -> int:
     return stream
 
 
-class stf_cai:
+def _not_a_tuple(view: object) -> TypeError:
+    """The error for a view used as the tuple ``args_cai()`` gives for 2+ dependencies."""
+    return TypeError(
+        f"{type(view).__name__} is one view, not a tuple of views: task.args_cai() "
+        "returns the bare view when the task has one dependency (and None for none); "
+        "use task.views(), which always returns a tuple (`(x,) = t.views()`, "
+        f"`f(*t.views())`), got {view!r}")
+
+
+class _OneView:
+    """Makes iterating over a view or taking its ``len()`` a clear ``TypeError``.
+
+    Without it, ``x, = t.args_cai()`` on a one-dependency task iterates through
+    ``__getitem__`` (the interface dict's keys) and fails with ``KeyError: 0``.
+    """
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        raise _not_a_tuple(self)
+
+    def __len__(self) -> int:
+        raise _not_a_tuple(self)
+
+    def __bool__(self) -> bool:       # a view is true, as it was before __len__
+        return True
+
+
+class stf_cai(_OneView):
     """A plain view of device memory exposing the CUDA Array Interface v3.
 
     Parameters
@@ -83,7 +111,10 @@ class stf_cai:
     Notes
     -----
     The view borrows: the memory must outlive it. Task views advertise no stream,
-    because their work is already ordered on the task stream.
+    because their work is already ordered on the task stream. A view is one array,
+    not a sequence: iterating over it or taking its ``len()`` raises ``TypeError``
+    (a one-dependency ``args_cai()`` result used as a tuple; ``task.views()`` always
+    returns one).
     """
 
     __slots__ = ("ptr", "shape", "dtype", "stream", "readonly",
@@ -116,7 +147,7 @@ class stf_cai:
                 f"stream={self.stream}, readonly={self.readonly})")
 
 
-class ViewLifetime:
+class ViewLifetime(_OneView):
     """What every task view shares: valid between the task's ``start()`` and
     ``end()`` (then every use raises :class:`ScopeError`), never pickled or deep-copied
     (it points at memory the runtime owns); ``copy.copy`` gives the view itself, which

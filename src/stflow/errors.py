@@ -7,7 +7,7 @@ working (``docs/errors.md``).
 """
 
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
-                      ContextFinalizedError, ContextMismatchError, CudaError,
+                      BufferOverlapError, ContextFinalizedError, ContextMismatchError, CudaError,
                       DeviceOrdinalError, GreenContextUnavailableError, GridIndexError,
                       NegativeCountError, NegativeIndexError, OutOfMemoryError,
                       PlaceAllocationError, PlaceError, ScopeError, ShapeError, STFError,
@@ -17,6 +17,7 @@ __all__ = [
     "AccessModeError",
     "BackendNotice",
     "BackendUnavailableError",
+    "BufferOverlapError",
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",

@@ -10,10 +10,9 @@ with a :class:`~stflow.errors.BackendNotice`.
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import Any
 
-from .._errors import BackendNotice, BackendUnavailableError, PlaceAllocationError
+from .._errors import BackendNotice, BackendUnavailableError, PlaceAllocationError, warn_user
 from ._base import HOST, MANAGED, Allocation, Backend
 
 __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
@@ -77,11 +76,11 @@ def _resolve_auto(notify: bool) -> Backend:
                     _auto = emulated()
     if notify and _auto_reason is not None and not _noticed:
         _noticed = True
-        warnings.warn(
+        warn_user(
             f"stflow: no usable CUDA GPU ({_auto_reason}); running on the emulated CPU "
             f"backend ({_auto.describe()}). Pass backend='emulated' or set "
             "STFLOW_BACKEND=emulated to silence this notice.",
-            BackendNotice, stacklevel=5,
+            BackendNotice,
         )
     return _auto
 
