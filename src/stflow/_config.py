@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import warnings
 from dataclasses import dataclass
 
 __all__ = ["Config", "config", "pure_python_requested", "reload"]
@@ -43,6 +42,9 @@ class Config:
     """``STFLOW_DOT_FILE`` (``CUDASTF_DOT_FILE`` when unset)."""
     trace_file: str | None
     """``STFLOW_TRACE_FILE``."""
+    progress: str = ""
+    """``STFLOW_PROGRESS``: ``1`` attaches a :class:`~stflow.ProgressBar` to every
+    context (``tqdm``, ``rich`` or ``text`` picks its style; empty or ``0``: none)."""
     nvtx: str = "auto"
     """``STFLOW_NVTX``: ``"auto"`` (ranges on CUDA when ``nvtx`` imports), ``"1"``
     (required), ``"0"`` (off)."""
@@ -100,6 +102,7 @@ def _read() -> Config:
         dot_file=dot,
         trace_file=os.environ.get("STFLOW_TRACE_FILE") or None,
         nvtx=os.environ.get("STFLOW_NVTX", "auto").strip().lower() or "auto",
+        progress=os.environ.get("STFLOW_PROGRESS", ""),
     )
 
 
@@ -132,9 +135,6 @@ def warn_ignored_reference_variables() -> None:
     _warned_reference_variables = True
     present = [name for name in _IGNORED_REFERENCE_VARIABLES if name in os.environ]
     if present:
-        warnings.warn(
-            "stflow does not read these variables of the reference runtime: "
-            + ", ".join(present),
-            UserWarning,
-            stacklevel=3,
-        )
+        from ._errors import warn_user
+        warn_user("stflow does not read these variables of the reference runtime: "
+                  + ", ".join(present), UserWarning)

@@ -1,0 +1,212 @@
+"""Tiles of a 2-D NumPy array as a grid of logical data.
+
+``stf.tiles(ctx, A, (mb, nb))`` cuts ``A`` into blocks of ``mb`` x ``nb`` elements
+(the last row and column of blocks take what is left), registers a contiguous copy of
+each block as one logical data, and copies the blocks back into ``A`` when the context
+is finalized. Tiled algorithms (a blocked Cholesky, a blocked matrix product) then
+submit one task per block operation and stflow orders them by the blocks they touch.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ._instrument import Instrument
+
+__all__ = ["TileGrid", "tiles"]
+
+
+class TileGrid:
+    """A 2-D grid of logical data, one per tile of an array (made by :func:`tiles`).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        Number of tiles along each axis: ``ceil(rows / mb), ceil(cols / nb)``.
+    tile_shape : tuple of int
+        The nominal tile shape ``(mb, nb)``; tiles of the last row / column of tiles
+        may be smaller.
+    array_shape : tuple of int
+        The shape of the tiled array.
+
+    Notes
+    -----
+    ``grid[i, j]`` is the logical data of tile ``(i, j)``; ``grid.bounds(i, j)`` its
+    slices into the array; ``len(grid)`` the number of tiles; iterating yields
+    ``((i, j), logical_data)`` pairs in C order.
+    """
+
+    def __init__(self, data: list[list[Any]], tile_shape: tuple[int, int],
+                 array_shape: tuple[int, int]) -> None:
+        self._data = data
+        self.tile_shape = tile_shape
+        self.array_shape = array_shape
+        self.shape = (len(data), len(data[0]) if data else 0)
+
+    def __getitem__(self, index: tuple[int, int]) -> Any:
+        i, j = self._index(index)
+        return self._data[i][j]
+
+    def _index(self, index: Any) -> tuple[int, int]:
+        if not isinstance(index, tuple) or len(index) != 2:
+            raise TypeError(f"index a TileGrid with two integers, grid[i, j]; got "
+                            f"{index!r}")
+        i, j = (operator.index(k) for k in index)
+        rows, cols = self.shape
+        if not (-rows <= i < rows and -cols <= j < cols):
+            raise IndexError(f"tile ({i}, {j}) is outside the {rows} x {cols} grid of "
+                             "tiles")
+        return i % rows, j % cols
+
+    def bounds(self, i: int, j: int) -> tuple[slice, slice]:
+        """The slices of tile ``(i, j)`` in the tiled array: ``A[grid.bounds(i, j)]``."""
+        i, j = self._index((i, j))
+        mb, nb = self.tile_shape
+        rows, cols = self.array_shape
+        return (slice(i * mb, min((i + 1) * mb, rows)),
+                slice(j * nb, min((j + 1) * nb, cols)))
+
+    def __len__(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def __iter__(self) -> Iterator[tuple[tuple[int, int], Any]]:
+        for i, row in enumerate(self._data):
+            for j, ld in enumerate(row):
+                yield (i, j), ld
+
+    def __repr__(self) -> str:
+        return (f"<stflow.TileGrid {self.shape[0]}x{self.shape[1]} tiles of "
+                f"{self.tile_shape[0]}x{self.tile_shape[1]} over an array of shape "
+                f"{self.array_shape}>")
+
+
+class _WriteBack(Instrument):
+    """Copies the tiles into the original array once the context has finalized."""
+
+    def __init__(self, target: np.ndarray, copies: list[tuple[tuple[slice, slice],
+                                                              np.ndarray]]) -> None:
+        self.target = target
+        self.copies = copies
+
+    def finalized(self) -> None:
+        # The tile copies were written back by finalize() (an abandoned context does
+        # not write them, so they still hold the values taken from the array).
+        for where, copy in self.copies:
+            self.target[where] = copy
+        self.copies = []
+
+
+def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
+          name: str | None = None) -> TileGrid:
+    """Register the tiles of a 2-D array as a grid of logical data.
+
+    Each tile is a contiguous copy of a block of ``array`` (so a task gets a dense
+    C-ordered view whatever the layout of ``array``); when ``ctx`` is finalized the
+    tiles are copied back into ``array``. Until then the array belongs to the context:
+    do not read or write it directly (use ``ctx.wait(grid[i, j])`` for a tile).
+
+    Parameters
+    ----------
+    ctx : context or stackable_context
+        The context that owns the tiles. It must not have been created with a caller
+        ``stream=`` (its ``finalize()`` does not wait, so there is no moment to copy
+        the tiles back).
+    array : numpy.ndarray
+        A 2-D array, C or Fortran order or any strided view. A read-only array gives
+        read-only tiles (a ``write``/``rw`` dependency on one raises) and nothing is
+        copied back.
+    tile_shape : (int, int) or int
+        Rows and columns of a tile (an ``int`` for square tiles). Tiles of the last
+        row and column of tiles are smaller when the shape does not divide evenly.
+    name : str, optional
+        Prefix of the tiles' names (``"A[0,1]"``...), shown in errors, DOT graphs and
+        traces.
+
+    Returns
+    -------
+    TileGrid
+        ``grid[i, j]`` is the logical data of tile ``(i, j)``.
+
+    Raises
+    ------
+    TypeError
+        ``array`` is not a NumPy array, or is a masked array / other subclass whose
+        meaning a copy would lose; ``tile_shape`` is not integers.
+    ValueError
+        ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; ``ctx`` has
+        a caller stream.
+
+    Examples
+    --------
+    >>> import numpy as np, stflow as stf
+    >>> A = np.arange(30.0).reshape(5, 6)
+    >>> with stf.context(backend="emulated") as ctx:
+    ...     grid = stf.tiles(ctx, A, (2, 4))
+    ...     for (i, j), tile in grid:
+    ...         with ctx.task(tile.rw()) as t:
+    ...             (block,) = t.views()
+    ...             np.asarray(block)[...] *= -1
+    >>> grid.shape, float(A[4, 5])
+    ((3, 2), -29.0)
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"stf.tiles() tiles a NumPy array, got "
+                        f"{type(array).__name__}; convert it with np.asarray first "
+                        "(results are written back into that array)")
+    if type(array) is not np.ndarray:
+        raise TypeError(f"stf.tiles() refuses a {type(array).__name__} (a subclass of "
+                        "numpy.ndarray): its tiles would be plain arrays and lose what "
+                        "the subclass adds (a mask, units); pass np.asarray(array) or "
+                        "array.filled(...) explicitly")
+    if array.ndim != 2:
+        raise ValueError(f"stf.tiles() needs a 2-D array, got {array.ndim}-D of shape "
+                         f"{array.shape}; reshape it, or register it whole with "
+                         "ctx.logical_data")
+    if array.size == 0:
+        raise ValueError(f"stf.tiles() got an empty array of shape {array.shape}")
+    shape: Any = tile_shape
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (int(shape), int(shape))
+    try:
+        if any(isinstance(k, bool) for k in shape):
+            raise TypeError
+        mb, nb = (operator.index(k) for k in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"stf.tiles(tile_shape={tile_shape!r}): give two integers "
+                        "(rows, columns) or one for square tiles") from None
+    if mb <= 0 or nb <= 0:
+        raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be "
+                         "positive")
+    runtime = getattr(ctx, "_runtime", None)
+    inner = getattr(ctx, "_ctx", None)              # a stackable_context's context
+    if runtime is None and inner is not None:
+        runtime = getattr(inner, "_runtime", None)
+    if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
+        raise ValueError("stf.tiles() needs a context without a caller stream: "
+                         "finalize() of a context made with stream= does not wait, so "
+                         "the tiles could not be copied back; tile the array in a "
+                         "context without stream=, or register tiles yourself")
+    writable = bool(array.flags.writeable)
+    rows, cols = array.shape
+    prefix = "tile" if name is None else name
+    grid: list[list[Any]] = []
+    copies: list[tuple[tuple[slice, slice], np.ndarray]] = []
+    for i in range((rows + mb - 1) // mb):
+        row = []
+        for j in range((cols + nb - 1) // nb):
+            where = (slice(i * mb, min((i + 1) * mb, rows)),
+                     slice(j * nb, min((j + 1) * nb, cols)))
+            copy = np.array(array[where], order="C", copy=True)
+            if not writable:
+                copy.flags.writeable = False
+            else:
+                copies.append((where, copy))
+            row.append(ctx.logical_data(copy, name=f"{prefix}[{i},{j}]"))
+        grid.append(row)
+    if copies:
+        ctx.attach(_WriteBack(array, copies))
+    return TileGrid(grid, (mb, nb), (rows, cols))
