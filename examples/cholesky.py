@@ -3,8 +3,9 @@
     python examples/cholesky.py [--n 1024] [--nb 128] [--graph]
                                 [--backend auto|cuda|emulated]
 
-The matrix is cut into ``nb × nb`` tiles, each a logical data (a contiguous copy of
-the tile). For every column ``k`` of tiles::
+The matrix is cut into ``nb × nb`` tiles by ``stf.tiles`` (each tile a logical data:
+a contiguous copy, written back into the matrix at ``finalize()``). For every column
+``k`` of tiles::
 
     POTRF  A[k][k] = chol(A[k][k])
     TRSM   A[i][k] = A[i][k] · A[k][k]⁻ᵀ            for i > k
@@ -116,32 +117,29 @@ def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
 
 def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
              use_graph: bool = False) -> tuple[np.ndarray, float]:
-    """The lower Cholesky factor of ``a`` (``n`` a multiple of ``nb``), and the
-    seconds from the first submission to the end of ``finalize()``."""
+    """The lower Cholesky factor of ``a`` in tiles of ``nb`` (the last row and column
+    of tiles take what is left), and the seconds from the first submission to the
+    end of ``finalize()``."""
     n = a.shape[0]
-    if a.shape != (n, n) or n % nb:
-        raise ValueError(f"a must be square with a size that is a multiple of nb={nb}, "
-                         f"got {a.shape}")
-    count = n // nb
-    parts = {(i, j): a[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb].copy()   # never ``a``
-             for i in range(count) for j in range(i + 1)}
+    if a.ndim != 2 or a.shape != (n, n):
+        raise ValueError(f"a must be a square matrix, got shape {a.shape}")
+    count = -(-n // nb)
+    result = a.copy()
     ctx = stf.context(backend=backend, use_graph=use_graph)
     ops = _NumPyOps if ctx.backend == "emulated" else _CuPyOps
-    tiles = {key: ctx.logical_data(part, name=f"A{key}") for key, part in parts.items()}
+    grid = stf.tiles(ctx, result, nb, name="A")    # written back at finalize()
+    tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     start = time.perf_counter()
     factorize(ctx, tiles, count, ops)
     ctx.finalize()
     elapsed = time.perf_counter() - start
-    lower = np.zeros_like(a)
-    for (i, j), part in parts.items():
-        lower[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb] = np.tril(part) if i == j else part
-    return lower, elapsed
+    return np.tril(result), elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512, help="matrix size")
-    parser.add_argument("--nb", type=int, default=128, help="tile size (divides n)")
+    parser.add_argument("--nb", type=int, default=128, help="tile size")
     parser.add_argument("--graph", action="store_true", help="graph mode")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
@@ -151,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     expected = np.linalg.cholesky(a)
     error = float(np.max(np.abs(lower - expected)) / np.max(np.abs(expected)))
     ok = error < 1e-10
-    tiles = args.n // args.nb
+    tiles = -(-args.n // args.nb)
     print(f"{'PASS' if ok else 'FAIL'}: n={args.n}, {tiles}×{tiles} tiles of {args.nb}, "
           f"{'graph' if args.graph else 'stream'} mode, {elapsed:.3f} s, "
           f"relative error {error:.1e}")
