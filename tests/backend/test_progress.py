@@ -25,7 +25,8 @@ def _slow_program(ctx, tasks=12, delay=0.01):
     x = ctx.logical_data(np.zeros(256), name="x")
     y = ctx.logical_data(np.zeros(256), name="y")
     for k in range(tasks):
-        with ctx.task(stf.exec_place.device(k % 2), x.rw(), y.read()) as t:
+        device = k % ctx._runtime.device_count          # two devices where there are
+        with ctx.task(stf.exec_place.device(device), x.rw(), y.read()) as t:
             add_to(t, 0, None, 1.0)
             if ctx.backend == "emulated":
                 from stflow.emulated import launch

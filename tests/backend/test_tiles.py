@@ -15,7 +15,8 @@ from helpers.bodies import add_to
 
 def _negate_every_tile(ctx, grid):
     for (i, j), tile in grid:
-        with ctx.task(stf.exec_place.device((i + j) % 2), tile.rw()) as t:
+        device = (i + j) % ctx._runtime.device_count    # two devices where there are
+        with ctx.task(stf.exec_place.device(device), tile.rw()) as t:
             add_to(t, 0, 0, -2.0)                  # x += -2 x
 
 

@@ -140,15 +140,24 @@ class DriverEvent(Event):
         self.pool.append(self.handle)
 
 
+_ORIGIN_SECONDS = 5.0
+"""Age after which a device's time origin is taken again (clock drift)."""
+
+
 class _Timestamp:
-    """A timing event of :meth:`CudaBackend.timestamp`; pooled like events."""
+    """A timing event of :meth:`CudaBackend.timestamp`; pooled like events.
 
-    __slots__ = ("device", "handle", "pool")
+    ``origin`` is the device's time origin when it was taken: ``(timestamp, host
+    seconds)``, kept alive by the stamps measured from it."""
 
-    def __init__(self, device: int, handle: Any, pool: list) -> None:
+    __slots__ = ("device", "handle", "pool", "origin")
+
+    def __init__(self, device: int, handle: Any, pool: list,
+                 origin: tuple[_Timestamp, float] | None = None) -> None:
         self.device = device
         self.handle = handle
         self.pool = pool
+        self.origin = origin
 
     def __del__(self) -> None:
         self.pool.append(self.handle)
@@ -617,6 +626,11 @@ class CudaBackend(CudaMemory, Backend):
         if stream is None:
             return time.perf_counter()
         device = stream.ordinal
+        origin = self._time_origins[device]
+        if time.perf_counter() - origin[1] > _ORIGIN_SECONDS:
+            # The device and host clocks drift apart (a few µs per second): a fresh
+            # origin keeps stamps within tens of µs of the host clock.
+            origin = self._time_origins[device] = self._time_origin(device)
         pool = self._timing_pools[device]
         try:
             handle = pool.pop()
@@ -626,7 +640,7 @@ class CudaBackend(CudaMemory, Backend):
         if err:
             pool.append(handle)
             raise _cu.error(err, f"recording a timestamp on {stream!r}") from None
-        return _Timestamp(device, handle, pool)
+        return _Timestamp(device, handle, pool, origin)
 
     def timestamp_seconds(self, stamp: Any) -> float:
         """Seconds of ``stamp`` on ``time.perf_counter``'s clock (blocks until taken).
@@ -637,18 +651,21 @@ class CudaBackend(CudaMemory, Backend):
         """
         if not isinstance(stamp, _Timestamp):
             return float(stamp)
-        origin_event, origin_seconds = self._time_origins[stamp.device]
+        assert stamp.origin is not None
+        origin, origin_seconds = stamp.origin
         _cu.check(self._cuEventSynchronize(stamp.handle), "waiting for a timestamp")
-        elapsed = _cu.check(_cu.driver.cuEventElapsedTime(origin_event, stamp.handle),
+        elapsed = _cu.check(_cu.driver.cuEventElapsedTime(origin.handle, stamp.handle),
                             f"reading a timestamp of device {stamp.device}")
         return origin_seconds + float(elapsed) / 1e3
 
-    def _time_origin(self, device: int) -> tuple[Any, float]:
-        event = self._new_event(device, timing=True)
+    def _time_origin(self, device: int) -> tuple[_Timestamp, float]:
+        """A timing event of ``device`` and the host time when it completed."""
+        pool = self._timing_pools[device]
+        event = pool.pop() if pool else self._new_event(device, timing=True)
         service = self._service[device]
         _cu.check(self._cuEventRecord(event, service), "recording a time origin")
         _cu.check(self._cuEventSynchronize(event), "recording a time origin")
-        return event, time.perf_counter()
+        return _Timestamp(device, event, pool), time.perf_counter()
 
     # -- reductions ----------------------------------------------------------------
     def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
