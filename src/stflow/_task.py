@@ -453,6 +453,21 @@ class task:
             return None
         return views[0] if len(views) == 1 else views
 
+    def run(self, fn: Callable[..., Any], *indices: int) -> None:
+        """Run ``fn(xp, *arrays)`` in the task's stream order: ``xp`` is NumPy on the
+        emulated backend and CuPy on CUDA, ``arrays`` the views of the dependencies
+        ``indices`` (default: every non-token dependency) as arrays of ``xp``
+        (stflow-only; see ``stflow._bodies``).
+
+        Notes
+        -----
+        On CUDA ``fn`` runs at once with the task stream as CuPy's current stream; on
+        the emulated backend it is enqueued on the task stream. Either way it must
+        only enqueue work on its arrays, not read results back to the host.
+        """
+        from ._bodies import run_body
+        run_body(self, fn, indices)
+
     def views(self) -> tuple[Any, ...]:
         """Views of the non-token dependencies, always a tuple in dependency order.
 

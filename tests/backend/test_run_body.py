@@ -1,0 +1,38 @@
+"""task.run(fn): one body for every backend, in stream order, in every mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stflow as stf
+
+
+@pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])
+def test_a_body_runs_in_stream_order_on_every_backend(backend, use_graph):
+    X, Y = np.ones(8), np.full(8, 3.0)
+    with stf.context(backend=backend, use_graph=use_graph) as ctx:
+        x, y = ctx.logical_data(X), ctx.logical_data(Y)
+        with ctx.task(x.rw(), y.read()) as t:
+            t.run(lambda xp, a, b: a.__iadd__(2 * b))           # every dependency
+        with ctx.task(y.read(), x.rw(), ctx.token().rw()) as t:
+            t.run(lambda xp, a: a.__imul__(xp.float64(10)), 1)  # only dependency 1
+    np.testing.assert_array_equal(X, np.full(8, 70.0))
+
+
+def test_loops_of_a_stackable_context(backend):
+    X = np.zeros(4)
+    with stf.stackable_context(backend=backend) as sctx:
+        x = sctx.logical_data(X)
+        with sctx.repeat(3):
+            with sctx.task(x.rw()) as t:
+                t.run(lambda xp, a: a.__iadd__(1.0))
+    np.testing.assert_array_equal(X, np.full(4, 3.0))
+
+
+def test_a_non_callable_is_refused(backend):
+    with stf.context(backend=backend) as ctx:
+        x = ctx.logical_data(np.zeros(2))
+        with ctx.task(x.rw()) as t:
+            with pytest.raises(TypeError, match="callable"):
+                t.run(3)
