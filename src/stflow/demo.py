@@ -27,14 +27,28 @@ logical data per block, and so is every partial dot product. One iteration is::
 Nobody writes a dependency edge or a copy by hand: the halo rows of the neighbouring
 blocks, the partial dot products and the scalars ``alpha`` and ``beta`` travel between
 devices because the tasks say what they read and write. A ``host_launch`` reads the
-scalars now and then and prints the residual; the solution ``x`` is registered from
-row strips of one NumPy array, so leaving the context writes the answer back into it.
+scalars now and then and prints the residual (and the iteration, counted on the
+device); the solution ``x`` is registered from row strips of one NumPy array, so
+leaving the context writes the answer back into it.
+
+Graph mode
+----------
+On a GPU the tasks of one iteration are small, and submitting them one by one from
+Python costs more than the device work. With ``--graph`` the
+solve records ``report_every`` iterations and their progress report once, in a
+``launchable_graph_scope`` of a ``stackable_context`` (one CUDA graph spanning the
+devices; on one device, one iteration in a device-side ``repeat`` loop), and launches
+that graph until the iterations are done: the host submits nothing per iteration.
+``--size large --graph`` is the configuration meant to make a GPU beat the NumPy
+reference clearly (not yet measured on a GPU, so not yet the CUDA default); the demo
+prints its speed-up over that reference.
 
 Task bodies
 -----------
-Each kernel below is written once against an array module ``xp``. On the emulated
-backend it is enqueued on the task stream with :func:`stflow.emulated.launch` and runs
-with NumPy on the emulated device; on CUDA it runs with CuPy on the task stream.
+Each kernel below is written once against an array module ``xp`` and run with
+``t.run(kernel)``: on the emulated backend it is enqueued on the task stream and runs
+with NumPy on the emulated device; on CUDA it launches CuPy kernels on the task stream
+(captured into the graph in graph mode).
 """
 
 from __future__ import annotations
@@ -50,11 +64,16 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["SIZES", "SolveResult", "layout", "main", "poisson_matvec", "poisson_rhs",
+__all__ = ["DEFAULT_SIZE", "SIZES", "SolveResult", "layout", "main", "poisson_matvec", "poisson_rhs",
            "reference_cg", "row_blocks", "solve"]
 
 SIZES = {"small": (32, 60), "medium": (128, 250), "large": (512, 1000)}
 """``--size`` presets: grid points per side and CG iterations."""
+
+DEFAULT_SIZE = {"emulated": "medium", "cuda": "medium"}
+"""The ``--size`` preset of each backend. ``large`` with ``--graph`` is meant to make
+a GPU beat the NumPy reference clearly; it becomes the CUDA default once measured on
+a GPU (issue 13)."""
 
 TOLERANCE = 1e-9
 """Largest accepted ``max |x - x_ref| / max |x_ref|``."""
@@ -154,6 +173,7 @@ def _init_scalars(xp: Any, scalars: Any, *rr_parts: Any) -> None:
     scalars[1] = 0.0         # alpha
     scalars[2] = 0.0         # beta
     scalars[3] = rr          # r·r at the start, for the relative residual
+    scalars[4] = 0.0         # iterations done (a graph replays frozen Python values)
 
 
 def _alpha(xp: Any, scalars: Any, *pap_parts: Any) -> None:
@@ -171,6 +191,7 @@ def _beta(xp: Any, scalars: Any, *rr_parts: Any) -> None:
     rr_new = _sum_parts(rr_parts)
     scalars[2] = rr_new / xp.maximum(scalars[0], _TINY)
     scalars[0] = rr_new
+    scalars[4] += 1.0
 
 
 def _direction(xp: Any, scalars: Any, r: Any, p: Any) -> None:
@@ -192,11 +213,14 @@ class SolveResult:
 
     x: np.ndarray
     tasks: int
-    """Tasks and host callbacks submitted."""
+    """Tasks and host callbacks run (in graph mode: recorded once, run at every
+    launch)."""
     seconds: float
     """Wall time from the first submission to the end of ``finalize()``."""
     statistics: Any = None
     """``ctx.statistics()`` after ``finalize()``: copies, bytes, waits."""
+    launches: int = 0
+    """Graph launches (``graph=True``; 0 in stream mode)."""
 
 
 class _Submitter:
@@ -204,25 +228,16 @@ class _Submitter:
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
-        self.cuda = ctx.backend == "cuda"
         self.tasks = 0
 
     def task(self, device: int, kernel: Callable[..., None], *deps: Any,
              symbol: str) -> None:
-        """``kernel(xp, *arrays)`` in a task on ``device`` with dependencies ``deps``."""
+        """``kernel(xp, *arrays)`` in a task on ``device`` with dependencies ``deps``
+        (``t.run``: NumPy enqueued on the emulated task stream, CuPy on CUDA)."""
         import stflow as stf
         self.tasks += 1
         with self.ctx.task(stf.exec_place.device(device), *deps, symbol=symbol) as t:
-            views = [t.get_arg_cai(i) for i in range(len(deps))]
-            if self.cuda:
-                import cupy  # type: ignore[import-not-found, unused-ignore]
-
-                from stflow.interop.cupy import as_cupy, cupy_stream
-                with cupy_stream(t.stream_ptr()):   # the task made `device` current
-                    kernel(cupy, *[as_cupy(v) for v in views])
-            else:
-                from stflow.emulated import launch
-                launch(t.stream_ptr(), lambda *arrays: kernel(np, *arrays), *views)
+            t.run(kernel, *range(len(deps)))
 
     def host(self, fn: Callable[..., None], *deps: Any, args: tuple[Any, ...],
              symbol: str) -> None:
@@ -233,7 +248,8 @@ class _Submitter:
 
 def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
           devices: int | None = None, blocks: int | None = None,
-          report_every: int = 0, out: Callable[[str], Any] = print) -> SolveResult:
+          report_every: int = 0, out: Callable[[str], Any] = print,
+          graph: bool = False) -> SolveResult:
     """Solve ``A x = b`` with ``iterations`` steps of blocked CG through stflow.
 
     Parameters
@@ -253,6 +269,11 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
         (``0``: never).
     out : callable
         Where progress lines go (from stflow's host-callback thread).
+    graph : bool
+        Record ``report_every`` iterations (all of them when ``report_every`` is 0)
+        and their report once as a launchable graph, and launch it until the
+        iterations are done; the remainder, if any, runs in stream mode. On one
+        device the graph holds one iteration in a ``repeat`` loop.
 
     Notes
     -----
@@ -267,7 +288,10 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
     b_full = np.array(b, dtype=np.float64, order="C")
     b_full.setflags(write=False)
     started = time.perf_counter()
-    with stf.context(backend=backend) as ctx:
+    opened: Any = stf.stackable_context(backend=backend) if graph else \
+        stf.context(backend=backend)
+    launches = 0
+    with opened as ctx:
         devices, blocks = layout(n, get_backend(ctx.backend).device_count, devices,
                                  blocks)
         strips = row_blocks(n, blocks)
@@ -295,7 +319,7 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
         bottom = [row("bottom", k) for k in range(blocks)]
         rr = [scalar("rr", k) for k in range(blocks)]
         pap = [scalar("pAp", k) for k in range(blocks)]
-        scalars = ctx.logical_data_empty((4,), np.float64, name="scalars")
+        scalars = ctx.logical_data_empty((5,), np.float64, name="scalars")
 
         for k in range(blocks):
             submit.task(home[k], _start, rhs[k].read(), r[k].write(), p[k].write(),
@@ -303,7 +327,7 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
         submit.task(0, _init_scalars, scalars.write(), *(part.read() for part in rr),
                     symbol="init")
 
-        for it in range(1, iterations + 1):
+        def iteration(report: bool) -> None:
             for k in range(blocks):
                 submit.task(home[k], _copy_edges, p[k].read(), top[k].write(),
                             bottom[k].write(), symbol=f"halo[{k}]")
@@ -327,15 +351,42 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
             for k in range(blocks):
                 submit.task(home[k], _direction, scalars.read(), r[k].read(),
                             p[k].rw(), symbol=f"direction[{k}]")
-            if report_every and (it % report_every == 0 or it == iterations):
-                submit.host(_report, scalars.read(), args=(it, out), symbol="report")
+            if report:
+                submit.host(_report, scalars.read(), args=(out,), symbol="report")
+
+        done = 0
+        if graph and iterations:
+            # Record `chunk` iterations and the report that ends them once; launch
+            # the graph until fewer than `chunk` iterations are left. On one device
+            # the chunk is a device-side `repeat` of one recorded iteration (a CUDA
+            # loop body stays on one device); over several it is unrolled.
+            chunk = min(report_every or iterations, iterations)
+            launches = iterations // chunk
+            before = submit.tasks
+            with ctx.launchable_graph_scope() as recorded:
+                if devices == 1:
+                    with ctx.repeat(chunk):
+                        iteration(False)
+                    submit.tasks += (submit.tasks - before) * (chunk - 1)
+                else:
+                    for _ in range(chunk):
+                        iteration(False)
+                if report_every:
+                    submit.host(_report, scalars.read(), args=(out,), symbol="report")
+                for _ in range(launches):
+                    recorded.launch()
+            submit.tasks += (submit.tasks - before) * (launches - 1)
+            done = launches * chunk
+        for it in range(done + 1, iterations + 1):
+            iteration(bool(report_every)
+                      and (it % report_every == 0 or it == iterations))
     seconds = time.perf_counter() - started
-    return SolveResult(x_full, submit.tasks, seconds, ctx.statistics())
+    return SolveResult(x_full, submit.tasks, seconds, ctx.statistics(), launches)
 
 
-def _report(scalars: np.ndarray, iteration: int, out: Callable[[str], Any]) -> None:
+def _report(scalars: np.ndarray, out: Callable[[str], Any]) -> None:
     relative = np.sqrt(scalars[0] / max(scalars[3], _TINY))
-    out(f"  iteration {iteration:4d}: |r|/|r0| = {relative:.3e}")
+    out(f"  iteration {int(round(scalars[4])):4d}: |r|/|r0| = {relative:.3e}")
 
 
 # -- the command line --------------------------------------------------------------
@@ -347,9 +398,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                     "spread over the devices with stflow, checked against NumPy.",
         epilog="On the emulated backend, STFLOW_EMULATION_SEED fixes the scheduler's "
                "seed.")
-    parser.add_argument("--size", default="medium",
+    parser.add_argument("--size", default=None,
                         help="small, medium, large, or the grid points per side "
-                             "(default: medium = %d)" % SIZES["medium"][0])
+                             "(default: large = %d on CUDA, medium = %d emulated)"
+                             % (SIZES["large"][0], SIZES["medium"][0]))
     parser.add_argument("--iterations", type=int, default=None,
                         help="CG iterations (default: set by --size)")
     parser.add_argument("--backend", choices=("auto", "emulated", "cuda"),
@@ -360,26 +412,43 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                              "also how many virtual devices to create")
     parser.add_argument("--blocks", type=int, default=None,
                         help="row strips (default: 2 per device)")
-    parser.add_argument("--warmup", action="store_true",
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction,
+                        default=None,
                         help="solve a tiny problem first, so that compiling the task "
-                             "kernels (CuPy on CUDA) is not part of the timing or trace")
+                             "kernels (CuPy on CUDA) is not part of the timing or trace "
+                             "(default: on CUDA)")
+    parser.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
+                        help="record the iterations between two progress reports once "
+                             "as a graph and launch it (default: off)")
     args = parser.parse_args(argv)
+    args.error = parser.error
+    _size(args)
+    for name in ("n", "iterations", "devices", "blocks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{'size' if name == 'n' else name} must be positive")
+    return args
+
+
+def _size(args: argparse.Namespace, backend: str | None = None) -> None:
+    """``args.n`` and the default ``args.iterations`` from ``--size`` (whose default
+    depends on the backend: left undecided until ``backend`` is known)."""
+    args.n = None
+    if args.size is None:
+        if backend is None:
+            return
+        args.size = DEFAULT_SIZE.get(backend, "medium")
     if args.size in SIZES:
         args.n, default_iterations = SIZES[args.size]
     else:
         try:
             args.n = int(args.size)
         except ValueError:
-            parser.error(f"--size must be one of {', '.join(SIZES)} or an integer, "
-                         f"got {args.size!r}")
+            args.error(f"--size must be one of {', '.join(SIZES)} or an integer, "
+                       f"got {args.size!r}")
         default_iterations = SIZES["medium"][1]
     if args.iterations is None:
         args.iterations = default_iterations
-    for name in ("n", "iterations", "devices", "blocks"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"--{'size' if name == 'n' else name} must be positive")
-    return args
 
 
 def _configure(args: argparse.Namespace) -> str:
@@ -465,20 +534,29 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
     except ImportError as exc:   # BackendUnavailableError: --backend cuda without GPU
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.n is None:
+        _size(args, native.name)
+    cuda = native.name == "cuda"
+    graph = False if args.graph is None else args.graph     # opt-in until measured
+    warmup = cuda if args.warmup is None else args.warmup
     n, iterations = args.n, args.iterations
     print(f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
           f"{iterations} iterations")
     print(f"backend: {native.name} ({native.describe()})" + (f"; {note}" if note else ""))
     b = poisson_rhs(n)
     devices, blocks = layout(n, native.device_count, args.devices, args.blocks)
-    print(f"layout: {blocks} row block(s) over {devices} device(s)")
+    print(f"layout: {blocks} row block(s) over {devices} device(s)"
+          + ("; graph mode: the iterations between two reports are one graph, "
+             "launched again and again" if graph else ""))
 
     report_every = max(1, iterations // 5)
-    if args.warmup:
+    if warmup:
         solve(poisson_rhs(32), 2, backend=native.name, devices=devices,
-              blocks=min(blocks, 32))
+              blocks=min(blocks, 32), graph=graph, report_every=1,
+              out=lambda line: None)
     result = solve(b, iterations, backend=native.name, devices=devices, blocks=blocks,
-                   report_every=report_every, out=lambda line: print(line, flush=True))
+                   report_every=report_every, out=lambda line: print(line, flush=True),
+                   graph=graph)
 
     started = time.perf_counter()
     expected = reference_cg(b, iterations)
@@ -492,8 +570,14 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
     print(f"result: |b - A x| / |b| = {residual:.3e}, max |x| = {scale:.6g}")
     print(f"check against the sequential NumPy CG: max error {error:.3e} "
           f"(tolerance {TOLERANCE * scale:.1e}) -> {'PASS' if passed else 'FAIL'}")
-    print(f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks "
+    launched = f" from {result.launches} graph launches" if result.launches else ""
+    print(f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks{launched} "
           f"({per_task:.1f} us per task); NumPy reference {reference_seconds:.3f} s")
+    speedup = reference_seconds / max(result.seconds, 1e-9)
+    verdict = "faster" if speedup >= 1 else "slower"
+    print(f"speed-up over NumPy: {speedup:.2f}x ({native.name} is {verdict}"
+          + ("; the emulated backend checks correctness, it is not meant to be fast)"
+             if native.name == "emulated" else ")"))
     print(f"statistics: {result.statistics}")
     return 0 if passed else 1
 

@@ -95,3 +95,40 @@ def test_python_m_stflow_demo_prints_pass():
     assert process.returncode == 0, process.stdout + process.stderr
     assert "PASS" in process.stdout
     assert "backend: " in process.stdout
+
+
+@pytest.mark.parametrize("devices", [1, 2], ids=["repeat", "unrolled"])
+@pytest.mark.parametrize("iterations, report_every, launches", [(25, 10, 2), (12, 0, 1),
+                                                                (9, 3, 3)])
+def test_graph_mode_replays_the_recorded_iterations(backend, iterations, report_every,
+                                                    launches, devices):
+    b = demo.poisson_rhs(24)
+    lines: list[str] = []
+    result = demo.solve(b, iterations, backend=backend, devices=devices, blocks=3,
+                        report_every=report_every, out=lines.append, graph=True)
+    np.testing.assert_allclose(result.x, demo.reference_cg(b, iterations), rtol=0,
+                               atol=1e-13)
+    assert result.launches == launches
+    reports = [int(line.split()[1].rstrip(":")) for line in lines]
+    expected = [] if not report_every else \
+        [i for i in range(1, iterations + 1)
+         if i % report_every == 0 or i == iterations]
+    assert reports == expected
+    assert result.tasks == _tasks_expected(3, iterations, len(expected))
+
+
+def test_the_default_size_and_graph_mode_on_request(backend, capsys):
+    assert demo.DEFAULT_SIZE == {"emulated": "medium", "cuda": "medium"}
+    args = demo._parse([])
+    assert args.n is None and args.graph is None
+    demo._size(args, backend)
+    assert (args.n, args.iterations) == demo.SIZES[demo.DEFAULT_SIZE[backend]]
+    code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"speed-up over NumPy: \d+\.\d\dx", out)
+    assert "graph mode" not in out                    # opt-in (--graph)
+    code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend,
+                      "--graph", "--no-warmup"])
+    out = capsys.readouterr().out
+    assert code == 0 and "from 5 graph launches" in out, out

@@ -1,0 +1,79 @@
+"""The Jacobi example (examples/jacobi.py) matches NumPy with every kind of body, on
+every backend."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "jacobi.py"
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("jacobi_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _check(example, backend, body, m, n, tol, max_iterations):
+    u, sweeps, residual = example.solve(m, n, tol, max_iterations, body, backend)
+    expected, expected_sweeps, expected_residual = example.reference(m, n, tol,
+                                                                     max_iterations)
+    assert sweeps == expected_sweeps
+    assert residual == pytest.approx(expected_residual, rel=1e-12)
+    np.testing.assert_allclose(u, expected, rtol=0, atol=1e-12)
+    return sweeps, residual
+
+
+def test_the_xp_body_converges_like_numpy(backend):
+    sweeps, residual = _check(_example(), backend, "xp", 24, 20, 1e-3, 1000)
+    assert 2 < sweeps < 1000 and residual <= 1e-3       # stopped by the tolerance
+
+
+def test_the_iteration_cap_stops_the_device_loop(backend):
+    sweeps, residual = _check(_example(), backend, "xp", 16, 16, 0.0, 9)
+    assert sweeps == 9 and residual > 0
+
+
+@pytest.mark.parametrize("body, module", [("torch", "torch"), ("warp", "warp")])
+def test_library_bodies_match_numpy(backend, body, module):
+    pytest.importorskip(module)
+    _check(_example(), backend, body, 14, 12, 1e-3, 12)
+
+
+def test_the_numba_body_matches_numpy(backend):
+    pytest.importorskip("numba")
+    if backend == "emulated":
+        # Numba's CUDA simulator is chosen when Numba is imported: a fresh process.
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        process = subprocess.run(
+            [sys.executable, str(EXAMPLE), "--body", "numba", "--backend", "emulated",
+             "--m", "10", "--n", "12", "--max-iterations", "6"],
+            capture_output=True, text=True, env=env, timeout=120)
+        assert process.returncode == 0, process.stdout + process.stderr
+        assert "PASS numba: 10x12 grid, 6 sweeps" in process.stdout
+        return
+    from numba.core import config
+    if config.ENABLE_CUDASIM:
+        pytest.skip("this process runs Numba's simulator")
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack  # test-only shim: numba-cuda 0.30 on NumPy >= 2.5
+    _check(_example(), backend, "numba", 40, 36, 1e-3, 30)
+
+
+def test_the_script_says_pass_and_skips_missing_libraries(capsys, monkeypatch):
+    example = _example()
+    monkeypatch.setattr(example, "available",
+                        lambda body: "" if body == "xp" else f"{body} is missing")
+    assert example.main(["--backend", "emulated", "--m", "12", "--n", "12",
+                         "--body", "all"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS xp: 12x12 grid" in out
+    assert "SKIP numba: numba is missing" in out and "SKIP warp" in out
