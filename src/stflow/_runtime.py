@@ -43,7 +43,8 @@ import numpy as np
 
 from . import _eviction as eviction
 from . import _reductions as reductions
-from ._access import READ, WRITE
+from . import _threads as threads
+from ._access import READ
 from ._compile import mypyc_attr
 from ._coherence import DataState, Instance
 from ._deps import merge_events, needs_wait
@@ -153,7 +154,7 @@ class Runtime:
         self.ticks = 0                             # acquisitions so far (LRU stamps)
         self.plans: dict[tuple, Plan] = {}
         self.started: dict[Any, int] = {}          # held work -> its thread
-        self.waiters = 0                           # threads blocked in _block()
+        self.waiters = 0                           # threads blocked (_threads.block)
         self.blocked_on: dict[int, int] = {}       # blocked thread -> the one it awaits
         self.boundaries = 0                        # epoch boundaries waiting to close
         self.finalized = False
@@ -627,95 +628,18 @@ class Runtime:
     def wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
                            what: Any) -> None:
         """Block while started work of another thread holds data that ``accesses``
-        (state, mode) conflict with."""
-        me = threading.get_ident()
-        while True:
-            conflict = self._conflict(accesses)
-            if conflict is None:
-                return
-            state, holder = conflict
-            thread = None if holder is None else self.started.get(holder)
-            if thread == me:
-                raise ScopeError(
-                    f"{what} accesses logical data {state.label}, which "
-                    f"{holder._label()} (started, not yet ended on this thread) also "
-                    "accesses with a conflicting mode; end that task first")
-            self.block(thread, what, state, holder)
-
-    def _conflict(self, accesses: list[tuple[DataState, int]]
-                  ) -> tuple[DataState, Any] | None:
-        """The first held data ``accesses`` conflict with, and the work holding it."""
-        for state, mode in accesses:
-            if state.writing is not None:
-                return state, state.writing
-            if state.reading and mode & WRITE:
-                for holder in self.started:
-                    if holder._holds(state):
-                        return state, holder
-                return state, None
-        return None
+        (state, mode) conflict with (``_threads.wait_for_conflicts``)."""
+        threads.wait_for_conflicts(self, accesses, what)
 
     def block(self, thread: int | None, what: Any, state: DataState | None = None,
               holder: Any = None) -> None:
-        """Wait (lock held) until held work is released; ``thread`` holds what the
-        caller waits for (``None``: unknown or several).
-
-        Raises
-        ------
-        ScopeError
-            ``thread`` waits, directly or through others, for the calling thread:
-            waiting would never end.
-        ContextFinalizedError
-            The context was finalized meanwhile.
-        """
-        me = _thread()
-        if thread is not None:
-            waiter: int | None = thread
-            while waiter is not None:
-                if waiter == me:
-                    data = "" if state is None else f" logical data {state.label}, held by"
-                    name = "" if holder is None else f" {holder._label()}"
-                    raise ScopeError(f"{what} would wait forever for{data}{name}: the "
-                                     "thread holding it waits for this one; end tasks "
-                                     "and scopes before using data another thread "
-                                     "holds, or use data in the same order everywhere")
-                waiter = self.blocked_on.get(waiter)
-            self.blocked_on[me] = thread
-        self.waiters += 1
-        try:
-            self.cv.wait()
-        finally:
-            self.waiters -= 1
-            self.blocked_on.pop(me, None)
-        if self.closing or self.finalized:
-            raise ContextFinalizedError(f"{what}: the context was finalized while this "
-                                        "work waited for another thread's work")
+        """Wait (lock held) until held work is released (``_threads.block``)."""
+        threads.block(self, thread, what, state, holder)
 
     def wake(self) -> None:
         """Wake the threads waiting for held data (the lock is held)."""
         if self.waiters:
             self.cv.notify_all()
-
-    def _settle_epoch(self, what: str) -> None:
-        """Graph mode's epochs: wait until no task is started, so the epoch can
-        close (the lock is held). New work of threads with no task started waits
-        meanwhile (:meth:`_admit`)."""
-        scopes = self.scopes
-        if scopes is None or not scopes.epochs or not self.started:
-            return
-        me = _thread()
-        for holder, thread in self.started.items():
-            if thread == me:
-                raise ScopeError(f"{what} while {holder._label()} is started but not "
-                                 "ended on this thread: in graph mode the epoch closes "
-                                 "here, and the task's work would be cut in two; end "
-                                 "the task first")
-        self.boundaries += 1
-        try:
-            self._await_no_started()
-        finally:
-            self.boundaries -= 1
-            self.wake()
 
     def order_after(self, stream: Stream, events: list[Event]) -> None:
         """Make ``stream`` (one of this runtime's) wait for the ``events`` it does not
@@ -842,7 +766,7 @@ class Runtime:
             self.check_submit("fence()")
             scopes = self.scopes
             if scopes is not None:
-                self._settle_epoch("fence()")
+                threads.settle_epoch(self, "fence()")
                 scopes.epoch_boundary()
             self.drain_retired()
             stream = self.fence_stream
@@ -863,7 +787,7 @@ class Runtime:
             self.check_submit("wait()")
             scopes = self.scopes
             if scopes is not None:
-                self._settle_epoch("wait()")
+                threads.settle_epoch(self, "wait()")
                 scopes.epoch_boundary()
             self.drain_retired()
             if state.writing is not None:
