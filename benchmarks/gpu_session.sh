@@ -14,6 +14,7 @@
 #   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
 #           and finalized (device memory and thread count before and after)
 #   demo    the demo, the CG example and the grid stencil example
+#   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -59,6 +60,14 @@ for step in "$@"; do
     timeout 120 python3 examples/cg_while_loop.py --backend cuda --n 2048 2>&1 | tail -n 3
     timeout 120 python3 examples/stencil_grid.py --backend cuda --n 4000000 2>&1 | tail -n 2
     timeout 120 python3 examples/stencil_grid.py --backend cuda --places 3 2>&1 | tail -n 2 ;;
+  examples)
+    for example in cg bicgstab cholesky potri burgers neural_ode fhe jacobi fdtd \
+                   halo_stencil stencil_grid; do
+      echo "== $example"
+      timeout 120 python3 examples/$example.py --backend cuda 2>&1 | tail -n 2
+    done
+    timeout 200 python3 benchmarks/b5_cholesky.py --graph --sizes 16384 32768 \
+      --tiles 1024 2048 --json "$OUT/b5.json" 2>&1 | tail -n 6 ;;
   *) echo "unknown step $step" ;;
   esac
 done
