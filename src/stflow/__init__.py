@@ -57,7 +57,7 @@ _BINDING_NAMES = [
     "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 ]
-_STFLOW_NAMES = ["ProgressBar", "TileGrid", "reduce", "tiles"]
+_STFLOW_NAMES = ["ProgressBar", "TileGrid", "distributed_context", "reduce", "tiles"]
 
 __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
 
@@ -66,6 +66,7 @@ __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW
 _LOCATIONS = {
     "AccessMode": "._logical_data",
     "ProgressBar": "._progress",
+    "distributed_context": "._distributed",
     "TileGrid": "._tiles",
     "tiles": "._tiles",
     "async_resources": "._resources",
@@ -151,6 +152,7 @@ if TYPE_CHECKING:
     from ._places import data_place as data_place
     from ._places import exec_place as exec_place
     from ._places import exec_place_grid as exec_place_grid
+    from ._distributed import distributed_context as distributed_context
     from ._progress import ProgressBar as ProgressBar
     from ._resources import async_resources as async_resources
     from ._resources import exec_place_resources as exec_place_resources

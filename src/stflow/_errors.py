@@ -173,6 +173,12 @@ class GreenContextUnavailableError(BackendUnavailableError, RuntimeError):
     reference, a ``RuntimeError``."""
 
 
+class RemoteTaskError(STFError, RuntimeError):
+    """A distributed task's body touched its data on a rank where the task does not
+    execute (``stf.distributed_context``): guard it with ``t.runs_here`` or write it
+    with ``t.run(fn)``."""
+
+
 # -- warnings --------------------------------------------------------------------------
 class BackendNotice(UserWarning):
     """Issued once per process when ``backend="auto"`` falls back to emulation."""
@@ -195,7 +201,7 @@ for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, Sh
                 BackendUnavailableError, CudaError, DeviceOrdinalError,
                 PlaceAllocationError, NegativeIndexError, NegativeCountError,
                 GridIndexError, TokenArgumentError, GreenContextUnavailableError,
-                BackendNotice, UnfinalizedContextWarning):
+                RemoteTaskError, BackendNotice, UnfinalizedContextWarning):
     _public.__module__ = "stflow.errors"
 del _public
 

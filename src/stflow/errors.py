@@ -10,8 +10,8 @@ from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
                       BufferOverlapError, ContextFinalizedError, ContextMismatchError, CudaError,
                       DeviceOrdinalError, GreenContextUnavailableError, GridIndexError,
                       NegativeCountError, NegativeIndexError, OutOfMemoryError,
-                      PlaceAllocationError, PlaceError, ScopeError, ShapeError, STFError,
-                      TokenArgumentError, UnfinalizedContextWarning)
+                      PlaceAllocationError, PlaceError, RemoteTaskError, ScopeError,
+                      ShapeError, STFError, TokenArgumentError, UnfinalizedContextWarning)
 
 __all__ = [
     "AccessModeError",
@@ -29,6 +29,7 @@ __all__ = [
     "OutOfMemoryError",
     "PlaceAllocationError",
     "PlaceError",
+    "RemoteTaskError",
     "STFError",
     "ScopeError",
     "ShapeError",

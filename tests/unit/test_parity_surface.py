@@ -40,7 +40,8 @@ REFERENCE_BINDING_NAMES = {
     "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 }
-STFLOW_ONLY_NAMES = {"reduce", "ProgressBar", "TileGrid", "tiles"}   # issue 14
+STFLOW_ONLY_NAMES = {"reduce", "ProgressBar", "TileGrid", "tiles",    # issue 14
+                     "distributed_context"}                            # issue 12
 
 # The reference's ``_stf_bindings.__all__``.
 REFERENCE_BINDINGS_ALL = {
@@ -93,7 +94,7 @@ def _run(code: str) -> str:
 def test_all_is_what_the_spec_lists_and_each_name_once():
     expected = (REFERENCE_PACKAGE_NAMES | REFERENCE_BINDING_NAMES
                 | {"locality_domain_count"} | STFLOW_ONLY_NAMES)
-    assert len(stf.__all__) == len(set(stf.__all__)) == 40
+    assert len(stf.__all__) == len(set(stf.__all__)) == 41
     assert set(stf.__all__) == expected
 
 

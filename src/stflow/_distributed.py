@@ -1,0 +1,338 @@
+"""The same sequential task flow over MPI ranks (``stf.distributed_context``).
+
+The model is StarPU-MPI's. **Every rank runs the same program.** Each logical data
+has an *owner* rank, which holds its initial value and gets its final value. A task
+*executes* on one rank — the one its ``rank=`` names, else the owner of its first
+written data, else of its first data — and only there: its body runs on that rank
+(``t.runs_here``), in a local context of the rank's own backend (emulated or CUDA).
+
+Every rank keeps the same bookkeeping, so all agree without talking about it: for
+each data, which ranks hold its current version (``holders``). Before a task
+executes on rank ``E``, each data it reads that ``E`` does not hold is sent to ``E``
+by the lowest rank holding it; after the task, a data it wrote is held by ``E`` alone.
+``wait(ld)`` gives the value on every rank; ``finalize()`` brings each data back to
+its owner, whose user array gets it (other ranks' arrays are left alone).
+
+Exchanges, first version: a transfer happens at the program point of the task that
+needs it, as a blocking ``Send`` on the source (after its local value is ready) and a
+``Recv`` on the destination. Every rank meets the transfers in the same order, so they
+pair up and cannot deadlock; they do not yet overlap computation (non-blocking
+exchanges are the next step). Bodies written with ``t.run(fn)`` are correct on every
+rank unchanged: on a rank where the task does not execute ``run`` does nothing, and
+touching a view there raises :class:`RemoteTaskError`.
+
+A failure on one rank would leave the others waiting in their next transfer: a
+``distributed_context`` used as a ``with`` block aborts the communicator
+(``comm.Abort``) when an exception leaves it, after printing the error.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from ._access import READ, WRITE
+from ._errors import RemoteTaskError, ScopeError
+
+__all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
+
+_TAG_LIMIT = 32767
+"""Tags stay below the smallest upper bound MPI guarantees."""
+
+
+class dist_data:
+    """A logical data of a :class:`distributed_context`: the rank's local logical
+    data, its owner, and which ranks hold its current version (the same on every
+    rank)."""
+
+    __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name")
+
+    def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
+                 dtype: np.dtype, name: str, holders: set[int]) -> None:
+        self.local = local
+        self.owner = owner
+        self.index = index
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        self.holders = holders
+
+    def read(self) -> dist_dep:
+        return dist_dep(self, READ)
+
+    def write(self) -> dist_dep:
+        return dist_dep(self, WRITE)
+
+    def rw(self) -> dist_dep:
+        return dist_dep(self, READ | WRITE)
+
+    def __repr__(self) -> str:
+        return (f"<dist_data {self.name} owner={self.owner} "
+                f"holders={sorted(self.holders)}>")
+
+
+class dist_dep(tuple):
+    """``(data, mode)``: a dependency of a distributed task (``ld.read()``, ...)."""
+
+    __slots__ = ()
+
+    def __new__(cls, data: dist_data, mode: int) -> dist_dep:
+        return super().__new__(cls, (data, mode))
+
+
+class dist_task:
+    """A task of a :class:`distributed_context` (use it in a ``with`` block).
+
+    On the executing rank it wraps a local task (``t.local``); elsewhere it is
+    empty: ``runs_here`` is False, ``run`` does nothing, views raise.
+    """
+
+    def __init__(self, ctx: distributed_context, deps: list[tuple[dist_data, int]],
+                 rank: int | None, place: Any) -> None:
+        self._ctx = ctx
+        self._deps = deps
+        self.rank = ctx._executing_rank(deps, rank)
+        self.runs_here = self.rank == ctx.rank
+        self._place = place
+        self.local: Any = None
+
+    def __enter__(self) -> dist_task:
+        ctx = self._ctx
+        for data, mode in self._deps:
+            if mode & READ:
+                ctx._bring(data, self.rank)
+        if self.runs_here:
+            local_deps = [_local_dep(data, mode) for data, mode in self._deps]
+            args = ([self._place] if self._place is not None else []) + local_deps
+            self.local = ctx.local.task(*args)
+            self.local.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.local is not None:
+            self.local.__exit__(*exc)
+        for data, mode in self._deps:
+            if mode & WRITE:
+                data.holders = {self.rank}
+            elif mode & READ:
+                data.holders.add(self.rank)
+
+    def run(self, fn: Callable[..., Any], *indices: int) -> None:
+        """``fn(xp, *arrays)`` on the executing rank (``task.run``); nothing
+        elsewhere."""
+        if self.runs_here:
+            self.local.run(fn, *indices)
+
+    def _refuse(self, what: str) -> None:
+        raise RemoteTaskError(
+            f"{what} on rank {self._ctx.rank}: this task executes on rank "
+            f"{self.rank}; guard the body with 'if t.runs_here:' or write it with "
+            "t.run(fn), which runs only where the task executes")
+
+    def views(self) -> tuple[Any, ...]:
+        if not self.runs_here:
+            self._refuse("views()")
+        return tuple(self.local.views())
+
+    def get_arg_cai(self, index: int) -> Any:
+        if not self.runs_here:
+            self._refuse("get_arg_cai()")
+        return self.local.get_arg_cai(index)
+
+    def stream_ptr(self) -> Any:
+        if not self.runs_here:
+            self._refuse("stream_ptr()")
+        return self.local.stream_ptr()
+
+
+def _local_dep(data: dist_data, mode: int) -> Any:
+    if mode == READ:
+        return data.local.read()
+    if mode == WRITE:
+        return data.local.write()
+    return data.local.rw()
+
+
+class distributed_context:
+    """A sequential task flow over the ranks of ``comm`` (see the module docstring).
+
+    Parameters
+    ----------
+    comm : mpi4py.MPI.Comm
+        Every rank of it runs the same program.
+    backend, use_graph
+        Of each rank's local context (``stf.context``).
+
+    Notes
+    -----
+    Collective: every rank must create the same data and submit the same tasks, in
+    the same order (the program is the same on every rank).
+    """
+
+    def __init__(self, comm: Any, *, backend: str | None = None,
+                 use_graph: bool = False) -> None:
+        from ._context import context
+        self.comm = comm
+        self.rank = int(comm.Get_rank())
+        self.size = int(comm.Get_size())
+        self.local = context(backend=backend, use_graph=use_graph)
+        self._data: list[dist_data] = []
+        self._finalized = False
+
+    # -- data ------------------------------------------------------------------------
+    def _check_owner(self, owner: Any) -> int:
+        if isinstance(owner, bool) or not isinstance(owner, int):
+            raise TypeError(f"owner must be a rank (an int), got {type(owner).__name__}")
+        if not 0 <= owner < self.size:
+            raise ValueError(f"owner {owner} is not a rank of this communicator "
+                             f"(0..{self.size - 1})")
+        return owner
+
+    def logical_data(self, array: np.ndarray, *, owner: int = 0,
+                     name: str | None = None) -> dist_data:
+        """``array`` as logical data owned by rank ``owner``: its value there is the
+        initial value, and ``finalize()`` writes the final value into it there (the
+        other ranks' arrays are never read or written)."""
+        owner = self._check_owner(owner)
+        array = np.asarray(array)
+        index = len(self._data)
+        label = name or f"d{index}"
+        if self.rank == owner:
+            local = self.local.logical_data(array, name=label)
+        else:                 # a private buffer: receives copies, never the user's
+            local = self.local.logical_data(np.zeros(array.shape, array.dtype),
+                                            name=label)
+        data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
+        self._data.append(data)
+        return data
+
+    def logical_data_empty(self, shape: tuple[int, ...], dtype: Any = np.float64, *,
+                           owner: int = 0, name: str | None = None) -> dist_data:
+        """Data without a value yet (written first), owned by ``owner``."""
+        owner = self._check_owner(owner)
+        index = len(self._data)
+        label = name or f"d{index}"
+        buffer = np.zeros(shape, dtype)              # private on every rank
+        local = self.local.logical_data(buffer, name=label)
+        data = dist_data(local, owner, index, buffer.shape, buffer.dtype, label,
+                         {owner})
+        self._data.append(data)
+        return data
+
+    # -- work ------------------------------------------------------------------------
+    def _executing_rank(self, deps: list[tuple[dist_data, int]], rank: int | None
+                        ) -> int:
+        for dep in deps:
+            if not isinstance(dep, dist_dep) or not self._owns(dep[0]):
+                raise TypeError(f"a dependency of a distributed task is "
+                                f"ld.read()/write()/rw() of this context's data, got "
+                                f"{type(dep).__name__}")
+        if rank is not None:
+            return self._check_owner(rank)
+        for data, mode in deps:
+            if mode & WRITE:
+                return data.owner
+        return deps[0][0].owner if deps else 0
+
+    def _owns(self, data: dist_data) -> bool:
+        index = data.index
+        return index < len(self._data) and self._data[index] is data
+
+    def task(self, *deps: dist_dep, rank: int | None = None,
+             place: Any = None) -> dist_task:
+        """A task executing on ``rank`` (default: the owner of its first written
+        data), on execution place ``place`` there."""
+        self._check_live("task()")
+        return dist_task(self, list(deps), rank, place)
+
+    def host_launch(self, *deps: dist_dep, fn: Callable[..., Any],
+                    rank: int | None = None) -> None:
+        """``fn(*arrays)`` on the host of the executing rank, after its data."""
+        self._check_live("host_launch()")
+        if not callable(fn):
+            raise TypeError(f"host_launch: fn must be callable, got {type(fn).__name__}")
+        t = dist_task(self, list(deps), rank, None)
+        for data, mode in t._deps:
+            if mode & READ:
+                self._bring(data, t.rank)
+        if t.runs_here:
+            self.local.host_launch(*[_local_dep(data, mode) for data, mode in t._deps],
+                                   fn=fn)
+        for data, mode in t._deps:
+            if mode & WRITE:
+                data.holders = {t.rank}
+            elif mode & READ:
+                data.holders.add(t.rank)
+
+    # -- exchanges -------------------------------------------------------------------
+    def _tag(self, data: dist_data) -> int:
+        return data.index % _TAG_LIMIT
+
+    def _bring(self, data: dist_data, rank: int) -> None:
+        """Make ``rank`` hold ``data``'s current version (collective bookkeeping; a
+        Send/Recv between the lowest holder and ``rank``)."""
+        if rank in data.holders:
+            return
+        source = min(data.holders)
+        if self.rank == source:
+            value = np.array(self.local.wait(data.local), order="C")
+            self.comm.Send(value, dest=rank, tag=self._tag(data))
+        elif self.rank == rank:
+            buffer = np.empty(data.shape, dtype=data.dtype)
+            self.comm.Recv(buffer, source=source, tag=self._tag(data))
+            with self.local.task(data.local.write()) as t:
+                t.run(lambda xp, target: target.__setitem__(Ellipsis,
+                                                            xp.asarray(buffer)))
+        data.holders.add(rank)
+
+    def wait(self, data: dist_data) -> np.ndarray:
+        """The current value of ``data``, on every rank (collective)."""
+        self._check_live("wait()")
+        source = min(data.holders)
+        if self.rank == source:
+            value = np.array(self.local.wait(data.local), order="C")   # keeps 0-d
+        else:
+            value = np.empty(data.shape, dtype=data.dtype)
+        self.comm.Bcast(value, root=source)
+        return value
+
+    def fence(self) -> None:
+        """The local context's fence on every rank."""
+        self.local.fence()
+
+    def finalize(self) -> None:
+        """Bring every data back to its owner, then finalize the local contexts: each
+        owner's array gets its data's final value (collective)."""
+        if self._finalized:
+            return
+        for data in self._data:
+            self._bring(data, data.owner)
+        self._finalized = True
+        self.local.finalize()
+        self.comm.Barrier()
+
+    def _check_live(self, what: str) -> None:
+        if self._finalized:
+            raise ScopeError(f"distributed_context.{what} after finalize()")
+
+    def __enter__(self) -> distributed_context:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.finalize()
+            return
+        # The other ranks would wait in their next exchange forever: abort them.
+        err = sys.__stderr__ or sys.stderr           # not a capture that dies with us
+        print(f"stflow: rank {self.rank} of {self.size} failed; aborting the "
+              f"communicator:", file=err)
+        traceback.print_exception(exc_type, exc, tb, file=err)
+        err.flush()
+        self.comm.Abort(1)
+
+    def __repr__(self) -> str:
+        return (f"distributed_context(rank={self.rank}, size={self.size}, "
+                f"data={len(self._data)})")

@@ -1,0 +1,123 @@
+"""The distributed differential test: random programs over MPI ranks.
+
+:func:`check_distributed_program` draws a program (:func:`generate_program`, without
+reductions or early drops), gives every data a random owner rank and some tasks a
+random executing rank, runs it through ``stf.distributed_context`` on every rank of
+``comm``, and checks on every rank each ``wait`` result against the sequential NumPy
+oracle, and on each owner the final user arrays it owns (the other ranks' arrays must
+be unchanged). Tokens only order work within a rank here and are left out of the
+distributed run (the oracle ignores them too). Every rank must call it with the same
+seed, at the same point: it is collective.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+
+from ._ops import TaskOp
+from ._programs import (Program, _host_fn, _same, generate_program, run_oracle,
+                        task_body, user_arrays)
+
+__all__ = ["check_distributed_program", "run_distributed_program"]
+
+
+def _owners(program: Program, size: int) -> tuple[list[int], list[int | None]]:
+    """Owners of the data, and the executing rank forced on each task (``None``: the
+    default rule), drawn from the program's seed."""
+    rng = random.Random(program.seed * 7 + size)
+    owners = [rng.randrange(size) for _ in program.data]
+    ranks = [rng.randrange(size) if isinstance(op, TaskOp) and rng.random() < 0.5
+             else None for op in program.ops]
+    return owners, ranks
+
+
+def run_distributed_program(program: Program, comm: Any, backend: str = "emulated"
+                            ) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray],
+                                       list[int]]:
+    """Run ``program`` over ``comm``; returns this rank's wait results, its user
+    arrays after ``finalize()``, and the owners."""
+    import stflow as stf
+    owners, ranks = _owners(program, int(comm.Get_size()))
+    user = user_arrays(program)
+    waits = []
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        data: dict[int, Any] = {}
+        for i, spec in enumerate(program.data):
+            if spec.origin == "token":
+                continue
+            if spec.origin == "array":
+                data[i] = ctx.logical_data(user[i], owner=owners[i], name=f"d{i}")
+            elif spec.origin == "full":
+                data[i] = ctx.logical_data(np.full(spec.shape or (), spec.fill,
+                                                   dtype=spec.dtype),
+                                           owner=owners[i], name=f"d{i}")
+            else:
+                data[i] = ctx.logical_data_empty(spec.shape or (), spec.dtype or "f8",
+                                                 owner=owners[i], name=f"d{i}")
+        for op, rank in zip(program.ops, ranks):
+            if isinstance(op, TaskOp):
+                deps = [_dep(data[index], mode) for index, mode, _ in op.deps
+                        if index in data]
+                modes = [mode for index, mode, _ in op.deps if index in data]
+                if not deps:
+                    continue
+                if op.kind == "host_launch":
+                    ctx.host_launch(*deps, fn=_host_fn(modes, op.coef), rank=rank)
+                    continue
+                place = None
+                if op.place_of_exec == "host":
+                    place = stf.exec_place.host()
+                with ctx.task(*deps, rank=rank, place=place) as t:
+                    t.run(lambda xp, *arrays, modes=modes, coef=op.coef:
+                          task_body(xp, arrays, modes, coef))
+            elif op.kind == "wait":
+                waits.append((op.data, ctx.wait(data[op.data])))
+            elif op.kind == "fence":
+                ctx.fence()
+    return waits, user, owners
+
+
+def _dep(data: Any, mode: int) -> Any:
+    if mode == 1:
+        return data.read()
+    if mode == 2:
+        return data.write()
+    return data.rw()
+
+
+def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
+                              **options: Any) -> None:
+    """Run the program of ``seed`` over ``comm`` and compare with the oracle (on
+    every rank; collective).
+
+    Raises
+    ------
+    AssertionError
+        With the program listing and the first differences, on the rank that saw
+        them (after every rank finished the program).
+    """
+    program = generate_program(seed, 2, reductions=False, drops=False, **options)
+    expected = run_oracle(program)
+    waits, final, owners = run_distributed_program(program, comm, backend)
+    rank = int(comm.Get_rank())
+    exact = backend == "emulated"
+    problems = []
+    if len(waits) != len(expected.waits):
+        problems.append(f"{len(waits)} wait results, expected {len(expected.waits)}")
+    for number, ((index, got), (_, want)) in enumerate(zip(waits, expected.waits)):
+        if not _same(got, want, exact):
+            problems.append(f"wait #{number} of d{index}: got {got.ravel()[:6]}, "
+                            f"expected {want.ravel()[:6]}")
+    for index, want in expected.final.items():
+        if owners[index] != rank:
+            want = program.initial[index]           # another rank's array: untouched
+        if not _same(final[index], want, exact):
+            problems.append(f"user array d{index} (owner {owners[index]}): got "
+                            f"{final[index].ravel()[:6]}, expected {want.ravel()[:6]}")
+    if problems:
+        raise AssertionError(f"rank {rank} differs from the sequential oracle:\n  "
+                             + "\n  ".join(problems) + "\n" + program.describe()
+                             + f"\nowners: {owners}")

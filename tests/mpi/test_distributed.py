@@ -1,0 +1,92 @@
+"""stf.distributed_context: the same task flow on every rank, data moved to where
+tasks execute, results written back on the owners (run with mpiexec, see conftest)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.errors import RemoteTaskError
+from stflow.testing import check_distributed_program
+
+SEEDS = int(os.environ.get("STFLOW_DISTRIBUTED_SEEDS", "300"))
+
+
+def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    X = np.zeros(8)
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        x = ctx.logical_data(X, owner=0, name="x")
+        for step in range(2 * size):
+            with ctx.task(x.rw(), rank=step % size) as t:
+                assert t.runs_here == (rank == step % size)
+                t.run(lambda xp, a, step=step: a.__iadd__(step + 1.0))
+        seen = ctx.wait(x)                       # the value, on every rank
+    total = sum(range(1, 2 * size + 1))
+    np.testing.assert_array_equal(seen, np.full(8, total))
+    expected = np.full(8, total) if rank == 0 else np.zeros(8)   # owner only
+    np.testing.assert_array_equal(X, expected)
+
+
+def test_tasks_run_where_their_written_data_lives(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    arrays = [np.full(4, float(r)) for r in range(size)]
+    expected = [a.copy() for a in arrays]
+    for r in range(size):                        # the same program, sequentially
+        expected[r] += 10 * expected[(r - 1) % size]
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        data = [ctx.logical_data(a, owner=r) for r, a in enumerate(arrays)]
+        for r in range(size):
+            with ctx.task(data[r].rw(), data[(r - 1) % size].read()) as t:
+                assert t.runs_here == (rank == r)          # the owner of data[r]
+                t.run(lambda xp, mine, other: mine.__iadd__(10 * other))
+    for r in range(size):
+        want = expected[r] if r == rank else np.full(4, float(r))
+        np.testing.assert_array_equal(arrays[r], want)
+
+
+def test_touching_views_where_the_task_does_not_run_fails_loudly(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size < 2:
+        pytest.skip("needs two ranks")
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        x = ctx.logical_data(np.zeros(2), owner=1)
+        with ctx.task(x.rw()) as t:
+            if rank != 1:
+                with pytest.raises(RemoteTaskError, match="runs_here"):
+                    t.views()
+                with pytest.raises(RemoteTaskError, match="executes on rank 1"):
+                    t.get_arg_cai(0)
+                t.run(lambda xp, a: pytest.fail("runs only on rank 1"))
+            else:
+                t.run(lambda xp, a: a.__iadd__(1.0))
+        assert ctx.wait(x)[0] == 1.0
+
+
+def test_bad_owners_and_dependencies_are_refused(comm):
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        with pytest.raises(ValueError, match="not a rank"):
+            ctx.logical_data(np.zeros(2), owner=comm.Get_size())
+        with pytest.raises(TypeError, match="rank"):
+            ctx.logical_data(np.zeros(2), owner="0")
+        x = ctx.logical_data(np.zeros(2))
+        with pytest.raises(TypeError, match="read"):
+            ctx.task(x)
+        with pytest.raises(ValueError, match="not a rank"):
+            ctx.task(x.rw(), rank=-1)
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS, 50))
+def test_random_programs_match_the_oracle_on_every_rank(comm, first):
+    """Random owners and executing ranks; every rank checks its wait results and the
+    user arrays it owns against the sequential oracle."""
+    failures = []
+    for seed in range(first, min(first + 50, SEEDS)):
+        try:
+            check_distributed_program(seed, comm)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])
