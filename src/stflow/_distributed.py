@@ -48,7 +48,8 @@ class dist_data:
     data, its owner, and which ranks hold its current version (the same on every
     rank)."""
 
-    __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name")
+    __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
+                 "_deps", "_local_deps")
 
     def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
                  dtype: np.dtype, name: str, holders: set[int]) -> None:
@@ -59,15 +60,29 @@ class dist_data:
         self.dtype = dtype
         self.name = name
         self.holders = holders
+        # Dependencies are values: one of each mode, made once (here and locally).
+        self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
+        self._local_deps: dict[int, Any] = {}       # made when first used
+
+    def local_dep(self, mode: int) -> Any:
+        """The local dependency of ``mode`` (read-only data refuse writes here, on
+        first use, as a local ``ld.write()`` does)."""
+        dep = self._local_deps.get(mode)
+        if dep is None:
+            local = self.local
+            dep = (local.read() if mode == READ else local.write() if mode == WRITE
+                   else local.rw())
+            self._local_deps[mode] = dep
+        return dep
 
     def read(self) -> dist_dep:
-        return dist_dep(self, READ)
+        return self._deps[READ]
 
     def write(self) -> dist_dep:
-        return dist_dep(self, WRITE)
+        return self._deps[WRITE]
 
     def rw(self) -> dist_dep:
-        return dist_dep(self, READ | WRITE)
+        return self._deps[READ | WRITE]
 
     def __repr__(self) -> str:
         return (f"<dist_data {self.name} owner={self.owner} "
@@ -82,6 +97,9 @@ class dist_dep(tuple):
     def __new__(cls, data: dist_data, mode: int) -> dist_dep:
         return super().__new__(cls, (data, mode))
 
+    def __repr__(self) -> str:
+        return f"dist_dep({self[0].name}, {('read', 'write', 'rw')[self[1] - 1]})"
+
 
 class dist_task:
     """A task of a :class:`distributed_context` (use it in a ``with`` block).
@@ -90,7 +108,7 @@ class dist_task:
     empty: ``runs_here`` is False, ``run`` does nothing, views raise.
     """
 
-    def __init__(self, ctx: distributed_context, deps: list[tuple[dist_data, int]],
+    def __init__(self, ctx: distributed_context, deps: list[dist_dep],
                  rank: int | None, place: Any) -> None:
         self._ctx = ctx
         self._deps = deps
@@ -101,24 +119,22 @@ class dist_task:
 
     def __enter__(self) -> dist_task:
         ctx = self._ctx
+        rank = self.rank
         for data, mode in self._deps:
-            if mode & READ:
-                ctx._bring(data, self.rank)
+            if mode & READ and rank not in data.holders:
+                ctx._bring(data, rank)
         if self.runs_here:
-            local_deps = [_local_dep(data, mode) for data, mode in self._deps]
-            args = ([self._place] if self._place is not None else []) + local_deps
-            self.local = ctx.local.task(*args)
+            local_deps = [data.local_dep(mode) for data, mode in self._deps]
+            if self._place is not None:
+                local_deps.insert(0, self._place)
+            self.local = ctx.local.task(*local_deps)
             self.local.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.local is not None:
             self.local.__exit__(*exc)
-        for data, mode in self._deps:
-            if mode & WRITE:
-                data.holders = {self.rank}
-            elif mode & READ:
-                data.holders.add(self.rank)
+        _executed(self._deps, self.rank)
 
     def run(self, fn: Callable[..., Any], *indices: int) -> None:
         """``fn(xp, *arrays)`` on the executing rank (``task.run``); nothing
@@ -148,12 +164,16 @@ class dist_task:
         return self.local.stream_ptr()
 
 
-def _local_dep(data: dist_data, mode: int) -> Any:
-    if mode == READ:
-        return data.local.read()
-    if mode == WRITE:
-        return data.local.write()
-    return data.local.rw()
+def _executed(deps: list[dist_dep], rank: int) -> None:
+    """After work on ``rank``: the data it wrote are held by ``rank`` alone (the other
+    copies are stale), the data it read by ``rank`` too."""
+    for data, mode in deps:
+        holders = data.holders
+        if mode & WRITE:
+            if len(holders) != 1 or rank not in holders:
+                data.holders = {rank}
+        else:
+            holders.add(rank)
 
 
 class distributed_context:
@@ -223,7 +243,7 @@ class distributed_context:
         return data
 
     # -- work ------------------------------------------------------------------------
-    def _executing_rank(self, deps: list[tuple[dist_data, int]], rank: int | None
+    def _executing_rank(self, deps: list[dist_dep], rank: int | None
                         ) -> int:
         for dep in deps:
             if not isinstance(dep, dist_dep) or not self._owns(dep[0]):
@@ -259,13 +279,9 @@ class distributed_context:
             if mode & READ:
                 self._bring(data, t.rank)
         if t.runs_here:
-            self.local.host_launch(*[_local_dep(data, mode) for data, mode in t._deps],
+            self.local.host_launch(*[data.local_dep(mode) for data, mode in t._deps],
                                    fn=fn)
-        for data, mode in t._deps:
-            if mode & WRITE:
-                data.holders = {t.rank}
-            elif mode & READ:
-                data.holders.add(t.rank)
+        _executed(t._deps, t.rank)
 
     # -- exchanges -------------------------------------------------------------------
     def _tag(self, data: dist_data) -> int:
