@@ -49,10 +49,11 @@ class dist_data:
     rank)."""
 
     __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
-                 "_deps", "_local_deps")
+                 "is_token", "_deps", "_local_deps")
 
     def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
-                 dtype: np.dtype, name: str, holders: set[int]) -> None:
+                 dtype: np.dtype, name: str, holders: set[int],
+                 is_token: bool = False) -> None:
         self.local = local
         self.owner = owner
         self.index = index
@@ -60,29 +61,33 @@ class dist_data:
         self.dtype = dtype
         self.name = name
         self.holders = holders
+        self.is_token = is_token
         # Dependencies are values: one of each mode, made once (here and locally).
         self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
         self._local_deps: dict[int, Any] = {}       # made when first used
 
-    def local_dep(self, mode: int) -> Any:
-        """The local dependency of ``mode`` (read-only data refuse writes here, on
-        first use, as a local ``ld.write()`` does)."""
-        dep = self._local_deps.get(mode)
+    def local_dep(self, mode: int, place: Any = None) -> Any:
+        """The local dependency of ``mode`` at data place ``place`` (read-only data
+        refuse writes here, on first use, as a local ``ld.write()`` does)."""
+        dep = self._local_deps.get(mode) if place is None else None
         if dep is None:
             local = self.local
-            dep = (local.read() if mode == READ else local.write() if mode == WRITE
-                   else local.rw())
-            self._local_deps[mode] = dep
+            dep = (local.read(place) if mode == READ else local.write(place)
+                   if mode == WRITE else local.rw(place))
+            if place is None:
+                self._local_deps[mode] = dep
         return dep
 
-    def read(self) -> dist_dep:
-        return self._deps[READ]
+    def read(self, dplace: Any = None) -> dist_dep:
+        """A read dependency, seen at ``dplace`` on the executing rank."""
+        return self._deps[READ] if dplace is None else dist_dep(self, READ, dplace)
 
-    def write(self) -> dist_dep:
-        return self._deps[WRITE]
+    def write(self, dplace: Any = None) -> dist_dep:
+        return self._deps[WRITE] if dplace is None else dist_dep(self, WRITE, dplace)
 
-    def rw(self) -> dist_dep:
-        return self._deps[READ | WRITE]
+    def rw(self, dplace: Any = None) -> dist_dep:
+        return (self._deps[READ | WRITE] if dplace is None
+                else dist_dep(self, READ | WRITE, dplace))
 
     def __repr__(self) -> str:
         return (f"<dist_data {self.name} owner={self.owner} "
@@ -90,12 +95,13 @@ class dist_data:
 
 
 class dist_dep(tuple):
-    """``(data, mode)``: a dependency of a distributed task (``ld.read()``, ...)."""
+    """``(data, mode, place)``: a dependency of a distributed task (``ld.read()``,
+    ...; ``place``: the data place on the executing rank, ``None`` for affine)."""
 
     __slots__ = ()
 
-    def __new__(cls, data: dist_data, mode: int) -> dist_dep:
-        return super().__new__(cls, (data, mode))
+    def __new__(cls, data: dist_data, mode: int, place: Any = None) -> dist_dep:
+        return super().__new__(cls, (data, mode, place))
 
     def __repr__(self) -> str:
         return f"dist_dep({self[0].name}, {('read', 'write', 'rw')[self[1] - 1]})"
@@ -120,11 +126,11 @@ class dist_task:
     def __enter__(self) -> dist_task:
         ctx = self._ctx
         rank = self.rank
-        for data, mode in self._deps:
+        for data, mode, _ in self._deps:
             if mode & READ and rank not in data.holders:
                 ctx._bring(data, rank)
         if self.runs_here:
-            local_deps = [data.local_dep(mode) for data, mode in self._deps]
+            local_deps = [data.local_dep(mode, place) for data, mode, place in self._deps]
             if self._place is not None:
                 local_deps.insert(0, self._place)
             self.local = ctx.local.task(*local_deps)
@@ -137,9 +143,15 @@ class dist_task:
         _executed(self._deps, self.rank)
 
     def run(self, fn: Callable[..., Any], *indices: int) -> None:
-        """``fn(xp, *arrays)`` on the executing rank (``task.run``); nothing
-        elsewhere."""
+        """``fn(xp, *arrays)`` on the executing rank (``task.run``: ``indices``
+        default to the non-token dependencies); nothing elsewhere."""
         if self.runs_here:
+            if not indices:
+                indices = tuple(i for i, (data, _, _) in enumerate(self._deps)
+                                if not data.is_token)
+                if not indices:                    # tokens only: no arrays
+                    self.local.run(lambda xp, *_: fn(xp), 0)
+                    return
             self.local.run(fn, *indices)
 
     def _refuse(self, what: str) -> None:
@@ -149,9 +161,11 @@ class dist_task:
             "t.run(fn), which runs only where the task executes")
 
     def views(self) -> tuple[Any, ...]:
+        """Views of the non-token dependencies (on the executing rank only)."""
         if not self.runs_here:
             self._refuse("views()")
-        return tuple(self.local.views())
+        return tuple(self.local.get_arg_cai(i) for i, (data, _, _) in
+                     enumerate(self._deps) if not data.is_token)
 
     def get_arg_cai(self, index: int) -> Any:
         if not self.runs_here:
@@ -167,7 +181,7 @@ class dist_task:
 def _executed(deps: list[dist_dep], rank: int) -> None:
     """After work on ``rank``: the data it wrote are held by ``rank`` alone (the other
     copies are stale), the data it read by ``rank`` too."""
-    for data, mode in deps:
+    for data, mode, _ in deps:
         holders = data.holders
         if mode & WRITE:
             if len(holders) != 1 or rank not in holders:
@@ -229,6 +243,14 @@ class distributed_context:
         self._data.append(data)
         return data
 
+    def token(self, *, owner: int = 0, name: str | None = None) -> dist_data:
+        """Data without bytes that only orders tasks, also across ranks: a task
+        reading it on another rank waits for the last one writing it (a one-byte
+        message carries the order)."""
+        data = self.logical_data_empty((1,), np.uint8, owner=owner, name=name)
+        data.is_token = True
+        return data
+
     def logical_data_empty(self, shape: tuple[int, ...], dtype: Any = np.float64, *,
                            owner: int = 0, name: str | None = None) -> dist_data:
         """Data without a value yet (written first), owned by ``owner``."""
@@ -252,7 +274,7 @@ class distributed_context:
                                 f"{type(dep).__name__}")
         if rank is not None:
             return self._check_owner(rank)
-        for data, mode in deps:
+        for data, mode, _ in deps:
             if mode & WRITE:
                 return data.owner
         return deps[0][0].owner if deps else 0
@@ -275,12 +297,16 @@ class distributed_context:
         if not callable(fn):
             raise TypeError(f"host_launch: fn must be callable, got {type(fn).__name__}")
         t = dist_task(self, list(deps), rank, None)
-        for data, mode in t._deps:
+        for data, mode, _ in t._deps:
             if mode & READ:
                 self._bring(data, t.rank)
         if t.runs_here:
-            self.local.host_launch(*[data.local_dep(mode) for data, mode in t._deps],
-                                   fn=fn)
+            arrays = [data.local_dep(mode, place) for data, mode, place in t._deps
+                      if not data.is_token]
+            tokens = [data.local_dep(mode) for data, mode, _ in t._deps if data.is_token]
+            count = len(arrays)          # the tokens' bytes are not the callback's
+            self.local.host_launch(*arrays, *tokens,
+                                   fn=lambda *values: fn(*values[:count]))
         _executed(t._deps, t.rank)
 
     # -- exchanges -------------------------------------------------------------------

@@ -90,3 +90,25 @@ def test_random_programs_match_the_oracle_on_every_rank(comm, first):
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
+
+
+def test_tokens_order_across_ranks_and_bring_no_arrays(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    last = size - 1
+    X = np.zeros(3)
+    seen = []
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        x = ctx.logical_data(X, owner=0)
+        token = ctx.token(owner=last)
+        with ctx.task(token.rw(), x.rw(), rank=last) as t:   # a token and a data
+            t.run(lambda xp, a: a.__iadd__(1.0))            # one array: the data
+            if t.runs_here:
+                assert len(t.views()) == 1
+        with ctx.task(token.read(), rank=0) as t:           # tokens only
+            t.run(lambda xp: None)
+        ctx.host_launch(token.read(), x.read(), rank=0, fn=lambda a: seen.append(a[0]))
+        with ctx.task(x.rw(stf.data_place.host()), rank=last) as t:   # a data place
+            t.run(lambda xp, a: a.__imul__(5.0))
+    if rank == 0:
+        assert seen == [1.0]
+        np.testing.assert_array_equal(X, np.full(3, 5.0))

@@ -5,8 +5,8 @@ reductions or early drops), gives every data a random owner rank and some tasks 
 random executing rank, runs it through ``stf.distributed_context`` on every rank of
 ``comm``, and checks on every rank each ``wait`` result against the sequential NumPy
 oracle, and on each owner the final user arrays it owns (the other ranks' arrays must
-be unchanged). Tokens only order work within a rank here and are left out of the
-distributed run (the oracle ignores them too). Every rank must call it with the same
+be unchanged). Tokens order work across ranks too; the dependencies keep their data places
+(host, managed, a device) on the executing rank. Every rank must call it with the same
 seed, at the same point: it is collective.
 """
 
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from ._ops import TaskOp
-from ._programs import (Program, _host_fn, _same, generate_program, run_oracle,
-                        task_body, user_arrays)
+from ._programs import (Program, _host_fn, _place, _same, generate_program,
+                        run_oracle, task_body, user_arrays)
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
 
@@ -47,8 +47,8 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
         data: dict[int, Any] = {}
         for i, spec in enumerate(program.data):
             if spec.origin == "token":
-                continue
-            if spec.origin == "array":
+                data[i] = ctx.token(owner=owners[i], name=f"d{i}")
+            elif spec.origin == "array":
                 data[i] = ctx.logical_data(user[i], owner=owners[i], name=f"d{i}")
             elif spec.origin == "full":
                 data[i] = ctx.logical_data(np.full(spec.shape or (), spec.fill,
@@ -59,17 +59,15 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
                                                  owner=owners[i], name=f"d{i}")
         for op, rank in zip(program.ops, ranks):
             if isinstance(op, TaskOp):
-                deps = [_dep(data[index], mode) for index, mode, _ in op.deps
-                        if index in data]
-                modes = [mode for index, mode, _ in op.deps if index in data]
-                if not deps:
-                    continue
+                deps = [_dep(data[index], mode, _place(stf, place))
+                        for index, mode, place in op.deps]
+                modes = [mode for index, mode, _ in op.deps
+                         if program.data[index].origin != "token"]
                 if op.kind == "host_launch":
                     ctx.host_launch(*deps, fn=_host_fn(modes, op.coef), rank=rank)
                     continue
-                place = None
-                if op.place_of_exec == "host":
-                    place = stf.exec_place.host()
+                place = (stf.exec_place.host() if op.place_of_exec == "host"
+                         else stf.exec_place.device(op.place_of_exec))
                 with ctx.task(*deps, rank=rank, place=place) as t:
                     t.run(lambda xp, *arrays, modes=modes, coef=op.coef:
                           task_body(xp, arrays, modes, coef))
@@ -80,12 +78,12 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
     return waits, user, owners
 
 
-def _dep(data: Any, mode: int) -> Any:
+def _dep(data: Any, mode: int, place: Any) -> Any:
     if mode == 1:
-        return data.read()
+        return data.read(place)
     if mode == 2:
-        return data.write()
-    return data.rw()
+        return data.write(place)
+    return data.rw(place)
 
 
 def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
