@@ -4,19 +4,13 @@ backend."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "burgers.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("burgers", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("burgers")
 
 
 def test_the_implicit_steps_match_numpy(backend):

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "cg_while_loop.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("cg_while_loop", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("cg_while_loop")
 
 
 def test_cg_in_a_while_loop_matches_numpy(backend):
@@ -37,14 +31,9 @@ def test_the_iteration_cap_stops_the_loop(backend):
 
 
 # examples/cg.py: the stream-mode form, the host reading the residual with ctx.wait.
-STREAM_EXAMPLE = EXAMPLE.with_name("cg.py")
-
 
 def _stream_example():
-    spec = importlib.util.spec_from_file_location("cg_example", STREAM_EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("cg")
 
 
 @pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])

@@ -3,20 +3,14 @@ loop on the device (repeat) and submitted from the host."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fdtd.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("fdtd_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("fdtd")
 
 
 @pytest.mark.parametrize("loop", [True, False], ids=["repeat", "host-loop"])

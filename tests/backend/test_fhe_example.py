@@ -3,22 +3,16 @@ products, one task each, decrypt to the plaintext arithmetic on every backend.""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
 import stflow as stf
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "fhe.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("fhe", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("fhe")
 
 
 @pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])

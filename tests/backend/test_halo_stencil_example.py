@@ -3,20 +3,14 @@ every backend, and only the halo rows travel between devices."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "halo_stencil.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("halo_stencil_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("halo_stencil")
 
 
 @pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])

@@ -3,23 +3,21 @@ every backend."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "jacobi.py"
+from helpers.examples import example_path, load_example
+
+
+EXAMPLE = example_path("jacobi")
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("jacobi_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("jacobi")
 
 
 def _check(example, backend, body, m, n, tol, max_iterations):

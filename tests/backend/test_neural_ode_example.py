@@ -3,19 +3,13 @@ adaptive DOPRI5 in a while_loop match NumPy integrations on every backend."""
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "neural_ode.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("neural_ode", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("neural_ode")
 
 
 def test_rk4_matches_numpy(backend):

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
 import stflow as stf
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "potri.py"
+from helpers.examples import load_example
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("potri_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("potri")
 
 
 def _spd(n, seed):
