@@ -77,7 +77,7 @@ class _CuSolver:
 
 def graph_ops(example, solver: _CuSolver):
     """The example's CuPy kernels with a capturable ``potrf``."""
-    class Ops(example._CuPyOps):
+    class Ops(example.CuPyOps):
         @staticmethod
         def potrf(a) -> None:
             solver.potrf(a)
@@ -114,7 +114,7 @@ def stflow_seconds(cupy, example, a, nb: int, use_graph: bool,
     ctx = stf.context(backend="cuda", use_graph=use_graph)
     tiles = {key: ctx.logical_data(part) for key, part in parts.items()}
     start = time.perf_counter()
-    example.factorize(ctx, tiles, count, ops or example._CuPyOps)
+    example.factorize(ctx, tiles, count, ops or example.CuPyOps)
     ctx.finalize()
     cupy.cuda.Device().synchronize()
     return time.perf_counter() - start, parts

@@ -16,9 +16,10 @@ stflow infers every dependency from the tiles each task reads and writes, so the
 updates of different columns overlap as soon as their tiles are ready. The result is
 checked against ``numpy.linalg.cholesky``.
 
-Bodies: on CUDA, CuPy on the task's stream (cuSOLVER ``potrf``, cuBLAS through CuPy's
-matrix products and ``cupyx.scipy.linalg.solve_triangular``); on the emulated backend,
-NumPy enqueued with ``stflow.emulated.launch``. ``--graph`` records each epoch as a
+Bodies go through ``t.run``: on CUDA, CuPy on the task's stream (cuSOLVER ``potrf``,
+cuBLAS through CuPy's matrix products and ``cupyx.scipy.linalg.solve_triangular``); on
+the emulated backend, NumPy enqueued on the task stream. The kernels of each backend
+(``ops_for(ctx)``) are shared with ``examples/potri.py`` and ``benchmarks/b5_cholesky.py``. ``--graph`` records each epoch as a
 CUDA graph (``context(use_graph=True)``).
 """
 
@@ -41,7 +42,7 @@ def spd_matrix(n: int, seed: int = 0) -> np.ndarray:
     return r + r.T + 2.0 * n * np.eye(n)
 
 
-class _NumPyOps:
+class NumPyOps:
     """The four tile kernels in NumPy (emulated backend)."""
 
     @staticmethod
@@ -61,7 +62,7 @@ class _NumPyOps:
         c -= a @ b.T
 
 
-class _CuPyOps:
+class CuPyOps:
     """The four tile kernels in CuPy (CUDA backend)."""
 
     @staticmethod
@@ -83,16 +84,14 @@ class _CuPyOps:
         c -= a @ b.T
 
 
-def _run(t: Any, fn: Callable[..., None], count: int) -> None:
-    """``fn(*views)`` of the task's first ``count`` dependencies, in stream order."""
-    views = [t.get_arg_cai(i) for i in range(count)]
-    if t._runtime.backend.name == "emulated":
-        from stflow.emulated import launch
-        launch(t.stream_ptr(), fn, *views)
-        return
-    from stflow.interop.cupy import as_cupy, cupy_stream
-    with cupy_stream(t.stream_ptr()):
-        fn(*[as_cupy(v) for v in views])
+def ops_for(ctx: Any) -> type:
+    """The tile kernels for ``ctx``'s backend (NumPy when emulated, CuPy on CUDA)."""
+    return NumPyOps if ctx.backend == "emulated" else CuPyOps
+
+
+def _kernel(fn: Callable[..., None]) -> Callable[..., None]:
+    """A tile kernel as a ``t.run`` body (which passes the array module first)."""
+    return lambda xp, *tiles: fn(*tiles)
 
 
 def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
@@ -100,19 +99,19 @@ def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
     """Submit the tiled factorisation of the ``count × count`` lower tiles."""
     for k in range(count):
         with ctx.task(tiles[k, k].rw(), symbol=f"potrf({k})") as t:
-            _run(t, ops.potrf, 1)
+            t.run(_kernel(ops.potrf))
         for i in range(k + 1, count):
             with ctx.task(tiles[k, k].read(), tiles[i, k].rw(),
                           symbol=f"trsm({i},{k})") as t:
-                _run(t, ops.trsm, 2)
+                t.run(_kernel(ops.trsm))
         for i in range(k + 1, count):
             with ctx.task(tiles[i, k].read(), tiles[i, i].rw(),
                           symbol=f"syrk({i},{k})") as t:
-                _run(t, ops.syrk, 2)
+                t.run(_kernel(ops.syrk))
             for j in range(k + 1, i):
                 with ctx.task(tiles[i, k].read(), tiles[j, k].read(), tiles[i, j].rw(),
                               symbol=f"gemm({i},{j},{k})") as t:
-                    _run(t, ops.gemm, 3)
+                    t.run(_kernel(ops.gemm))
 
 
 def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
@@ -126,7 +125,7 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     count = -(-n // nb)
     result = a.copy()
     ctx = stf.context(backend=backend, use_graph=use_graph)
-    ops = _NumPyOps if ctx.backend == "emulated" else _CuPyOps
+    ops = ops_for(ctx)
     grid = stf.tiles(ctx, result, nb, name="A")    # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     start = time.perf_counter()

@@ -150,8 +150,7 @@ def potri(a: np.ndarray, nb: int, backend: str | None = None,
     ctx = stf.context(backend=backend, use_graph=use_graph)
     grid = stf.tiles(ctx, result, nb, name="A")     # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
-    ops = (cholesky_example._NumPyOps if ctx.backend == "emulated"
-           else cholesky_example._CuPyOps)
+    ops = cholesky_example.ops_for(ctx)
     start = time.perf_counter()
     cholesky_example.factorize(ctx, tiles, count, ops)     # A = L Lᵀ
     trtri(ctx, tiles, count)                               # L := L⁻¹
