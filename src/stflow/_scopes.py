@@ -239,6 +239,7 @@ class ScopeTracker:
         self._local = threading.local()
         self.open_tops: dict[Scope, int] = {}     # per thread: open top scopes -> thread
         self.submitter: int | None = None         # epochs: the first submitting thread
+        self.arrivals: set[int] = set()            # epochs: the other threads so far
 
     # -- the calling thread's recording ---------------------------------------------
     def here(self) -> Recording:
@@ -261,15 +262,19 @@ class ScopeTracker:
         return self.here().pools
 
     def arrived(self, thread: int) -> bool:
-        """Note that ``thread`` submits (epochs); True the first time a second thread
-        does: from then on task bodies capture on their own (see the recorder)."""
+        """Note that ``thread`` submits (epochs); True the first time each thread but
+        the first does. From the first such arrival on, task bodies capture on their
+        own (see the recorder); a body started before shares its capture with events
+        other threads may depend on, so every newly arriving thread waits until no
+        task is started (not only the second one: a third may arrive while such a
+        body is still in progress)."""
         if self.submitter is None:
             self.submitter = thread
             return False
-        recorder = self.recorder
-        if thread == self.submitter or recorder.split_bodies:
+        if thread == self.submitter or thread in self.arrivals:
             return False
-        recorder.split_bodies = True
+        self.arrivals.add(thread)
+        self.recorder.split_bodies = True
         return True
 
     def foreign(self, state: DataState) -> Scope | None:

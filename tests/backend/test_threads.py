@@ -119,6 +119,43 @@ def test_tasks_nested_in_a_body_keep_the_body_in_order(backend, mode):
 
 # -- stackable contexts: scopes are per thread ---------------------------------------------
 
+def test_every_newly_arriving_thread_waits_for_a_body_started_alone(backend):
+    """Graph mode: the first thread's body, started while it submitted alone, shares
+    its capture with the prologue's events; not only the second thread but also a
+    third one arriving meanwhile must wait for that body to end (a third thread used
+    to end the capture from under it: 'ended by another thread')."""
+    X, Y, Z, W = np.zeros(4), np.full(4, 2.0), np.zeros(4), np.zeros(4)
+    started, second_waits = threading.Event(), threading.Event()
+    with stf.context(backend=backend, use_graph=True) as ctx:
+        x, y = ctx.logical_data(X), ctx.logical_data(Y)
+        z, w = ctx.logical_data(Z), ctx.logical_data(W)
+        dev0 = stf.exec_place.device(0)
+
+        def first():                    # copies x and y to device 0, then a long body
+            with ctx.task(dev0, x.rw(), y.read()) as t:
+                started.set()
+                assert second_waits.wait(10)
+                time.sleep(0.2)         # the third thread arrives meanwhile
+                add_to(t, 0, 1, 1.0)
+
+        def second():                   # arrives first among the others
+            assert started.wait(10)
+            with ctx.task(w.rw()) as t:
+                add_to(t, 0, None, 1.0)
+
+        def third():                    # reads y at device 0: after the first's copy
+            assert started.wait(10)
+            time.sleep(0.05)
+            second_waits.set()
+            with ctx.task(dev0, y.read(), z.rw()) as t:
+                add_to(t, 1, 0, 1.0)
+
+        run_threads([first, second, third])
+    np.testing.assert_array_equal(X, np.full(4, 2.0))
+    np.testing.assert_array_equal(Z, np.full(4, 2.0))
+    np.testing.assert_array_equal(W, np.ones(4))
+
+
 def test_another_threads_root_work_is_not_recorded_into_my_scope(backend):
     A, B = np.zeros(4), np.zeros(4)
     b_done = threading.Event()
