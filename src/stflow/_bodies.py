@@ -39,8 +39,16 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
         from .emulated import launch
         launch(task.stream_ptr(), lambda *arrays: fn(np, *arrays), *views)
         return
-    import cupy
-
-    from .interop.cupy import as_cupy, cupy_stream
-    with cupy_stream(task.stream_ptr()):
-        fn(cupy, *[as_cupy(view) for view in views])
+    from .interop.cupy import _CUPY, _load_cupy, body_array, body_stream
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
+    with body_stream(int(task.stream_ptr())):
+        try:
+            fn(cupy, *[body_array(view) for view in views])
+        except NotImplementedError as error:
+            if "stream capture" not in str(error):
+                raise
+            raise NotImplementedError(
+                f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, "
+                f"cupy.linalg) while a graph is recorded (graph mode, scopes, "
+                f"task_graph); stflow.linalg (gemm, gemv, dot, syrk, trsm, potrf) "
+                f"makes the same calls in a capturable way") from error

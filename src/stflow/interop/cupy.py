@@ -15,7 +15,10 @@ The emulated backend has no GPU memory for CuPy: every function here raises
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import numpy as np
 
 from .._errors import BackendUnavailableError
 from .._views import CudaStream
@@ -35,11 +38,21 @@ def _cupy(gpu: bool, backend: str) -> Any:
 def cupy_stream(handle: Any) -> Any:
     """A CuPy stream object for a raw stream handle, not owned by CuPy
     (``with cupy_stream(t.stream_ptr()): ...``)."""
-    cupy = import_framework("cupy", "cupy", "CuPy")
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
     if from_external is not None:                           # CuPy 14 and later
         return from_external(CudaStream(int(handle)))
     return cupy.cuda.ExternalStream(int(handle))
+
+
+_CUPY: list[Any] = []
+"""The CuPy module once imported (``as_cupy`` runs for every view of every body)."""
+
+
+def _load_cupy() -> Any:
+    cupy = import_framework("cupy", "cupy", "CuPy")
+    _CUPY.append(cupy)
+    return cupy
 
 
 def as_cupy(view: Any) -> Any:
@@ -51,15 +64,56 @@ def as_cupy(view: Any) -> Any:
     to the current device, which reaches peer-device memory (peer access) and pinned
     host or managed memory (unified addressing) directly.
     """
-    import numpy as np
-    cupy = import_framework("cupy", "cupy", "CuPy")
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
     interface = view.__cuda_array_interface__
     shape = tuple(interface["shape"])
     dtype = np.dtype(interface["typestr"])
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     memory = cupy.cuda.UnownedMemory(interface["data"][0], nbytes, view,
                                      device_id=cupy.cuda.Device().id)
     return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+
+
+_BODY_CACHE_LIMIT = 4096
+_body_streams: dict[int, Any] = {}
+_body_arrays: dict[tuple[Any, ...], Any] = {}
+
+
+def body_stream(handle: int) -> Any:
+    """``cupy_stream(handle)``, made once per stream handle (``task.run`` on CUDA
+    makes one per task otherwise: the pool hands the same few streams out again)."""
+    stream = _body_streams.get(handle)
+    if stream is None:
+        if len(_body_streams) >= _BODY_CACHE_LIMIT:
+            _body_streams.clear()
+        stream = _body_streams[handle] = cupy_stream(handle)
+    return stream
+
+
+def body_array(view: Any) -> Any:
+    """A CuPy array over a task view for a ``task.run`` body: a fresh ``view()`` of
+    an array made once per (address, shape, dtype, strides, device), so the memory
+    objects are not built again for every task reading the same instance.
+
+    The array does not keep the view alive (the instance's memory is the runtime's:
+    a body must not keep its arrays beyond the task, as with any view)."""
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
+    interface = view.__cuda_array_interface__
+    device = cupy.cuda.runtime.getDevice()
+    key = (interface["data"][0], tuple(interface["shape"]), interface["typestr"],
+           interface.get("strides"), device)
+    base = _body_arrays.get(key)
+    if base is None:
+        shape = key[1]
+        dtype = np.dtype(key[2])
+        nbytes = math.prod(shape) * dtype.itemsize
+        memory = cupy.cuda.UnownedMemory(key[0], nbytes, key, device_id=device)
+        base = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
+                            strides=key[3])
+        if len(_body_arrays) >= _BODY_CACHE_LIMIT:
+            _body_arrays.clear()
+        _body_arrays[key] = base
+    return base.view()
 
 
 def cupy_arg(task: Any, index: int) -> Any:

@@ -1,0 +1,174 @@
+"""stflow.linalg in task bodies: the same call on NumPy (emulated) and CUDA arrays, in
+stream and graph mode (CuPy's own cuBLAS calls cannot be captured; these can), on
+whole arrays and on tiles cut from a bigger matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow import linalg
+
+MODES = pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])
+DTYPES = pytest.mark.parametrize("dtype", [np.float64, np.float32])
+
+
+def _tol(dtype):
+    return dict(rtol=1e-10, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-4,
+                                                                          atol=2e-4)
+
+
+def _run(backend, use_graph, arrays, body, *modes):
+    """Run ``body(xp, *arrays)`` in one task; returns the arrays after finalize."""
+    with stf.context(backend=backend, use_graph=use_graph) as ctx:
+        data = [ctx.logical_data(a) for a in arrays]
+        deps = [getattr(d, mode)() for d, mode in zip(data, modes)]
+        with ctx.task(*deps) as t:
+            t.run(body)
+    return arrays
+
+
+@MODES
+@DTYPES
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False),
+                                             (False, True), (True, True)])
+def test_gemm(backend, use_graph, dtype, trans_a, trans_b):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((7, 5) if trans_a else (5, 7)).astype(dtype)
+    b = rng.standard_normal((3, 7) if trans_b else (7, 3)).astype(dtype)
+    c = rng.standard_normal((5, 3)).astype(dtype)
+    expected = 2.0 * ((a.T if trans_a else a) @ (b.T if trans_b else b)) - c
+    _run(backend, use_graph, [a, b, c],
+         lambda xp, a, b, c: linalg.gemm(a, b, c, alpha=2.0, beta=-1.0,
+                                         trans_a=trans_a, trans_b=trans_b),
+         "read", "read", "rw")
+    np.testing.assert_allclose(c, expected, **_tol(dtype))
+
+
+@MODES
+@pytest.mark.parametrize("trans", [False, True])
+def test_gemv(backend, use_graph, trans):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((6, 4))
+    x = rng.standard_normal(6 if trans else 4)
+    y = rng.standard_normal(4 if trans else 6)
+    expected = 0.5 * ((a.T if trans else a) @ x) + 3.0 * y
+    _run(backend, use_graph, [a, x, y],
+         lambda xp, a, x, y: linalg.gemv(a, x, y, alpha=0.5, beta=3.0, trans=trans),
+         "read", "read", "rw")
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+
+
+@MODES
+@pytest.mark.parametrize("trans", [False, True])
+def test_syrk_writes_the_lower_triangle_only(backend, use_graph, trans):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((4, 6) if trans else (6, 4))
+    c = rng.standard_normal((6, 6))
+    before = c.copy()
+    full = -(a.T @ a if trans else a @ a.T) + before
+    _run(backend, use_graph, [a, c],
+         lambda xp, a, c: linalg.syrk(a, c, alpha=-1.0, beta=1.0, trans=trans),
+         "read", "rw")
+    np.testing.assert_allclose(np.tril(c), np.tril(full), rtol=1e-12)
+    np.testing.assert_array_equal(np.triu(c, 1), np.triu(before, 1))
+
+
+@MODES
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("lower,trans", [(True, False), (True, True),
+                                         (False, False), (False, True)])
+def test_trsm(backend, use_graph, side, lower, trans):
+    rng = np.random.default_rng(4)
+    order = 5
+    a = rng.standard_normal((order, order)) + 4 * np.eye(order)
+    b = rng.standard_normal((order, 3) if side == "left" else (3, order))
+    tri = np.tril(a) if lower else np.triu(a)
+    op = tri.T if trans else tri
+    expected = (np.linalg.solve(op, 2 * b) if side == "left"
+                else np.linalg.solve(op.T, 2 * b.T).T)
+    _run(backend, use_graph, [a, b],
+         lambda xp, a, b: linalg.trsm(a, b, side=side, lower=lower, trans=trans,
+                                      alpha=2.0),
+         "read", "rw")
+    np.testing.assert_allclose(b, expected, rtol=1e-10)
+
+
+@MODES
+def test_potrf_factors_in_place_and_keeps_the_upper_triangle(backend, use_graph):
+    rng = np.random.default_rng(5)
+    r = rng.standard_normal((8, 8))
+    spd = r @ r.T + 8 * np.eye(8)
+    a = spd.copy()
+    a[np.triu_indices(8, 1)] = 99.0             # never read, never written
+    info = np.full(1, -1, dtype=np.int32)
+    _run(backend, use_graph, [a, info],
+         lambda xp, a, info: linalg.potrf(a, info=info), "rw", "rw")
+    np.testing.assert_allclose(np.tril(a), np.linalg.cholesky(spd), rtol=1e-12)
+    np.testing.assert_array_equal(a[np.triu_indices(8, 1)], 99.0)
+    assert info[0] == 0
+
+
+@MODES
+def test_dot_into_a_one_element_array(backend, use_graph):
+    x, y = np.arange(10.0), np.linspace(0, 1, 10)
+    out = np.zeros(1)
+    _run(backend, use_graph, [x, y, out],
+         lambda xp, x, y, out: linalg.dot(x, y, out), "read", "read", "write")
+    assert out[0] == pytest.approx(float(x @ y))
+
+
+@MODES
+def test_tiles_of_a_bigger_matrix(backend, use_graph):
+    """A row pitch larger than the row: the tile views of a matrix in one body."""
+    rng = np.random.default_rng(6)
+    m = rng.standard_normal((8, 8))
+    expected = m.copy()
+    expected[4:, 4:] -= m[4:, :4] @ m[:4, 4:]
+
+    def body(xp, whole):
+        linalg.gemm(whole[4:, :4], whole[:4, 4:], whole[4:, 4:], alpha=-1.0,
+                    beta=1.0)
+    _run(backend, use_graph, [m], body, "rw")
+    np.testing.assert_allclose(m, expected, rtol=1e-12)
+
+
+@MODES
+def test_a_tiled_cholesky_in_a_loop_scope(backend, use_graph):
+    """The four kernels of a 2×2-tile factorisation, repeated in a recorded loop (each
+    iteration refactors a fresh copy)."""
+    rng = np.random.default_rng(7)
+    r = rng.standard_normal((8, 8))
+    spd = r @ r.T + 8 * np.eye(8)
+    out = np.zeros_like(spd)
+    with stf.stackable_context(backend=backend) as sctx:
+        src, a = sctx.logical_data(spd), sctx.logical_data(out)
+        with sctx.repeat(2):
+            with sctx.task(src.read(), a.write()) as t:
+                t.run(lambda xp, s, a: a.__setitem__(Ellipsis, s))
+            with sctx.task(a.rw()) as t:
+                def factor(xp, a):
+                    linalg.potrf(a[:4, :4])
+                    linalg.trsm(a[:4, :4], a[4:, :4], side="right", trans=True)
+                    linalg.syrk(a[4:, :4], a[4:, 4:], alpha=-1.0, beta=1.0)
+                    linalg.potrf(a[4:, 4:])
+                t.run(factor)
+    np.testing.assert_allclose(np.tril(out), np.linalg.cholesky(spd), rtol=1e-10)
+
+
+@MODES
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("lower,trans", [(True, False), (True, True), (False, True)])
+def test_trmm(backend, use_graph, side, lower, trans):
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((4, 4))
+    b = rng.standard_normal((4, 3) if side == "left" else (3, 4))
+    tri = np.tril(a) if lower else np.triu(a)
+    op = tri.T if trans else tri
+    expected = -(op @ b if side == "left" else b @ op)
+    _run(backend, use_graph, [a, b],
+         lambda xp, a, b: linalg.trmm(a, b, side=side, lower=lower, trans=trans,
+                                      alpha=-1.0),
+         "read", "rw")
+    np.testing.assert_allclose(b, expected, rtol=1e-12)
