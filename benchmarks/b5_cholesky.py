@@ -5,10 +5,15 @@
 
 The matrix is made on the device (random symmetric, diagonally dominant); its tiles are
 CuPy arrays registered as logical data on the device, so the factorisation moves no
-bytes. The tasks are those of ``examples/cholesky.py`` (CuPy bodies on the task
-streams). The time runs from the first submission to the end of ``finalize()``; the
+bytes. The tasks are those of ``examples/cholesky.py``: ``stflow.linalg`` calls
+(cuSOLVER ``potrf``, cuBLAS ``trsm`` / ``syrk`` / ``gemm``) on the task streams, and
+with ``--graph`` the same calls recorded once per epoch as a CUDA graph. The time runs from the first submission to the end of ``finalize()``; the
 reference is ``cupy.linalg.cholesky`` (cuSOLVER ``potrf``) of the whole matrix, timed
-in the same process after a warm-up. TFLOP/s count n³/3 flops.
+in the same process after a warm-up. TFLOP/s count n³/3 flops. Modes: ``stream``
+(tasks submitted one by one), ``graph`` (``context(use_graph=True)``: the whole
+factorisation captured, instantiated and launched once, all timed) and ``replay`` (the
+factorisation recorded once in a ``launchable_graph_scope`` with a copy of the matrix
+into the tiles first, then launched again: the mean time of a launch).
 """
 
 from __future__ import annotations
@@ -31,59 +36,6 @@ def _example():
     return module
 
 
-class _CuSolver:
-    """cuSOLVER's ``potrf`` called through ctypes on CuPy's current stream.
-
-    CuPy refuses cuSOLVER calls while a stream captures a graph (its wrapper checks
-    before setting the stream), but ``cusolverDnDpotrf`` itself is capturable when its
-    workspace is allocated beforehand: graph mode uses this one. A row-major lower
-    factor is the column-major upper one (``CUBLAS_FILL_MODE_UPPER``); the other
-    triangle keeps its values, and the tiled code never reads it."""
-
-    def __init__(self, cupy, nb: int) -> None:
-        import ctypes
-        importlib.import_module("cupy_backends.cuda.libs.cusolver")  # loads the library
-        path = next(line.split()[-1] for line in open("/proc/self/maps")
-                    if "libcusolver.so" in line)
-        self.lib = ctypes.CDLL(path)
-        self.ctypes = ctypes
-        self.handle = ctypes.c_void_p()
-        self._check(self.lib.cusolverDnCreate(ctypes.byref(self.handle)), "create")
-        lwork = ctypes.c_int()
-        probe = cupy.zeros((nb, nb))
-        self._check(self.lib.cusolverDnDpotrf_bufferSize(
-            self.handle, 1, nb, ctypes.c_void_p(probe.data.ptr), nb,
-            ctypes.byref(lwork)), "bufferSize")
-        self.work = cupy.empty(max(lwork.value, 1), dtype=cupy.float64)
-        self.info = cupy.zeros(1, dtype=cupy.int32)
-        self.cupy = cupy
-
-    @staticmethod
-    def _check(status: int, what: str) -> None:
-        if status:
-            raise RuntimeError(f"cuSOLVER {what} failed with status {status}")
-
-    def potrf(self, a) -> None:
-        ctypes = self.ctypes
-        stream = self.cupy.cuda.get_current_stream().ptr
-        self._check(self.lib.cusolverDnSetStream(self.handle, ctypes.c_void_p(stream)),
-                    "setStream")
-        n = a.shape[0]
-        self._check(self.lib.cusolverDnDpotrf(
-            self.handle, 1, n, ctypes.c_void_p(a.data.ptr), n,
-            ctypes.c_void_p(self.work.data.ptr), self.work.size,
-            ctypes.c_void_p(self.info.data.ptr)), "potrf")
-
-
-def graph_ops(example, solver: _CuSolver):
-    """The example's CuPy kernels with a capturable ``potrf``."""
-    class Ops(example.CuPyOps):
-        @staticmethod
-        def potrf(a) -> None:
-            solver.potrf(a)
-    return Ops
-
-
 def spd(cupy, n: int):
     r = cupy.random.RandomState(0).uniform(-1.0, 1.0, (n, n))
     a = r + r.T
@@ -104,8 +56,7 @@ def cusolver_seconds(cupy, a, repeats: int = 3) -> tuple[float, object]:
     return best, result
 
 
-def stflow_seconds(cupy, example, a, nb: int, use_graph: bool,
-                   ops=None) -> tuple[float, dict]:
+def stflow_seconds(cupy, example, a, nb: int, use_graph: bool) -> tuple[float, dict]:
     n = a.shape[0]
     count = n // nb
     parts = {(i, j): cupy.ascontiguousarray(a[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb])
@@ -114,33 +65,64 @@ def stflow_seconds(cupy, example, a, nb: int, use_graph: bool,
     ctx = stf.context(backend="cuda", use_graph=use_graph)
     tiles = {key: ctx.logical_data(part) for key, part in parts.items()}
     start = time.perf_counter()
-    example.factorize(ctx, tiles, count, ops or example.CuPyOps)
+    example.factorize(ctx, tiles, count)
     ctx.finalize()
     cupy.cuda.Device().synchronize()
     return time.perf_counter() - start, parts
+
+
+def _copy(xp, source, target) -> None:
+    target[...] = source
+
+
+def stflow_replay_seconds(cupy, example, a, nb: int, launches: int = 3
+                          ) -> tuple[float, dict]:
+    """The factorisation recorded once as a launchable graph (each launch first
+    copies the matrix's tiles into the working tiles, then factors them) and
+    launched ``launches`` times: the mean seconds of one launch."""
+    n = a.shape[0]
+    count = n // nb
+    keys = [(i, j) for i in range(count) for j in range(i + 1)]
+    source = {key: cupy.ascontiguousarray(a[key[0] * nb:(key[0] + 1) * nb,
+                                            key[1] * nb:(key[1] + 1) * nb])
+              for key in keys}
+    parts = {key: cupy.empty_like(source[key]) for key in keys}
+    cupy.cuda.Device().synchronize()
+    sctx = stf.stackable_context(backend="cuda")
+    sources = {key: sctx.logical_data(source[key]) for key in keys}
+    tiles = {key: sctx.logical_data(parts[key]) for key in keys}
+    with sctx.launchable_graph_scope() as recorded:
+        for key in keys:
+            with sctx.task(sources[key].read(), tiles[key].write()) as t:
+                t.run(_copy)
+        example.factorize(sctx, tiles, count)
+        recorded.launch()                      # records, instantiates, runs once
+        cupy.cuda.Device().synchronize()
+        start = time.perf_counter()
+        for _ in range(launches):
+            recorded.launch()
+        cupy.cuda.Device().synchronize()
+        seconds = (time.perf_counter() - start) / launches
+    sctx.finalize()
+    del source
+    return seconds, parts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768])
     parser.add_argument("--tiles", type=int, nargs="+", default=[512, 1024, 2048])
-    parser.add_argument("--graph", action="store_true", help="also in graph mode")
+    parser.add_argument("--graph", action="store_true",
+                        help="also in graph mode (recorded, instantiated and run once) "
+                             "and as a recorded graph replayed")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     import cupy
     example = _example()
     stflow_seconds(cupy, example, spd(cupy, 2048), 512, False)        # warm-up
-    solvers: dict[int, _CuSolver] = {}
-
-    def ops_for(nb: int, use_graph: bool):
-        if not use_graph:
-            return None
-        if nb not in solvers:
-            solvers[nb] = _CuSolver(cupy, nb)
-        return graph_ops(example, solvers[nb])
-
     if args.graph:
-        stflow_seconds(cupy, example, spd(cupy, 2048), 512, True, ops_for(512, True))
+        stflow_seconds(cupy, example, spd(cupy, 2048), 512, True)
+        stflow_replay_seconds(cupy, example, spd(cupy, 2048), 512, launches=1)
     rows = []
     print(f"{'n':>6} {'nb':>5} {'mode':>6} {'stflow s':>9} {'TFLOP/s':>8} "
           f"{'cuSOLVER s':>10} {'TFLOP/s':>8} {'ratio':>6} {'error':>8}")
@@ -151,9 +133,12 @@ def main() -> None:
         for nb in args.tiles:
             if n % nb or n // nb < 2:
                 continue
-            for use_graph in ([False, True] if args.graph else [False]):
-                seconds, parts = stflow_seconds(cupy, example, a, nb, use_graph,
-                                                ops_for(nb, use_graph))
+            for mode in (["stream", "graph", "replay"] if args.graph else ["stream"]):
+                if mode == "replay":
+                    seconds, parts = stflow_replay_seconds(cupy, example, a, nb)
+                else:
+                    seconds, parts = stflow_seconds(cupy, example, a, nb,
+                                                    mode == "graph")
                 count = n // nb
                 error = 0.0
                 for (i, j), part in parts.items():
@@ -164,7 +149,7 @@ def main() -> None:
                         error = max(error, float(cupy.max(cupy.abs(got - want))
                                                  / cupy.max(cupy.abs(want))))
                 del parts
-                row = {"n": n, "nb": nb, "mode": "graph" if use_graph else "stream",
+                row = {"n": n, "nb": nb, "mode": mode,
                        "stflow_s": seconds, "stflow_tflops": flops / seconds / 1e12,
                        "cusolver_s": reference,
                        "cusolver_tflops": flops / reference / 1e12,

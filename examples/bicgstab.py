@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 import stflow as stf
+from stflow import linalg
 
 
 def _ratio(xp: Any, num: Any, den: Any) -> Any:
@@ -50,12 +51,21 @@ def _ratio(xp: Any, num: Any, den: Any) -> Any:
 
 
 # Task bodies: fn(xp, *arrays), enqueued in the task's stream order by t.run.
+# Products go through stflow.linalg (NumPy; cuBLAS on CUDA, which graph mode can record
+# where CuPy's own dot and @ refuse), the results staying in device memory.
 def _dot(xp: Any, a: Any, b: Any, out: Any) -> None:
-    out[...] = xp.dot(a, b)
+    linalg.dot(a, b, out)
 
 
 def _matvec(xp: Any, A: Any, v: Any, out: Any) -> None:
-    out[...] = A @ v
+    linalg.gemv(A, v, out)
+
+
+def _dot_of(xp: Any, a: Any, b: Any) -> Any:
+    """``a · b`` as a one-element array of ``xp``."""
+    out = xp.empty(1, dtype=a.dtype)
+    linalg.dot(a, b, out)
+    return out
 
 
 def _direction(xp: Any, p: Any, r: Any, v: Any, rho: Any, rho_prev: Any, alpha: Any,
@@ -65,7 +75,7 @@ def _direction(xp: Any, p: Any, r: Any, v: Any, rho: Any, rho_prev: Any, alpha: 
 
 
 def _alpha(xp: Any, rhat: Any, v: Any, rho: Any, alpha: Any) -> None:
-    alpha[...] = _ratio(xp, rho, xp.dot(rhat, v))
+    alpha[...] = _ratio(xp, rho, _dot_of(xp, rhat, v))
 
 
 def _half_step(xp: Any, s: Any, r: Any, v: Any, alpha: Any) -> None:
@@ -73,7 +83,7 @@ def _half_step(xp: Any, s: Any, r: Any, v: Any, alpha: Any) -> None:
 
 
 def _omega(xp: Any, t: Any, s: Any, omega: Any) -> None:
-    omega[...] = _ratio(xp, xp.dot(t, s), xp.dot(t, t))
+    omega[...] = _ratio(xp, _dot_of(xp, t, s), _dot_of(xp, t, t))
 
 
 def _update_x(xp: Any, x: Any, p: Any, s: Any, alpha: Any, omega: Any) -> None:
@@ -82,7 +92,7 @@ def _update_x(xp: Any, x: Any, p: Any, s: Any, alpha: Any, omega: Any) -> None:
 
 def _update_r(xp: Any, r: Any, rr: Any, s: Any, t: Any, omega: Any) -> None:
     r[...] = s - omega * t
-    rr[...] = xp.dot(r, r)
+    linalg.dot(r, r, rr)
 
 
 def _next(xp: Any, rho_prev: Any, it: Any, rho: Any) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import stflow as stf
+from stflow import linalg
 
 
 def _ratio(xp: Any, num: Any, den: Any) -> Any:
@@ -47,17 +48,26 @@ def _ratio(xp: Any, num: Any, den: Any) -> Any:
     return xp.where(nonzero, num / xp.where(nonzero, den, 1.0), 0.0)
 
 
-# Task bodies: fn(xp, *arrays), enqueued in the task's stream order by t.run.
+# Task bodies: fn(xp, *arrays), enqueued in the task's stream order by t.run. Products
+# go through stflow.linalg (NumPy; cuBLAS on CUDA, which graph mode can record where
+# CuPy's own dot and @ refuse).
+def _dot_of(xp: Any, a: Any, b: Any) -> Any:
+    """``a · b`` as a one-element array of ``xp``."""
+    out = xp.empty(1, dtype=a.dtype)
+    linalg.dot(a, b, out)
+    return out
+
+
 def _squared_norm(xp: Any, r: Any, rr: Any) -> None:
-    rr[...] = xp.dot(r, r)
+    linalg.dot(r, r, rr)
 
 
 def _matvec(xp: Any, A: Any, p: Any, Ap: Any) -> None:
-    Ap[...] = A @ p
+    linalg.gemv(A, p, Ap)
 
 
 def _step(xp: Any, p: Any, Ap: Any, rr: Any, alpha: Any) -> None:
-    alpha[...] = _ratio(xp, rr, xp.dot(p, Ap))
+    alpha[...] = _ratio(xp, rr, _dot_of(xp, p, Ap))
 
 
 def _axpy(xp: Any, y: Any, v: Any, alpha: Any) -> None:
@@ -69,7 +79,7 @@ def _axmy(xp: Any, y: Any, v: Any, alpha: Any) -> None:
 
 
 def _direction(xp: Any, r: Any, p: Any, rr: Any) -> None:
-    rr_new = xp.dot(r, r)
+    rr_new = _dot_of(xp, r, r)
     p[...] = r + _ratio(xp, rr_new, rr) * p
     rr[...] = rr_new
 

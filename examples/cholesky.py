@@ -16,11 +16,11 @@ stflow infers every dependency from the tiles each task reads and writes, so the
 updates of different columns overlap as soon as their tiles are ready. The result is
 checked against ``numpy.linalg.cholesky``.
 
-Bodies go through ``t.run``: on CUDA, CuPy on the task's stream (cuSOLVER ``potrf``,
-cuBLAS through CuPy's matrix products and ``cupyx.scipy.linalg.solve_triangular``); on
-the emulated backend, NumPy enqueued on the task stream. The kernels of each backend
-(``ops_for(ctx)``) are shared with ``examples/potri.py`` and ``benchmarks/b5_cholesky.py``. ``--graph`` records each epoch as a
-CUDA graph (``context(use_graph=True)``).
+Bodies go through ``t.run`` and ``stflow.linalg``: on CUDA, cuSOLVER ``potrf`` and
+cuBLAS ``trsm`` / ``syrk`` / ``gemm`` on the task's stream; on the emulated backend,
+NumPy enqueued on the task stream. ``examples/potri.py`` and
+``benchmarks/b5_cholesky.py`` reuse ``factorize``. ``--graph`` records each epoch as a
+CUDA graph (``context(use_graph=True)``): the same calls, captured.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 import stflow as stf
+from stflow import linalg
 
 
 def spd_matrix(n: int, seed: int = 0) -> np.ndarray:
@@ -42,76 +43,43 @@ def spd_matrix(n: int, seed: int = 0) -> np.ndarray:
     return r + r.T + 2.0 * n * np.eye(n)
 
 
-class NumPyOps:
-    """The four tile kernels in NumPy (emulated backend)."""
-
-    @staticmethod
-    def potrf(a: np.ndarray) -> None:
-        a[...] = np.linalg.cholesky(a)
-
-    @staticmethod
-    def trsm(l: np.ndarray, b: np.ndarray) -> None:
-        b[...] = np.linalg.solve(np.tril(l), b.T).T
-
-    @staticmethod
-    def syrk(a: np.ndarray, c: np.ndarray) -> None:
-        c -= a @ a.T
-
-    @staticmethod
-    def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-        c -= a @ b.T
+# The four tile kernels, fn(xp, *tiles) bodies for t.run. stflow.linalg makes the same
+# call on both backends: NumPy on the emulated one, cuBLAS / cuSOLVER on the task's
+# stream on CUDA, which also works while graph mode records (CuPy's own ``@`` and
+# ``cupy.linalg`` refuse to be captured).
+def potrf(xp: Any, a: Any) -> None:                     # a = chol(a), lower
+    linalg.potrf(a)
 
 
-class CuPyOps:
-    """The four tile kernels in CuPy (CUDA backend)."""
-
-    @staticmethod
-    def potrf(a: Any) -> None:
-        import cupy
-        a[...] = cupy.linalg.cholesky(a)
-
-    @staticmethod
-    def trsm(l: Any, b: Any) -> None:
-        from cupyx.scipy.linalg import solve_triangular
-        b[...] = solve_triangular(l, b.T, lower=True).T
-
-    @staticmethod
-    def syrk(a: Any, c: Any) -> None:
-        c -= a @ a.T
-
-    @staticmethod
-    def gemm(a: Any, b: Any, c: Any) -> None:
-        c -= a @ b.T
+def trsm(xp: Any, l: Any, b: Any) -> None:              # b = b · l⁻ᵀ
+    linalg.trsm(l, b, side="right", trans=True)
 
 
-def ops_for(ctx: Any) -> type:
-    """The tile kernels for ``ctx``'s backend (NumPy when emulated, CuPy on CUDA)."""
-    return NumPyOps if ctx.backend == "emulated" else CuPyOps
+def syrk(xp: Any, a: Any, c: Any) -> None:              # c -= a · aᵀ (lower)
+    linalg.syrk(a, c, alpha=-1.0, beta=1.0)
 
 
-def _kernel(fn: Callable[..., None]) -> Callable[..., None]:
-    """A tile kernel as a ``t.run`` body (which passes the array module first)."""
-    return lambda xp, *tiles: fn(*tiles)
+def gemm(xp: Any, a: Any, b: Any, c: Any) -> None:      # c -= a · bᵀ
+    linalg.gemm(a, b, c, alpha=-1.0, beta=1.0, trans_b=True)
 
 
-def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
-              ops: Any) -> None:
+def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int) -> None:
     """Submit the tiled factorisation of the ``count × count`` lower tiles."""
     for k in range(count):
         with ctx.task(tiles[k, k].rw(), symbol=f"potrf({k})") as t:
-            t.run(_kernel(ops.potrf))
+            t.run(potrf)
         for i in range(k + 1, count):
             with ctx.task(tiles[k, k].read(), tiles[i, k].rw(),
                           symbol=f"trsm({i},{k})") as t:
-                t.run(_kernel(ops.trsm))
+                t.run(trsm)
         for i in range(k + 1, count):
             with ctx.task(tiles[i, k].read(), tiles[i, i].rw(),
                           symbol=f"syrk({i},{k})") as t:
-                t.run(_kernel(ops.syrk))
+                t.run(syrk)
             for j in range(k + 1, i):
                 with ctx.task(tiles[i, k].read(), tiles[j, k].read(), tiles[i, j].rw(),
                               symbol=f"gemm({i},{j},{k})") as t:
-                    t.run(_kernel(ops.gemm))
+                    t.run(gemm)
 
 
 def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
@@ -125,11 +93,10 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     count = -(-n // nb)
     result = a.copy()
     ctx = stf.context(backend=backend, use_graph=use_graph)
-    ops = ops_for(ctx)
     grid = stf.tiles(ctx, result, nb, name="A")    # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     start = time.perf_counter()
-    factorize(ctx, tiles, count, ops)
+    factorize(ctx, tiles, count)
     ctx.finalize()
     elapsed = time.perf_counter() - start
     return np.tril(result), elapsed

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 import stflow as stf
+from stflow import linalg
 
 # -- the vector field -------------------------------------------------------------------------
 
@@ -54,8 +55,15 @@ def make_states(batch: int = 16, dim: int = 2, seed: int = 1) -> np.ndarray:
 
 
 def field(xp: Any, y: Any, W1: Any, b1: Any, W2: Any, b2: Any) -> Any:
-    """``f(y) = tanh(y^3 W1 + b1) W2 + b2`` (``xp``: NumPy or CuPy)."""
-    return xp.tanh((y * y * y) @ W1 + b1) @ W2 + b2
+    """``f(y) = tanh(y^3 W1 + b1) W2 + b2`` (``xp``: NumPy or CuPy). The products go
+    through ``stflow.linalg`` (cuBLAS on CUDA, which graph mode can record where
+    CuPy's ``@`` refuses)."""
+    hidden = xp.empty((y.shape[0], W1.shape[1]), dtype=y.dtype)
+    linalg.gemm(y * y * y, W1, hidden)
+    hidden = xp.tanh(hidden + b1)
+    out = xp.empty(y.shape, dtype=y.dtype)
+    linalg.gemm(hidden, W2, out)
+    return out + b2
 
 
 # -- RK4 ------------------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ data; the last row and column of tiles are smaller when ``nb`` does not divide `
 The three stages are submitted one after the other with no barrier: stflow infers every
 dependency from the tiles each task reads and writes, so the inversion of the first
 columns starts while the factorisation of the last ones is still running, and the tasks
-of each step overlap as their tiles become ready. The TRTRI and LAUUM bodies are
-``t.run(fn)``: ``fn(xp, *tiles)`` with NumPy on the emulated backend and CuPy on CUDA.
+of each step overlap as their tiles become ready. Bodies are ``t.run(fn)``:
+``fn(xp, *tiles)`` with NumPy on the emulated backend and CuPy on CUDA, the products
+and solves through ``stflow.linalg`` (cuBLAS on CUDA, capturable in graph mode).
 ``--graph`` records each epoch as a graph (``context(use_graph=True)``). The lower
 triangle of the result, mirrored, is checked against ``numpy.linalg.inv``.
 """
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 import stflow as stf
+from stflow import linalg
 
 
 def _cholesky_example() -> ModuleType:
@@ -62,39 +64,43 @@ cholesky_example = _cholesky_example()
 spd_matrix = cholesky_example.spd_matrix
 
 
-# Tile bodies: fn(xp, *tiles), enqueued in the task's stream order by t.run. ``xp.linalg``
-# solves and inverts the triangular tiles on both backends (NumPy, CuPy/cuSOLVER).
+# Tile bodies: fn(xp, *tiles), enqueued in the task's stream order by t.run.
+# stflow.linalg makes the same call on both backends (NumPy; cuBLAS on the task stream,
+# capturable in graph mode); only the triangle of a diagonal tile is read.
 def _trsm_right(xp: Any, l: Any, b: Any) -> None:      # b = -b · tril(l)⁻¹
-    b[...] = -xp.linalg.solve(xp.tril(l).T, b.T).T
+    linalg.trsm(l, b, side="right", alpha=-1.0)
 
 
 def _trsm_left(xp: Any, l: Any, b: Any) -> None:       # b = tril(l)⁻¹ · b
-    b[...] = xp.linalg.solve(xp.tril(l), b)
+    linalg.trsm(l, b, side="left")
 
 
 def _trtri(xp: Any, l: Any) -> None:                   # l = tril(l)⁻¹
-    l[...] = xp.linalg.inv(xp.tril(l))
+    inverse = xp.eye(l.shape[0], dtype=l.dtype)
+    linalg.trsm(l, inverse, side="left")
+    l[...] = inverse
 
 
 def _gemm_nn(xp: Any, a: Any, b: Any, c: Any) -> None:  # c += a · b
-    c += a @ b
+    linalg.gemm(a, b, c, beta=1.0)
 
 
-def _syrk_t(xp: Any, a: Any, c: Any) -> None:           # c += aᵀ · a
-    c += a.T @ a
+def _syrk_t(xp: Any, a: Any, c: Any) -> None:           # c += aᵀ · a (lower)
+    linalg.syrk(a, c, beta=1.0, trans=True)
 
 
 def _gemm_tn(xp: Any, a: Any, b: Any, c: Any) -> None:  # c += aᵀ · b
-    c += a.T @ b
+    linalg.gemm(a, b, c, beta=1.0, trans_a=True)
 
 
 def _trmm_t(xp: Any, l: Any, b: Any) -> None:           # b = tril(l)ᵀ · b
-    b[...] = xp.tril(l).T @ b
+    linalg.trmm(l, b, side="left", trans=True)
 
 
 def _lauum(xp: Any, l: Any) -> None:                    # l = tril(l)ᵀ · tril(l)
     lower = xp.tril(l)
-    l[...] = lower.T @ lower
+    linalg.trmm(l, lower, side="left", trans=True)
+    l[...] = lower
 
 
 def trtri(ctx: Any, tiles: dict[tuple[int, int], Any], count: int) -> None:
@@ -150,9 +156,8 @@ def potri(a: np.ndarray, nb: int, backend: str | None = None,
     ctx = stf.context(backend=backend, use_graph=use_graph)
     grid = stf.tiles(ctx, result, nb, name="A")     # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
-    ops = cholesky_example.ops_for(ctx)
     start = time.perf_counter()
-    cholesky_example.factorize(ctx, tiles, count, ops)     # A = L Lᵀ
+    cholesky_example.factorize(ctx, tiles, count)     # A = L Lᵀ
     trtri(ctx, tiles, count)                               # L := L⁻¹
     lauum(ctx, tiles, count)                               # A⁻¹ = L⁻ᵀ L⁻¹
     ctx.finalize()
