@@ -117,8 +117,10 @@ def test_graph_mode_replays_the_recorded_iterations(backend, iterations, report_
     assert result.tasks == _tasks_expected(3, iterations, len(expected))
 
 
-def test_the_default_size_and_graph_mode_on_request(backend, capsys):
-    assert demo.DEFAULT_SIZE == {"emulated": "medium", "cuda": "medium"}
+def test_the_default_size_and_graph_mode_by_backend(backend, capsys):
+    """CUDA: the large size in graph mode (where a GPU beats NumPy clearly);
+    emulated: the medium size task by task. Both can be asked for explicitly."""
+    assert demo.DEFAULT_SIZE == {"emulated": "medium", "cuda": "large"}
     args = demo._parse([])
     assert args.n is None and args.graph is None
     demo._size(args, backend)
@@ -127,7 +129,11 @@ def test_the_default_size_and_graph_mode_on_request(backend, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert re.search(r"speed-up over NumPy: \d+\.\d\dx", out)
-    assert "graph mode" not in out                    # opt-in (--graph)
+    assert ("graph mode" in out) == (backend == "cuda")       # the default by backend
+    code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend,
+                      "--no-graph"])
+    out = capsys.readouterr().out
+    assert code == 0 and "graph mode" not in out, out
     code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend,
                       "--graph", "--no-warmup"])
     out = capsys.readouterr().out
