@@ -67,16 +67,23 @@ def choose_stream(pool: Pool, first: Event | None, others: list[Event] | None
                   ) -> Stream:
     """The stream of a task whose prerequisites are ``first`` and ``others``.
 
-    The stream of the first prerequisite that belongs to ``pool`` (callers put the
-    last writer first), else the pool's next stream round-robin.
+    The stream of the first prerequisite that belongs to ``pool`` and is still the
+    newest work of its stream (callers put the last writer first): the task follows
+    it with no wait. A prerequisite that other work has followed since is waited
+    for from the pool's next stream round-robin instead, so that tasks depending on
+    one task (the updates after a tiled factorisation's panel) run side by side
+    rather than queued behind each other on its stream.
     """
     members = pool.members
-    if first is not None and first.stream in members:
-        return first.stream
+    if first is not None:
+        stream = first.stream
+        if stream in members and stream.last_event is first:
+            return stream
     if others:
         for event in others:
-            if event.stream in members:
-                return event.stream
+            stream = event.stream
+            if stream in members and stream.last_event is event:
+                return stream
     return pool.next_stream()
 
 
