@@ -1,11 +1,19 @@
-"""Render the pictures of docs/observability.md from a small run of the demo.
+"""Render the pictures of docs/observability.md and docs/cholesky.md.
 
-    python docs/pictures/make_pictures.py
+    python docs/pictures/make_pictures.py             # the demo's pictures
+    python docs/pictures/make_pictures.py cholesky    # the tiled Cholesky's
 
-Needs Graphviz's ``dot`` and matplotlib (neither is a dependency of stflow). Runs the
-demo's solver for two CG iterations over two (emulated, unless STFLOW_BACKEND says
-otherwise) devices with ``STFLOW_DOT_FILE`` and ``STFLOW_TRACE_FILE`` set, renders the
-DOT graph with ``dot`` and draws the trace's spans per stream as a timeline.
+Needs Graphviz's ``dot`` and matplotlib (neither is a dependency of stflow).
+
+- The demo: runs the demo's solver for two CG iterations over two (emulated, unless
+  STFLOW_BACKEND says otherwise) devices with ``STFLOW_DOT_FILE`` and
+  ``STFLOW_TRACE_FILE`` set, renders the DOT graph with ``dot`` and draws the trace's
+  spans per stream as a timeline.
+- The Cholesky: the DOT graph of a 4 × 4-tile factorisation (emulated), and the
+  timeline of ``cholesky-trace-h200.json``, the trace of an n = 8192 factorisation in
+  tiles of 1024 on one H200 (made by ``STFLOW_TRACE_FILE=... python
+  benchmarks/b5_cholesky.py --sizes 8192 --tiles 1024``: the last context's trace,
+  after the warm-up).
 """
 
 from __future__ import annotations
@@ -34,12 +42,14 @@ def render_dot() -> None:
                     os.path.join(HERE, "demo-graph.png")], check=True)
 
 
-def render_timeline() -> None:
+def render_timeline(trace: str = TRACE, output: str = "demo-timeline.png",
+                    title: str = "stflow demo (2 CG iterations, 2 devices): "
+                                 "one track per stream") -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    events = json.load(open(TRACE))["traceEvents"]
+    events = json.load(open(trace))["traceEvents"]
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
              if e["ph"] == "M"}
     spans = [e for e in events if e["ph"] == "X"]
@@ -54,20 +64,44 @@ def render_timeline() -> None:
                   color=colours.get(e["cat"], "#999999"), edgecolor="black",
                   linewidth=0.3)
     axes.set_yticks(range(len(tracks)))
-    axes.set_yticklabels([f"{names[(p, None)]} / {names[(p, t)]}" for p, t in tracks],
-                         fontsize=8)
+    axes.set_yticklabels([f"{names.get((p, None), p)} / {names.get((p, t), t)}"
+                          for p, t in tracks], fontsize=8)
     axes.invert_yaxis()
     axes.set_xlabel("µs since the context started")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
     axes.legend(handles, list(colours), loc="lower right", fontsize=8)
-    axes.set_title("stflow demo (2 CG iterations, 2 devices): one track per stream")
+    axes.set_title(title)
     figure.tight_layout()
-    figure.savefig(os.path.join(HERE, "demo-timeline.png"), dpi=90)
+    figure.savefig(os.path.join(HERE, output), dpi=90)
+
+
+def cholesky_pictures() -> None:
+    """The DOT graph of a small factorisation and the timeline of the H200 trace."""
+    import importlib.util
+
+    import numpy as np
+    dot = os.path.join(HERE, "cholesky.dot")
+    os.environ["STFLOW_DOT_FILE"] = dot
+    path = os.path.join(HERE, "..", "..", "examples", "cholesky.py")
+    spec = importlib.util.spec_from_file_location("cholesky_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    lower, _ = example.cholesky(example.spd_matrix(64), 16, backend="emulated")
+    assert np.allclose(lower, np.linalg.cholesky(example.spd_matrix(64)))
+    subprocess.run(["dot", "-Tpng", "-Gdpi=70", dot, "-o",
+                    os.path.join(HERE, "cholesky-graph.png")], check=True)
+    render_timeline(os.path.join(HERE, "cholesky-trace-h200.json"),
+                    "cholesky-timeline.png",
+                    "tiled Cholesky, n = 8192 in 8 × 8 tiles of 1024, one H200, "
+                    "stream mode: one track per stream")
 
 
 if __name__ == "__main__":
-    run_demo()
-    render_dot()
-    render_timeline()
+    if sys.argv[1:] == ["cholesky"]:
+        cholesky_pictures()
+    else:
+        run_demo()
+        render_dot()
+        render_timeline()
     print("wrote", ", ".join(sorted(f for f in os.listdir(HERE) if f.endswith(".png"))),
           file=sys.stderr)
