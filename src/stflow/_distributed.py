@@ -13,13 +13,36 @@ by the lowest rank holding it; after the task, a data it wrote is held by ``E`` 
 ``wait(ld)`` gives the value on every rank; ``finalize()`` brings each data back to
 its owner, whose user array gets it (other ranks' arrays are left alone).
 
-Exchanges, first version: a transfer happens at the program point of the task that
-needs it, as a blocking ``Send`` on the source (after its local value is ready) and a
-``Recv`` on the destination. Every rank meets the transfers in the same order, so they
-pair up and cannot deadlock; they do not yet overlap computation (non-blocking
-exchanges are the next step). Bodies written with ``t.run(fn)`` are correct on every
-rank unchanged: on a rank where the task does not execute ``run`` does nothing, and
-touching a view there raises :class:`RemoteTaskError`.
+Exchanges: every rank meets the transfers at the same program points, in the same
+order. The source posts an ``Isend`` of its value as soon as that value is ready on it
+(it waits for the local work producing it, never for the receiver) and completes it
+lazily (tested at every later task, waited for at ``fence``/``finalize``), keeping the
+buffer alive until then. The destination posts the ``Irecv`` at once and completes it
+only when local work needs the data (all the receives of one task together), then
+writes the bytes into its local data with a local task. Tags come from the data and
+its version (the writes and combinations so far, the same on every rank), so messages
+cannot be confused whatever the interleaving of ranks (where tags wrap around, both
+sides post in program order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only
+in a local wait (which depends on local work only) or waiting for a receive, and by
+then every send of the program points it has passed is posted; the rank it waits for
+posts the matching send at a program point it reaches without waiting for us
+(everything it waits for before it comes from earlier points). Bodies written with
+``t.run(fn)`` are correct on every rank unchanged: on a rank where the task does not
+execute ``run`` does nothing, and touching a view there raises
+:class:`RemoteTaskError`.
+
+Reductions (``ld.reduce(op)``): a task reducing into a data on rank ``E`` reduces
+into ``E``'s *partial* of it (a local data filled with the identity of ``op`` when
+``E`` first contributes); the holders do not change. The next other access of the
+data (or ``wait``, ``finalize``, or a reduction with another operation) combines on
+the rank that needs it: the current value, then every contributing rank's partial
+in rank order (each sent by its rank), so the result is the same wherever it is
+combined; that rank then holds the data alone.
+
+The hot path: on every rank, every task costs the check of its dependencies, a test
+per dependency (pending reduction, reduction, or read by a rank not holding the
+data) and the update of the holders; only the executing rank builds a local task,
+and only the ranks of an exchange do more.
 
 A failure on one rank would leave the others waiting in their next transfer: a
 ``distributed_context`` used as a ``with`` block aborts the communicator
@@ -30,17 +53,19 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._access import READ, WRITE
-from ._errors import RemoteTaskError, ScopeError
+from ._access import READ, WRITE, mode_name
+from ._errors import AccessModeError, RemoteTaskError, ScopeError
+from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
 _TAG_LIMIT = 32767
-"""Tags stay below the smallest upper bound MPI guarantees."""
+"""The smallest upper bound of tags MPI guarantees (the communicator's own bound is
+used when it says)."""
 
 
 class dist_data:
@@ -49,7 +74,8 @@ class dist_data:
     rank)."""
 
     __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
-                 "is_token", "_deps", "_local_deps")
+                 "is_token", "reduction", "partial", "version", "incoming", "context",
+                 "_deps", "_local_deps")
 
     def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
                  dtype: np.dtype, name: str, holders: set[int],
@@ -62,6 +88,11 @@ class dist_data:
         self.name = name
         self.holders = holders
         self.is_token = is_token
+        self.reduction: _Reduction | None = None   # partials not combined yet
+        self.partial: Any = None         # this rank's local partial (made when needed)
+        self.version = 0                 # writes and combinations so far: message tags
+        self.incoming: _Incoming | None = None    # a value received, not landed yet
+        self.context: Any = None                     # the distributed_context
         # Dependencies are values: one of each mode, made once (here and locally).
         self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
         self._local_deps: dict[int, Any] = {}       # made when first used
@@ -73,7 +104,8 @@ class dist_data:
         if dep is None:
             local = self.local
             dep = (local.read(place) if mode == READ else local.write(place)
-                   if mode == WRITE else local.rw(place))
+                   if mode == WRITE else local.rw(place) if mode == READ | WRITE
+                   else self.partial.reduce(reduce_op(mode).name, place))
             if place is None:
                 self._local_deps[mode] = dep
         return dep
@@ -88,6 +120,25 @@ class dist_data:
     def rw(self, dplace: Any = None) -> dist_dep:
         return (self._deps[READ | WRITE] if dplace is None
                 else dist_dep(self, READ | WRITE, dplace))
+
+    def reduce(self, op: Any = "sum", dplace: Any = None) -> dist_dep:
+        """A reduction dependency (``logical_data.reduce``): the task's view holds
+        ``op``'s identity and what it leaves there is combined into the data with
+        ``op``; tasks on different ranks reducing into the data each accumulate into
+        a partial of their rank, combined in rank order when the data is next
+        accessed otherwise (or waited on, or finalized)."""
+        if self.is_token:
+            raise TypeError(f"reduce() on token {self.name}: a token holds no data "
+                            "to reduce into; use read()/rw()")
+        operation = resolve_op(op)
+        operation.check_dtype(self.dtype, f"reduce() on {self.name}")
+        mode = reduce_mode(operation)
+        if dplace is not None:
+            return dist_dep(self, mode, dplace)
+        dep = self._deps.get(mode)
+        if dep is None:
+            dep = self._deps[mode] = dist_dep(self, mode)
+        return dep
 
     def __repr__(self) -> str:
         return (f"<dist_data {self.name} owner={self.owner} "
@@ -104,7 +155,22 @@ class dist_dep(tuple):
         return super().__new__(cls, (data, mode, place))
 
     def __repr__(self) -> str:
-        return f"dist_dep({self[0].name}, {('read', 'write', 'rw')[self[1] - 1]})"
+        return f"dist_dep({self[0].name}, {mode_name(self[1])})"
+
+
+class _Reduction:
+    """The reductions into one data not combined yet: their operation and the ranks
+    holding a partial result (the same on every rank)."""
+
+    __slots__ = ("op", "mode", "ranks")
+
+    def __init__(self, mode: int) -> None:
+        self.mode = mode
+        self.op: ReduceOp = reduce_op(mode)
+        self.ranks: set[int] = set()
+
+    def __repr__(self) -> str:
+        return f"<_Reduction {self.op.name} on ranks {sorted(self.ranks)}>"
 
 
 class dist_task:
@@ -114,33 +180,83 @@ class dist_task:
     empty: ``runs_here`` is False, ``run`` does nothing, views raise.
     """
 
-    def __init__(self, ctx: distributed_context, deps: list[dist_dep],
+    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "local")
+
+    def __init__(self, ctx: distributed_context, deps: tuple[dist_dep, ...],
                  rank: int | None, place: Any) -> None:
+        # Check the dependencies; the task executes on `rank`, else on the owner of
+        # its first written data, else of its first data (rank 0 without any).
+        written = None
+        reduces = False
+        for dep in deps:
+            if dep.__class__ is not dist_dep or dep[0].context is not ctx:
+                raise TypeError(f"a dependency of a distributed task is "
+                                f"ld.read()/write()/rw()/reduce() of this context's "
+                                f"data, got {type(dep).__name__}")
+            mode = dep[1]
+            if mode & WRITE:
+                if written is None:
+                    written = dep[0].owner
+            elif mode & REDUCE:
+                reduces = True
+        if reduces:
+            _check_reductions(deps)
+        if rank is not None:
+            rank = ctx._check_owner(rank)
+        else:
+            rank = written if written is not None else deps[0][0].owner if deps else 0
         self._ctx = ctx
         self._deps = deps
-        self.rank = ctx._executing_rank(deps, rank)
-        self.runs_here = self.rank == ctx.rank
+        self.rank = rank
+        self.runs_here = rank == ctx.rank
         self._place = place
         self.local: Any = None
 
     def __enter__(self) -> dist_task:
-        ctx = self._ctx
-        rank = self.rank
-        for data, mode, _ in self._deps:
-            if mode & READ and rank not in data.holders:
-                ctx._bring(data, rank)
-        if self.runs_here:
-            local_deps = [data.local_dep(mode, place) for data, mode, place in self._deps]
+        local_deps = self._prepare()
+        if local_deps is not None:
             if self._place is not None:
                 local_deps.insert(0, self._place)
-            self.local = ctx.local.task(*local_deps)
-            self.local.__enter__()
+            local = self.local = self._ctx.local.task(*local_deps)
+            local.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.local is not None:
             self.local.__exit__(*exc)
-        _executed(self._deps, self.rank)
+        rank = self.rank
+        for data, mode, _ in self._deps:           # _executed(), inlined: hot path
+            if mode & WRITE:
+                data.version += 1
+                holders = data.holders
+                if len(holders) != 1 or rank not in holders:
+                    data.holders = {rank}
+            elif mode & READ:
+                data.holders.add(rank)
+
+    def _prepare(self) -> list[Any] | None:
+        """The collective bookkeeping before the task, and its exchanges; on the
+        executing rank, the local dependencies (``None`` elsewhere).
+
+        This is the hot path of every rank for every task: a dependency needs
+        :meth:`distributed_context._prepare` only when its data has a pending
+        reduction, is reduced into, or is read on a rank not holding it.
+        """
+        ctx = self._ctx
+        rank = self.rank
+        if ctx._exchanges.in_flight:
+            ctx._exchanges.progress()
+        for data, mode, _ in self._deps:
+            if data.reduction is not None or mode & REDUCE or (
+                    mode & READ and rank not in data.holders):
+                ctx._prepare(data, mode, rank)
+        if not self.runs_here:
+            return None
+        if ctx._arriving:
+            ctx._land(self._deps)
+        return [data.local_dep(mode, place) if place is not None or mode not in
+                data._local_deps else data._local_deps[mode]
+                for data, mode, place in self._deps]
 
     def run(self, fn: Callable[..., Any], *indices: int) -> None:
         """``fn(xp, *arrays)`` on the executing rank (``task.run``: ``indices``
@@ -178,16 +294,97 @@ class dist_task:
         return self.local.stream_ptr()
 
 
-def _executed(deps: list[dist_dep], rank: int) -> None:
+def _executed(deps: tuple[dist_dep, ...], rank: int) -> None:
     """After work on ``rank``: the data it wrote are held by ``rank`` alone (the other
-    copies are stale), the data it read by ``rank`` too."""
+    copies are stale), the data it read by ``rank`` too (a reduction changes no
+    holder: its partial waits on ``rank``)."""
     for data, mode, _ in deps:
         holders = data.holders
         if mode & WRITE:
+            data.version += 1
             if len(holders) != 1 or rank not in holders:
                 data.holders = {rank}
-        else:
+        elif mode & READ:
             holders.add(rank)
+
+
+def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
+    """Refuse, on every rank alike, a task reducing into a data and accessing it
+    again (as a local task does)."""
+    seen = [data for data, _, _ in deps]
+    for data, mode, _ in deps:
+        if mode & REDUCE and seen.count(data) > 1:
+            raise AccessModeError(
+                f"a distributed task reduces into {data.name} and accesses it again; "
+                "a task reduces into a data once and does nothing else with it "
+                "(reduce in one task, read in a later one)")
+
+
+class _Incoming:
+    """A receive posted into ``buffer`` (its ``request`` completed by
+    :meth:`_Exchanges.complete`)."""
+
+    __slots__ = ("request", "buffer")
+
+    def __init__(self, request: Any, buffer: np.ndarray) -> None:
+        self.request = request
+        self.buffer = buffer
+
+
+class _Exchanges:
+    """This rank's messages: sends posted at their program point, completed lazily;
+    receives posted at their program point, completed when the data is needed.
+
+    ``in_flight`` holds the posted sends and their buffers, kept alive until the
+    sends complete (tested at every task, waited for at ``fence``/``finalize``).
+    Every send of the program points a rank has passed is posted, so a rank that
+    blocks waiting for a receive holds back nothing another rank may wait for.
+    """
+
+    def __init__(self, comm: Any, local: Any) -> None:
+        self.comm = comm
+        self.local = local
+        try:
+            from mpi4py import MPI
+            bound = comm.Get_attr(MPI.TAG_UB)
+        except (ImportError, AttributeError):   # not an mpi4py communicator
+            bound = None
+        self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
+        self.in_flight: list[tuple[Any, np.ndarray]] = []
+
+    def send(self, local_data: Any, dest: int, tag: int) -> None:
+        """Post the send of local logical data ``local_data``'s value to ``dest``
+        once it is ready on this rank (the local work producing it, not the
+        receiver, is waited for)."""
+        buffer = np.array(self.local.wait(local_data), order="C")     # keeps 0-d
+        self.in_flight.append((self.comm.Isend(buffer, dest=dest, tag=tag), buffer))
+
+    def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
+                ) -> _Incoming:
+        """Post the receive of a value of ``shape`` and ``dtype`` from ``source``."""
+        buffer = np.empty(shape, dtype)
+        return _Incoming(self.comm.Irecv(buffer, source=source, tag=tag), buffer)
+
+    def progress(self) -> None:
+        """Forget the sends that completed, oldest first (at every task while any
+        is in flight; the test also lets MPI progress them)."""
+        in_flight = self.in_flight
+        done = 0
+        while done < len(in_flight) and in_flight[done][0].Test():
+            done += 1
+        if done:
+            del in_flight[:done]
+
+    def complete(self, incoming: list[_Incoming]) -> None:
+        """Wait for the receives ``incoming``."""
+        from mpi4py import MPI
+        MPI.Request.Waitall([item.request for item in incoming])
+
+    def flush(self) -> None:
+        """Wait until every send completed (fence, finalize)."""
+        from mpi4py import MPI
+        MPI.Request.Waitall([request for request, _ in self.in_flight])
+        self.in_flight.clear()
 
 
 class distributed_context:
@@ -213,6 +410,8 @@ class distributed_context:
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
         self.local = context(backend=backend, use_graph=use_graph)
+        self._exchanges = _Exchanges(comm, self.local)
+        self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
 
@@ -240,6 +439,7 @@ class distributed_context:
             local = self.local.logical_data(np.zeros(array.shape, array.dtype),
                                             name=label)
         data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
+        data.context = self
         self._data.append(data)
         return data
 
@@ -261,34 +461,18 @@ class distributed_context:
         local = self.local.logical_data(buffer, name=label)
         data = dist_data(local, owner, index, buffer.shape, buffer.dtype, label,
                          {owner})
+        data.context = self
         self._data.append(data)
         return data
 
     # -- work ------------------------------------------------------------------------
-    def _executing_rank(self, deps: list[dist_dep], rank: int | None
-                        ) -> int:
-        for dep in deps:
-            if not isinstance(dep, dist_dep) or not self._owns(dep[0]):
-                raise TypeError(f"a dependency of a distributed task is "
-                                f"ld.read()/write()/rw() of this context's data, got "
-                                f"{type(dep).__name__}")
-        if rank is not None:
-            return self._check_owner(rank)
-        for data, mode, _ in deps:
-            if mode & WRITE:
-                return data.owner
-        return deps[0][0].owner if deps else 0
-
-    def _owns(self, data: dist_data) -> bool:
-        index = data.index
-        return index < len(self._data) and self._data[index] is data
-
     def task(self, *deps: dist_dep, rank: int | None = None,
              place: Any = None) -> dist_task:
         """A task executing on ``rank`` (default: the owner of its first written
         data), on execution place ``place`` there."""
-        self._check_live("task()")
-        return dist_task(self, list(deps), rank, place)
+        if self._finalized:
+            self._check_live("task()")
+        return dist_task(self, deps, rank, place)
 
     def host_launch(self, *deps: dist_dep, fn: Callable[..., Any],
                     rank: int | None = None) -> None:
@@ -296,45 +480,135 @@ class distributed_context:
         self._check_live("host_launch()")
         if not callable(fn):
             raise TypeError(f"host_launch: fn must be callable, got {type(fn).__name__}")
-        t = dist_task(self, list(deps), rank, None)
-        for data, mode, _ in t._deps:
-            if mode & READ:
-                self._bring(data, t.rank)
-        if t.runs_here:
-            arrays = [data.local_dep(mode, place) for data, mode, place in t._deps
+        t = dist_task(self, deps, rank, None)
+        local_deps = t._prepare()
+        if local_deps is not None:
+            arrays = [local for local, (data, _, _) in zip(local_deps, deps)
                       if not data.is_token]
-            tokens = [data.local_dep(mode) for data, mode, _ in t._deps if data.is_token]
+            tokens = [local for local, (data, _, _) in zip(local_deps, deps)
+                      if data.is_token]
             count = len(arrays)          # the tokens' bytes are not the callback's
             self.local.host_launch(*arrays, *tokens,
                                    fn=lambda *values: fn(*values[:count]))
-        _executed(t._deps, t.rank)
+        _executed(deps, t.rank)
 
     # -- exchanges -------------------------------------------------------------------
-    def _tag(self, data: dist_data) -> int:
-        return data.index % _TAG_LIMIT
+    def _prepare(self, data: dist_data, mode: int, rank: int) -> None:
+        """Before work on ``rank`` accessing ``data`` with ``mode`` (collective
+        bookkeeping): combine the data's pending reductions unless it reduces into
+        it with the same operation, bring it the data if it reads it, and give it a
+        partial, holding the identity, if it reduces into it."""
+        reduction = data.reduction
+        if mode & REDUCE:
+            if reduction is not None and reduction.mode != mode:
+                self._combine(data, rank)        # another operation: settle first
+                reduction = None
+            if reduction is None:
+                reduction = data.reduction = _Reduction(mode)
+            if rank not in reduction.ranks:
+                reduction.ranks.add(rank)
+                if rank == self.rank:
+                    self._open_partial(data, reduction.op)
+            return
+        if reduction is not None:
+            self._combine(data, rank)
+        if mode & READ and rank not in data.holders:
+            self._bring(data, rank)
+
+    def _open_partial(self, data: dist_data, op: ReduceOp) -> None:
+        """Fill this rank's partial of ``data`` with ``op``'s identity (a local task;
+        the partial is made on first use and kept)."""
+        if data.partial is None:
+            data.partial = self.local.logical_data_empty(data.shape, data.dtype,
+                                                         name=f"{data.name}.partial")
+        identity = op.identity(data.dtype)
+        with self.local.task(data.partial.write()) as t:
+            t.run(lambda xp, view: view.fill(identity))
+
+    def _combine(self, data: dist_data, rank: int) -> None:
+        """Combine the pending reductions into ``data`` on ``rank`` (collective): its
+        current value, brought to ``rank``, then every partial in rank order, each
+        sent by its rank; ``rank`` then holds the result alone."""
+        reduction = data.reduction
+        assert reduction is not None
+        data.reduction = None
+        if rank not in data.holders:
+            self._bring(data, rank)
+        ranks = sorted(reduction.ranks)
+        tag = self._tag(data, partial=True)
+        exchanges = self._exchanges
+        if self.rank != rank:
+            if self.rank in reduction.ranks:
+                exchanges.send(data.partial, rank, tag)
+        else:
+            parts = {source: exchanges.receive(data.shape, data.dtype, source, tag)
+                     for source in ranks if source != rank}
+            self._land([(data, READ, None)], list(parts.values()))
+            ufunc = reduction.op.ufunc
+            deps = [data.local.rw()]
+            if rank in reduction.ranks:
+                deps.append(data.partial.read())
+
+            def combine(xp: Any, value: Any, *mine: Any) -> None:
+                for source in ranks:          # rank order: the same result anywhere
+                    part = mine[0] if source == rank else xp.asarray(parts[source].buffer)
+                    ufunc(value, part, out=value)
+
+            with self.local.task(*deps) as t:
+                t.run(combine)
+        data.holders = {rank}
+        data.version += 1
 
     def _bring(self, data: dist_data, rank: int) -> None:
-        """Make ``rank`` hold ``data``'s current version (collective bookkeeping; a
-        Send/Recv between the lowest holder and ``rank``)."""
+        """Make ``rank`` hold ``data``'s current version (collective bookkeeping): the
+        lowest holder sends it, ``rank`` posts its receive (landed in the local data
+        when first needed there, :meth:`_land`)."""
         if rank in data.holders:
             return
         source = min(data.holders)
         if self.rank == source:
-            value = np.array(self.local.wait(data.local), order="C")
-            self.comm.Send(value, dest=rank, tag=self._tag(data))
+            self._land([(data, READ, None)])
+            self._exchanges.send(data.local, rank, self._tag(data))
         elif self.rank == rank:
-            buffer = np.empty(data.shape, dtype=data.dtype)
-            self.comm.Recv(buffer, source=source, tag=self._tag(data))
-            with self.local.task(data.local.write()) as t:
-                t.run(lambda xp, target: target.__setitem__(Ellipsis,
-                                                            xp.asarray(buffer)))
+            data.incoming = self._exchanges.receive(data.shape, data.dtype, source,
+                                                    self._tag(data))
+            self._arriving += 1
         data.holders.add(rank)
+
+    def _land(self, deps: Any, also: Sequence[_Incoming] = ()) -> None:
+        """Complete the receives of the data of ``deps`` (and the requests ``also``)
+        and write what arrived into the local data, before local work uses it."""
+        arriving = [data for data, _, _ in deps if data.incoming is not None]
+        if not arriving and not also:
+            return
+        if len(arriving) > 1:
+            arriving = list({id(data): data for data in arriving}.values())
+        self._exchanges.complete([data.incoming for data in arriving] + list(also))
+        for data in arriving:
+            buffer = data.incoming.buffer
+            data.incoming = None
+            self._arriving -= 1
+            with self.local.task(data.local.write()) as t:
+                t.run(lambda xp, target, buffer=buffer:
+                      target.__setitem__(Ellipsis, xp.asarray(buffer)))
+
+    def _tag(self, data: dist_data, partial: bool = False) -> int:
+        """The tag of a message carrying ``data``'s current version (or a partial
+        result of its reduction): from the data and its version, within the
+        communicator's tag limit."""
+        return ((data.index << 16) | (data.version & 0x7FFF) << 1 | partial) \
+            % self._exchanges.tag_limit
 
     def wait(self, data: dist_data) -> np.ndarray:
         """The current value of ``data``, on every rank (collective)."""
         self._check_live("wait()")
+        if data.is_token:
+            raise TypeError(f"wait() on token {data.name}: a token holds no data")
+        if data.reduction is not None:
+            self._combine(data, min(data.holders))
         source = min(data.holders)
         if self.rank == source:
+            self._land([(data, READ, None)])
             value = np.array(self.local.wait(data.local), order="C")   # keeps 0-d
         else:
             value = np.empty(data.shape, dtype=data.dtype)
@@ -342,7 +616,11 @@ class distributed_context:
         return value
 
     def fence(self) -> None:
-        """The local context's fence on every rank."""
+        """Land what this rank received, complete its sends, then fence the local
+        context (every rank)."""
+        self._check_live("fence()")
+        self._land([(data, READ, None) for data in self._data])
+        self._exchanges.flush()
         self.local.fence()
 
     def finalize(self) -> None:
@@ -351,7 +629,11 @@ class distributed_context:
         if self._finalized:
             return
         for data in self._data:
+            if data.reduction is not None:
+                self._combine(data, data.owner)
             self._bring(data, data.owner)
+        self._land([(data, READ, None) for data in self._data])
+        self._exchanges.flush()
         self._finalized = True
         self.local.finalize()
         self.comm.Barrier()

@@ -1,7 +1,8 @@
 """The distributed differential test: random programs over MPI ranks.
 
 :func:`check_distributed_program` draws a program (:func:`generate_program`, without
-reductions or early drops), gives every data a random owner rank and some tasks a
+early drops; with the generator's accumulators, data only reduced into and read, when
+``reductions=True``), gives every data a random owner rank and some tasks a
 random executing rank, runs it through ``stf.distributed_context`` on every rank of
 ``comm``, and checks on every rank each ``wait`` result against the sequential NumPy
 oracle, and on each owner the final user arrays it owns (the other ranks' arrays must
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._reduce import REDUCE, reduce_op
 from ._ops import TaskOp
 from ._programs import (Program, _host_fn, _place, _same, generate_program,
                         run_oracle, task_body, user_arrays)
@@ -79,6 +81,8 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
 
 
 def _dep(data: Any, mode: int, place: Any) -> Any:
+    if mode & REDUCE:
+        return data.reduce(reduce_op(mode).name, place)
     if mode == 1:
         return data.read(place)
     if mode == 2:
@@ -87,9 +91,10 @@ def _dep(data: Any, mode: int, place: Any) -> Any:
 
 
 def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
-                              **options: Any) -> None:
+                              reductions: bool = False, **options: Any) -> None:
     """Run the program of ``seed`` over ``comm`` and compare with the oracle (on
-    every rank; collective).
+    every rank; collective). ``reductions``: with accumulators (``ld.reduce(op)`` by
+    tasks on random ranks, combined across ranks).
 
     Raises
     ------
@@ -97,7 +102,7 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         With the program listing and the first differences, on the rank that saw
         them (after every rank finished the program).
     """
-    program = generate_program(seed, 2, reductions=False, drops=False, **options)
+    program = generate_program(seed, 2, reductions=reductions, drops=False, **options)
     expected = run_oracle(program)
     waits, final, owners = run_distributed_program(program, comm, backend)
     rank = int(comm.Get_rank())

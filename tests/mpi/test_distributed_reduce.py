@@ -1,0 +1,75 @@
+"""Reductions across ranks: ``ld.reduce(op)`` in a distributed task accumulates into a
+partial of the executing rank; the next other access (or ``wait``, ``finalize``)
+combines the partials, in rank order, on the rank that needs the value.
+
+The differential test here is the distributed one (``stflow.testing``'s
+``check_distributed_program``) with the generator's accumulators: data only reduced
+into (``sum``, ``prod``, ``min``, ``max``) and read, by tasks on random ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import numpy as np
+import pytest
+
+import stflow as stf
+from stflow.errors import AccessModeError
+from stflow.testing import check_distributed_program
+
+SEEDS = int(os.environ.get("STFLOW_DISTRIBUTED_SEEDS", "300"))
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS, 50))
+def test_random_programs_with_reductions_match_the_oracle_on_every_rank(comm, first):
+    failures = []
+    for seed in range(first, min(first + 50, SEEDS)):
+        try:
+            check_distributed_program(seed, comm, reductions=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])
+
+
+def test_every_rank_reduces_into_one_sum_combined_in_rank_order(comm):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    total = np.full(3, 100.0)
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        acc = ctx.logical_data(total, owner=size - 1, name="acc")
+        for step in range(3 * size):
+            with ctx.task(acc.reduce("sum"), rank=step % size) as t:
+                # The view holds the identity; what the task leaves there is added.
+                t.run(lambda xp, view, step=step: view.__setitem__(Ellipsis, step))
+        seen = ctx.wait(acc)                        # combined, then on every rank
+        with ctx.task(acc.reduce(np.maximum), rank=0) as t:   # another operation
+            t.run(lambda xp, view: view.__setitem__(Ellipsis, 1e6))
+    want = 100.0 + sum(range(3 * size))
+    np.testing.assert_array_equal(seen, np.full(3, want))
+    np.testing.assert_array_equal(total, np.full(3, 1e6) if rank == size - 1
+                                  else np.full(3, 100.0))   # finalize: on the owner
+
+
+def test_a_reduction_is_read_where_the_next_task_runs(comm):
+    size = comm.Get_size()
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        acc = ctx.logical_data(np.ones(4), owner=0)
+        out = ctx.logical_data(np.zeros(4), owner=size - 1)
+        for r in range(size):
+            with ctx.task(acc.reduce("prod"), rank=r) as t:
+                t.run(lambda xp, view: view.__imul__(2.0))
+        with ctx.task(out.write(), acc.read()) as t:       # on the owner of out
+            t.run(lambda xp, o, a: o.__setitem__(Ellipsis, a + 1))
+        np.testing.assert_array_equal(ctx.wait(out), np.full(4, 2.0 ** size + 1))
+
+
+def test_reducing_and_accessing_the_same_data_is_refused_on_every_rank(comm):
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        acc = ctx.logical_data(np.zeros(2))
+        with pytest.raises(AccessModeError, match="reduces into"):
+            ctx.task(acc.reduce(), acc.read())
+        with pytest.raises(TypeError, match="token"):
+            ctx.token().reduce()
+        with pytest.raises(ValueError, match="op must be one of"):
+            acc.reduce("mean")
+        with pytest.raises(TypeError, match="integer"):
+            acc.reduce("bitwise_or")
