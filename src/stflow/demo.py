@@ -65,7 +65,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_SIZE", "SIZES", "SolveResult", "layout", "main", "poisson_matvec", "poisson_rhs",
+__all__ = ["DEFAULT_SIZE", "SIZES", "SolveResult", "halo_reads", "layout", "main",
+           "poisson_matvec", "poisson_rhs",
            "reference_cg", "row_blocks", "solve"]
 
 SIZES = {"small": (32, 60), "medium": (128, 250), "large": (512, 1000)}
@@ -332,14 +333,9 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
                 submit.task(home[k], _copy_edges, p[k].read(), top[k].write(),
                             bottom[k].write(), symbol=f"halo[{k}]")
             for k in range(blocks):
-                halos = []
-                if k > 0:
-                    halos.append(bottom[k - 1].read())
-                if k < blocks - 1:
-                    halos.append(top[k + 1].read())
                 submit.task(home[k], _matvec_kernel(k > 0, k < blocks - 1),
-                            p[k].read(), *halos, ap[k].write(), pap[k].write(),
-                            symbol=f"matvec[{k}]")
+                            p[k].read(), *halo_reads(k, top, bottom), ap[k].write(),
+                            pap[k].write(), symbol=f"matvec[{k}]")
             submit.task(0, _alpha, scalars.rw(), *(part.read() for part in pap),
                         symbol="alpha")
             for k in range(blocks):
@@ -382,6 +378,17 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
                       and (it % report_every == 0 or it == iterations))
     seconds = time.perf_counter() - started
     return SolveResult(x_full, submit.tasks, seconds, ctx.statistics(), launches)
+
+
+def halo_reads(k: int, top: Sequence[Any], bottom: Sequence[Any]) -> list[Any]:
+    """The reads of block ``k``'s halo rows: the last row of the block above
+    (``bottom[k - 1]``) and the first row of the block below (``top[k + 1]``)."""
+    halos = []
+    if k > 0:
+        halos.append(bottom[k - 1].read())
+    if k < len(top) - 1:
+        halos.append(top[k + 1].read())
+    return halos
 
 
 def _report(scalars: np.ndarray, out: Callable[[str], Any]) -> None:
