@@ -1,12 +1,22 @@
-"""The cost of the distributed layer per task, on every rank.
+"""The cost of the distributed layer per task, on every rank, and exchanges.
 
     mpiexec -n N python benchmarks/distributed_overhead.py [--tasks 4000]
+    mpiexec -n N python benchmarks/distributed_overhead.py --case exchange
 
-A ``distributed_context`` on the null backend (no device work); task ``i`` writes the
-data owned by rank ``i % N``, so every task executes where its data lives (no
-transfer). Every rank unrolls every task; the figure per task *submitted* is what a
-rank pays for the whole flow, to compare with a single-process task
-(``stf.context``) measured on the same rank.
+``--case local`` (the default): a ``distributed_context`` on the null backend (no
+device work); task ``i`` writes the data owned by rank ``i % N``, so every task
+executes where its data lives (no transfer). Every rank unrolls every task: the figure
+per task *submitted* is what a rank pays for the whole flow; it is split into the
+tasks that execute on the rank and those that only update its bookkeeping (measured
+apart: all tasks on this rank, then all tasks on another rank), to compare with a
+single-process task (``stf.context``) measured on the same rank.
+
+``--case exchange``: real exchanges on the emulated backend. Every iteration, each
+rank runs ``--work-tasks`` tasks of ``--work-us`` µs of device time on its own data
+(a sleep on the emulated device), then writes a vector of ``--bytes`` bytes from
+it, which the next rank (a ring) reads in a task of its own. Prints the wall time to
+the end of ``finalize()`` and the time the rank's program spent submitting (the rest
+of the wall time is the device finishing after the last submission).
 """
 
 from __future__ import annotations
@@ -20,20 +30,25 @@ from mpi4py import MPI
 import stflow as stf
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=4000)
-    tasks = parser.parse_args().tasks
-    comm = MPI.COMM_WORLD
+def _per_task(ctx: stf.distributed_context, data: list, tasks: int
+              ) -> float:
+    start = time.perf_counter()
+    for i in range(tasks):
+        with ctx.task(data[i % len(data)].rw()):
+            pass
+    return (time.perf_counter() - start) / tasks
+
+
+def local_case(comm: MPI.Comm, tasks: int) -> None:
     size, rank = comm.Get_size(), comm.Get_rank()
     with stf.distributed_context(comm, backend="null") as ctx:
         data = [ctx.logical_data(np.zeros(16), owner=r) for r in range(size)]
         comm.Barrier()
-        start = time.perf_counter()
-        for i in range(tasks):
-            with ctx.task(data[i % size].rw()):
-                pass
-        distributed = (time.perf_counter() - start) / tasks
+        mixed = _per_task(ctx, data, tasks)           # 1/N of them execute here
+        comm.Barrier()
+        here = _per_task(ctx, [data[rank]], tasks)    # all execute here
+        comm.Barrier()
+        elsewhere = _per_task(ctx, [data[(rank + 1) % size]], tasks) if size > 1 else 0
         comm.Barrier()
     with stf.context(backend="null") as plain:
         x = plain.logical_data(np.zeros(16))
@@ -42,12 +57,73 @@ def main() -> None:
             with plain.task(x.rw()):
                 pass
         single = (time.perf_counter() - start) / tasks
-    rows = comm.gather((distributed, single), root=0)
+    rows = comm.gather((mixed, here, elsewhere, single), root=0)
     if rank == 0:
-        worst = max(r[0] for r in rows) * 1e6
-        plain_us = max(r[1] for r in rows) * 1e6
-        print(f"ranks={size}: {worst:.2f} µs per task submitted (the slowest rank; "
-              f"every rank unrolls every task); single-process task {plain_us:.2f} µs")
+        worst = [max(row[i] for row in rows) * 1e6 for i in range(4)]
+        print(f"ranks={size}: {worst[0]:.2f} µs per task submitted (the slowest rank; "
+              f"every rank unrolls every task): {worst[1]:.2f} µs for a task "
+              f"executing on the rank, {worst[2]:.2f} µs for one executing elsewhere; "
+              f"single-process task {worst[3]:.2f} µs")
+
+
+def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: float,
+                  nbytes: int) -> None:
+    size, rank = comm.Get_size(), comm.Get_rank()
+
+    def work(xp: object, a: np.ndarray) -> None:
+        time.sleep(work_us * 1e-6)          # device time (the GIL is released)
+        a += 1.0
+
+    def pack(xp: object, message: np.ndarray, a: np.ndarray) -> None:
+        message[...] = a[0]
+
+    def consume(xp: object, total: np.ndarray, message: np.ndarray) -> None:
+        total += message[:total.size]
+
+    comm.Barrier()
+    start = time.perf_counter()
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        state = [ctx.logical_data(np.zeros(16), owner=r) for r in range(size)]
+        totals = [ctx.logical_data(np.zeros(16), owner=r) for r in range(size)]
+        messages = [ctx.logical_data_empty((nbytes // 8,), owner=r) for r in range(size)]
+        for _ in range(iterations):
+            for r in range(size):
+                for _ in range(work_tasks):
+                    with ctx.task(state[r].rw()) as t:
+                        t.run(work)
+                with ctx.task(messages[r].write(), state[r].read()) as t:
+                    t.run(pack)
+            for r in range(size):
+                with ctx.task(totals[(r + 1) % size].rw(), messages[r].read()) as t:
+                    t.run(consume)
+        submitted = time.perf_counter() - start
+        result = ctx.wait(totals[0])
+    wall = time.perf_counter() - start
+    expected = sum(range(work_tasks, work_tasks * iterations + 1, work_tasks))
+    rows = comm.gather((wall, submitted), root=0)
+    if rank == 0:
+        assert result[0] == expected, (result[0], expected)
+        device = iterations * work_tasks * work_us * 1e-6
+        print(f"ranks={size}: {iterations} iterations of {work_tasks} tasks x "
+              f"{work_us:.0f} µs + a {nbytes}-byte exchange to the next rank: wall "
+              f"{max(r[0] for r in rows):.3f} s (device work per rank {device:.3f} s), "
+              f"submission done after {max(r[1] for r in rows):.3f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", choices=("local", "exchange"), default="local")
+    parser.add_argument("--tasks", type=int, default=4000)
+    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--work-tasks", type=int, default=4)
+    parser.add_argument("--work-us", type=float, default=500.0)
+    parser.add_argument("--bytes", type=int, default=1 << 16)
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    if args.case == "local":
+        local_case(comm, args.tasks)
+    else:
+        exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)
 
 
 if __name__ == "__main__":
