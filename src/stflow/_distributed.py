@@ -53,15 +53,25 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from ._access import READ, WRITE, mode_name
+from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
+
+Rank = Union[int, Any]
+"""A rank in a public signature: an ``int`` (checked by the methods themselves, with
+messages naming the remedy, rather than by the compiled build's argument checks)."""
+
+Dependency = Union["dist_dep", Any]
+"""A dependency in a public signature: ``ld.read()`` and the like (checked the same
+way)."""
 
 _TAG_LIMIT = 32767
 """The smallest upper bound of tags MPI guarantees (the communicator's own bound is
@@ -145,6 +155,7 @@ class dist_data:
                 f"holders={sorted(self.holders)}>")
 
 
+@mypyc_attr(native_class=False)       # a tuple subclass: a Python class when compiled
 class dist_dep(tuple):
     """``(data, mode, place)``: a dependency of a distributed task (``ld.read()``,
     ...; ``place``: the data place on the executing rank, ``None`` for affine)."""
@@ -152,7 +163,7 @@ class dist_dep(tuple):
     __slots__ = ()
 
     def __new__(cls, data: dist_data, mode: int, place: Any = None) -> dist_dep:
-        return super().__new__(cls, (data, mode, place))
+        return tuple.__new__(cls, (data, mode, place))
 
     def __repr__(self) -> str:
         return f"dist_dep({self[0].name}, {mode_name(self[1])})"
@@ -183,7 +194,7 @@ class dist_task:
     __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "local")
 
     def __init__(self, ctx: distributed_context, deps: tuple[dist_dep, ...],
-                 rank: int | None, place: Any) -> None:
+                 rank: Any, place: Any) -> None:
         # Check the dependencies; the task executes on `rank`, else on the owner of
         # its first written data, else of its first data (rank 0 without any).
         written = None
@@ -254,9 +265,11 @@ class dist_task:
             return None
         if ctx._arriving:
             ctx._land(self._deps)
-        return [data.local_dep(mode, place) if place is not None or mode not in
-                data._local_deps else data._local_deps[mode]
-                for data, mode, place in self._deps]
+        local_deps = []                   # a loop, not a comprehension: no frame
+        for data, mode, place in self._deps:
+            dep = None if place is not None else data._local_deps.get(mode)
+            local_deps.append(dep if dep is not None else data.local_dep(mode, place))
+        return local_deps
 
     def run(self, fn: Callable[..., Any], *indices: int) -> None:
         """``fn(xp, *arrays)`` on the executing rank (``task.run``: ``indices``
@@ -424,7 +437,7 @@ class distributed_context:
                              f"(0..{self.size - 1})")
         return owner
 
-    def logical_data(self, array: np.ndarray, *, owner: int = 0,
+    def logical_data(self, array: npt.ArrayLike, *, owner: Rank = 0,
                      name: str | None = None) -> dist_data:
         """``array`` as logical data owned by rank ``owner``: its value there is the
         initial value, and ``finalize()`` writes the final value into it there (the
@@ -443,7 +456,7 @@ class distributed_context:
         self._data.append(data)
         return data
 
-    def token(self, *, owner: int = 0, name: str | None = None) -> dist_data:
+    def token(self, *, owner: Rank = 0, name: str | None = None) -> dist_data:
         """Data without bytes that only orders tasks, also across ranks: a task
         reading it on another rank waits for the last one writing it (a one-byte
         message carries the order)."""
@@ -452,7 +465,7 @@ class distributed_context:
         return data
 
     def logical_data_empty(self, shape: tuple[int, ...], dtype: Any = np.float64, *,
-                           owner: int = 0, name: str | None = None) -> dist_data:
+                           owner: Rank = 0, name: str | None = None) -> dist_data:
         """Data without a value yet (written first), owned by ``owner``."""
         owner = self._check_owner(owner)
         index = len(self._data)
@@ -466,7 +479,7 @@ class distributed_context:
         return data
 
     # -- work ------------------------------------------------------------------------
-    def task(self, *deps: dist_dep, rank: int | None = None,
+    def task(self, *deps: Dependency, rank: Rank | None = None,
              place: Any = None) -> dist_task:
         """A task executing on ``rank`` (default: the owner of its first written
         data), on execution place ``place`` there."""
@@ -474,8 +487,8 @@ class distributed_context:
             self._check_live("task()")
         return dist_task(self, deps, rank, place)
 
-    def host_launch(self, *deps: dist_dep, fn: Callable[..., Any],
-                    rank: int | None = None) -> None:
+    def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
+                    rank: Rank | None = None) -> None:
         """``fn(*arrays)`` on the host of the executing rank, after its data."""
         self._check_live("host_launch()")
         if not callable(fn):
