@@ -2,6 +2,7 @@
 
     mpiexec -n N python benchmarks/distributed_overhead.py [--tasks 4000]
     mpiexec -n N python benchmarks/distributed_overhead.py --case exchange
+    mpiexec -n 2 python benchmarks/distributed_overhead.py --case bandwidth [--backend cuda]
 
 ``--case local`` (the default): a ``distributed_context`` on the null backend (no
 device work); task ``i`` writes the data owned by rank ``i % N``, so every task
@@ -17,6 +18,12 @@ rank runs ``--work-tasks`` tasks of ``--work-us`` µs of device time on its own 
 it, which the next rank (a ring) reads in a task of its own. Prints the wall time to
 the end of ``finalize()`` and the time the rank's program spent submitting (the rest
 of the wall time is the device finishing after the last submission).
+
+``--case bandwidth`` (two ranks): rank 0 writes a vector it owns, rank 1 reads it, one
+transfer per repeat, against raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of
+the same size: the bandwidth of the layer's exchanges (including the copy out of the
+source's local data, ``wait``, and the copy into the destination's, the landing; on
+CUDA those are device-host copies) against MPI's own.
 """
 
 from __future__ import annotations
@@ -110,9 +117,57 @@ def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: flo
               f"submission done after {max(r[1] for r in rows):.3f} s")
 
 
+def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str
+                   ) -> None:
+    """Rank 0 rewrites a vector, rank 1 reads it: one transfer per repeat, against
+    raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of the same size."""
+    rank = comm.Get_rank()
+    if comm.Get_size() < 2:
+        raise SystemExit("--case bandwidth needs two ranks")
+    for nbytes in sizes:
+        count = nbytes // 8
+        buffer = np.zeros(count)
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            if rank == 0:
+                comm.Send(buffer, dest=1, tag=7)
+            elif rank == 1:
+                comm.Recv(buffer, source=0, tag=7)
+        comm.Barrier()
+        raw = time.perf_counter() - start
+        with stf.distributed_context(comm, backend=backend) as ctx:
+            x = ctx.logical_data(np.zeros(count), owner=0)
+            seen = ctx.logical_data(np.zeros(1), owner=1)
+            with ctx.task(seen.rw(), x.read(), rank=1):        # a first exchange
+                pass
+            ctx.fence()
+            comm.Barrier()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                with ctx.task(x.rw(), rank=0):           # a new version on rank 0
+                    pass
+                with ctx.task(seen.rw(), x.read(), rank=1):    # brought to rank 1
+                    pass
+            ctx.fence()
+            comm.Barrier()
+            layer = time.perf_counter() - start
+        if rank == 0:
+            gbs = repeats * nbytes / 1e9
+            print(f"{nbytes >> 20:5d} MiB: raw mpi4py {gbs / raw:6.2f} GB/s, "
+                  f"stflow ({backend}) {gbs / layer:6.2f} GB/s, ratio "
+                  f"{raw / layer:.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("local", "exchange"), default="local")
+    parser.add_argument("--case", choices=("local", "exchange", "bandwidth"),
+                        default="local")
+    parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64],
+                        help="message sizes of --case bandwidth")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--backend", default="emulated",
+                        help="the local contexts' backend (--case bandwidth)")
     parser.add_argument("--tasks", type=int, default=4000)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--work-tasks", type=int, default=4)
@@ -122,6 +177,9 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     if args.case == "local":
         local_case(comm, args.tasks)
+    elif args.case == "bandwidth":
+        bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
+                       args.backend)
     else:
         exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)
 

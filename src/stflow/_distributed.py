@@ -369,7 +369,8 @@ class _Exchanges:
         """Post the send of local logical data ``local_data``'s value to ``dest``
         once it is ready on this rank (the local work producing it, not the
         receiver, is waited for)."""
-        buffer = np.array(self.local.wait(local_data), order="C")     # keeps 0-d
+        # wait() returns a new array of the value: sent as it is, no second copy.
+        buffer = np.asarray(self.local.wait(local_data), order="C")      # keeps 0-d
         self.in_flight.append((self.comm.Isend(buffer, dest=dest, tag=tag), buffer))
 
     def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
