@@ -62,6 +62,7 @@ from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
+from ._staging import staging_for
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
@@ -354,9 +355,10 @@ class _Exchanges:
     blocks waiting for a receive holds back nothing another rank may wait for.
     """
 
-    def __init__(self, comm: Any, local: Any) -> None:
+    def __init__(self, comm: Any, local: Any, use_graph: bool) -> None:
         self.comm = comm
         self.local = local
+        self.staging = staging_for(local, use_graph)
         try:
             from mpi4py import MPI
             bound = comm.Get_attr(MPI.TAG_UB)
@@ -369,19 +371,19 @@ class _Exchanges:
         """Post the send of local logical data ``local_data``'s value to ``dest``
         once it is ready on this rank (the local work producing it, not the
         receiver, is waited for)."""
-        # wait() returns a new array of the value: sent as it is, no second copy.
-        buffer = np.asarray(self.local.wait(local_data), order="C")      # keeps 0-d
+        buffer = self.staging.read(self.local, local_data)
         self.in_flight.append((self.comm.Isend(buffer, dest=dest, tag=tag), buffer))
 
     def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
                 ) -> _Incoming:
         """Post the receive of a value of ``shape`` and ``dtype`` from ``source``."""
-        buffer = np.empty(shape, dtype)
+        buffer = self.staging.buffer(shape, dtype)
         return _Incoming(self.comm.Irecv(buffer, source=source, tag=tag), buffer)
 
     def progress(self) -> None:
         """Forget the sends that completed, oldest first (at every task while any
         is in flight; the test also lets MPI progress them)."""
+        self.staging.progress()
         in_flight = self.in_flight
         done = 0
         while done < len(in_flight) and in_flight[done][0].Test():
@@ -424,7 +426,7 @@ class distributed_context:
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
         self.local = context(backend=backend, use_graph=use_graph)
-        self._exchanges = _Exchanges(comm, self.local)
+        self._exchanges = _Exchanges(comm, self.local, use_graph)
         self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
@@ -597,14 +599,14 @@ class distributed_context:
             return
         if len(arriving) > 1:
             arriving = list({id(data): data for data in arriving}.values())
-        self._exchanges.complete([data.incoming for data in arriving] + list(also))
+        exchanges = self._exchanges
+        exchanges.staging.progress()                 # buffers of earlier landings
+        exchanges.complete([data.incoming for data in arriving] + list(also))
         for data in arriving:
             buffer = data.incoming.buffer
             data.incoming = None
             self._arriving -= 1
-            with self.local.task(data.local.write()) as t:
-                t.run(lambda xp, target, buffer=buffer:
-                      target.__setitem__(Ellipsis, xp.asarray(buffer)))
+            exchanges.staging.land(self.local, data.local, buffer)
 
     def _tag(self, data: dist_data, partial: bool = False) -> int:
         """The tag of a message carrying ``data``'s current version (or a partial
