@@ -59,15 +59,22 @@ def use_sources() -> None:
         sys.meta_path.insert(0, _Sources(__package__ or "stflow", Path(__file__).parent))
 
 
-def stale() -> bool:
+def stale(directory: Path | None = None) -> bool:
     """True when a compiled module is older than its source (by more than 2 s, so a
-    source and an extension installed together never count)."""
-    directory = Path(__file__).parent
+    source and an extension installed together never count).
+
+    A module's build time is the newer of its extension and of the library mypyc
+    puts the code of all of them in (``stflow__mypyc.*.so`` beside the package): a
+    rebuild rewrites the library but leaves an unchanged module's extension alone.
+    ``directory``: the package's (default: this one's)."""
+    directory = directory or Path(__file__).parent
+    library = max((path.stat().st_mtime for path in
+                   directory.parent.glob(f"{directory.name}__mypyc.*.so")), default=0.0)
     for name in COMPILED_MODULES:
         source = directory / f"{name}.py"
         for built in directory.glob(f"{name}.*.so"):
             try:
-                if source.stat().st_mtime > built.stat().st_mtime + 2.0:
+                if source.stat().st_mtime > max(built.stat().st_mtime, library) + 2.0:
                     return True
             except OSError:
                 continue

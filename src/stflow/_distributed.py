@@ -192,10 +192,10 @@ class dist_task:
     empty: ``runs_here`` is False, ``run`` does nothing, views raise.
     """
 
-    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "local")
+    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local")
 
     def __init__(self, ctx: distributed_context, deps: tuple[dist_dep, ...],
-                 rank: Any, place: Any) -> None:
+                 rank: Any, place: Any, symbol: str | None = None) -> None:
         # Check the dependencies; the task executes on `rank`, else on the owner of
         # its first written data, else of its first data (rank 0 without any).
         written = None
@@ -222,6 +222,7 @@ class dist_task:
         self.rank = rank
         self.runs_here = rank == ctx.rank
         self._place = place
+        self._symbol = symbol
         self.local: Any = None
 
     def __enter__(self) -> dist_task:
@@ -229,7 +230,9 @@ class dist_task:
         if local_deps is not None:
             if self._place is not None:
                 local_deps.insert(0, self._place)
-            local = self.local = self._ctx.local.task(*local_deps)
+            local = self.local = (self._ctx.local.task(*local_deps)
+                                  if self._symbol is None else
+                                  self._ctx.local.task(*local_deps, symbol=self._symbol))
             local.__enter__()
         return self
 
@@ -412,6 +415,11 @@ class distributed_context:
         Every rank of it runs the same program.
     backend, use_graph
         Of each rank's local context (``stf.context``).
+    device : int, optional
+        The device this rank's tasks run on when they name no place (made the
+        current device of the calling thread). By default, on a backend with several
+        devices, the rank's index among the ranks of its node, modulo the devices:
+        two ranks on a two-GPU node use one GPU each.
 
     Notes
     -----
@@ -420,16 +428,43 @@ class distributed_context:
     """
 
     def __init__(self, comm: Any, *, backend: str | None = None,
-                 use_graph: bool = False) -> None:
+                 use_graph: bool = False, device: int | None = None) -> None:
         from ._context import context
         self.comm = comm
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
         self.local = context(backend=backend, use_graph=use_graph)
+        self._backend: Any = self.local._live().backend
+        self._previous_device = -1
+        self.device = self._choose_device(device)
         self._exchanges = _Exchanges(comm, self.local, use_graph)
         self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
+
+    def _choose_device(self, device: Any) -> int:
+        """Make ``device`` (default: the node-local rank modulo the device count)
+        current for this rank's tasks; returns it."""
+        backend = self._backend
+        count = backend.device_count
+        if device is None:
+            if count <= 1:
+                return backend.current_device()
+            try:
+                from mpi4py import MPI
+                node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+                local_rank = node.Get_rank()
+                node.Free()
+            except (ImportError, AttributeError):      # not an mpi4py communicator
+                local_rank = self.rank
+            device = local_rank % count
+        elif isinstance(device, bool) or not isinstance(device, int) or \
+                not 0 <= device < count:
+            raise ValueError(f"device must be a device of the {backend.name} backend "
+                             f"(0..{count - 1}), got {device!r}")
+        self._previous_device = backend.current_device()     # restored at finalize
+        backend.set_current_device(device)
+        return device
 
     # -- data ------------------------------------------------------------------------
     def _check_owner(self, owner: Any) -> int:
@@ -483,12 +518,13 @@ class distributed_context:
 
     # -- work ------------------------------------------------------------------------
     def task(self, *deps: Dependency, rank: Rank | None = None,
-             place: Any = None) -> dist_task:
+             place: Any = None, symbol: str | None = None) -> dist_task:
         """A task executing on ``rank`` (default: the owner of its first written
-        data), on execution place ``place`` there."""
+        data), on execution place ``place`` there; ``symbol`` names its local task
+        (traces, DOT graphs)."""
         if self._finalized:
             self._check_live("task()")
-        return dist_task(self, deps, rank, place)
+        return dist_task(self, deps, rank, place, symbol)
 
     def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
                     rank: Rank | None = None) -> None:
@@ -652,6 +688,8 @@ class distributed_context:
         self._exchanges.flush()
         self._finalized = True
         self.local.finalize()
+        if self._previous_device >= 0:
+            self._backend.set_current_device(self._previous_device)
         self.comm.Barrier()
 
     def _check_live(self, what: str) -> None:
