@@ -194,7 +194,7 @@ class dist_task:
 
     __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local")
 
-    def __init__(self, ctx: distributed_context, deps: tuple[dist_dep, ...],
+    def __init__(self, ctx: distributed_context, deps: tuple[Any, ...],
                  rank: Any, place: Any, symbol: str | None = None) -> None:
         # Check the dependencies; the task executes on `rank`, else on the owner of
         # its first written data, else of its first data (rank 0 without any).
