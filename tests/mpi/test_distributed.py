@@ -92,6 +92,21 @@ def test_random_programs_match_the_oracle_on_every_rank(comm, first):
     assert not failures, "\n\n".join(failures[:2])
 
 
+@pytest.mark.parametrize("first", range(0, SEEDS // 3, 50))
+def test_random_programs_in_graph_mode_match_the_oracle(comm, first):
+    """The same with every rank's local context in graph mode (the exchanges land and
+    leave through graph epochs), with and without reductions across ranks."""
+    failures = []
+    for seed in range(first, min(first + 50, SEEDS // 3)):
+        for reductions in (False, True):
+            try:
+                check_distributed_program(seed, comm, reductions=reductions,
+                                          use_graph=True)
+            except AssertionError as exc:
+                failures.append(f"seed {seed} (reductions={reductions}): {exc}")
+    assert not failures, "\n\n".join(failures[:2])
+
+
 def test_tokens_order_across_ranks_and_bring_no_arrays(comm):
     size, rank = comm.Get_size(), comm.Get_rank()
     last = size - 1

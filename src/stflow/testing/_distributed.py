@@ -36,16 +36,18 @@ def _owners(program: Program, size: int) -> tuple[list[int], list[int | None]]:
     return owners, ranks
 
 
-def run_distributed_program(program: Program, comm: Any, backend: str = "emulated"
+def run_distributed_program(program: Program, comm: Any, backend: str = "emulated",
+                            use_graph: bool = False
                             ) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray],
                                        list[int]]:
-    """Run ``program`` over ``comm``; returns this rank's wait results, its user
-    arrays after ``finalize()``, and the owners."""
+    """Run ``program`` over ``comm`` (the ranks' local contexts in graph mode with
+    ``use_graph``); returns this rank's wait results, its user arrays after
+    ``finalize()``, and the owners."""
     import stflow as stf
     owners, ranks = _owners(program, int(comm.Get_size()))
     user = user_arrays(program)
     waits = []
-    with stf.distributed_context(comm, backend=backend) as ctx:
+    with stf.distributed_context(comm, backend=backend, use_graph=use_graph) as ctx:
         data: dict[int, Any] = {}
         for i, spec in enumerate(program.data):
             if spec.origin == "token":
@@ -91,10 +93,12 @@ def _dep(data: Any, mode: int, place: Any) -> Any:
 
 
 def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
-                              reductions: bool = False, **options: Any) -> None:
+                              reductions: bool = False, use_graph: bool = False,
+                              **options: Any) -> None:
     """Run the program of ``seed`` over ``comm`` and compare with the oracle (on
     every rank; collective). ``reductions``: with accumulators (``ld.reduce(op)`` by
-    tasks on random ranks, combined across ranks).
+    tasks on random ranks, combined across ranks); ``use_graph``: the ranks' local
+    contexts in graph mode.
 
     Raises
     ------
@@ -104,7 +108,7 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
     """
     program = generate_program(seed, 2, reductions=reductions, drops=False, **options)
     expected = run_oracle(program)
-    waits, final, owners = run_distributed_program(program, comm, backend)
+    waits, final, owners = run_distributed_program(program, comm, backend, use_graph)
     rank = int(comm.Get_rank())
     exact = backend == "emulated"
     problems = []
