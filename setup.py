@@ -49,6 +49,19 @@ class OptionalBuildExt(build_ext):
             super().run()
         except Exception as exc:                   # no compiler, a failed compile...
             self._discard(f"no working C compiler: {type(exc).__name__}")
+            return
+        self._stamp()
+
+    def _stamp(self) -> None:
+        """Date every compiled module now: they are built from the sources as they are
+        (an extension whose C did not change is not relinked and would keep its old
+        date, and ``stflow._compile.stale`` would then prefer the sources)."""
+        outputs = [Path(output) for output in self.get_outputs()]
+        if self.inplace:
+            outputs += [*PACKAGE.glob("*.so"), *(HERE / "src").glob("stflow__mypyc*.so")]
+        for output in outputs:
+            if output.exists():
+                os.utime(output)
 
     def _discard(self, why: str) -> None:
         """Leave no compiled module behind, partial or from an earlier build of the

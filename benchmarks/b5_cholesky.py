@@ -7,13 +7,14 @@ The matrix is made on the device (random symmetric, diagonally dominant); its ti
 CuPy arrays registered as logical data on the device, so the factorisation moves no
 bytes. The tasks are those of ``examples/cholesky.py``: ``stflow.linalg`` calls
 (cuSOLVER ``potrf``, cuBLAS ``trsm`` / ``syrk`` / ``gemm``) on the task streams, and
-with ``--graph`` the same calls recorded once per epoch as a CUDA graph. The time runs from the first submission to the end of ``finalize()``; the
-reference is ``cupy.linalg.cholesky`` (cuSOLVER ``potrf``) of the whole matrix, timed
-in the same process after a warm-up. TFLOP/s count n³/3 flops. Modes: ``stream``
-(tasks submitted one by one), ``graph`` (``context(use_graph=True)``: the whole
-factorisation captured, instantiated and launched once, all timed) and ``replay`` (the
-factorisation recorded once in a ``launchable_graph_scope`` with a copy of the matrix
-into the tiles first, then launched again: the mean time of a launch).
+with ``--graph`` the same calls recorded once per epoch as a CUDA graph. The time runs
+from the first submission to the end of ``finalize()``; the reference is
+``cupy.linalg.cholesky`` (cuSOLVER ``potrf``) of the whole matrix, timed in the same
+process after a warm-up. TFLOP/s count n³/3 flops. Modes: ``stream`` (tasks submitted
+one by one), ``graph`` (``context(use_graph=True)``: the whole factorisation captured,
+instantiated and launched once, all timed) and ``replay`` (the factorisation recorded
+once in a ``launchable_graph_scope`` with a copy of the matrix into the tiles first,
+then launched again: the mean time of a launch).
 """
 
 from __future__ import annotations

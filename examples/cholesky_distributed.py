@@ -74,8 +74,9 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
             for j in range(i + 1):
                 owner = block_cyclic_owner(i, j, grid)
                 # Only the owner's array is read: the others pass a placeholder.
-                block = (a[edges[i]:edges[i + 1], edges[j]:edges[j + 1]] if owner == rank
-                         else np.zeros((edges[i + 1] - edges[i], edges[j + 1] - edges[j])))
+                rows, cols = slice(edges[i], edges[i + 1]), slice(edges[j], edges[j + 1])
+                block = (a[rows, cols] if owner == rank
+                         else np.zeros((rows.stop - rows.start, cols.stop - cols.start)))
                 tiles[i, j] = ctx.logical_data(np.ascontiguousarray(block), owner=owner,
                                                name=f"A[{i},{j}]")
         comm.Barrier()

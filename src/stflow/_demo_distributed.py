@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .demo import (_TINY, TOLERANCE, _alpha, _beta, _copy_edges, _direction, _init_scalars,
-                   _matvec_kernel, _report, _select_backend, _size, _start, _update,
+from .demo import (_TINY, TOLERANCE, _alpha, _beta, _copy_edges, _direction,
+                   _init_scalars, _matvec_kernel, _report, _select_backend, _size, _start, _update,
                    halo_reads, layout, poisson_matvec, poisson_rhs, reference_cg,
                    row_blocks)
 

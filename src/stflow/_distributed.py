@@ -13,23 +13,23 @@ by the lowest rank holding it; after the task, a data it wrote is held by ``E`` 
 ``wait(ld)`` gives the value on every rank; ``finalize()`` brings each data back to
 its owner, whose user array gets it (other ranks' arrays are left alone).
 
-Exchanges: every rank meets the transfers at the same program points, in the same
-order. The source posts an ``Isend`` of its value as soon as that value is ready on it
-(it waits for the local work producing it, never for the receiver) and completes it
-lazily (tested at every later task, waited for at ``fence``/``finalize``), keeping the
-buffer alive until then. The destination posts the ``Irecv`` at once and completes it
-only when local work needs the data (all the receives of one task together), then
-writes the bytes into its local data with a local task. Tags come from the data and
-its version (the writes and combinations so far, the same on every rank), so messages
-cannot be confused whatever the interleaving of ranks (where tags wrap around, both
-sides post in program order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only
-in a local wait (which depends on local work only) or waiting for a receive, and by
-then every send of the program points it has passed is posted; the rank it waits for
-posts the matching send at a program point it reaches without waiting for us
-(everything it waits for before it comes from earlier points). Bodies written with
-``t.run(fn)`` are correct on every rank unchanged: on a rank where the task does not
-execute ``run`` does nothing, and touching a view there raises
-:class:`RemoteTaskError`.
+Exchanges: every rank meets the transfers at the same program points, in the same order.
+The source posts an ``Isend`` of its value as soon as that value is ready on it (it
+waits for the local work producing it, never for the receiver) and completes it lazily
+(tested at every later task, waited for at ``fence``/``finalize``), keeping the buffer
+alive until then. The destination posts the ``Irecv`` at once and completes it only when
+local work needs the data (all the receives of one task together), then writes the bytes
+into its local data with a local task (messages in pinned host memory on CUDA in
+stream mode: :mod:`stflow._staging`). Tags come from the data and its version (the
+writes and combinations so far, the same on every rank), so messages cannot be confused
+whatever the interleaving of ranks (where tags wrap around, both sides post in program
+order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
+local wait (which depends on local work only) or waiting for a receive, and by then
+every send of the program points it has passed is posted; the rank it waits for posts
+the matching send at a program point it reaches without waiting for us (everything it
+waits for before it comes from earlier points). Bodies written with ``t.run(fn)`` are
+correct on every rank unchanged: on a rank where the task does not execute ``run`` does
+nothing, and touching a view there raises :class:`RemoteTaskError`.
 
 Reductions (``ld.reduce(op)``): a task reducing into a data on rank ``E`` reduces
 into ``E``'s *partial* of it (a local data filled with the identity of ``op`` when

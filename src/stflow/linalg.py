@@ -1,8 +1,8 @@
 """Dense linear algebra for task bodies, the same call on both backends.
 
-``gemm``, ``gemv``, ``syrk``, ``trsm``, ``trmm``, ``potrf`` and ``dot`` work in place on the
-arrays a body receives (``t.run(fn)``: NumPy arrays on the emulated backend, CuPy
-arrays on CUDA), so one body serves both::
+``gemm``, ``gemv``, ``syrk``, ``trsm``, ``trmm``, ``potrf`` and ``dot`` work in place
+on the arrays a body receives (``t.run(fn)``: NumPy arrays on the emulated backend,
+CuPy arrays on CUDA), so one body serves both::
 
     from stflow import linalg
 
@@ -307,7 +307,8 @@ def gemm(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
 
 def gemv(a: Any, x: Any, y: Any, *, alpha: float = 1.0, beta: float = 0.0,
          trans: bool = False, stream: Any = None) -> None:
-    """``y ← alpha · op(a) @ x + beta · y`` (``trans``: ``aᵀ @ x``, which is ``x @ a``)."""
+    """``y ← alpha · op(a) @ x + beta · y`` (``trans``: ``aᵀ @ x``, which is
+    ``x @ a``)."""
     on_device = _on_device(a, x, y)
     rows, cols = _shape(a, "a", 2)
     m, n = (cols, rows) if trans else (rows, cols)
