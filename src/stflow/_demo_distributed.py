@@ -33,10 +33,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .demo import (_TINY, TOLERANCE, _alpha, _beta, _copy_edges, _direction,
-                   _init_scalars, _matvec_kernel, _report, _select_backend, _size, _start, _update,
-                   halo_reads, layout, poisson_matvec, poisson_rhs, reference_cg,
-                   row_blocks)
+from ._demo_core import (_TINY, TOLERANCE, _alpha, _beta, _copy_edges, _direction,
+                         _init_scalars, _matvec_kernel, _report, _select_backend, _size,
+                         _start, _update, halo_reads, layout, poisson_matvec, poisson_rhs,
+                         reference_cg, row_blocks)
 
 __all__ = ["DistributedSolveResult", "main", "solve_distributed"]
 
