@@ -91,10 +91,10 @@ class PinnedStaging:
 
 
 def staging_for(local: Any, use_graph: bool) -> HostStaging | PinnedStaging:
-    """Pinned staging for a CUDA context in stream mode with CuPy, else host arrays
-    (a graph records its copies once: its host buffers would have to live as long as
-    the graph)."""
-    if local.backend == "cuda" and not use_graph:
+    """Pinned staging for a context on GPU memory in stream mode with CuPy, else host
+    arrays (a graph records its copies once: its host buffers would have to live as
+    long as the graph)."""
+    if local._live().backend.gpu_memory and not use_graph:
         try:
             return PinnedStaging()
         except ImportError:

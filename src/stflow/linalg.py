@@ -362,7 +362,7 @@ def trsm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
     """Solve with the triangle of ``a``, in place: ``b ← alpha · op(a)⁻¹ @ b``
     (``side="left"``) or ``b ← alpha · b @ op(a)⁻¹`` (``side="right"``). Only the
     ``lower`` (or upper) triangle of ``a`` is read."""
-    m, n, on_device = _triangular_operands("trsm", a, b, side)
+    _, _, on_device = _triangular_operands("trsm", a, b, side)
     if not on_device:
         op = _triangle(a, lower, trans, unit_diagonal)
         if side == "left":
@@ -370,17 +370,7 @@ def trsm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
         else:
             b[...] = alpha * np.linalg.solve(op.T, b.T).T
         return
-    A, B = _Operand(a, "a", 2), _Operand(b, "b", 2)
-    dtype = _dtype_of(A, B)
-    if m == 0 or n == 0:
-        return
-    h = _handles(stream)
-    # Row-major op(A) X = B is column-major Xᵀ op(A)ᵀ = Bᵀ: the side flips, and A's
-    # memory is Aᵀ there, so its triangle flips and op stays.
-    _blas_ok(_blas(h, dtype, "trsm")(
-        h.blas, _RIGHT if side == "left" else _LEFT, _UPPER if lower else _LOWER,
-        _OP_T if trans else _OP_N, _UNIT if unit_diagonal else _NON_UNIT,
-        n, m, _scalar(dtype, alpha), _ptr(A.ptr), A.ld, _ptr(B.ptr), B.ld), "trsm")
+    _triangular_call("trsm", a, b, side, lower, trans, unit_diagonal, alpha, stream)
 
 
 def trmm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
@@ -389,22 +379,12 @@ def trmm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
     """Multiply by the triangle of ``a``, in place: ``b ← alpha · op(a) @ b``
     (``side="left"``) or ``b ← alpha · b @ op(a)`` (``side="right"``). Only the
     ``lower`` (or upper) triangle of ``a`` is read; ``a`` and ``b`` must not overlap."""
-    m, n, on_device = _triangular_operands("trmm", a, b, side)
+    _, _, on_device = _triangular_operands("trmm", a, b, side)
     if not on_device:
         op = _triangle(a, lower, trans, unit_diagonal)
         b[...] = alpha * (op @ b if side == "left" else b @ op)
         return
-    A, B = _Operand(a, "a", 2), _Operand(b, "b", 2)
-    dtype = _dtype_of(A, B)
-    if m == 0 or n == 0:
-        return
-    h = _handles(stream)
-    # The same flips as trsm; cuBLAS's out-of-place form, written into b itself.
-    _blas_ok(_blas(h, dtype, "trmm")(
-        h.blas, _RIGHT if side == "left" else _LEFT, _UPPER if lower else _LOWER,
-        _OP_T if trans else _OP_N, _UNIT if unit_diagonal else _NON_UNIT,
-        n, m, _scalar(dtype, alpha), _ptr(A.ptr), A.ld, _ptr(B.ptr), B.ld,
-        _ptr(B.ptr), B.ld), "trmm")
+    _triangular_call("trmm", a, b, side, lower, trans, unit_diagonal, alpha, stream)
 
 
 def _triangular_operands(call: str, a: Any, b: Any, side: str
@@ -421,6 +401,26 @@ def _triangular_operands(call: str, a: Any, b: Any, side: str
     if not on_device:
         _dtype_of(a, b)
     return m, n, on_device
+
+
+def _triangular_call(name: str, a: Any, b: Any, side: str, lower: bool, trans: bool,
+                     unit: bool, alpha: float, stream: Any) -> None:
+    """cuBLAS ``trsm`` or ``trmm`` on device operands, in place on ``b``.
+
+    Row-major ``op(A) X = B`` is column-major ``Xᵀ op(A)ᵀ = Bᵀ``: the side flips, and
+    ``A``'s memory is ``Aᵀ`` there, so its triangle flips and ``op`` stays (the same
+    for the product). ``trmm`` is cuBLAS's out-of-place form, written into ``b``."""
+    A, B = _Operand(a, "a", 2), _Operand(b, "b", 2)
+    dtype = _dtype_of(A, B)
+    m, n = B.shape
+    if m == 0 or n == 0:
+        return
+    h = _handles(stream)
+    out = (_ptr(B.ptr), B.ld) if name == "trmm" else ()
+    _blas_ok(_blas(h, dtype, name)(
+        h.blas, _RIGHT if side == "left" else _LEFT, _UPPER if lower else _LOWER,
+        _OP_T if trans else _OP_N, _UNIT if unit else _NON_UNIT,
+        n, m, _scalar(dtype, alpha), _ptr(A.ptr), A.ld, _ptr(B.ptr), B.ld, *out), name)
 
 
 def _triangle(a: np.ndarray, lower: bool, trans: bool, unit: bool) -> np.ndarray:
