@@ -436,7 +436,11 @@ class distributed_context:
         self.local = context(backend=backend, use_graph=use_graph)
         self._backend: Any = self.local._live().backend
         self._previous_device = -1
-        self.device = self._choose_device(device)
+        try:
+            self.device = self._choose_device(device)
+        except BaseException:
+            self.local.finalize()            # a bad device= leaves no context behind
+            raise
         self._exchanges = _Exchanges(comm, self.local, use_graph)
         self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []

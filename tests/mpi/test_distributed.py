@@ -127,3 +127,37 @@ def test_tokens_order_across_ranks_and_bring_no_arrays(comm):
     if rank == 0:
         assert seen == [1.0]
         np.testing.assert_array_equal(X, np.full(3, 5.0))
+
+
+def test_each_rank_runs_on_its_device_and_gives_the_previous_one_back(comm):
+    """Default: the node-local rank modulo the (two emulated) devices; ``device=``
+    picks one; the previous current device returns at finalize; bad ordinals are
+    refused."""
+    from stflow.backends import get_backend
+    backend = get_backend("emulated")
+    before = backend.current_device()
+    seen = []
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        assert ctx.device == comm.Get_rank() % backend.device_count
+        x = ctx.logical_data(np.zeros(2), owner=comm.Get_rank())
+        with ctx.task(x.rw(), rank=comm.Get_rank()) as t:
+            seen.append(backend.current_device())
+            t.run(lambda xp, a: a.__iadd__(1.0))
+    assert seen == [comm.Get_rank() % backend.device_count]
+    assert backend.current_device() == before
+    with stf.distributed_context(comm, backend="emulated", device=1) as ctx:
+        assert ctx.device == 1 and backend.current_device() == 1
+    assert backend.current_device() == before
+    with pytest.raises(ValueError, match="device must be a device"):
+        stf.distributed_context(comm, backend="emulated", device=7)
+
+
+def test_task_symbols_name_the_local_tasks(comm):
+    from stflow.instrument import DotRecorder
+    recorder = DotRecorder()
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        ctx.local.attach(recorder)
+        x = ctx.logical_data(np.zeros(2))                   # owned by rank 0
+        with ctx.task(x.rw(), symbol="named") as t:
+            t.run(lambda xp, a: a.__iadd__(1.0))
+    assert ("named" in recorder.to_dot()) == (comm.Get_rank() == 0)
