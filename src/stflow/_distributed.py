@@ -18,9 +18,10 @@ The source posts an ``Isend`` of its value as soon as that value is ready on it 
 waits for the local work producing it, never for the receiver) and completes it lazily
 (tested at every later task, waited for at ``fence``/``finalize``), keeping the buffer
 alive until then. The destination posts the ``Irecv`` at once and completes it only when
-local work needs the data (all the receives of one task together), then writes the bytes
-into its local data with a local task (messages in pinned host memory on CUDA in
-stream mode: :mod:`stflow._staging`). Tags come from the data and its version (the
+local work needs the data, writing the bytes into its local data with a local task. A
+large value goes as several messages (pieces), so that its copies between device and
+host overlap the messages (messages in pinned host memory on CUDA in stream mode:
+:mod:`stflow._staging`). Tags come from the data and its version (the
 writes and combinations so far, the same on every rank), so messages cannot be confused
 whatever the interleaving of ranks (where tags wrap around, both sides post in program
 order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
@@ -62,7 +63,7 @@ from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
-from ._staging import staging_for
+from ._staging import piece_bounds, piece_size, staging_for
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
@@ -86,6 +87,7 @@ class dist_data:
 
     __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
                  "is_token", "reduction", "partial", "version", "incoming", "context",
+                 "nbytes",
                  "_deps", "_local_deps")
 
     def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
@@ -96,6 +98,7 @@ class dist_data:
         self.index = index
         self.shape = shape
         self.dtype = dtype
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         self.name = name
         self.holders = holders
         self.is_token = is_token
@@ -338,14 +341,20 @@ def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
 
 
 class _Incoming:
-    """A receive posted into ``buffer`` (its ``request`` completed by
-    :meth:`_Exchanges.complete`)."""
+    """A value being received into ``buffer``: one receive per piece
+    (``requests``, completed by :meth:`_Exchanges.complete` or piece by piece while
+    the value lands)."""
 
-    __slots__ = ("request", "buffer")
+    __slots__ = ("requests", "buffer", "bounds")
 
-    def __init__(self, request: Any, buffer: np.ndarray) -> None:
-        self.request = request
+    def __init__(self, requests: list[Any], buffer: np.ndarray,
+                 bounds: list[tuple[int, int]]) -> None:
+        self.requests = requests
         self.buffer = buffer
+        self.bounds = bounds
+
+    def wait_piece(self, k: int) -> None:
+        self.requests[k].Wait()
 
 
 class _Exchanges:
@@ -356,12 +365,15 @@ class _Exchanges:
     sends complete (tested at every task, waited for at ``fence``/``finalize``).
     Every send of the program points a rank has passed is posted, so a rank that
     blocks waiting for a receive holds back nothing another rank may wait for.
+    A value larger than ``piece`` bytes goes as several messages (see
+    :mod:`stflow._staging`).
     """
 
     def __init__(self, comm: Any, local: Any, use_graph: bool) -> None:
         self.comm = comm
         self.local = local
         self.staging = staging_for(local, use_graph)
+        self.piece = piece_size()
         try:
             from mpi4py import MPI
             bound = comm.Get_attr(MPI.TAG_UB)
@@ -370,18 +382,43 @@ class _Exchanges:
         self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
         self.in_flight: list[tuple[Any, np.ndarray]] = []
 
-    def send(self, local_data: Any, dest: int, tag: int) -> None:
-        """Post the send of local logical data ``local_data``'s value to ``dest``
+    def send(self, local_data: Any, nbytes: int, dest: int, tag: int) -> None:
+        """Post the send of local logical data ``local_data``'s value (``nbytes``) to ``dest``
         once it is ready on this rank (the local work producing it, not the
-        receiver, is waited for)."""
-        buffer = self.staging.read(self.local, local_data)
-        self.in_flight.append((self.comm.Isend(buffer, dest=dest, tag=tag), buffer))
+        receiver, is waited for), piece by piece as each is staged."""
+        bounds = piece_bounds(nbytes, self.piece)
+        buffer, staged = self.staging.read(self.local, local_data, bounds)
+        message = buffer.reshape(-1).view(np.uint8)
+        comm, in_flight = self.comm, self.in_flight
+        for k, (start, stop) in enumerate(bounds):
+            if staged is not None:
+                self._await(staged[k])
+            in_flight.append((comm.Isend(message[start:stop], dest=dest, tag=tag),
+                              buffer))
+
+    def _await(self, event: Any) -> None:
+        """Wait for a staging copy's ``event``, letting MPI move the sends in
+        flight meanwhile (without an asynchronous progress thread, a message moves
+        only while its ranks are in MPI calls)."""
+        if event.done:
+            return
+        if not self.in_flight:
+            event.synchronize()
+            return
+        from mpi4py import MPI
+        requests = [request for request, _ in self.in_flight]
+        while not event.done:
+            MPI.Request.Testall(requests)
 
     def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
                 ) -> _Incoming:
         """Post the receive of a value of ``shape`` and ``dtype`` from ``source``."""
         buffer = self.staging.buffer(shape, dtype)
-        return _Incoming(self.comm.Irecv(buffer, source=source, tag=tag), buffer)
+        message = buffer.reshape(-1).view(np.uint8)
+        bounds = piece_bounds(message.size, self.piece)
+        comm = self.comm
+        return _Incoming([comm.Irecv(message[start:stop], source=source, tag=tag)
+                          for start, stop in bounds], buffer, bounds)
 
     def progress(self) -> None:
         """Forget the sends that completed, oldest first (at every task while any
@@ -394,10 +431,16 @@ class _Exchanges:
         if done:
             del in_flight[:done]
 
-    def complete(self, incoming: list[_Incoming]) -> None:
-        """Wait for the receives ``incoming``."""
+    def complete(self, incoming: Sequence[_Incoming]) -> None:
+        """Wait for every piece of the receives ``incoming``."""
         from mpi4py import MPI
-        MPI.Request.Waitall([item.request for item in incoming])
+        MPI.Request.Waitall([request for item in incoming for request in item.requests])
+
+    def land(self, data: Any, incoming: _Incoming) -> None:
+        """Write the value ``incoming`` brings into local data ``data`` (each piece
+        copied in once it arrived)."""
+        self.staging.land(self.local, data, incoming.buffer, incoming.bounds,
+                          incoming.wait_piece)
 
     def flush(self) -> None:
         """Wait until every send completed (fence, finalize)."""
@@ -595,7 +638,7 @@ class distributed_context:
         exchanges = self._exchanges
         if self.rank != rank:
             if self.rank in reduction.ranks:
-                exchanges.send(data.partial, rank, tag)
+                exchanges.send(data.partial, data.nbytes, rank, tag)
         else:
             parts = {source: exchanges.receive(data.shape, data.dtype, source, tag)
                      for source in ranks if source != rank}
@@ -624,7 +667,7 @@ class distributed_context:
         source = min(data.holders)
         if self.rank == source:
             self._land([(data, READ, None)])
-            self._exchanges.send(data.local, rank, self._tag(data))
+            self._exchanges.send(data.local, data.nbytes, rank, self._tag(data))
         elif self.rank == rank:
             data.incoming = self._exchanges.receive(data.shape, data.dtype, source,
                                                     self._tag(data))
@@ -641,12 +684,13 @@ class distributed_context:
             arriving = list({id(data): data for data in arriving}.values())
         exchanges = self._exchanges
         exchanges.staging.progress()                 # buffers of earlier landings
-        exchanges.complete([data.incoming for data in arriving] + list(also))
+        if also:
+            exchanges.complete(also)
         for data in arriving:
-            buffer = data.incoming.buffer
+            incoming = data.incoming
             data.incoming = None
             self._arriving -= 1
-            exchanges.staging.land(self.local, data.local, buffer)
+            exchanges.land(data.local, incoming)
 
     def _tag(self, data: dist_data, partial: bool = False) -> int:
         """The tag of a message carrying ``data``'s current version (or a partial

@@ -1,42 +1,92 @@
-"""How the distributed layer moves a value between a local data and an MPI message.
+"""How the distributed layer moves a value between a local data and MPI messages.
+
+A value travels as one message, or, above the *piece size* (``STFLOW_MPI_PIECE``
+bytes, 4 MiB by default), as consecutive pieces of it, each its own message with the
+same tag (MPI's non-overtaking rule keeps them in order): the copies between device and
+host memory of one piece then overlap the messages of the others.
 
 :class:`HostStaging` (the emulated backend, graph mode): the value is read with
 ``context.wait`` into a new NumPy array, sent from it, and a received array is written
-into the local data by a task (``target[...] = buffer``).
+into the local data by a task (``target[...] = buffer``) once every piece arrived.
 
 :class:`PinnedStaging` (CUDA, stream mode): the messages live in page-locked host
 memory from CuPy's pinned pool, and the device-host copies are asynchronous copies on
-the task streams: a task reading the data copies it into a pinned buffer (the rank
-waits for that task alone before posting the send), and a task writing the data copies
-the received buffer into it. A device-host copy from pageable memory goes through a
-bounce buffer of the driver at a fraction of the bus's speed; from pinned memory it is
-one DMA. A pinned buffer is kept until the event recorded after its copy completes
-(the pool would otherwise hand it out again while the copy still reads it).
+the task streams, one per piece, each followed by an event: a task reading the data
+copies it out piece by piece, and the rank posts a piece's send once its event
+completed (the rank waits for that task's copies alone, not for the whole context);
+a task writing the data waits for each piece's message in turn and queues its copy
+in, which runs while the next pieces arrive. A device-host copy from pageable memory
+goes through a bounce buffer of the driver at a fraction of the bus's speed; from
+pinned memory it is one DMA. A pinned buffer is kept until the event recorded after
+its last copy completed (the pool would otherwise hand it out again while the copy
+still reads it).
 """
 
 from __future__ import annotations
 
+import os
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["HostStaging", "PinnedStaging", "staging_for"]
+__all__ = ["HostStaging", "PinnedStaging", "piece_bounds", "piece_size",
+           "staging_for"]
+
+_DEFAULT_PIECE = 4 << 20
+
+
+def piece_size() -> int:
+    """The largest message a value is sent in (``STFLOW_MPI_PIECE``, bytes)."""
+    text = os.environ.get("STFLOW_MPI_PIECE", "")
+    if not text:
+        return _DEFAULT_PIECE
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size <= 0:
+        raise ValueError(f"STFLOW_MPI_PIECE must be a positive number of bytes, "
+                         f"got {text!r}")
+    return size
+
+
+def piece_bounds(nbytes: int, piece: int) -> list[tuple[int, int]]:
+    """The byte ranges of the messages carrying ``nbytes`` bytes (one, possibly
+    empty, when they fit in one piece)."""
+    if nbytes <= piece:
+        return [(0, nbytes)]
+    return [(start, min(start + piece, nbytes)) for start in range(0, nbytes, piece)]
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    """The bytes of a C-contiguous array, as a flat ``uint8`` view."""
+    return array.reshape(-1).view(np.uint8)
+
+
+WaitPiece = Callable[[int], None]
+"""Completes the receive of piece ``k`` of a value."""
 
 
 class HostStaging:
     """Messages in ordinary NumPy arrays (see the module docstring)."""
 
-    def read(self, local: Any, data: Any) -> np.ndarray:
-        """``data``'s value, ready to send (a new array)."""
-        return np.asarray(local.wait(data), order="C")          # keeps 0-d
+    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
+             ) -> tuple[np.ndarray, list[Any] | None]:
+        """``data``'s value, ready to send (a new array), and no events: every piece
+        is ready at once."""
+        return np.asarray(local.wait(data), order="C"), None        # keeps 0-d
 
     def buffer(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A buffer to receive a value into."""
         return np.empty(shape, dtype)
 
-    def land(self, local: Any, data: Any, buffer: np.ndarray) -> None:
-        """Write a received ``buffer`` into ``data`` (a local task)."""
+    def land(self, local: Any, data: Any, buffer: np.ndarray,
+             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+        """Write a received ``buffer`` into ``data`` (a local task) once all its
+        pieces arrived."""
+        for k in range(len(bounds)):
+            wait_piece(k)
         with local.task(data.write()) as t:
             t.run(lambda xp, target: target.__setitem__(Ellipsis, xp.asarray(buffer)))
 
@@ -45,41 +95,67 @@ class HostStaging:
 
 
 class PinnedStaging:
-    """Messages in pinned host memory, copied on the task streams (see the module
-    docstring)."""
+    """Messages in pinned host memory, copied on the task streams piece by piece
+    (see the module docstring)."""
 
     def __init__(self) -> None:
         import cupy
         import cupyx
         self.cupy = cupy
+        self.memcpy_async = cupy.cuda.runtime.memcpyAsync
         self.empty_pinned = cupyx.empty_pinned
         self.held: deque[tuple[Any, Any]] = deque()     # (event, buffer), oldest first
 
-    def _event(self) -> Any:
+    def _event(self, stream: Any) -> Any:
         event = self.cupy.cuda.Event(block=False, disable_timing=True)
-        event.record()                       # on the current stream: the task's
+        event.record(stream)
         return event
 
-    def read(self, local: Any, data: Any) -> np.ndarray:
-        shape, dtype = data.shape, data.dtype
-        buffer = self.empty_pinned(shape, dtype)
-        done: list[Any] = []
+    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
+             ) -> tuple[np.ndarray, list[Any] | None]:
+        """A pinned buffer receiving ``data``'s value, and one event per piece, set
+        when the piece is in the buffer."""
+        buffer = self.empty_pinned(data.shape, data.dtype)
+        host = buffer.ctypes.data
+        events: list[Any] = []
+        memcpy_async, to_host = self.memcpy_async, 2        # cudaMemcpyDeviceToHost
 
         def copy_out(xp: Any, value: Any) -> None:
-            value.get(stream=xp.cuda.get_current_stream(), out=buffer, blocking=False)
-            done.append(self._event())
+            stream = xp.cuda.get_current_stream()
+            if not value.flags.c_contiguous:
+                value = xp.ascontiguousarray(value)
+            device = value.data.ptr
+            for start, stop in bounds:
+                memcpy_async(host + start, device + start, stop - start, to_host,
+                             stream.ptr)
+                events.append(self._event(stream))
         with local.task(data.read()) as t:
             t.run(copy_out)
-        done[0].synchronize()                # this task only, not the whole context
-        return buffer
+        return buffer, events
 
     def buffer(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         return self.empty_pinned(shape, dtype)
 
-    def land(self, local: Any, data: Any, buffer: np.ndarray) -> None:
+    def land(self, local: Any, data: Any, buffer: np.ndarray,
+             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+        """A task writing ``data``: each piece's copy in is queued as soon as the
+        piece arrived."""
+        host = buffer.ctypes.data
+        memcpy_async, to_device = self.memcpy_async, 1      # cudaMemcpyHostToDevice
+
         def copy_in(xp: Any, target: Any) -> None:
-            target.set(buffer, stream=xp.cuda.get_current_stream())
-            self.held.append((self._event(), buffer))
+            stream = xp.cuda.get_current_stream()
+            if not target.flags.c_contiguous:            # not a local data's layout
+                for k in range(len(bounds)):
+                    wait_piece(k)
+                target.set(buffer, stream=stream)
+            else:
+                device = target.data.ptr
+                for k, (start, stop) in enumerate(bounds):
+                    wait_piece(k)
+                    memcpy_async(device + start, host + start, stop - start,
+                                 to_device, stream.ptr)
+            self.held.append((self._event(stream), buffer))
         with local.task(data.write()) as t:
             t.run(copy_in)
 

@@ -161,3 +161,47 @@ def test_task_symbols_name_the_local_tasks(comm):
         with ctx.task(x.rw(), symbol="named") as t:
             t.run(lambda xp, a: a.__iadd__(1.0))
     assert ("named" in recorder.to_dot()) == (comm.Get_rank() == 0)
+
+
+def test_values_larger_than_a_piece_travel_as_several_messages(comm, monkeypatch):
+    """Above STFLOW_MPI_PIECE bytes a value goes as pieces (here of 20 bytes, so
+    float64 elements and the pieces' edges do not line up): values, partial sums of
+    reductions, 0-d and empty data arrive whole, on every rank."""
+    monkeypatch.setenv("STFLOW_MPI_PIECE", "20")
+    size, rank = comm.Get_size(), comm.Get_rank()
+    X = np.arange(37, dtype=np.float64)
+    S = np.zeros(37)
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        assert ctx._exchanges.piece == 20
+        x = ctx.logical_data(X, owner=0)
+        s = ctx.logical_data(S, owner=size - 1)
+        z = ctx.logical_data(np.array(2.5), owner=0)
+        e = ctx.logical_data(np.zeros(0), owner=0)
+        for step in range(2 * size):
+            r = step % size
+            with ctx.task(x.rw(), z.read(), e.read(), rank=r) as t:
+                t.run(lambda xp, a, b, c: a.__iadd__(b))
+            with ctx.task(s.reduce("sum"), x.read(), rank=(r + 1) % size) as t:
+                t.run(lambda xp, acc, a: acc.__iadd__(a))
+        seen_x, seen_s = ctx.wait(x), ctx.wait(s)
+    want_x = np.arange(37) + 2.5 * 2 * size
+    want_s = sum(np.arange(37) + 2.5 * (k + 1) for k in range(2 * size))
+    np.testing.assert_array_equal(seen_x, want_x)
+    np.testing.assert_allclose(seen_s, want_s)
+    if rank == 0:
+        np.testing.assert_array_equal(X, want_x)
+    if rank == size - 1:
+        np.testing.assert_allclose(S, want_s)
+
+
+@pytest.mark.parametrize("piece", ["8", "3"])
+def test_random_programs_with_small_pieces_match_the_oracle(comm, monkeypatch, piece):
+    """The differential test with every value cut into pieces of 8 or 3 bytes."""
+    monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
+    failures = []
+    for seed in range(0, max(SEEDS // 6, 10)):
+        try:
+            check_distributed_program(seed, comm, reductions=seed % 2 == 1)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])

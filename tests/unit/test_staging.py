@@ -1,0 +1,41 @@
+"""How the distributed layer cuts a value into messages (stflow._staging)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stflow._staging import piece_bounds, piece_size
+
+
+@pytest.mark.parametrize("nbytes, piece, expected", [
+    (0, 4, [(0, 0)]),                      # an empty value is one empty message
+    (4, 4, [(0, 4)]),
+    (5, 4, [(0, 4), (4, 5)]),
+    (12, 4, [(0, 4), (4, 8), (8, 12)]),
+])
+def test_piece_bounds_cover_the_value_once_in_order(nbytes, piece, expected):
+    assert piece_bounds(nbytes, piece) == expected
+
+
+def test_piece_bounds_of_random_sizes_tile_the_bytes():
+    for nbytes in range(0, 200, 7):
+        for piece in (1, 3, 8, 64, 1000):
+            bounds = piece_bounds(nbytes, piece)
+            assert bounds[0][0] == 0 and bounds[-1][1] == nbytes
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+            assert all(0 < stop - start <= piece for start, stop in bounds) \
+                or nbytes == 0
+
+
+def test_piece_size_defaults_to_4_mib_and_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("STFLOW_MPI_PIECE", raising=False)
+    assert piece_size() == 4 << 20
+    monkeypatch.setenv("STFLOW_MPI_PIECE", "65536")
+    assert piece_size() == 65536
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "4MiB", "1.5"])
+def test_a_bad_piece_size_names_the_variable(monkeypatch, text):
+    monkeypatch.setenv("STFLOW_MPI_PIECE", text)
+    with pytest.raises(ValueError, match="STFLOW_MPI_PIECE must be a positive"):
+        piece_size()
