@@ -21,12 +21,13 @@ Three ways in, as in the reference:
     ``.handle`` (a ``cuda.core`` ``Context``, green or not). A device's primary
     context gives an ordinary device place.
 
-Backends. On CUDA the partitions are ``cuda.core`` green contexts (``_cuda_green``).
-On the emulated backend a virtual device has :data:`EMULATED_SM_COUNT` SMs split in
-multiples of :data:`EMULATED_SM_GRANULARITY`; a partition is a label carried by its
-streams (``stream.partition``), work is not throttled. Emulated "CUDA contexts" are
-:class:`EmulatedContext` objects, which is what ``green_places`` returns as
-``backing_context`` there; ``from_context`` accepts them or their ``handle``.
+Backends. On a backend whose devices have CUDA contexts (``backend.cuda_contexts``:
+the CUDA backend) the partitions are ``cuda.core`` green contexts (``_cuda_green``).
+On the others (the emulated backend) a virtual device has :data:`EMULATED_SM_COUNT`
+SMs split in multiples of :data:`EMULATED_SM_GRANULARITY`; a partition is a label
+carried by its streams (``stream.partition``), work is not throttled. Emulated "CUDA
+contexts" are :class:`EmulatedContext` objects, which is what ``green_places`` returns
+as ``backing_context`` there; ``from_context`` accepts them or their ``handle``.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class green_context_helper:
         backend, device = _checked_device(dev_id, "green_context_helper")
         self._device = device
         self._sm_count = sm_count
-        if backend.name == "cuda":
+        if backend.cuda_contexts:
             from .backends import _cuda_green
             try:
                 contexts = _cuda_green.split_device(device, sm_count, None, 0)
@@ -345,7 +346,7 @@ def place_from_context(ctx: Any, dev_id: int = -1) -> exec_place:
         raise PlaceError(f"exec_place.from_context: device {dev_id} does not exist; "
                          "give an ordinal, or -1 to derive it from the context")
     backend = _default_backend()
-    if backend.name == "cuda":
+    if backend.cuda_contexts:
         from .backends import _cuda_green
         device, primary = _cuda_green.context_device(handle)
         if dev_id != -1 and dev_id != device:
@@ -422,7 +423,7 @@ def green_places(sms_per_place: int, n_places: int | None = None, device_id: int
         raise ValueError(f"coscheduled_sm_count must be 0 or more, got "
                          f"{coscheduled_sm_count}")
     backend, device = _checked_device(device_id, "green_places")
-    if backend.name == "cuda":
+    if backend.cuda_contexts:
         from .backends import _cuda_green
         contexts = _cuda_green.split_device(device, sms_per_place, n_places,
                                             coscheduled_sm_count)

@@ -3,11 +3,12 @@
 Recent GPUs may expose several locality domains per device (CUDA 13.4 drivers report
 them as ``CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT``). A locality-domain execution
 place runs on a domain's SMs and a locality-domain data place allocates memory local
-to it. Where the driver (or the bindings) cannot answer, as with CUDA 13.3 and on
-the emulated backend, every valid device is **one** domain, the whole device: the
-places then behave exactly like ``exec_place.device(d)`` / ``data_place.device(d)``
-(same streams, same memory) while keeping their domain ordinal in ``kind`` and
-``repr``, so code written for several domains runs everywhere.
+to it. Where the driver (or the bindings) cannot answer, as with CUDA 13.3 and on a
+backend without CUDA contexts (``backend.cuda_contexts``: the emulated backend), every
+valid device is **one** domain, the whole device: the places then behave exactly like
+``exec_place.device(d)`` / ``data_place.device(d)`` (same streams, same memory) while
+keeping their domain ordinal in ``kind`` and ``repr``, so code written for several
+domains runs everywhere.
 
 Known limit: with a driver that reports several domains, stflow still runs a domain
 place on the whole device and allocates plain device memory (the placement is a
@@ -43,7 +44,7 @@ def locality_domain_count(dev_id: int = 0) -> int:
     device = check_device_ordinal(dev_id, "locality_domain_count")
     backend = _default_backend()
     check_device_ordinal(device, "locality_domain_count", backend.device_count)
-    if backend.name == "cuda":
+    if backend.cuda_contexts:
         from .backends import _cuda_green
         return _cuda_green.locality_domain_count(device)
     return 1

@@ -253,6 +253,27 @@ def test_emulated_green_places_split_32_sms(monkeypatch):
         stf.green_places(16, n_places=3)
 
 
+def test_partitions_follow_the_cuda_contexts_capability_not_the_name(monkeypatch):
+    """A backend called "cuda" without ``cuda_contexts`` gets emulated green contexts
+    and one locality domain per device: nothing asks the CUDA driver."""
+    import stflow.backends as backends
+    from stflow._green import EmulatedContext
+    from stflow.backends.null import NullBackend
+
+    class Renamed(NullBackend):
+        name = "cuda"
+
+    renamed = Renamed(devices=2)
+    assert not renamed.cuda_contexts
+    monkeypatch.setattr(backends, "default_backend", lambda notify=True: renamed)
+    assert stf.locality_domain_count(1) == 1
+    assert len(stf.green_context_helper(8, dev_id=1)) == 4
+    places = stf.green_places(8, n_places=2, device_id=1)
+    assert [type(place.backing_context) for place in places] == [EmulatedContext] * 2
+    again = stf.exec_place.from_context(places[0].backing_context)
+    assert again._stream_key == places[0]._stream_key
+
+
 def test_green_place_from_another_backend_is_refused(backend, monkeypatch):
     if backend != "emulated":
         make_default(monkeypatch, "emulated")

@@ -22,8 +22,8 @@ graphs              ``graphs``: a ``_graphs.GraphSupport`` or ``None``
 ==================  ===============================================================
 
 Capabilities are plain attributes, never probed by name: ``name``,
-``bodies_wait_on_host``, ``pinned_host_required``, ``gpu_memory``, ``nvtx_ranges``,
-``seed``.
+``bodies_wait_on_host``, ``pinned_host_required``, ``gpu_memory``, ``cuda_contexts``,
+``nvtx_ranges``, ``seed``.
 
 Streams and events are small objects with the attributes the ordering layer reads
 (``_deps.py``): a stream knows its handle, its device, how many events were recorded on
@@ -255,6 +255,13 @@ class Backend(abc.ABC):
     """True when device memory is CUDA memory: buffers in GPU memory (CUDA Array
     Interface, DLPack CUDA devices) can be registered, and task views are CUDA Array
     Interface objects."""
+    cuda_contexts: bool = False
+    """True when devices are the CUDA driver's, with its contexts: green contexts (SM
+    partitions), places bound to a ``CUcontext`` (``exec_place.from_context``) and
+    locality domains then come from the driver (``backends/_cuda_green``), and
+    ``create_stream`` accepts their partitions. Otherwise ``stflow._green`` and
+    ``stflow._locality`` emulate them (SM partitions as labels, one domain a
+    device)."""
     nvtx_ranges: bool = False
     """True when NVTX ranges mean something here (a profiler can see the work)."""
     guards_reads: bool = False

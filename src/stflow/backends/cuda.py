@@ -80,6 +80,7 @@ class CudaBackend(CudaStreams, CudaMemory, Backend):
     bodies_wait_on_host = False
     pinned_host_required = True
     gpu_memory = True
+    cuda_contexts = True
     nvtx_ranges = True
 
     def __init__(self) -> None:

@@ -183,6 +183,7 @@ class EmulatedBackend(Backend):
     name = "emulated"
     bodies_wait_on_host = True
     guards_reads = True
+    cuda_contexts = False
 
     def __init__(self, devices: int, seed: int) -> None:
         self.seed = seed

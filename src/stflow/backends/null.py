@@ -42,6 +42,7 @@ class NullBackend(Backend):
 
     name = "null"
     bodies_wait_on_host = False
+    cuda_contexts = False
 
     def __init__(self, devices: int = 2) -> None:
         self._devices = devices

@@ -191,6 +191,7 @@ class GraphRecorder(Backend):
         self.name = real.name
         self.pinned_host_required = real.pinned_host_required
         self.gpu_memory = real.gpu_memory
+        self.cuda_contexts = real.cuda_contexts
         self.nvtx_ranges = real.nvtx_ranges
         self.seed = real.seed
         self.error_sink: Callable[..., None] | None = None
