@@ -25,10 +25,13 @@ host overlap the messages (messages in pinned host memory on CUDA in stream mode
 writes and combinations so far, the same on every rank), so messages cannot be confused
 whatever the interleaving of ranks (where tags wrap around, both sides post in program
 order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
-local wait (which depends on local work only) or waiting for a receive, and by then
-every send of the program points it has passed is posted; the rank it waits for posts
-the matching send at a program point it reaches without waiting for us (everything it
-waits for before it comes from earlier points). Bodies written with ``t.run(fn)`` are
+local wait (which depends on local work only), waiting for a receive, or, above the
+send limit of :mod:`stflow._staging`, waiting for one of its own earlier sends to be
+received; by then every send of the program points it has passed is posted. The rank
+it waits for posts the matching send, or completes the matching receive, at a program
+point earlier than ours, which it reaches without waiting for us (everything it waits
+for before it comes from earlier points; a receive is completed at its own program
+point). Bodies written with ``t.run(fn)`` are
 correct on every rank unchanged: on a rank where the task does not execute ``run`` does
 nothing, and touching a view there raises :class:`RemoteTaskError`.
 
@@ -63,7 +66,7 @@ from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
-from ._staging import piece_bounds, piece_size, staging_for
+from ._staging import piece_bounds, piece_size, send_limit, staging_for
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
@@ -362,7 +365,8 @@ class _Exchanges:
     receives posted at their program point, completed when the data is needed.
 
     ``in_flight`` holds the posted sends and their buffers, kept alive until the
-    sends complete (tested at every task, waited for at ``fence``/``finalize``).
+    sends complete (tested at every task, waited for at ``fence``/``finalize``, and
+    before a new send would stage more than ``send_limit`` bytes).
     Every send of the program points a rank has passed is posted, so a rank that
     blocks waiting for a receive holds back nothing another rank may wait for.
     A value larger than ``piece`` bytes goes as several messages (see
@@ -380,21 +384,29 @@ class _Exchanges:
         except (ImportError, AttributeError):   # not an mpi4py communicator
             bound = None
         self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
-        self.in_flight: list[tuple[Any, np.ndarray]] = []
+        self.in_flight: list[tuple[Any, np.ndarray, int]] = []  # request, buffer, bytes
+        self.staged = 0                      # bytes of the sends in flight
+        self.send_limit = send_limit()
 
     def send(self, local_data: Any, nbytes: int, dest: int, tag: int) -> None:
         """Post the send of local logical data ``local_data``'s value (``nbytes``) to ``dest``
         once it is ready on this rank (the local work producing it, not the
         receiver, is waited for), piece by piece as each is staged."""
+        in_flight = self.in_flight
+        while in_flight and self.staged + nbytes > self.send_limit:
+            request, _, size = in_flight.pop(0)       # the oldest send, received
+            request.Wait()
+            self.staged -= size
         bounds = piece_bounds(nbytes, self.piece)
         buffer, staged = self.staging.read(self.local, local_data, bounds)
         message = buffer.reshape(-1).view(np.uint8)
-        comm, in_flight = self.comm, self.in_flight
+        comm = self.comm
         for k, (start, stop) in enumerate(bounds):
             if staged is not None:
                 self._await(staged[k])
             in_flight.append((comm.Isend(message[start:stop], dest=dest, tag=tag),
-                              buffer))
+                              buffer, stop - start))
+        self.staged += nbytes
 
     def _await(self, event: Any) -> None:
         """Wait for a staging copy's ``event``, letting MPI move the sends in
@@ -406,7 +418,7 @@ class _Exchanges:
             event.synchronize()
             return
         from mpi4py import MPI
-        requests = [request for request, _ in self.in_flight]
+        requests = [request for request, _, _ in self.in_flight]
         while not event.done:
             MPI.Request.Testall(requests)
 
@@ -425,11 +437,13 @@ class _Exchanges:
         is in flight; the test also lets MPI progress them)."""
         self.staging.progress()
         in_flight = self.in_flight
-        done = 0
+        done = staged = 0
         while done < len(in_flight) and in_flight[done][0].Test():
+            staged += in_flight[done][2]
             done += 1
         if done:
             del in_flight[:done]
+            self.staged -= staged
 
     def complete(self, incoming: Sequence[_Incoming]) -> None:
         """Wait for every piece of the receives ``incoming``."""
@@ -445,8 +459,9 @@ class _Exchanges:
     def flush(self) -> None:
         """Wait until every send completed (fence, finalize)."""
         from mpi4py import MPI
-        MPI.Request.Waitall([request for request, _ in self.in_flight])
+        MPI.Request.Waitall([request for request, _, _ in self.in_flight])
         self.in_flight.clear()
+        self.staged = 0
 
 
 class distributed_context:

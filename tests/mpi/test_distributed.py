@@ -194,10 +194,13 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, monkeypatch
         np.testing.assert_allclose(S, want_s)
 
 
-@pytest.mark.parametrize("piece", ["8", "3"])
-def test_random_programs_with_small_pieces_match_the_oracle(comm, monkeypatch, piece):
-    """The differential test with every value cut into pieces of 8 or 3 bytes."""
+@pytest.mark.parametrize("piece, limit", [("8", "512"), ("3", "1")])
+def test_random_programs_with_small_pieces_match_the_oracle(comm, monkeypatch, piece,
+                                                            limit):
+    """The differential test with every value cut into pieces of 8 or 3 bytes, and
+    senders waiting for their receivers above 512 bytes, or at every send."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
+    monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stflow._staging import piece_bounds, piece_size
+from stflow._staging import piece_bounds, piece_size, send_limit
 
 
 @pytest.mark.parametrize("nbytes, piece, expected", [
@@ -39,3 +39,13 @@ def test_a_bad_piece_size_names_the_variable(monkeypatch, text):
     monkeypatch.setenv("STFLOW_MPI_PIECE", text)
     with pytest.raises(ValueError, match="STFLOW_MPI_PIECE must be a positive"):
         piece_size()
+
+
+def test_the_send_limit_defaults_to_512_mib_and_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("STFLOW_MPI_SEND_LIMIT", raising=False)
+    assert send_limit() == 512 << 20
+    monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", "1")
+    assert send_limit() == 1
+    monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", "lots")
+    with pytest.raises(ValueError, match="STFLOW_MPI_SEND_LIMIT must be a positive"):
+        send_limit()
