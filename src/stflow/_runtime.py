@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import numpy as np
 
+from . import _endings as endings
 from . import _eviction as eviction
 from . import _reductions as reductions
 from . import _threads as threads
@@ -58,7 +59,7 @@ from ._places import LAYOUT_IDS, exec_place_grid
 from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import StreamPools, choose_stream
-from .backends._base import (HOST, NO_AFFINE, Allocation, Backend, Event, Stream,
+from .backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
                              callback_state)
 
 if TYPE_CHECKING:
@@ -548,29 +549,6 @@ class Runtime:
             if access.state.pending is not None:
                 reductions.flush(self, access.state, access.device, what)
 
-    def tear_down(self, stream: Stream | None) -> None:
-        """The end of :meth:`finalize` (or of an abandoned context): free every
-        instance the runtime allocated (stream-ordered on ``stream``; ``None`` once
-        the work has completed), forget all data, plans and streams, and mark the
-        runtime finalized. The lock must be held."""
-        backend = self.backend
-        for state in self.data.states.values():
-            for instance in state.instances.values():
-                if instance.allocation is not None and not instance.is_reference:
-                    backend.free(instance.allocation, stream)
-                instance.allocation = None
-            state.instances.clear()
-            state.reference = None
-        self.data.clear()
-        self.memory.clear()
-        self.releases.clear()
-        self.plans.clear()
-        self.root_pools.destroy()
-        self.fence_stream = None
-        if self.scopes is not None:
-            self.scopes.finalized()
-        self.finalized = True
-
     def stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
         """A stream for internal work at place ``device`` (the host's for host and
         managed memory), ordered after ``events``."""
@@ -779,62 +757,6 @@ class Runtime:
                 scopes.epoch_begin()
         return int(stream.handle)       # never raises deferred errors (API I-7)
 
-    def wait(self, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
-             label: str) -> np.ndarray:
-        """Block until the data of ``state`` can be read; return a host copy."""
-        event = None
-        with self.lock:
-            self.check_submit("wait()")
-            scopes = self.scopes
-            if scopes is not None:
-                threads.settle_epoch(self, "wait()")
-                scopes.epoch_boundary()
-            self.drain_retired()
-            if state.writing is not None:
-                self.wait_for_conflicts([(state, READ)], "wait()")
-            if state.pending is not None:
-                reductions.flush(self, state, None, "wait()")
-            result: np.ndarray = np.empty(shape, dtype)
-            source = state.valid_source()
-            if source is None:
-                from .backends._host_memory import poison
-                poison(result.reshape(-1).view(np.uint8), dtype)
-            elif state.nbytes:
-                prerequisites = [*state.tracker.prerequisites(READ),
-                                 *source.ready.values()]
-                target = Instance(HOST, Allocation(
-                    result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
-                    result))
-                event = self.copy_into(state, target, source, prerequisites, label,
-                                       keep=False)
-            retiring = [entry.done for entry in self.releases]
-            if scopes is not None:
-                scopes.epoch_begin()
-        backend = self.backend
-        if event is not None:
-            backend.synchronize(event)
-        for done in retiring:             # collected data is written back by now
-            backend.synchronize(done)
-        if retiring:
-            with self.lock:
-                self.release_completed()
-        self.errors.raise_pending("wait()")
-        return result
-
-    def quiesce(self) -> None:
-        """Close the runtime to new work, then wait until no work of another thread
-        is held (the lock must be held)."""
-        me = threading.get_ident()
-        for holder, thread in self.started.items():
-            if thread == me:
-                raise ScopeError(f"finalize() while {holder._label()} is started but "
-                                 "not ended; end the task first")
-        scopes = self.scopes
-        while scopes is not None and scopes.open_tops:   # other threads' scopes close
-            self.block(None, "finalize()")
-        self.closing = True               # submissions waiting on a conflict give up
-        self._await_no_started()
-
     def _await_no_started(self) -> None:
         """Wait (lock held) until no task is started (they end by themselves)."""
         while self.started:
@@ -844,36 +766,22 @@ class Runtime:
             finally:
                 self.waiters -= 1
 
+    def wait(self, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
+             label: str) -> np.ndarray:
+        """Block until the data of ``state`` can be read; return a host copy
+        (:func:`stflow._endings.wait`)."""
+        return endings.wait(self, state, shape, dtype, label)
+
+    def quiesce(self) -> None:
+        """Close the runtime to new work (:func:`stflow._endings.quiesce`)."""
+        endings.quiesce(self)
+
     def finalize(self) -> None:
-        """Complete all work, write results back, free everything (idempotent)."""
-        with self.lock:
-            if self.finalized:
-                return
-            if callback_state.active:
-                raise ScopeError("finalize() called from a host callback or launched "
-                                 "function")
-            scopes = self.scopes
-            if scopes is not None and scopes.user_scopes():
-                raise ScopeError(f"finalize() with {scopes.user_scopes()} graph "
-                                 "scope(s) still open; close them first")
-            self.quiesce()
-            if scopes is not None:
-                scopes.epoch_boundary()
-            self.drain_retired()
-            for state in self.data.states.values():
-                self.writeback(state)
-            backend = self.backend
-            caller = self.caller_stream
-            events = merge_events(self.outstanding_events())
-            if caller is not None:
-                # No ordering state on a stream the runtime does not own: plain waits.
-                for event in events:
-                    backend.wait(caller, event)
-        if caller is None:
-            for event in events:
-                backend.synchronize(event)
-        with self.lock:
-            self.tear_down(caller)
-        for failure in self.instruments.finalized():
-            self.errors.capture(failure)
-        self.errors.raise_pending("finalize()")
+        """Complete all work, write results back, free everything (idempotent;
+        :func:`stflow._endings.finalize`)."""
+        endings.finalize(self)
+
+    def tear_down(self, stream: Stream | None) -> None:
+        """Free everything and mark the runtime finalized
+        (:func:`stflow._endings.tear_down`; the lock must be held)."""
+        endings.tear_down(self, stream)
