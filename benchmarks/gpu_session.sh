@@ -81,7 +81,7 @@ for step in "$@"; do
             OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
      STFLOW_DISTRIBUTED_BACKEND=cuda STFLOW_DISTRIBUTED_SEEDS=${DISTRIBUTED_SEEDS:-100} \
        timeout 300 mpiexec --oversubscribe -n 2 python3 -m pytest -q -p no:cacheprovider \
-       -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
+       -W "ignore::DeprecationWarning" -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
        -k "random or piece or chain or written" 2>&1 | grep -aE "passed|failed|^FAILED|Error" | head -n 12
      timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
        --backend cuda 2>&1 | tail -n 3

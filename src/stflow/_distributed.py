@@ -496,10 +496,12 @@ class distributed_context:
         self._previous_device = -1
         try:
             self.device = self._choose_device(device)
+            self._exchanges = _Exchanges(comm, self.local, use_graph)
         except BaseException:
             self.local.finalize()            # a bad device= leaves no context behind
+            if self._previous_device >= 0:
+                self._backend.set_current_device(self._previous_device)
             raise
-        self._exchanges = _Exchanges(comm, self.local, use_graph)
         self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
@@ -764,8 +766,11 @@ class distributed_context:
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
-            self.finalize()
-            return
+            try:
+                self.finalize()
+                return
+            except BaseException as failure:     # the others wait in finalize's exchanges
+                exc_type, exc, tb = type(failure), failure, failure.__traceback__
         # The other ranks would wait in their next exchange forever: abort them.
         err = sys.__stderr__ or sys.stderr           # not a capture that dies with us
         print(f"stflow: rank {self.rank} of {self.size} failed; aborting the "

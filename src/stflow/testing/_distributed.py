@@ -106,7 +106,8 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         With the program listing and the first differences, on the rank that saw
         them (after every rank finished the program).
     """
-    program = generate_program(seed, 2, reductions=reductions, drops=False, **options)
+    program = generate_program(seed, _devices(comm, backend), reductions=reductions,
+                               drops=False, **options)
     expected = run_oracle(program)
     waits, final, owners = run_distributed_program(program, comm, backend, use_graph)
     rank = int(comm.Get_rank())
@@ -128,3 +129,12 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         raise AssertionError(f"rank {rank} differs from the sequential oracle:\n  "
                              + "\n  ".join(problems) + "\n" + program.describe()
                              + f"\nowners: {owners}")
+
+
+def _devices(comm: Any, backend: str) -> int:
+    """The devices the program may name: two, or fewer where a rank has fewer (the
+    same on every rank)."""
+    from mpi4py import MPI
+
+    from ..backends import get_backend
+    return int(comm.allreduce(min(get_backend(backend).device_count, 2), op=MPI.MIN))
