@@ -13,8 +13,9 @@ memory costs about as much to allocate as to send (measured on an H200 machine: 
 per 256 MiB buffer).
 
 :class:`HostStaging` (the emulated backend, graph mode): the value is read with
-``context.wait`` into a new NumPy array, sent from it, and a received array is written
-into the local data by a task (``target[...] = buffer``) once every piece arrived.
+``context.wait`` into a new NumPy array, sent from it, and a received array, once
+every piece arrived, becomes local logical data that a task copies into the local
+data.
 
 :class:`PinnedStaging` (CUDA, stream mode): the messages live in page-locked host
 memory from CuPy's pinned pool, and the device-host copies are asynchronous copies on
@@ -101,12 +102,16 @@ class HostStaging:
 
     def land(self, local: Any, data: Any, buffer: np.ndarray,
              bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
-        """Write a received ``buffer`` into ``data`` (a local task) once all its
-        pieces arrived."""
+        """Write a received ``buffer`` into ``data`` once all its pieces arrived: the
+        buffer becomes local logical data, which a local task copies into ``data``
+        (the runtime moves it to where ``data`` lives, in graph mode too, where a
+        copy from an unregistered host array cannot be captured, and keeps it until
+        that copy completed)."""
         for k in range(len(bounds)):
             wait_piece(k)
-        with local.task(data.write()) as t:
-            t.run(lambda xp, target: target.__setitem__(Ellipsis, xp.asarray(buffer)))
+        arrived = local.logical_data(buffer, name=f"{data.symbol or 'data'}.received")
+        with local.task(arrived.read(), data.write()) as t:
+            t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
 
     def progress(self) -> None:
         """Nothing is held."""

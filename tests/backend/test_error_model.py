@@ -384,6 +384,11 @@ def _abandoned(backend, data, fail=False):
 
 def test_collected_context_never_writes_the_users_array(backend):
     user = np.zeros(4)
+    warm = stf.context(backend=backend)    # what the first context loads stays loaded
+    with warm.task(stf.exec_place.device(0), warm.logical_data(np.zeros(4)).rw()) as t:
+        fill_with(t, 0, 7.0)
+    del t
+    warm.finalize()
     before = device_bytes_in_use(backend)
     ctx, ld = _abandoned(backend, user)
     with pytest.warns(ResourceWarning, match="without an explicit finalize"), \
