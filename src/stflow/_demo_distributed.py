@@ -214,7 +214,7 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
         f"{iterations} iterations, over {size} MPI rank(s)")
     say(f"backend of each rank: {native.name} ({native.describe()})"
         + (f"; {note}" if note else ""))
-    warmup = native.name == "cuda" if args.warmup is None else args.warmup
+    warmup = native.gpu_memory if args.warmup is None else args.warmup
     if warmup:
         solve_distributed(comm, poisson_rhs(32), 2, backend=native.name,
                           devices=args.devices)

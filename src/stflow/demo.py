@@ -313,9 +313,9 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
         return 2
     if args.n is None:
         _size(args, native.name)
-    cuda = native.name == "cuda"
-    graph = cuda if args.graph is None else args.graph
-    warmup = cuda if args.warmup is None else args.warmup
+    gpu = native.gpu_memory                    # graph mode and a warm-up on a GPU
+    graph = gpu if args.graph is None else args.graph
+    warmup = gpu if args.warmup is None else args.warmup
     n, iterations = args.n, args.iterations
     print(f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
           f"{iterations} iterations")
