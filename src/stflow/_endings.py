@@ -1,4 +1,4 @@
-"""The synchronisation points that end work: ``wait`` on one data, and the end of a
+"""The synchronisation points: ``fence``, ``wait`` on one data, and the end of a
 runtime (``quiesce``, ``finalize``, ``tear_down``).
 
 Functions of a :class:`~stflow._runtime.Runtime` (its methods of the same names call
@@ -23,8 +23,37 @@ from .backends._base import HOST, Allocation, Stream, callback_state
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
+    from ._scopes import ScopeTracker
 
-__all__ = ["finalize", "quiesce", "tear_down", "wait"]
+__all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
+
+
+def _boundary(rt: Runtime, what: str) -> ScopeTracker | None:
+    """The start of a synchronisation point ``what`` (lock held): refused after
+    finalize, the epoch closed in graph mode (returns the scope tracker, to begin the
+    next epoch with), collected data retired."""
+    rt.check_submit(what)
+    scopes = rt.scopes
+    if scopes is not None:
+        threads.settle_epoch(rt, what)
+        scopes.epoch_boundary()
+    rt.drain_retired()
+    return scopes
+
+
+def fence(rt: Runtime) -> int:
+    """A stream that completes once everything submitted so far has completed."""
+    with rt.lock:
+        scopes = _boundary(rt, "fence()")
+        stream = rt.fence_stream
+        if stream is None:
+            stream = rt.fence_stream = rt.root_pools.new_stream(
+                max(rt.backend.current_device(), 0))
+        rt.order_after(stream, merge_events(rt.outstanding_events()))
+        rt.instruments.fence()
+        if scopes is not None:
+            scopes.epoch_begin()
+    return int(stream.handle)           # never raises deferred errors (API I-7)
 
 
 def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
@@ -32,12 +61,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
     """Block until the data of ``state`` can be read; return a host copy."""
     event = None
     with rt.lock:
-        rt.check_submit("wait()")
-        scopes = rt.scopes
-        if scopes is not None:
-            threads.settle_epoch(rt, "wait()")
-            scopes.epoch_boundary()
-        rt.drain_retired()
+        scopes = _boundary(rt, "wait()")
         if state.writing is not None:
             rt.wait_for_conflicts([(state, READ)], "wait()")
         if state.pending is not None:

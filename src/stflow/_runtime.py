@@ -739,23 +739,9 @@ class Runtime:
         return events
 
     def fence(self) -> int:
-        """A stream that completes once everything submitted so far has completed."""
-        with self.lock:
-            self.check_submit("fence()")
-            scopes = self.scopes
-            if scopes is not None:
-                threads.settle_epoch(self, "fence()")
-                scopes.epoch_boundary()
-            self.drain_retired()
-            stream = self.fence_stream
-            if stream is None:
-                stream = self.fence_stream = self.root_pools.new_stream(
-                    max(self.backend.current_device(), 0))
-            self.order_after(stream, merge_events(self.outstanding_events()))
-            self.instruments.fence()
-            if scopes is not None:
-                scopes.epoch_begin()
-        return int(stream.handle)       # never raises deferred errors (API I-7)
+        """A stream that completes once everything submitted so far has completed
+        (:func:`stflow._endings.fence`)."""
+        return endings.fence(self)
 
     def _await_no_started(self) -> None:
         """Wait (lock held) until no task is started (they end by themselves)."""
