@@ -389,9 +389,9 @@ class _Exchanges:
         self.send_limit = send_limit()
 
     def send(self, local_data: Any, nbytes: int, dest: int, tag: int) -> None:
-        """Post the send of local logical data ``local_data``'s value (``nbytes``) to ``dest``
-        once it is ready on this rank (the local work producing it, not the
-        receiver, is waited for), piece by piece as each is staged."""
+        """Post the send of local logical data ``local_data``'s value (``nbytes``
+        bytes) to ``dest`` once it is ready on this rank (the local work producing
+        it, not the receiver, is waited for), piece by piece as each is staged."""
         in_flight = self.in_flight
         while in_flight and self.staged + nbytes > self.send_limit:
             request, _, size = in_flight.pop(0)       # the oldest send, received

@@ -3,9 +3,10 @@
 The program runs in an ``mpiexec`` of its own, two ranks: rank 1 fails while rank 0
 goes on to a task that needs data from rank 1 (it would wait for it forever), or an
 asynchronous failure on rank 1 is raised by its ``finalize()`` while rank 0 waits in
-its own. The ``distributed_context`` left by the exception aborts the communicator, so
-``mpiexec`` ends, non-zero, with the error in its output. Launched by rank 0 of the test's own
-ranks (with an environment cleared of the launcher's variables); the others skip.
+its own. The ``distributed_context`` left by the exception aborts the communicator,
+so ``mpiexec`` ends, non-zero, with the error in its output. Launched by rank 0 of the
+test's own ranks (with an environment cleared of the launcher's variables); the others
+skip.
 """
 
 from __future__ import annotations
