@@ -14,8 +14,8 @@ per 256 MiB buffer).
 
 :class:`HostStaging` (the emulated backend, graph mode): the value is read with
 ``context.wait`` into a new NumPy array, sent from it, and a received array, once
-every piece arrived, becomes local logical data that a task copies into the local
-data.
+every piece arrived, is copied into the local data by a task (in graph mode through
+local logical data made of it, which the runtime moves).
 
 :class:`PinnedStaging` (CUDA, stream mode): the messages live in page-locked host
 memory from CuPy's pinned pool, and the device-host copies are asynchronous copies on
@@ -88,7 +88,11 @@ WaitPiece = Callable[[int], None]
 
 
 class HostStaging:
-    """Messages in ordinary NumPy arrays (see the module docstring)."""
+    """Messages in ordinary NumPy arrays (see the module docstring); ``graph``: the
+    local context records graphs."""
+
+    def __init__(self, graph: bool = False) -> None:
+        self.graph = graph
 
     def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
              ) -> tuple[np.ndarray, list[Any] | None]:
@@ -102,16 +106,24 @@ class HostStaging:
 
     def land(self, local: Any, data: Any, buffer: np.ndarray,
              bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
-        """Write a received ``buffer`` into ``data`` once all its pieces arrived: the
-        buffer becomes local logical data, which a local task copies into ``data``
-        (the runtime moves it to where ``data`` lives, in graph mode too, where a
-        copy from an unregistered host array cannot be captured, and keeps it until
-        that copy completed)."""
+        """Write a received ``buffer`` into ``data`` once all its pieces arrived, with
+        a local task. In graph mode the buffer first becomes local logical data, which
+        the task reads: the runtime moves it to where ``data`` lives (a copy from an
+        unregistered host array cannot be captured on CUDA) and keeps it until the
+        graph ran. In stream mode the task copies the buffer itself, which costs a
+        third of the registration (measured on the emulated backend: 140 against
+        220-430 µs per exchange of a few bytes)."""
         for k in range(len(bounds)):
             wait_piece(k)
-        arrived = local.logical_data(buffer, name=f"{data.symbol or 'data'}.received")
-        with local.task(arrived.read(), data.write()) as t:
-            t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
+        if self.graph:
+            arrived = local.logical_data(buffer,
+                                         name=f"{data.symbol or 'data'}.received")
+            with local.task(arrived.read(), data.write()) as t:
+                t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
+        else:
+            with local.task(data.write()) as t:
+                t.run(lambda xp, target:
+                      target.__setitem__(Ellipsis, xp.asarray(buffer)))
 
     def progress(self) -> None:
         """Nothing is held."""
@@ -198,4 +210,4 @@ def staging_for(local: Any, use_graph: bool) -> HostStaging | PinnedStaging:
             return PinnedStaging()
         except ImportError:
             pass
-    return HostStaging()
+    return HostStaging(use_graph)

@@ -195,17 +195,21 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
         np.testing.assert_allclose(S, want_s)
 
 
-@pytest.mark.parametrize("piece, limit", [("8", "512"), ("3", "1")])
+@pytest.mark.parametrize("piece, limit, use_graph", [("8", "512", False),
+                                                     ("3", "1", False),
+                                                     ("5", "64", True)])
 def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monkeypatch,
-                                                            piece, limit):
-    """The differential test with every value cut into pieces of 8 or 3 bytes, and
-    senders waiting for their receivers above 512 bytes, or at every send."""
+                                                            piece, limit, use_graph):
+    """The differential test with every value cut into pieces of a few bytes, and
+    senders waiting for their receivers above a few hundred bytes, or at every send;
+    in stream and graph mode."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
-            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1)
+            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
+                                      use_graph=use_graph)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
