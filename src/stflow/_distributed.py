@@ -550,13 +550,21 @@ class distributed_context:
         label = name or f"d{index}"
         if self.rank == owner:
             local = self.local.logical_data(array, name=label)
-        else:                 # a private buffer: receives copies, never the user's
-            local = self.local.logical_data(np.zeros(array.shape, array.dtype),
-                                            name=label)
+        else:
+            local = self._private(array.shape, array.dtype, label)
         data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
         data.context = self
         self._data.append(data)
         return data
+
+    def _private(self, shape: tuple[int, ...], dtype: np.dtype, label: str) -> Any:
+        """Local data of this rank that only ever holds copies (written before any
+        read: received, or written by a task): without a host buffer, so not
+        page-locked nor kept in host memory, except for 0-d and empty data, which
+        local ``logical_data_empty`` refuses (a buffer of at most one element)."""
+        if shape and all(shape):
+            return self.local.logical_data_empty(shape, dtype, name=label)
+        return self.local.logical_data(np.zeros(shape, dtype), name=label)
 
     def token(self, *, owner: Rank = 0, name: str | None = None) -> dist_data:
         """Data without bytes that only orders tasks, also across ranks: a task
@@ -572,10 +580,9 @@ class distributed_context:
         owner = self._check_owner(owner)
         index = len(self._data)
         label = name or f"d{index}"
-        buffer = np.zeros(shape, dtype)              # private on every rank
-        local = self.local.logical_data(buffer, name=label)
-        data = dist_data(local, owner, index, buffer.shape, buffer.dtype, label,
-                         {owner})
+        array = np.empty(shape, dtype)        # checks them (no bytes are touched)
+        local = self._private(array.shape, array.dtype, label)
+        data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
         data.context = self
         self._data.append(data)
         return data

@@ -213,3 +213,20 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
+
+
+def test_ranks_other_than_the_owner_keep_no_host_copy_of_the_data(comm, backend):
+    """Only the owner registers the user's array; elsewhere the local data has no host
+    buffer (it only ever holds received copies), so a rank does not allocate, nor
+    page-lock on CUDA, the size of every data of the program."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        data = [ctx.logical_data(np.full(1000, float(r)), owner=r) for r in range(size)]
+        empty = ctx.logical_data_empty((1000,), owner=0)
+        for r, d in enumerate(data):
+            has_buffer = d.local._state.reference is not None
+            assert has_buffer == (r == rank)
+        assert empty.local._state.reference is None
+        with ctx.task(empty.write(), data[-1].read(), rank=0) as t:
+            t.run(lambda xp, out, src: out.__setitem__(Ellipsis, src + 1))
+        np.testing.assert_array_equal(ctx.wait(empty), np.full(1000, size))
