@@ -6,14 +6,16 @@
 The same tasks as ``examples/cholesky.py`` (its ``factorize``, unchanged), submitted to
 a ``stf.distributed_context``: every rank runs this program; tile ``(i, j)`` is owned
 by rank ``(i mod P) * Q + (j mod Q)`` of a ``P × Q`` grid of ranks (``P × Q`` the
-number of ranks, ``P`` the largest divisor not above its square root), each task
+number of ranks, ``P`` the largest divisor not above its square root:
+``stf.block_cyclic.over(ranks)``; ``stf.tiles(ctx, A, nb)`` tiles a whole matrix the
+same way, here only the lower tiles are made), each task
 executes on the owner of the tile it writes, and the tiles a task reads from other
 ranks are sent to it (each version once per rank, cached until written again). Every
 rank starts from its own tiles only; at the end rank 0 gathers the factor (``wait``,
 collective) and checks it against ``numpy.linalg.cholesky``; every rank prints the
-verdict and returns the same exit code (``--no-check``, for large matrices: rank 0 checks
-``L Lᵀ = A`` on a sample of rows instead). The time printed is the factorisation's, the
-tiles already on their owners' devices.
+verdict and returns the same exit code (``--no-check``, for large matrices: rank 0
+checks ``L Lᵀ = A`` on a sample of rows instead). The time printed is the
+factorisation's, the tiles already on their owners' devices.
 
 Without ``mpiexec`` it runs on one rank. On a GPU machine, ``--backend cuda`` makes
 each rank's tasks cuBLAS / cuSOLVER calls on its device (rank ``r`` on device ``r``
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import pathlib
 import sys
 import time
@@ -47,18 +48,6 @@ def _cholesky_example() -> Any:
 cholesky_example = _cholesky_example()
 
 
-def rank_grid(size: int) -> tuple[int, int]:
-    """``(P, Q)`` with ``P × Q = size`` and ``P`` the largest divisor ≤ √size."""
-    p = max(d for d in range(1, math.isqrt(size) + 1) if size % d == 0)
-    return p, size // p
-
-
-def block_cyclic_owner(i: int, j: int, grid: tuple[int, int]) -> int:
-    """The rank owning tile ``(i, j)`` on a ``P × Q`` grid of ranks."""
-    p, q = grid
-    return (i % p) * q + (j % q)
-
-
 def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None = None
                          ) -> tuple[np.ndarray | None, float, list[int]]:
     """The lower factor of ``a`` (on rank 0; ``None`` elsewhere), the seconds from the
@@ -66,7 +55,7 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
     each rank executed."""
     n = a.shape[0]
     count = -(-n // nb)
-    grid = rank_grid(comm.Get_size())
+    owners = stf.block_cyclic.over(comm.Get_size())     # tile (i, j) -> its rank
     edges = [min(k * nb, n) for k in range(count + 1)]
     rank = comm.Get_rank()
     executed = 0
@@ -74,13 +63,13 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
         tiles = {}
         for i in range(count):
             for j in range(i + 1):
-                owner = block_cyclic_owner(i, j, grid)
-                # Only the owner's array is read: the others pass a placeholder.
-                rows, cols = slice(edges[i], edges[i + 1]), slice(edges[j], edges[j + 1])
-                block = (a[rows, cols] if owner == rank
-                         else np.zeros((rows.stop - rows.start, cols.stop - cols.start)))
-                tiles[i, j] = ctx.logical_data(np.ascontiguousarray(block), owner=owner,
-                                               name=f"A[{i},{j}]")
+                owner = owners(i, j)
+                # Only the owner's array is read (a copy of the block); elsewhere the
+                # data takes its shape and dtype from the view, and no memory.
+                block = a[edges[i]:edges[i + 1], edges[j]:edges[j + 1]]
+                if owner == rank:
+                    block = np.ascontiguousarray(block)
+                tiles[i, j] = ctx.logical_data(block, owner=owner, name=f"A[{i},{j}]")
         for tile in tiles.values():          # each tile onto its owner's device first
             with ctx.task(tile.rw()):
                 pass
@@ -148,7 +137,8 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
             verdict = f"{'PASS' if ok else 'FAIL'} (8 rows of L Lᵀ): "
             checked = f", relative residual {error:.1e}"
         tiles = -(-args.n // args.nb)
-        p, q = rank_grid(comm.Get_size())
+        grid = stf.block_cyclic.over(comm.Get_size())
+        p, q = grid.p, grid.q
         flops = args.n ** 3 / 3 / seconds / 1e12
         print(f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb} over "
               f"{comm.Get_size()} rank(s) ({p}×{q} block-cyclic), tasks per rank "

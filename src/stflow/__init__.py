@@ -57,7 +57,8 @@ _BINDING_NAMES = [
     "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 ]
-_STFLOW_NAMES = ["ProgressBar", "TileGrid", "distributed_context", "reduce", "tiles"]
+_STFLOW_NAMES = ["ProgressBar", "TileGrid", "block_cyclic", "distributed_context",
+                 "reduce", "tiles"]
 
 __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
 
@@ -68,6 +69,7 @@ _LOCATIONS = {
     "ProgressBar": "._progress",
     "distributed_context": "._distributed",
     "TileGrid": "._tiles",
+    "block_cyclic": "._tiles",
     "tiles": "._tiles",
     "async_resources": "._resources",
     "cond": "._cond",
@@ -157,6 +159,7 @@ if TYPE_CHECKING:
     from ._resources import async_resources as async_resources
     from ._resources import exec_place_resources as exec_place_resources
     from ._tiles import TileGrid as TileGrid
+    from ._tiles import block_cyclic as block_cyclic
     from ._tiles import tiles as tiles
     from ._stackable import LaunchableGraph as LaunchableGraph
     from ._stackable import stackable_context as stackable_context

@@ -5,19 +5,74 @@
 each block as one logical data, and copies the blocks back into ``A`` when the context
 is finalized. Tiled algorithms (a blocked Cholesky, a blocked matrix product) then
 submit one task per block operation and stflow orders them by the blocks they touch.
+
+On a :class:`~stflow.distributed_context` each tile has an owner rank, given by a
+distribution function of the tile's indices (:class:`block_cyclic` by default): only
+the owner copies the block out of its array and gets it back at ``finalize()``.
 """
 
 from __future__ import annotations
 
+import math
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ._instrument import Instrument
 
-__all__ = ["TileGrid", "tiles"]
+__all__ = ["TileGrid", "block_cyclic", "tiles"]
+
+
+class block_cyclic:
+    """Tiles dealt 2-D block-cyclic over a ``p`` × ``q`` grid of ranks: tile
+    ``(i, j)`` is owned by rank ``(i mod p) · q + (j mod q)`` (the distribution of
+    ScaLAPACK and of StarPU-MPI's examples; it balances the work of tiled
+    factorisations whose active part shrinks).
+
+    ``block_cyclic.over(n)`` makes the grid for ``n`` ranks: ``p`` the largest divisor
+    of ``n`` not above its square root. Any callable ``owner(i, j) -> rank`` can be
+    given to :func:`tiles` instead.
+    """
+
+    __slots__ = ("p", "q")
+
+    def __init__(self, p: int, q: int) -> None:
+        for label, value in (("p", p), ("q", q)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or value <= 0:
+                raise ValueError(f"block_cyclic: {label} must be a positive number of "
+                                 f"ranks, got {value!r}")
+        self.p, self.q = int(p), int(q)
+
+    @classmethod
+    def over(cls, ranks: int) -> block_cyclic:
+        """The most square grid of exactly ``ranks`` ranks."""
+        if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) \
+                or ranks <= 0:
+            raise ValueError(f"block_cyclic.over: ranks must be positive, got "
+                             f"{ranks!r}")
+        p = max(d for d in range(1, math.isqrt(int(ranks)) + 1) if ranks % d == 0)
+        return cls(p, int(ranks) // p)
+
+    @property
+    def ranks(self) -> int:
+        """How many ranks the grid spans, ``p · q``."""
+        return self.p * self.q
+
+    def __call__(self, i: int, j: int) -> int:
+        return (i % self.p) * self.q + (j % self.q)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, block_cyclic)
+                and (self.p, self.q) == (other.p, other.q))
+
+    def __hash__(self) -> int:
+        return hash((self.p, self.q))
+
+    def __repr__(self) -> str:
+        return f"stflow.block_cyclic(p={self.p}, q={self.q})"
 
 
 class TileGrid:
@@ -101,7 +156,8 @@ class _WriteBack(Instrument):
 
 
 def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
-          name: str | None = None) -> TileGrid:
+          name: str | None = None,
+          owner: Callable[[int, int], int] | None = None) -> TileGrid:
     """Register the tiles of a 2-D array as a grid of logical data.
 
     Each tile is a contiguous copy of a block of ``array`` (so a task gets a dense
@@ -125,6 +181,13 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     name : str, optional
         Prefix of the tiles' names (``"A[0,1]"``...), shown in errors, DOT graphs and
         traces.
+    owner : callable, optional
+        With a :class:`~stflow.distributed_context` only: ``owner(i, j)`` is the rank
+        owning tile ``(i, j)`` (default :meth:`block_cyclic.over` the communicator's
+        size). Every rank passes an array of the same shape and dtype; a rank reads
+        and gets back only the blocks of the tiles it owns (the rest of its array is
+        left alone, and may be a placeholder such as
+        ``np.broadcast_to(np.float64(0), shape)``, which takes no memory).
 
     Returns
     -------
@@ -138,7 +201,7 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         meaning a copy would lose; ``tile_shape`` is not integers.
     ValueError
         ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; ``ctx`` has
-        a caller stream.
+        a caller stream; ``owner`` names a rank outside the communicator.
 
     Examples
     --------
@@ -181,8 +244,10 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     if mb <= 0 or nb <= 0:
         raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be "
                          "positive")
-    runtime = getattr(ctx, "_runtime", None)
-    inner = getattr(ctx, "_ctx", None)              # a stackable_context's context
+    owner_of = _owners(ctx, owner)
+    local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
+    runtime = getattr(local, "_runtime", None)
+    inner = getattr(local, "_ctx", None)            # a stackable_context's context
     if runtime is None and inner is not None:
         runtime = getattr(inner, "_runtime", None)
     if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
@@ -200,13 +265,51 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         for j in range((cols + nb - 1) // nb):
             where = (slice(i * mb, min((i + 1) * mb, rows)),
                      slice(j * nb, min((j + 1) * nb, cols)))
+            label = f"{prefix}[{i},{j}]"
+            if owner_of is not None:
+                rank = _owner(ctx, owner_of, i, j)
+                if rank != ctx.rank:     # another rank's tile: only its shape is read
+                    row.append(ctx.logical_data(array[where], owner=rank, name=label))
+                    continue
             copy = np.array(array[where], order="C", copy=True)
             if not writable:
                 copy.flags.writeable = False
             else:
                 copies.append((where, copy))
-            row.append(ctx.logical_data(copy, name=f"{prefix}[{i},{j}]"))
+            row.append(ctx.logical_data(copy, name=label) if owner_of is None
+                       else ctx.logical_data(copy, owner=ctx.rank, name=label))
         grid.append(row)
     if copies:
-        ctx.attach(_WriteBack(array, copies))
+        local.attach(_WriteBack(array, copies))
     return TileGrid(grid, (mb, nb), (rows, cols))
+
+
+def _owners(ctx: Any, owner: Any) -> Callable[[int, int], int] | None:
+    """The distribution function of a distributed context's tiles (``None`` for a
+    single-process context, which takes no ``owner``)."""
+    from ._distributed import distributed_context
+    if not isinstance(ctx, distributed_context):
+        if owner is not None:
+            raise TypeError("stf.tiles(owner=...) distributes tiles over the ranks of "
+                            "a stf.distributed_context; this context is a single "
+                            "process")
+        return None
+    if owner is None:
+        return block_cyclic.over(ctx.size)
+    if not callable(owner):
+        raise TypeError(f"stf.tiles(owner=...) takes a function of the tile indices "
+                        f"(i, j) returning a rank, such as stf.block_cyclic(p, q); got "
+                        f"{type(owner).__name__}")
+    if isinstance(owner, block_cyclic) and owner.ranks > ctx.size:
+        raise ValueError(f"stf.tiles(owner={owner!r}) spans {owner.ranks} ranks; the "
+                         f"communicator has {ctx.size}")
+    return owner
+
+
+def _owner(ctx: Any, owner_of: Callable[[int, int], int], i: int, j: int) -> int:
+    rank = owner_of(i, j)
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or \
+            not 0 <= rank < ctx.size:
+        raise ValueError(f"stf.tiles(owner=...): owner({i}, {j}) returned {rank!r}, "
+                         f"not a rank of the communicator (0..{ctx.size - 1})")
+    return int(rank)

@@ -30,13 +30,3 @@ def test_the_script_returns_the_verdict_on_every_rank(comm, capsys):
                         comm=comm) == 0
     out = capsys.readouterr().out
     assert ("PASS" in out) == (comm.Get_rank() == 0)
-
-
-def test_the_rank_grid_and_the_owners():
-    example = load_example("cholesky_distributed")
-    assert [example.rank_grid(p) for p in (1, 2, 3, 4, 6, 8)] == \
-        [(1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (2, 4)]
-    owners = {example.block_cyclic_owner(i, j, (2, 2)) for i in range(4)
-              for j in range(4)}
-    assert owners == {0, 1, 2, 3}
-    assert example.block_cyclic_owner(3, 1, (2, 3)) == 1 * 3 + 1
