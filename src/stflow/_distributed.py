@@ -20,8 +20,8 @@ waits for the local work producing it, never for the receiver) and completes it 
 alive until then. The destination posts the ``Irecv`` at once and completes it only when
 local work needs the data, writing the bytes into its local data with a local task. A
 large value goes as several messages (pieces), so that its copies between device and
-host overlap the messages (messages in pinned host memory on CUDA in stream mode:
-:mod:`stflow._staging`). Tags come from the data and its version (the
+host overlap the messages (messages in pinned host memory on CUDA in stream mode, or
+device buffers handed to a CUDA-aware MPI: :mod:`stflow._staging`). Tags come from the data and its version (the
 writes and combinations so far, the same on every rank), so messages cannot be confused
 whatever the interleaving of ranks (where tags wrap around, both sides post in program
 order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
@@ -66,7 +66,7 @@ from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
-from ._staging import piece_bounds, piece_size, send_limit, staging_for
+from ._staging import Staging, piece_bounds, piece_size, send_limit, staging_for
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
@@ -373,11 +373,11 @@ class _Exchanges:
     :mod:`stflow._staging`).
     """
 
-    def __init__(self, comm: Any, local: Any, use_graph: bool) -> None:
+    def __init__(self, comm: Any, local: Any, use_graph: bool, device: int) -> None:
         self.comm = comm
         self.local = local
-        self.staging = staging_for(local, use_graph)
-        self.piece = piece_size()
+        self.staging: Staging = staging_for(local, use_graph, device)
+        self.piece = piece_size() if self.staging.pieces else 1 << 62
         try:
             from mpi4py import MPI
             bound = comm.Get_attr(MPI.TAG_UB)
@@ -496,7 +496,7 @@ class distributed_context:
         self._previous_device = -1
         try:
             self.device = self._choose_device(device)
-            self._exchanges = _Exchanges(comm, self.local, use_graph)
+            self._exchanges = _Exchanges(comm, self.local, use_graph, self.device)
         except BaseException:
             self.local.finalize()            # a bad device= leaves no context behind
             if self._previous_device >= 0:

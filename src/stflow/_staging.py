@@ -28,18 +28,26 @@ goes through a bounce buffer of the driver at a fraction of the bus's speed; fro
 pinned memory it is one DMA. A pinned buffer is kept until the event recorded after
 its last copy completed (the pool would otherwise hand it out again while the copy
 still reads it).
+
+:class:`DirectStaging` (stream mode, where MPI moves device memory itself: it says
+so through ``MPIX_Query_cuda_support``, or ``STFLOW_MPI_CUDA_AWARE=1``): the messages
+are device buffers handed to MPI, one message per value; the emulated backend uses it
+only when asked (its device memory is host memory, so any MPI moves it: that is how
+the tests run this path without a CUDA-aware MPI).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 import numpy as np
 
-__all__ = ["HostStaging", "PinnedStaging", "piece_bounds", "piece_size",
-           "send_limit", "staging_for"]
+__all__ = ["DirectStaging", "HostStaging", "PinnedStaging", "Staging", "device_direct",
+           "mpi_cuda_aware", "piece_bounds", "piece_size", "send_limit", "staging_for"]
 
 _DEFAULT_PIECE = 4 << 20
 _DEFAULT_SEND_LIMIT = 512 << 20
@@ -91,6 +99,8 @@ class HostStaging:
     """Messages in ordinary NumPy arrays (see the module docstring); ``graph``: the
     local context records graphs."""
 
+    pieces = True                       # values above the piece size are cut
+
     def __init__(self, graph: bool = False) -> None:
         self.graph = graph
 
@@ -133,6 +143,7 @@ class PinnedStaging:
     """Messages in pinned host memory, copied on the task streams piece by piece
     (see the module docstring)."""
 
+    pieces = True
     def __init__(self) -> None:
         import cupy
         import cupyx
@@ -201,13 +212,150 @@ class PinnedStaging:
             held.popleft()
 
 
-def staging_for(local: Any, use_graph: bool) -> HostStaging | PinnedStaging:
-    """Pinned staging for a context on GPU memory in stream mode with CuPy, else host
-    arrays (a graph records its copies once: its host buffers would have to live as
-    long as the graph)."""
-    if local._live().backend.gpu_memory and not use_graph:
+class _Copied:
+    """Set once a copy queued by a task body completed: a CUDA event recorded after
+    it where the body is CuPy's (it runs when submitted, queueing the copy), the end
+    of the body where it is NumPy's (the emulated stream runs it later)."""
+
+    __slots__ = ("flag", "event")
+
+    def __init__(self) -> None:
+        self.flag = threading.Event()
+        self.event: Any = None
+
+    def mark(self, xp: Any) -> None:
+        """Called by the body, after its copy."""
+        if xp is not np:
+            self.event = xp.cuda.Event(block=False, disable_timing=True)
+            self.event.record()                  # on the current stream: the task's
+        self.flag.set()
+
+    @property
+    def done(self) -> bool:
+        return self.flag.is_set() and (self.event is None or self.event.done)
+
+    def wait(self) -> None:
+        self.flag.wait()
+        if self.event is not None:
+            self.event.synchronize()
+
+
+class DirectStaging:
+    """Messages straight from and into device memory: MPI reads and writes the
+    device buffers itself (a CUDA-aware MPI; on the emulated backend, whose device
+    memory is host memory, any MPI).
+
+    A value is first copied, on its device, into a buffer of its own (the data may be
+    written again while the message is in flight), and the rank waits for that copy
+    before posting the send; a received buffer is copied into the data by a task once
+    every piece arrived, and kept until that copy completed.
+    """
+
+    pieces = False                      # MPI moves a device buffer in one message
+
+    def __init__(self, device: int, gpu: bool) -> None:
+        self.device = device
+        self.cupy: Any = None
+        if gpu:
+            import cupy
+            self.cupy = cupy
+        self.held: deque[tuple[_Copied, Any]] = deque()   # oldest first
+
+    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
+             ) -> tuple[Any, list[Any] | None]:
+        """A device copy of ``data``'s value, complete (no events to wait for)."""
+        copies: list[Any] = []
+        copied = _Copied()
+
+        def copy_out(xp: Any, value: Any) -> None:
+            copy = xp.empty(value.shape, value.dtype)    # on the task's stream
+            copy[...] = value
+            copies.append(copy)
+            copied.mark(xp)
+        with local.task(data.read()) as t:
+            t.run(copy_out)
+        copied.wait()
+        return copies[0], None
+
+    def buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """A device buffer to receive a value into."""
+        if self.cupy is None:
+            return np.empty(shape, dtype)
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.empty(shape, dtype)
+
+    def land(self, local: Any, data: Any, buffer: Any,
+             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+        for k in range(len(bounds)):
+            wait_piece(k)
+        copied = _Copied()
+
+        def copy_in(xp: Any, target: Any) -> None:
+            if xp is np or not target.flags.c_contiguous:
+                target[...] = buffer
+            else:                      # the buffer may be on another device: a copy
+                target.data.copy_from_device_async(buffer.data, buffer.nbytes)
+            copied.mark(xp)
+        with local.task(data.write()) as t:
+            t.run(copy_in)
+        self.held.append((copied, buffer))
+
+    def progress(self) -> None:
+        """Let go of the buffers whose copies completed."""
+        held = self.held
+        while held and held[0][0].done:
+            held.popleft()
+
+
+Staging = Union[HostStaging, PinnedStaging, DirectStaging]
+
+
+def mpi_cuda_aware() -> bool:
+    """Whether the MPI library says it moves CUDA device memory itself: mpi4py's
+    ``MPI.Query_cuda_support()`` where it has one, else Open MPI's
+    ``MPIX_Query_cuda_support()`` extension; False when neither answers."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return False
+    query = getattr(MPI, "Query_cuda_support", None)
+    if query is not None:
+        return bool(query())
+    try:
+        function = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support")
+    except (AttributeError, OSError):
+        return False
+    function.restype, function.argtypes = ctypes.c_int, []
+    return bool(function())
+
+
+def device_direct(gpu_memory: bool) -> bool:
+    """Whether device buffers go straight to MPI: ``STFLOW_MPI_CUDA_AWARE=1`` or
+    ``0`` decides; unset, MPI is asked (:func:`mpi_cuda_aware`) for GPU memory, and
+    the emulated backend stages through host arrays."""
+    text = os.environ.get("STFLOW_MPI_CUDA_AWARE", "")
+    if text:
+        if text not in ("0", "1"):
+            raise ValueError(f"STFLOW_MPI_CUDA_AWARE must be 1 (MPI moves device "
+                             f"memory) or 0 (stage through host memory), got {text!r}")
+        return text == "1"
+    return gpu_memory and mpi_cuda_aware()
+
+
+def staging_for(local: Any, use_graph: bool, device: int = 0) -> Staging:
+    """How this rank's messages travel (see the module docstring): host arrays in
+    graph mode (a graph records its copies once: its buffers would have to live as
+    long as the graph); device buffers handed to MPI where it moves device memory
+    (:func:`device_direct`); pinned host buffers on GPU memory with CuPy; else host
+    arrays."""
+    if use_graph:
+        return HostStaging(True)
+    gpu = bool(local._live().backend.gpu_memory)
+    if device_direct(gpu):
+        return DirectStaging(device, gpu)
+    if gpu:
         try:
             return PinnedStaging()
         except ImportError:
             pass
-    return HostStaging(use_graph)
+    return HostStaging(False)

@@ -169,6 +169,7 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
     float64 elements and the pieces' edges do not line up): values, partial sums of
     reductions, 0-d and empty data arrive whole, on every rank."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", "20")
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
     size, rank = comm.Get_size(), comm.Get_rank()
     X = np.arange(37, dtype=np.float64)
     S = np.zeros(37)
@@ -205,6 +206,7 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     in stream and graph mode."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
@@ -230,3 +232,24 @@ def test_ranks_other_than_the_owner_keep_no_host_copy_of_the_data(comm, backend)
         with ctx.task(empty.write(), data[-1].read(), rank=0) as t:
             t.run(lambda xp, out, src: out.__setitem__(Ellipsis, src + 1))
         np.testing.assert_array_equal(ctx.wait(empty), np.full(1000, size))
+
+
+@pytest.mark.parametrize("reductions", [False, True])
+def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatch,
+                                                       reductions):
+    """STFLOW_MPI_CUDA_AWARE=1: values go to MPI as device buffers (on the emulated
+    backend its device memory, which any MPI can read; on CUDA it needs a CUDA-aware
+    MPI, so only the emulated backend runs it here)."""
+    if backend != "emulated":
+        pytest.skip("device buffers to a CUDA-aware MPI only")
+    from stflow._staging import DirectStaging
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        assert isinstance(ctx._exchanges.staging, DirectStaging)
+    failures = []
+    for seed in range(0, max(SEEDS // 3, 10)):
+        try:
+            check_distributed_program(seed, comm, backend, reductions=reductions)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])

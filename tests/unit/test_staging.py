@@ -49,3 +49,27 @@ def test_the_send_limit_defaults_to_512_mib_and_reads_the_environment(monkeypatc
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", "lots")
     with pytest.raises(ValueError, match="STFLOW_MPI_SEND_LIMIT must be a positive"):
         send_limit()
+
+
+def test_device_direct_follows_the_setting_then_asks_mpi(monkeypatch):
+    from stflow import _staging
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
+    assert _staging.device_direct(False) and _staging.device_direct(True)
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
+    assert not _staging.device_direct(True)
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "yes")
+    with pytest.raises(ValueError, match="STFLOW_MPI_CUDA_AWARE must be 1"):
+        _staging.device_direct(True)
+    monkeypatch.delenv("STFLOW_MPI_CUDA_AWARE")
+    monkeypatch.setattr(_staging, "mpi_cuda_aware", lambda: True)
+    assert _staging.device_direct(True)           # GPU memory: MPI is asked
+    assert not _staging.device_direct(False)      # emulated: only when set
+
+
+def test_mpi_is_asked_through_mpi4py_when_it_can_answer(monkeypatch):
+    MPI = pytest.importorskip("mpi4py.MPI")
+    from stflow._staging import mpi_cuda_aware
+    answer = mpi_cuda_aware()                 # Open MPI's extension, or False
+    assert answer in (True, False)
+    monkeypatch.setattr(MPI, "Query_cuda_support", lambda: True, raising=False)
+    assert mpi_cuda_aware() is True
