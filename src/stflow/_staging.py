@@ -268,13 +268,19 @@ class DirectStaging:
         copied = _Copied()
 
         def copy_out(xp: Any, value: Any) -> None:
-            copy = xp.empty(value.shape, value.dtype)    # on the task's stream
-            copy[...] = value
-            copies.append(copy)
-            copied.mark(xp)
+            try:
+                copy = xp.empty(value.shape, value.dtype)    # on the task's stream
+                copy[...] = value
+                copies.append(copy)
+            finally:                          # never leave the rank waiting
+                copied.mark(xp)
         with local.task(data.read()) as t:
             t.run(copy_out)
         copied.wait()
+        if not copies:
+            raise RuntimeError(f"stflow: copying {data.symbol or 'a value'} out of "
+                               "device memory for MPI failed on this rank (the task's "
+                               "error is reported by the next synchronisation)")
         return copies[0], None
 
     def buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
@@ -291,11 +297,13 @@ class DirectStaging:
         copied = _Copied()
 
         def copy_in(xp: Any, target: Any) -> None:
-            if xp is np or not target.flags.c_contiguous:
-                target[...] = buffer
-            else:                      # the buffer may be on another device: a copy
-                target.data.copy_from_device_async(buffer.data, buffer.nbytes)
-            copied.mark(xp)
+            try:
+                if xp is np or not target.flags.c_contiguous:
+                    target[...] = buffer
+                else:                  # the buffer may be on another device: a copy
+                    target.data.copy_from_device_async(buffer.data, buffer.nbytes)
+            finally:                          # the buffer is let go either way
+                copied.mark(xp)
         with local.task(data.write()) as t:
             t.run(copy_in)
         self.held.append((copied, buffer))
