@@ -3,6 +3,7 @@
     mpiexec -n N python benchmarks/distributed_overhead.py [--tasks 4000]
     mpiexec -n N python benchmarks/distributed_overhead.py --case exchange
     mpiexec -n 2 python benchmarks/distributed_overhead.py --case bandwidth [--backend cuda]
+    mpiexec -n N python benchmarks/distributed_overhead.py --case private
 
 ``--case local`` (the default): a ``distributed_context`` on the null backend (no
 device work); task ``i`` writes the data owned by rank ``i % N``, so every task
@@ -18,6 +19,11 @@ rank runs ``--work-tasks`` tasks of ``--work-us`` µs of device time on its own 
 it, which the next rank (a ring) reads in a task of its own. Prints the wall time to
 the end of ``finalize()`` and the time the rank's program spent submitting (the rest
 of the wall time is the device finishing after the last submission).
+
+``--case private``: a flow whose task ``i`` works on rank ``i % N``'s data, submitted
+whole to the distributed context, against the same flow pruned by the program: each
+rank submits only its own tasks, on data only it touches, to its local context
+(``ctx.local``).
 
 ``--case bandwidth`` (two ranks): rank 0 writes a vector it owns, rank 1 reads it, one
 transfer per repeat, against raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of
@@ -74,6 +80,39 @@ def local_case(comm: MPI.Comm, tasks: int) -> None:
               f"every rank unrolls every task): {worst[1]:.2f} µs for a task "
               f"executing on the rank, {worst[2]:.2f} µs for one executing elsewhere; "
               f"single-process task {worst[3]:.2f} µs")
+
+
+def private_case(comm: MPI.Comm, tasks: int) -> None:
+    """A flow of ``tasks`` tasks, task ``i`` on rank ``i % N``'s data, submitted
+    whole to the distributed context (every rank unrolls every task), then pruned:
+    each rank gives only its own tasks, on data only it touches, to its local
+    context ``ctx.local``."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    with stf.distributed_context(comm, backend="null") as ctx:
+        data = [ctx.logical_data(np.zeros(16), owner=r) for r in range(size)]
+        mine = ctx.local.logical_data(np.zeros(16))
+        comm.Barrier()
+        start = time.perf_counter()
+        for i in range(tasks):
+            with ctx.task(data[i % size].rw()):
+                pass
+        unrolled = time.perf_counter() - start
+        comm.Barrier()
+        start = time.perf_counter()
+        for i in range(tasks):
+            if i % size == rank:
+                with ctx.local.task(mine.rw()):
+                    pass
+        pruned = time.perf_counter() - start
+        comm.Barrier()
+    rows = comm.gather((unrolled, pruned), root=0)
+    if rank == 0:
+        worst = [max(row[i] for row in rows) for i in range(2)]
+        print(f"ranks={size}: a flow of {tasks} tasks, each rank executing "
+              f"{tasks // size}: the whole flow unrolled on every rank "
+              f"{worst[0] * 1e3:.1f} ms (slowest rank), pruned to each rank's own "
+              f"tasks on its local context {worst[1] * 1e3:.1f} ms "
+              f"({worst[0] / worst[1]:.1f}x)")
 
 
 def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: float,
@@ -211,7 +250,7 @@ def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("local", "exchange", "bandwidth"),
+    parser.add_argument("--case", choices=("local", "exchange", "bandwidth", "private"),
                         default="local")
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64],
                         help="message sizes of --case bandwidth")
@@ -230,6 +269,8 @@ def main() -> None:
     comm = MPI.COMM_WORLD
     if args.case == "local":
         local_case(comm, args.tasks)
+    elif args.case == "private":
+        private_case(comm, args.tasks)
     elif args.case == "bandwidth":
         bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
                        args.backend, [m << 20 for m in args.pieces_mib])

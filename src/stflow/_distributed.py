@@ -479,10 +479,20 @@ class distributed_context:
         devices, the rank's index among the ranks of its node, modulo the devices:
         two ranks on a two-GPU node use one GPU each.
 
+    Attributes
+    ----------
+    rank, size : int
+        This rank and the number of ranks.
+    local : stflow.context
+        This rank's own context. Work on data that only this rank ever touches may be
+        given to it directly (under ``if ctx.rank == r:``), so that the other ranks
+        skip it altogether; never pass it a distributed data's local part.
+
     Notes
     -----
     Collective: every rank must create the same data and submit the same tasks, in
-    the same order (the program is the same on every rank).
+    the same order (the program is the same on every rank), apart from work given to
+    ``local``.
     """
 
     def __init__(self, comm: Any, *, backend: str | None = None,

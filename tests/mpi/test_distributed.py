@@ -253,3 +253,23 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
+
+
+def test_work_only_one_rank_touches_can_go_to_its_local_context(comm, backend):
+    """ctx.local takes rank-private work that the other ranks skip altogether; the
+    distributed flow around it is unaffected."""
+    size, rank = comm.Get_size(), comm.Get_rank()
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        shared = ctx.logical_data(np.zeros(4), owner=0)
+        scratch = ctx.local.logical_data(np.full(4, float(rank)))
+        if rank == size - 1:                       # only this rank does this work
+            for _ in range(3):
+                with ctx.local.task(scratch.rw()) as t:
+                    t.run(lambda xp, a: a.__iadd__(1.0))
+        with ctx.task(shared.rw(), rank=size - 1) as t:
+            t.run(lambda xp, a: a.__iadd__(5.0))
+        mine = ctx.local.wait(scratch)
+        seen = ctx.wait(shared)
+    np.testing.assert_array_equal(seen, np.full(4, 5.0))
+    want = rank + 3.0 if rank == size - 1 else float(rank)
+    np.testing.assert_array_equal(mine, np.full(4, want))
