@@ -82,7 +82,9 @@ for step in "$@"; do
      STFLOW_DISTRIBUTED_BACKEND=cuda STFLOW_DISTRIBUTED_SEEDS=${DISTRIBUTED_SEEDS:-100} \
        timeout 300 mpiexec --oversubscribe -n 2 python3 -m pytest -q -p no:cacheprovider \
        -W "ignore::DeprecationWarning" -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
-       -k "random or piece or chain or written" 2>&1 | grep -aE "passed|failed|^FAILED|Error" | head -n 12
+       tests/mpi/test_distributed_device_buffers_gpu.py \
+       -k "random or piece or chain or written or device_buffers" 2>&1 \
+       | grep -aE "passed|failed|^FAILED|Error" | head -n 12
      timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
        --backend cuda 2>&1 | tail -n 3
      timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
