@@ -66,7 +66,7 @@ from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
-from ._staging import Staging, piece_bounds, piece_size, send_limit, staging_for
+from ._exchanges import Exchanges, Incoming
 
 __all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
 
@@ -77,11 +77,6 @@ messages naming the remedy, rather than by the compiled build's argument checks)
 Dependency = Union["dist_dep", Any]
 """A dependency in a public signature: ``ld.read()`` and the like (checked the same
 way)."""
-
-_TAG_LIMIT = 32767
-"""The smallest upper bound of tags MPI guarantees (the communicator's own bound is
-used when it says)."""
-
 
 class dist_data:
     """A logical data of a :class:`distributed_context`: the rank's local logical
@@ -108,7 +103,7 @@ class dist_data:
         self.reduction: _Reduction | None = None   # partials not combined yet
         self.partial: Any = None         # this rank's local partial (made when needed)
         self.version = 0                 # writes and combinations so far: message tags
-        self.incoming: _Incoming | None = None    # a value received, not landed yet
+        self.incoming: Incoming | None = None    # a value received, not landed yet
         self.context: Any = None                     # the distributed_context
         # Dependencies are values: one of each mode, made once (here and locally).
         self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
@@ -343,130 +338,6 @@ def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
                 "(reduce in one task, read in a later one)")
 
 
-class _Incoming:
-    """A value being received into ``buffer``: one receive per piece
-    (``requests``, completed by :meth:`_Exchanges.complete` or piece by piece while
-    the value lands)."""
-
-    __slots__ = ("requests", "buffer", "bounds")
-
-    def __init__(self, requests: list[Any], buffer: np.ndarray,
-                 bounds: list[tuple[int, int]]) -> None:
-        self.requests = requests
-        self.buffer = buffer
-        self.bounds = bounds
-
-    def wait_piece(self, k: int) -> None:
-        self.requests[k].Wait()
-
-
-class _Exchanges:
-    """This rank's messages: sends posted at their program point, completed lazily;
-    receives posted at their program point, completed when the data is needed.
-
-    ``in_flight`` holds the posted sends and their buffers, kept alive until the
-    sends complete (tested at every task, waited for at ``fence``/``finalize``, and
-    before a new send would stage more than ``send_limit`` bytes).
-    Every send of the program points a rank has passed is posted, so a rank that
-    blocks waiting for a receive holds back nothing another rank may wait for.
-    A value larger than ``piece`` bytes goes as several messages (see
-    :mod:`stflow._staging`).
-    """
-
-    def __init__(self, comm: Any, local: Any, use_graph: bool, device: int) -> None:
-        self.comm = comm
-        self.local = local
-        self.staging: Staging = staging_for(local, use_graph, device)
-        self.piece = piece_size() if self.staging.pieces else 1 << 62
-        try:
-            from mpi4py import MPI
-            bound = comm.Get_attr(MPI.TAG_UB)
-        except (ImportError, AttributeError):   # not an mpi4py communicator
-            bound = None
-        self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
-        self.in_flight: list[tuple[Any, np.ndarray, int]] = []  # request, buffer, bytes
-        self.staged = 0                      # bytes of the sends in flight
-        self.send_limit = send_limit()
-
-    def send(self, local_data: Any, nbytes: int, dest: int, tag: int) -> None:
-        """Post the send of local logical data ``local_data``'s value (``nbytes``
-        bytes) to ``dest`` once it is ready on this rank (the local work producing
-        it, not the receiver, is waited for), piece by piece as each is staged."""
-        in_flight = self.in_flight
-        while in_flight and self.staged + nbytes > self.send_limit:
-            request, _, size = in_flight.pop(0)       # the oldest send, received
-            request.Wait()
-            self.staged -= size
-        bounds = piece_bounds(nbytes, self.piece)
-        buffer, staged = self.staging.read(self.local, local_data, bounds)
-        message = buffer.reshape(-1).view(np.uint8)
-        comm = self.comm
-        for k, (start, stop) in enumerate(bounds):
-            if staged is not None:
-                self._await(staged[k])
-            in_flight.append((comm.Isend(message[start:stop], dest=dest, tag=tag),
-                              buffer, stop - start))
-        self.staged += nbytes
-
-    def _await(self, event: Any) -> None:
-        """Wait for a staging copy's ``event``, letting MPI move the sends in
-        flight meanwhile (without an asynchronous progress thread, a message moves
-        only while its ranks are in MPI calls)."""
-        if event.done:
-            return
-        if not self.in_flight:
-            event.synchronize()
-            return
-        from mpi4py import MPI
-        requests = [request for request, _, _ in self.in_flight]
-        while not event.done:
-            MPI.Request.Testall(requests)
-
-    def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
-                ) -> _Incoming:
-        """Post the receive of a value of ``shape`` and ``dtype`` from ``source``."""
-        buffer = self.staging.buffer(shape, dtype)
-        message = buffer.reshape(-1).view(np.uint8)
-        bounds = piece_bounds(message.size, self.piece)
-        comm = self.comm
-        return _Incoming([comm.Irecv(message[start:stop], source=source, tag=tag)
-                          for start, stop in bounds], buffer, bounds)
-
-    def progress(self) -> None:
-        """Forget the sends that completed, oldest first (at every task while any
-        is in flight; the test also lets MPI progress them)."""
-        self.staging.progress()
-        in_flight = self.in_flight
-        done = staged = 0
-        while done < len(in_flight) and in_flight[done][0].Test():
-            staged += in_flight[done][2]
-            done += 1
-        if done:
-            del in_flight[:done]
-            self.staged -= staged
-
-    def complete(self, incoming: Sequence[_Incoming]) -> None:
-        """Wait for every piece of the receives ``incoming`` (each request's own
-        ``Wait``: a receive may be an object completing more than MPI's request, as
-        the tests' stand-in for a CUDA-aware MPI does)."""
-        for item in incoming:
-            for request in item.requests:
-                request.Wait()
-
-    def land(self, data: Any, incoming: _Incoming) -> None:
-        """Write the value ``incoming`` brings into local data ``data`` (each piece
-        copied in once it arrived)."""
-        self.staging.land(self.local, data, incoming.buffer, incoming.bounds,
-                          incoming.wait_piece)
-
-    def flush(self) -> None:
-        """Wait until every send completed (fence, finalize)."""
-        from mpi4py import MPI
-        MPI.Request.Waitall([request for request, _, _ in self.in_flight])
-        self.in_flight.clear()
-        self.staged = 0
-
-
 class distributed_context:
     """A sequential task flow over the ranks of ``comm`` (see the module docstring).
 
@@ -509,7 +380,7 @@ class distributed_context:
         self._previous_device = -1
         try:
             self.device = self._choose_device(device)
-            self._exchanges = _Exchanges(comm, self.local, use_graph, self.device)
+            self._exchanges = Exchanges(comm, self.local, use_graph, self.device)
         except BaseException:
             self.local.finalize()            # a bad device= leaves no context behind
             if self._previous_device >= 0:
@@ -593,9 +464,18 @@ class distributed_context:
         owner = self._check_owner(owner)
         index = len(self._data)
         label = name or f"d{index}"
-        array = np.empty(shape, dtype)        # checks them (no bytes are touched)
-        local = self._private(array.shape, array.dtype, label)
-        data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
+        dims: Any = shape
+        if not isinstance(dims, (tuple, list)):
+            dims = (dims,)
+        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
+               for n in dims):
+            raise ValueError(f"logical_data_empty: shape must be non-negative "
+                             f"integers, got {shape!r}")
+        checked_shape = tuple(int(n) for n in dims)
+        checked_dtype = np.dtype(dtype)
+        local = self._private(checked_shape, checked_dtype, label)
+        data = dist_data(local, owner, index, checked_shape, checked_dtype, label,
+                         {owner})
         data.context = self
         self._data.append(data)
         return data
@@ -711,7 +591,7 @@ class distributed_context:
             self._arriving += 1
         data.holders.add(rank)
 
-    def _land(self, deps: Any, also: Sequence[_Incoming] = ()) -> None:
+    def _land(self, deps: Any, also: Sequence[Incoming] = ()) -> None:
         """Complete the receives of the data of ``deps`` (and the requests ``also``)
         and write what arrived into the local data, before local work uses it."""
         arriving = [data for data, _, _ in deps if data.incoming is not None]

@@ -77,6 +77,13 @@ def test_bad_owners_and_dependencies_are_refused(comm):
             ctx.task(x)
         with pytest.raises(ValueError, match="not a rank"):
             ctx.task(x.rw(), rank=-1)
+        with pytest.raises(ValueError, match="non-negative integers"):
+            ctx.logical_data_empty((4, -1))
+        with pytest.raises(TypeError):
+            ctx.logical_data_empty((4,), dtype="no such type")
+        zero_d = ctx.logical_data_empty((), np.int32)            # accepted, like empty
+        assert zero_d.shape == () and zero_d.dtype == np.int32
+        assert ctx.logical_data_empty((3, 0)).shape == (3, 0)
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS, 50))
