@@ -20,9 +20,10 @@ waits for the local work producing it, never for the receiver) and completes it 
 alive until then. The destination posts the ``Irecv`` at once and completes it only when
 local work needs the data, writing the bytes into its local data with a local task. A
 large value goes as several messages (pieces), so that its copies between device and
-host overlap the messages (messages in pinned host memory on CUDA in stream mode, or
-device buffers handed to a CUDA-aware MPI: :mod:`stflow._staging`). Tags come from the data and its version (the
-writes and combinations so far, the same on every rank), so messages cannot be confused
+host overlap the messages (in stream mode, pooled pinned host buffers, or device
+buffers handed to a CUDA-aware MPI: :mod:`stflow._staging`). Tags come from the data
+and its version (the writes and combinations so far, the same on every rank), so
+messages cannot be confused
 whatever the interleaving of ranks (where tags wrap around, both sides post in program
 order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
 local wait (which depends on local work only), waiting for a receive, or, above the
@@ -565,13 +566,18 @@ class distributed_context:
             if rank in reduction.ranks:
                 deps.append(data.partial.read())
 
+            arrays = {source: incoming.message.array
+                      for source, incoming in parts.items()}
+
             def combine(xp: Any, value: Any, *mine: Any) -> None:
                 for source in ranks:          # rank order: the same result anywhere
-                    part = mine[0] if source == rank else xp.asarray(parts[source].buffer)
+                    part = mine[0] if source == rank else xp.asarray(arrays[source])
                     ufunc(value, part, out=value)
 
             with self.local.task(*deps) as t:
                 t.run(combine)
+                for incoming in parts.values():       # after the body's reads
+                    exchanges.staging.release(incoming.message, t)
         data.holders = {rank}
         data.version += 1
 
@@ -653,6 +659,7 @@ class distributed_context:
         self._exchanges.flush()
         self._finalized = True
         self.local.finalize()
+        self._exchanges.close()
         if self._previous_device >= 0:
             self._backend.set_current_device(self._previous_device)
         self.comm.Barrier()

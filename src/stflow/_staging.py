@@ -12,45 +12,55 @@ ahead of its receivers grows its pinned memory without end, and fresh page-locke
 memory costs about as much to allocate as to send (measured on an H200 machine: 37 ms
 per 256 MiB buffer).
 
-:class:`HostStaging` (the emulated backend, graph mode): the value is read with
-``context.wait`` into a new NumPy array, sent from it, and a received array, once
-every piece arrived, is copied into the local data by a task (in graph mode through
-local logical data made of it, which the runtime moves).
+Everything here goes through the backend contract (``allocate``, ``copy``,
+``record``, ``query``), so the emulated backend runs the same code as CUDA:
 
-:class:`PinnedStaging` (CUDA, stream mode): the messages live in page-locked host
-memory from CuPy's pinned pool, and the device-host copies are asynchronous copies on
-the task streams, one per piece, each followed by an event: a task reading the data
-copies it out piece by piece, and the rank posts a piece's send once its event
-completed (the rank waits for that task's copies alone, not for the whole context);
-a task writing the data waits for each piece's message in turn and queues its copy
-in, which runs while the next pieces arrive. A device-host copy from pageable memory
-goes through a bounce buffer of the driver at a fraction of the bus's speed; from
-pinned memory it is one DMA. A pinned buffer is kept until the event recorded after
-its last copy completed (the pool would otherwise hand it out again while the copy
-still reads it).
+:class:`PinnedStaging` (stream mode): the messages live in page-locked host memory
+(the backend's host allocations, kept in a :class:`BufferPool` for reuse), and the
+device-host copies are the backend's asynchronous copies on the task streams, one per
+piece, each followed by an event: a task reading the data copies it out piece by
+piece, and the rank posts a piece's send once its event completed (the rank waits
+for that task's copies alone, not for the whole context); a task writing the data
+waits for each piece's message in turn and queues its copy in, which runs while the
+next pieces arrive. A device-host copy from pageable memory goes through a bounce
+buffer of the driver at a fraction of the bus's speed; from pinned memory it is one
+DMA. A buffer goes back to the pool once its message was sent, or once the event
+recorded after its last copy in completed.
 
 :class:`DirectStaging` (stream mode, where MPI moves device memory itself: it says
-so through ``MPIX_Query_cuda_support``, or ``STFLOW_MPI_CUDA_AWARE=1``): the messages
-are device buffers handed to MPI, one message per value; the emulated backend uses it
-only when asked (its device memory is host memory, so any MPI moves it: that is how
-the tests run this path without a CUDA-aware MPI).
+so through ``MPIX_Query_cuda_support``, or ``STFLOW_MPI_CUDA_AWARE=1``): the same,
+with the buffers in the rank's device memory, handed to MPI as CUDA Array Interface
+objects, one message per value. The emulated backend uses it only when asked (its
+device memory is host memory, so any MPI moves it: that is how the tests run this
+path without a CUDA-aware MPI).
+
+:class:`HostStaging` (graph mode): a graph records its copies once, so their buffers
+would have to live as long as the graph. The value is read with ``context.wait`` into
+a new NumPy array and sent from it; a received array becomes local logical data,
+which a task copies into the data once every piece arrived (the runtime moves it
+where the data lives: a copy from unregistered host memory cannot be captured on
+CUDA).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from collections import deque
 from typing import Any, Callable, Union
 
 import numpy as np
 
-__all__ = ["DirectStaging", "HostStaging", "PinnedStaging", "Staging", "device_direct",
-           "mpi_cuda_aware", "piece_bounds", "piece_size", "send_limit", "staging_for"]
+from ._views import stf_cai
+from .backends._base import HOST, Allocation, Backend, Event, pointer_array
+
+__all__ = ["BufferPool", "DirectStaging", "HostStaging", "Message", "PinnedStaging",
+           "Staging", "device_direct", "mpi_cuda_aware", "piece_bounds", "piece_size",
+           "send_limit", "staging_for"]
 
 _DEFAULT_PIECE = 4 << 20
 _DEFAULT_SEND_LIMIT = 512 << 20
+_BYTES = np.dtype(np.uint8)
 
 
 def _bytes_setting(name: str, default: int) -> int:
@@ -90,225 +100,246 @@ WaitPiece = Callable[[int], None]
 """Completes the receive of piece ``k`` of a value."""
 
 
+class Message:
+    """A value's buffer for MPI: ``array`` is the value (its shape and dtype; a NumPy
+    array in host memory, an :class:`stf_cai` in device memory), ``pieces`` one buffer
+    per message, ``allocation`` the pooled memory under it (``None`` for a NumPy
+    array of its own)."""
+
+    __slots__ = ("array", "pieces", "allocation")
+
+    def __init__(self, array: Any, pieces: list[Any],
+                 allocation: Allocation | None = None) -> None:
+        self.array = array
+        self.pieces = pieces
+        self.allocation = allocation
+
+
+class BufferPool:
+    """Message buffers in one memory (pinned host memory, ``HOST``, or a device's),
+    reused by size: allocating page-locked memory costs about as much as sending it.
+
+    :meth:`give` takes a buffer back once an event (the last work reading or writing
+    it) completed; at most ``keep`` bytes stay cached, the rest is freed. Sizes are
+    rounded up to whole pages, so the tiles of one matrix share their buffers.
+    """
+
+    PAGE = 4096
+
+    def __init__(self, backend: Backend, place: int, keep: int) -> None:
+        self.backend = backend
+        self.place = place
+        self.keep = keep
+        self.spare: dict[int, list[Allocation]] = {}
+        self.cached = 0                                 # bytes in ``spare``
+        self.made = 0                                   # buffers allocated so far
+        self.pending: deque[tuple[Event, Allocation]] = deque()   # oldest first
+
+    def take(self, nbytes: int) -> Allocation:
+        """A buffer of at least ``nbytes`` bytes, usable at once by any stream."""
+        if not nbytes:
+            return Allocation(0, 0, self.place, _BYTES, None)
+        self.progress()
+        size = -(-nbytes // self.PAGE) * self.PAGE
+        spare = self.spare.get(size)
+        if spare:
+            self.cached -= size
+            return spare.pop()
+        self.made += 1
+        return self.backend.allocate(self.place, size, None, _BYTES)
+
+    def give(self, allocation: Allocation, after: Event | None = None) -> None:
+        """Take ``allocation`` back once ``after`` completed (at once without it)."""
+        if not allocation.nbytes:
+            return
+        if after is not None and not self.backend.query(after):
+            self.pending.append((after, allocation))
+        else:
+            self._keep(allocation)
+
+    def progress(self) -> None:
+        """Take back the buffers whose last work completed."""
+        pending, query = self.pending, self.backend.query
+        while pending and query(pending[0][0]):
+            self._keep(pending.popleft()[1])
+
+    def _keep(self, allocation: Allocation) -> None:
+        size = allocation.nbytes
+        if self.cached + size > self.keep:
+            self.backend.free(allocation, None)
+            return
+        self.spare.setdefault(size, []).append(allocation)
+        self.cached += size
+
+    def close(self) -> None:
+        """Free every buffer (waiting for the work still using them)."""
+        backend = self.backend
+        for event, allocation in self.pending:
+            backend.synchronize(event)
+            backend.free(allocation, None)
+        self.pending.clear()
+        for allocations in self.spare.values():
+            for allocation in allocations:
+                backend.free(allocation, None)
+        self.spare.clear()
+        self.cached = 0
+
+
+def _task_pointer(t: Any) -> tuple[Any, int]:
+    """The stream and the address of the one dependency of task ``t`` (a local data
+    of the distributed layer: one contiguous instance)."""
+    return t._stream, t.get_arg_cai(0).ptr
+
+
+class _CopyStaging:
+    """Messages in pooled buffers at ``place`` (``HOST``: pinned host memory; a
+    device ordinal: device memory), filled and emptied by the backend's copies on the
+    task streams (see the module docstring)."""
+
+    pieces = True
+
+    def __init__(self, backend: Backend, place: int, keep: int) -> None:
+        self.backend = backend
+        self.pool = BufferPool(backend, place, keep)
+        # What MPI is handed: NumPy arrays for host memory (the emulated backend's
+        # device memory is host memory), CUDA Array Interface objects for a GPU's.
+        self.cuda_buffers = place != HOST and backend.gpu_memory
+
+    def _message(self, allocation: Allocation, shape: tuple[int, ...], dtype: Any,
+                 bounds: list[tuple[int, int]]) -> Message:
+        ptr, owner = allocation.ptr, allocation
+        if not allocation.nbytes:                       # an empty value
+            array = np.empty(shape, dtype)
+            return Message(array, [array.reshape(-1).view(np.uint8)])
+        if self.cuda_buffers:
+            return Message(stf_cai(ptr, shape, dtype),
+                           [stf_cai(ptr + start, (stop - start,), _BYTES)
+                            for start, stop in bounds], allocation)
+        if allocation.owner is not None:
+            owner = allocation.owner
+        flat = pointer_array(ptr, (bounds[-1][1],), _BYTES, False, owner)
+        return Message(flat.view(dtype).reshape(shape),
+                       [flat[start:stop] for start, stop in bounds], allocation)
+
+    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
+             ) -> tuple[Message, list[Any] | None]:
+        """A buffer receiving ``data``'s value, and one event per piece, set when the
+        piece is in the buffer."""
+        nbytes = bounds[-1][1]
+        allocation = self.pool.take(nbytes)
+        message = self._message(allocation, data.shape, data.dtype, bounds)
+        copy, record = self.backend.copy, self.backend.record
+        events: list[Any] = []
+        with local.task(data.read()) as t:
+            stream, source = _task_pointer(t)
+            target = allocation.ptr
+            for start, stop in bounds:
+                if stop > start:
+                    copy(target + start, source + start, stop - start, stream)
+                events.append(record(stream))
+        return message, events
+
+    def buffer(self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
+               ) -> Message:
+        """A buffer to receive a value into."""
+        allocation = self.pool.take(bounds[-1][1])
+        return self._message(allocation, shape, dtype, bounds)
+
+    def land(self, local: Any, data: Any, message: Message,
+             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+        """A task writing ``data``: each piece's copy in is queued as soon as the
+        piece arrived; the buffer goes back to the pool after the last copy."""
+        allocation = message.allocation
+        with local.task(data.write()) as t:
+            stream, target = _task_pointer(t)
+            source = 0 if allocation is None else allocation.ptr
+            copy = self.backend.copy
+            for k, (start, stop) in enumerate(bounds):
+                wait_piece(k)
+                if stop > start:
+                    copy(target + start, source + start, stop - start, stream)
+            self.release(message, t)
+
+    def release(self, message: Message, t: Any = None) -> None:
+        """``message``'s buffer is no longer needed (after the work task ``t``
+        queued so far, when given)."""
+        if message.allocation is not None:
+            after = None if t is None else self.backend.record(t._stream)
+            self.pool.give(message.allocation, after)
+
+    def progress(self) -> None:
+        """Take back the buffers whose copies completed."""
+        if self.pool.pending:
+            self.pool.progress()
+
+    def close(self) -> None:
+        """Free the buffers (the context's work is done)."""
+        self.pool.close()
+
+
+class PinnedStaging(_CopyStaging):
+    """Messages in pinned host memory, copied on the task streams piece by piece
+    (see the module docstring)."""
+
+    def __init__(self, backend: Backend, keep: int) -> None:
+        super().__init__(backend, HOST, keep)
+
+
+class DirectStaging(_CopyStaging):
+    """Messages straight from and into device memory: MPI reads and writes the
+    device buffers itself (a CUDA-aware MPI; on the emulated backend, whose device
+    memory is host memory, any MPI). A value is copied, on its device, into a buffer
+    of its own (the data may be written again while the message is in flight)."""
+
+    pieces = False                      # MPI moves a device buffer in one message
+
+    def __init__(self, backend: Backend, device: int, keep: int) -> None:
+        super().__init__(backend, device, keep)
+
+
 class HostStaging:
-    """Messages in ordinary NumPy arrays (see the module docstring); ``graph``: the
-    local context records graphs."""
+    """Messages in ordinary NumPy arrays, for graph mode (see the module
+    docstring)."""
 
     pieces = True                       # values above the piece size are cut
 
-    def __init__(self, graph: bool = False) -> None:
-        self.graph = graph
-
     def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
-             ) -> tuple[np.ndarray, list[Any] | None]:
+             ) -> tuple[Message, list[Any] | None]:
         """``data``'s value, ready to send (a new array), and no events: every piece
         is ready at once."""
-        return np.asarray(local.wait(data), order="C"), None        # keeps 0-d
+        array = np.asarray(local.wait(data), order="C")              # keeps 0-d
+        return self._message(array, bounds), None
 
-    def buffer(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    @staticmethod
+    def _message(array: np.ndarray, bounds: list[tuple[int, int]]) -> Message:
+        flat = array.reshape(-1).view(np.uint8)
+        return Message(array, [flat[start:stop] for start, stop in bounds])
+
+    def buffer(self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
+               ) -> Message:
         """A buffer to receive a value into."""
-        return np.empty(shape, dtype)
+        return self._message(np.empty(shape, dtype), bounds)
 
-    def land(self, local: Any, data: Any, buffer: np.ndarray,
+    def land(self, local: Any, data: Any, message: Message,
              bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
-        """Write a received ``buffer`` into ``data`` once all its pieces arrived, with
-        a local task. In graph mode the buffer first becomes local logical data, which
-        the task reads: the runtime moves it to where ``data`` lives (a copy from an
-        unregistered host array cannot be captured on CUDA) and keeps it until the
-        graph ran. In stream mode the task copies the buffer itself, which is
-        cheaper (an exchange of a few bytes on the emulated backend: 140 µs, against
-        220-430 µs with the registration)."""
+        """Once every piece arrived, the buffer becomes local logical data, which a
+        task copies into ``data``: the runtime moves it to where ``data`` lives and
+        keeps it until the graph ran."""
         for k in range(len(bounds)):
             wait_piece(k)
-        if self.graph:
-            arrived = local.logical_data(buffer,
-                                         name=f"{data.symbol or 'data'}.received")
-            with local.task(arrived.read(), data.write()) as t:
-                t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
-        else:
-            with local.task(data.write()) as t:
-                t.run(lambda xp, target:
-                      target.__setitem__(Ellipsis, xp.asarray(buffer)))
+        arrived = local.logical_data(message.array,
+                                     name=f"{data.symbol or 'data'}.received")
+        with local.task(arrived.read(), data.write()) as t:
+            t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
+
+    def release(self, message: Message, t: Any = None) -> None:
+        """Nothing is pooled (the arrays are collected)."""
 
     def progress(self) -> None:
         """Nothing is held."""
 
-
-class PinnedStaging:
-    """Messages in pinned host memory, copied on the task streams piece by piece
-    (see the module docstring)."""
-
-    pieces = True
-    def __init__(self) -> None:
-        import cupy
-        import cupyx
-        self.cupy = cupy
-        self.memcpy_async = cupy.cuda.runtime.memcpyAsync
-        self.empty_pinned = cupyx.empty_pinned
-        self.held: deque[tuple[Any, Any]] = deque()     # (event, buffer), oldest first
-
-    def _event(self, stream: Any) -> Any:
-        event = self.cupy.cuda.Event(block=False, disable_timing=True)
-        event.record(stream)
-        return event
-
-    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
-             ) -> tuple[np.ndarray, list[Any] | None]:
-        """A pinned buffer receiving ``data``'s value, and one event per piece, set
-        when the piece is in the buffer."""
-        buffer = self.empty_pinned(data.shape, data.dtype)
-        host = buffer.ctypes.data
-        events: list[Any] = []
-        memcpy_async, to_host = self.memcpy_async, 2        # cudaMemcpyDeviceToHost
-
-        def copy_out(xp: Any, value: Any) -> None:
-            stream = xp.cuda.get_current_stream()
-            if not value.flags.c_contiguous:
-                value = xp.ascontiguousarray(value)
-            device = value.data.ptr
-            for start, stop in bounds:
-                memcpy_async(host + start, device + start, stop - start, to_host,
-                             stream.ptr)
-                events.append(self._event(stream))
-        with local.task(data.read()) as t:
-            t.run(copy_out)
-        return buffer, events
-
-    def buffer(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-        return self.empty_pinned(shape, dtype)
-
-    def land(self, local: Any, data: Any, buffer: np.ndarray,
-             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
-        """A task writing ``data``: each piece's copy in is queued as soon as the
-        piece arrived."""
-        host = buffer.ctypes.data
-        memcpy_async, to_device = self.memcpy_async, 1      # cudaMemcpyHostToDevice
-
-        def copy_in(xp: Any, target: Any) -> None:
-            stream = xp.cuda.get_current_stream()
-            if not target.flags.c_contiguous:            # not a local data's layout
-                for k in range(len(bounds)):
-                    wait_piece(k)
-                target.set(buffer, stream=stream)
-            else:
-                device = target.data.ptr
-                for k, (start, stop) in enumerate(bounds):
-                    wait_piece(k)
-                    memcpy_async(device + start, host + start, stop - start,
-                                 to_device, stream.ptr)
-            self.held.append((self._event(stream), buffer))
-        with local.task(data.write()) as t:
-            t.run(copy_in)
-
-    def progress(self) -> None:
-        """Let go of the buffers whose copies completed."""
-        held = self.held
-        while held and held[0][0].done:
-            held.popleft()
-
-
-class _Copied:
-    """Set once a copy queued by a task body completed: a CUDA event recorded after
-    it where the body is CuPy's (it runs when submitted, queueing the copy), the end
-    of the body where it is NumPy's (the emulated stream runs it later)."""
-
-    __slots__ = ("flag", "event")
-
-    def __init__(self) -> None:
-        self.flag = threading.Event()
-        self.event: Any = None
-
-    def mark(self, xp: Any) -> None:
-        """Called by the body, after its copy."""
-        if xp is not np:
-            self.event = xp.cuda.Event(block=False, disable_timing=True)
-            self.event.record()                  # on the current stream: the task's
-        self.flag.set()
-
-    @property
-    def done(self) -> bool:
-        return self.flag.is_set() and (self.event is None or self.event.done)
-
-    def wait(self) -> None:
-        self.flag.wait()
-        if self.event is not None:
-            self.event.synchronize()
-
-
-class DirectStaging:
-    """Messages straight from and into device memory: MPI reads and writes the
-    device buffers itself (a CUDA-aware MPI; on the emulated backend, whose device
-    memory is host memory, any MPI).
-
-    A value is first copied, on its device, into a buffer of its own (the data may be
-    written again while the message is in flight), and the rank waits for that copy
-    before posting the send; a received buffer is copied into the data by a task once
-    every piece arrived, and kept until that copy completed.
-    """
-
-    pieces = False                      # MPI moves a device buffer in one message
-
-    def __init__(self, device: int, gpu: bool) -> None:
-        self.device = device
-        self.cupy: Any = None
-        if gpu:
-            import cupy
-            self.cupy = cupy
-        self.held: deque[tuple[_Copied, Any]] = deque()   # oldest first
-
-    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
-             ) -> tuple[Any, list[Any] | None]:
-        """A device copy of ``data``'s value, complete (no events to wait for)."""
-        copies: list[Any] = []
-        copied = _Copied()
-
-        def copy_out(xp: Any, value: Any) -> None:
-            try:
-                copy = xp.empty(value.shape, value.dtype)    # on the task's stream
-                copy[...] = value
-                copies.append(copy)
-            finally:                          # never leave the rank waiting
-                copied.mark(xp)
-        with local.task(data.read()) as t:
-            t.run(copy_out)
-        copied.wait()
-        if not copies:
-            raise RuntimeError(f"stflow: copying {data.symbol or 'a value'} out of "
-                               "device memory for MPI failed on this rank (the task's "
-                               "error is reported by the next synchronisation)")
-        return copies[0], None
-
-    def buffer(self, shape: tuple[int, ...], dtype: Any) -> Any:
-        """A device buffer to receive a value into."""
-        if self.cupy is None:
-            return np.empty(shape, dtype)
-        with self.cupy.cuda.Device(self.device):
-            return self.cupy.empty(shape, dtype)
-
-    def land(self, local: Any, data: Any, buffer: Any,
-             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
-        """Once the buffer arrived, a task copying it into ``data``."""
-        for k in range(len(bounds)):
-            wait_piece(k)
-        copied = _Copied()
-
-        def copy_in(xp: Any, target: Any) -> None:
-            try:
-                if xp is np or not target.flags.c_contiguous:
-                    target[...] = buffer
-                else:                  # the buffer may be on another device: a copy
-                    target.data.copy_from_device_async(buffer.data, buffer.nbytes)
-            finally:                          # the buffer is let go either way
-                copied.mark(xp)
-        with local.task(data.write()) as t:
-            t.run(copy_in)
-        self.held.append((copied, buffer))
-
-    def progress(self) -> None:
-        """Let go of the buffers whose copies completed."""
-        held = self.held
-        while held and held[0][0].done:
-            held.popleft()
+    def close(self) -> None:
+        """Nothing is held."""
 
 
 Staging = Union[HostStaging, PinnedStaging, DirectStaging]
@@ -336,7 +367,7 @@ def mpi_cuda_aware() -> bool:
 def device_direct(gpu_memory: bool) -> bool:
     """Whether device buffers go straight to MPI: ``STFLOW_MPI_CUDA_AWARE=1`` or
     ``0`` decides; unset, MPI is asked (:func:`mpi_cuda_aware`) for GPU memory, and
-    the emulated backend stages through host arrays."""
+    the emulated backend stages through host memory."""
     text = os.environ.get("STFLOW_MPI_CUDA_AWARE", "")
     if text:
         if text not in ("0", "1"):
@@ -348,18 +379,12 @@ def device_direct(gpu_memory: bool) -> bool:
 
 def staging_for(local: Any, use_graph: bool, device: int = 0) -> Staging:
     """How this rank's messages travel (see the module docstring): host arrays in
-    graph mode (a graph records its copies once: its buffers would have to live as
-    long as the graph); device buffers handed to MPI where it moves device memory
-    (:func:`device_direct`); pinned host buffers on GPU memory with CuPy; else host
-    arrays."""
+    graph mode; device buffers handed to MPI where it moves device memory
+    (:func:`device_direct`); else pinned host buffers. Each keeps at most the send
+    limit's worth of spare buffers."""
     if use_graph:
-        return HostStaging(True)
-    gpu = bool(local._live().backend.gpu_memory)
-    if device_direct(gpu):
-        return DirectStaging(device, gpu)
-    if gpu:
-        try:
-            return PinnedStaging()
-        except ImportError:
-            pass
-    return HostStaging(False)
+        return HostStaging()
+    backend = local._live().backend
+    if device_direct(bool(backend.gpu_memory)):
+        return DirectStaging(backend, device, send_limit())
+    return PinnedStaging(backend, send_limit())

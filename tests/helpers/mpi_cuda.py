@@ -1,7 +1,8 @@
 """A stand-in for a CUDA-aware MPI, for tests on a GPU machine whose MPI is not one.
 
 ``CudaAwareStandIn(comm)`` is ``comm`` except that ``Isend``/``Irecv`` of a CUDA buffer
-(an object with ``__cuda_array_interface__``, such as a CuPy array) go through host
+(an object with ``__cuda_array_interface__``: a CuPy array, stflow's message
+buffers) go through host
 copies, completed as a CUDA-aware MPI completes them: a send's bytes are taken when it
 is posted, a receive's bytes are in device memory when its ``Wait`` (or a successful
 ``Test``) returns. Everything else is the communicator's own.
@@ -24,14 +25,16 @@ class CudaAwareStandIn:
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
         if hasattr(buf, "__cuda_array_interface__"):
             import cupy
-            buf = cupy.asnumpy(buf)              # the request keeps it alive
+            buf = cupy.asnumpy(cupy.asarray(buf))      # the request keeps it alive
         return self.comm.Isend(buf, dest=dest, tag=tag)
 
     def Irecv(self, buf: Any, source: int, tag: int = 0) -> Any:
         if not hasattr(buf, "__cuda_array_interface__"):
             return self.comm.Irecv(buf, source=source, tag=tag)
-        host = np.empty(buf.nbytes, np.uint8)
-        return _IntoDevice(self.comm.Irecv(host, source=source, tag=tag), host, buf)
+        import cupy
+        device = cupy.asarray(buf)                     # a view of the same memory
+        host = np.empty(device.nbytes, np.uint8)
+        return _IntoDevice(self.comm.Irecv(host, source=source, tag=tag), host, device)
 
 
 class _IntoDevice:

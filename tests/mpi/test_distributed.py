@@ -224,6 +224,27 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     assert not failures, "\n\n".join(failures[:2])
 
 
+def test_message_buffers_are_pooled_and_freed_at_finalize(comm, backend, monkeypatch):
+    """In stream mode the messages live in pinned host buffers of the backend (the
+    emulated backend runs the same path): a value exchanged again and again reuses a
+    few buffers, and finalize frees them all."""
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
+    from stflow._staging import PinnedStaging
+    size = comm.Get_size()
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        staging = ctx._exchanges.staging
+        assert isinstance(staging, PinnedStaging)
+        x = ctx.logical_data(np.zeros(1000), owner=0)
+        for step in range(30):               # every task moves x to the next rank
+            with ctx.task(x.rw(), rank=step % size) as t:
+                t.run(lambda xp, a: a.__iadd__(1))
+        result = ctx.wait(x)
+        assert staging.pool.made <= 4, staging.pool.made
+    assert staging.pool.cached == 0 and not staging.pool.spare
+    assert not staging.pool.pending
+    np.testing.assert_array_equal(result, np.full(1000, 30.0))
+
+
 def test_ranks_other_than_the_owner_keep_no_host_copy_of_the_data(comm, backend):
     """Only the owner registers the user's array; elsewhere the local data has no host
     buffer (it only ever holds received copies), so a rank does not allocate, nor

@@ -73,3 +73,94 @@ def test_mpi_is_asked_through_mpi4py_when_it_can_answer(monkeypatch):
     assert answer in (True, False)
     monkeypatch.setattr(MPI, "Query_cuda_support", lambda: True, raising=False)
     assert mpi_cuda_aware() is True
+
+
+# -- the pool of message buffers ----------------------------------------------------
+
+@pytest.fixture
+def emulated():
+    from stflow.backends import get_backend
+    backend = get_backend("emulated")
+    stream = backend.create_stream(0)
+    yield backend, stream
+    backend.destroy_stream(stream)
+
+
+def _held(backend, stream):
+    """An event that completes only once the returned gate is set (the stream is
+    held by a host function until then)."""
+    import threading
+    gate = threading.Event()
+    backend.launch_host_func(stream, lambda: gate.wait(10))
+    return backend.record(stream), gate
+
+
+def test_a_pooled_buffer_is_reused_by_size_rounded_to_pages(emulated):
+    from stflow._staging import BufferPool
+    from stflow.backends._base import HOST
+    backend, _ = emulated
+    pool = BufferPool(backend, HOST, keep=1 << 20)
+    first = pool.take(100)
+    assert first.nbytes == 4096 and first.device == HOST
+    pool.give(first)
+    assert pool.take(4000) is first                # the same page-sized buffer
+    second = pool.take(4000)
+    assert second is not first                     # taken: a new one
+    third = pool.take(5000)
+    assert third.nbytes == 8192
+    empty = pool.take(0)
+    assert empty.nbytes == 0 and empty.ptr == 0
+    pool.give(empty)                               # nothing to keep
+    assert pool.cached == 0
+    for taken in (first, second, third):
+        pool.give(taken)
+    assert pool.cached == 4096 + 4096 + 8192
+    pool.close()
+
+
+def test_a_buffer_comes_back_only_after_its_last_work(emulated):
+    from stflow._staging import BufferPool
+    from stflow.backends._base import HOST
+    backend, stream = emulated
+    pool = BufferPool(backend, HOST, keep=1 << 20)
+    busy = pool.take(4096)
+    event, gate = _held(backend, stream)
+    pool.give(busy, after=event)
+    other = pool.take(4096)
+    assert other is not busy                       # its work has not run yet
+    pool.give(other)
+    gate.set()
+    backend.synchronize(event)
+    assert pool.take(4096) is busy
+    pool.give(busy)
+    pool.close()
+
+
+def test_the_pool_keeps_at_most_its_bound_and_frees_the_rest(emulated):
+    from stflow._staging import BufferPool
+    backend, _ = emulated
+    pool = BufferPool(backend, 0, keep=8192)       # device 0's memory
+    buffers = [pool.take(4096) for _ in range(3)]
+    assert all(backend.locate(b.ptr) == 0 for b in buffers)
+    for b in buffers:
+        pool.give(b)
+    assert pool.cached == 8192                     # the third was freed
+    assert backend.locate(buffers[2].ptr) != 0
+    pool.close()
+    assert pool.cached == 0 and not pool.spare
+    assert all(backend.locate(b.ptr) != 0 for b in buffers)
+
+
+def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
+    import threading
+    from stflow._staging import BufferPool
+    from stflow.backends._base import HOST
+    backend, stream = emulated
+    pool = BufferPool(backend, HOST, keep=1 << 20)
+    busy = pool.take(4096)
+    event, gate = _held(backend, stream)
+    pool.give(busy, after=event)
+    threading.Timer(0.05, gate.set).start()
+    pool.close()                                   # returns once the stream ran
+    assert backend.query(event) and not pool.pending
+

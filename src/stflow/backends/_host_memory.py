@@ -133,7 +133,8 @@ class HostMemory:
         poison(buffer, dtype)
         ptr = buffer.ctypes.data
         with self._lock:
-            bisect.insort(self._starts, ptr)
+            if ptr not in self._ranges:     # else a dropped, never freed buffer's
+                bisect.insort(self._starts, ptr)
             self._ranges[ptr] = (ptr + buffer.nbytes, device)
         return Allocation(ptr, nbytes, device, dtype, buffer)
 
