@@ -83,10 +83,12 @@ for step in "$@"; do
        timeout 300 mpiexec --oversubscribe -n 2 python3 -m pytest -q -p no:cacheprovider \
        -W "ignore::DeprecationWarning" -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
        tests/mpi/test_distributed_device_buffers_gpu.py \
-       -k "random or piece or chain or written or device_buffers" 2>&1 \
+       -k "random or piece or chain or written or device_buffers or pooled" 2>&1 \
        | grep -aE "passed|failed|^FAILED|Error" | head -n 12
-     timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
-       --backend cuda 2>&1 | tail -n 3
+     for graph in --no-graph --graph; do
+       timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
+         --backend cuda $graph 2>&1 | tail -n 3
+     done
      timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
        --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --pieces-mib 0 1 4 16 \
        --repeats 10 2>&1 | tail -n 4

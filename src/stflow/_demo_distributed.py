@@ -72,6 +72,7 @@ def _consume(kernel: Callable[..., None]) -> Callable[..., None]:
 def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
                       backend: str = "auto", blocks: int | None = None,
                       devices: int | None = None, report_every: int = 0,
+                      graph: bool = False,
                       out: Callable[[str], Any] = print) -> DistributedSolveResult:
     """Solve ``A x = b`` with ``iterations`` steps of blocked CG over the ranks of
     ``comm`` (collective: every rank calls it with the same arguments).
@@ -92,6 +93,9 @@ def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
         Devices of each rank to spread its blocks over (default: all of them).
     report_every : int
         Rank 0 prints the relative residual every that many iterations (0: never).
+    graph : bool
+        Each rank's local context records its tasks as CUDA graphs (graph mode):
+        the tasks between two exchanges of a rank are one graph.
     out : callable
         Where rank 0's progress lines go.
 
@@ -115,7 +119,7 @@ def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
     tasks = executed = 0
     comm.Barrier()
     started = time.perf_counter()
-    with stf.distributed_context(comm, backend=backend) as ctx:
+    with stf.distributed_context(comm, backend=backend, use_graph=graph) as ctx:
         available = get_backend(ctx.local.backend).device_count
         local_devices = available if devices is None else min(devices, available)
         # A rank's blocks go round its devices, in the order it owns them.
@@ -199,8 +203,6 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
         return 2
     comm = MPI.COMM_WORLD
     size, rank = comm.Get_size(), comm.Get_rank()
-    if args.graph:
-        args.error("--graph is not available with --distributed yet")
     try:
         native, note = _select_backend(args, configure_stflow)
     except ImportError as exc:
@@ -214,17 +216,23 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
         f"{iterations} iterations, over {size} MPI rank(s)")
     say(f"backend of each rank: {native.name} ({native.describe()})"
         + (f"; {note}" if note else ""))
+    # One graph of many iterations (the one-process --graph) cannot hold the
+    # exchanges between ranks: here --graph records each rank's work between two
+    # exchanges as a graph (stream mode unless asked).
+    graph = bool(args.graph)
     warmup = native.gpu_memory if args.warmup is None else args.warmup
     if warmup:
         solve_distributed(comm, poisson_rhs(32), 2, backend=native.name,
-                          devices=args.devices)
+                          devices=args.devices, graph=graph)
     b = poisson_rhs(n)
     result = solve_distributed(comm, b, iterations, backend=native.name,
                                blocks=args.blocks, devices=args.devices,
-                               report_every=max(1, iterations // 5),
+                               report_every=max(1, iterations // 5), graph=graph,
                                out=lambda line: print(line, flush=True))
     say(f"layout: {result.blocks} row block(s) owned block-wise by {result.ranks_used} "
-        f"rank(s); dot products reduced across ranks")
+        f"rank(s); dot products reduced across ranks"
+        + ("; graph mode: each rank's tasks between two exchanges are one graph"
+           if graph else ""))
 
     started = time.perf_counter()
     expected = reference_cg(b, iterations)

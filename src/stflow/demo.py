@@ -274,7 +274,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                              "(default: on CUDA)")
     parser.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
                         help="record the iterations between two progress reports once "
-                             "as a graph and launch it (default: on CUDA)")
+                             "as a graph and launch it (default: on CUDA); with "
+                             "--distributed: each rank records its tasks between two "
+                             "exchanges as a graph (default: off)")
     parser.add_argument("--distributed", action="store_true",
                         help="spread the blocks over MPI ranks (run it with mpiexec -n "
                              "N python -m stflow.demo --distributed; needs mpi4py)")

@@ -8,16 +8,18 @@ import pytest
 from stflow import demo
 
 
-@pytest.mark.parametrize("blocks", [None, 5])
-def test_the_distributed_demo_passes_on_every_rank(comm, capsys, blocks):
+@pytest.mark.parametrize("blocks, graph", [(None, False), (5, False), (5, True)])
+def test_the_distributed_demo_passes_on_every_rank(comm, capsys, blocks, graph):
     argv = ["--distributed", "--backend", "emulated", "--size", "24",
             "--iterations", "40"] + ([] if blocks is None else ["--blocks", str(blocks)])
+    argv += ["--graph"] if graph else []
     assert demo.main(argv) == 0                  # the same verdict on every rank
     printed = capsys.readouterr().out
     if comm.Get_rank() == 0:
         assert "-> PASS" in printed
         assert f"over {comm.Get_size()} MPI rank(s)" in printed
         assert "iteration   40" in printed        # the progress report, from rank 0
+        assert ("graph mode" in printed) == graph
     else:
         assert printed == ""                       # only rank 0 prints
 
@@ -35,3 +37,16 @@ def test_the_blocks_are_owned_block_wise_and_execute_on_their_owner(comm):
     assert result.ranks_used == size
     if size > 1:
         assert all(count > 0 for count in counts)  # every rank owns blocks
+
+
+def test_the_distributed_demo_in_graph_mode_matches_stream_mode(comm):
+    """--graph with --distributed: every rank's local context records graphs."""
+    import numpy as np
+
+    from stflow._demo_distributed import solve_distributed
+    b = demo.poisson_rhs(16)
+    stream = solve_distributed(comm, b, 12, backend="emulated", blocks=3)
+    graph = solve_distributed(comm, b, 12, backend="emulated", blocks=3, graph=True,
+                              report_every=4, out=lambda line: None)
+    np.testing.assert_allclose(graph.x, stream.x, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(graph.x, demo.reference_cg(b, 12), rtol=0, atol=1e-12)
