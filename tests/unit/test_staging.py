@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from stflow._staging import piece_bounds, piece_size, send_limit
+from stflow._staging import BufferPool, piece_bounds, piece_size, send_limit
+from stflow.backends._base import HOST
 
 
 @pytest.mark.parametrize("nbytes, piece, expected", [
@@ -86,18 +89,18 @@ def emulated():
     backend.destroy_stream(stream)
 
 
-def _held(backend, stream):
-    """An event that completes only once the returned gate is set (the stream is
-    held by a host function until then)."""
-    import threading
+def _given_back_busy(pool, backend, stream):
+    """A buffer of ``pool`` given back after an event that completes only once the
+    returned gate is set (the stream is held by a host function until then)."""
+    busy = pool.take(4096)
     gate = threading.Event()
     backend.launch_host_func(stream, lambda: gate.wait(10))
-    return backend.record(stream), gate
+    event = backend.record(stream)
+    pool.give(busy, after=event)
+    return busy, event, gate
 
 
 def test_a_pooled_buffer_is_reused_by_size_rounded_to_pages(emulated):
-    from stflow._staging import BufferPool
-    from stflow.backends._base import HOST
     backend, _ = emulated
     pool = BufferPool(backend, HOST, keep=1 << 20)
     first = pool.take(100)
@@ -119,13 +122,9 @@ def test_a_pooled_buffer_is_reused_by_size_rounded_to_pages(emulated):
 
 
 def test_a_buffer_comes_back_only_after_its_last_work(emulated):
-    from stflow._staging import BufferPool
-    from stflow.backends._base import HOST
     backend, stream = emulated
     pool = BufferPool(backend, HOST, keep=1 << 20)
-    busy = pool.take(4096)
-    event, gate = _held(backend, stream)
-    pool.give(busy, after=event)
+    busy, event, gate = _given_back_busy(pool, backend, stream)
     other = pool.take(4096)
     assert other is not busy                       # its work has not run yet
     pool.give(other)
@@ -137,7 +136,6 @@ def test_a_buffer_comes_back_only_after_its_last_work(emulated):
 
 
 def test_the_pool_keeps_at_most_its_bound_and_frees_the_rest(emulated):
-    from stflow._staging import BufferPool
     backend, _ = emulated
     pool = BufferPool(backend, 0, keep=8192)       # device 0's memory
     buffers = [pool.take(4096) for _ in range(3)]
@@ -152,14 +150,9 @@ def test_the_pool_keeps_at_most_its_bound_and_frees_the_rest(emulated):
 
 
 def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
-    import threading
-    from stflow._staging import BufferPool
-    from stflow.backends._base import HOST
     backend, stream = emulated
     pool = BufferPool(backend, HOST, keep=1 << 20)
-    busy = pool.take(4096)
-    event, gate = _held(backend, stream)
-    pool.give(busy, after=event)
+    _, event, gate = _given_back_busy(pool, backend, stream)
     threading.Timer(0.05, gate.set).start()
     pool.close()                                   # returns once the stream ran
     assert backend.query(event) and not pool.pending
