@@ -157,3 +157,38 @@ def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
     pool.close()                                   # returns once the stream ran
     assert backend.query(event) and not pool.pending
 
+
+
+def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
+    """Where device memory is a GPU's, MPI gets each piece as a CUDA Array Interface
+    object over the pooled device buffer (a CUDA-aware MPI reads those); elsewhere
+    NumPy arrays over the same bytes."""
+    import numpy as np
+
+    from stflow._staging import DirectStaging, PinnedStaging
+    backend, _ = emulated
+
+    class OnAGpu:                          # the emulated backend, claiming GPU memory
+        gpu_memory = True
+
+        def __getattr__(self, name):
+            return getattr(backend, name)
+
+    bounds = [(0, 16), (16, 24)]
+    direct = DirectStaging(OnAGpu(), 0, keep=1 << 20)
+    message = direct.buffer((3,), np.float64, bounds)
+    base = message.allocation.ptr
+    assert message.array.__cuda_array_interface__["data"][0] == base
+    assert message.array.__cuda_array_interface__["shape"] == (3,)
+    assert [(p.__cuda_array_interface__["data"][0] - base,
+             p.__cuda_array_interface__["shape"]) for p in message.pieces] \
+        == [(0, (16,)), (16, (8,))]
+    direct.release(message)
+    direct.close()
+    pinned = PinnedStaging(OnAGpu(), keep=1 << 20)     # host memory: NumPy arrays
+    message = pinned.buffer((3,), np.float64, bounds)
+    message.array[...] = [1.0, 2.0, 3.0]
+    assert bytes(message.pieces[1]) == np.float64(3.0).tobytes()
+    assert message.pieces[0].ctypes.data == message.allocation.ptr
+    pinned.release(message)
+    pinned.close()
