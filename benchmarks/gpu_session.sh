@@ -85,16 +85,21 @@ for step in "$@"; do
        tests/mpi/test_distributed_device_buffers_gpu.py \
        -k "random or piece or chain or written or device_buffers or pooled" 2>&1 \
        | grep -aE "passed|failed|^FAILED|Error" | head -n 12
-     for graph in --no-graph --graph; do
-       timeout 120 mpiexec --oversubscribe -n 2 python3 -m stflow.demo --distributed \
-         --backend cuda $graph 2>&1 | tail -n 3
+     for mode in "0 --no-graph" "1 --no-graph" "0 --graph"; do
+       set -- $mode                 # STFLOW_MPI_SEND_AHEAD, then --graph or not
+       echo "send ahead $1, $2"
+       STFLOW_MPI_SEND_AHEAD=$1 timeout 120 mpiexec --oversubscribe -n 2 -x STFLOW_MPI_SEND_AHEAD \
+         python3 -m stflow.demo --distributed --backend cuda $2 2>&1 | tail -n 3
      done
      timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
        --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --pieces-mib 0 1 4 16 \
        --repeats 10 2>&1 | tail -n 4
-     for ranks in 2 1; do
-       timeout 200 mpiexec --oversubscribe -n $ranks python3 examples/cholesky_distributed.py \
-         --backend cuda --n ${CHOLESKY_N:-32768} --nb 2048 --no-check 2>&1 | tail -n 1
+     for run in "2 0" "2 1" "1 0"; do
+       set -- $run                  # ranks, STFLOW_MPI_SEND_AHEAD
+       echo "ranks $1, send ahead $2"
+       STFLOW_MPI_SEND_AHEAD=$2 timeout 200 mpiexec --oversubscribe -n $1 -x STFLOW_MPI_SEND_AHEAD \
+         python3 examples/cholesky_distributed.py --backend cuda --n ${CHOLESKY_N:-32768} \
+         --nb 2048 --no-check 2>&1 | tail -n 1
      done) ;;
   *) echo "unknown step $step" ;;
   esac

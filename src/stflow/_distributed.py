@@ -20,21 +20,22 @@ waits for the local work producing it, never for the receiver) and completes it 
 alive until then. The destination posts the ``Irecv`` at once and completes it only when
 local work needs the data, writing the bytes into its local data with a local task. A
 large value goes as several messages (pieces), so that its copies between device and
-host overlap the messages (in stream mode, pooled pinned host buffers, or device
-buffers handed to a CUDA-aware MPI: :mod:`stflow._staging`). Tags come from the data
-and its version (the writes and combinations so far, the same on every rank), so
-messages cannot be confused
-whatever the interleaving of ranks (where tags wrap around, both sides post in program
-order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks only in a
-local wait (which depends on local work only), waiting for a receive, or, above the
-send limit of :mod:`stflow._staging`, waiting for one of its own earlier sends to be
-received; by then every send of the program points it has passed is posted. The rank
-it waits for posts the matching send, or completes the matching receive, at a program
-point earlier than ours, which it reaches without waiting for us (everything it waits
-for before it comes from earlier points; a receive is completed at its own program
-point). Bodies written with ``t.run(fn)`` are
-correct on every rank unchanged: on a rank where the task does not execute ``run`` does
-nothing, and touching a view there raises :class:`RemoteTaskError`.
+host overlap the messages (in stream mode, pooled pinned host buffers, or device buffers
+handed to a CUDA-aware MPI: :mod:`stflow._staging`). Tags come from the data and its
+version (the writes and combinations so far, the same on every rank), so messages cannot
+be confused whatever the interleaving of ranks (where tags wrap around, both sides post
+in program order, which MPI's non-overtaking rule keeps). No deadlock: a rank blocks
+only in a local wait (which depends on local work only), waiting for a receive, or,
+above the send limit of :mod:`stflow._staging`, waiting for one of its own earlier sends
+to be received; by then every send of the program points it has passed is posted
+(sending ahead, ``STFLOW_MPI_SEND_AHEAD=1``: is posted while it waits, once its local
+copy completed, which depends on local work only; before a collective such as
+``wait()``'s broadcast every staged send is posted). The rank it waits for posts the
+matching send, or completes the matching receive, at a program point earlier than ours,
+which it reaches without waiting for us (everything it waits for before it comes from
+earlier points; a receive is completed at its own program point). Bodies written with
+``t.run(fn)`` are correct on every rank unchanged: on a rank where the task does not
+execute ``run`` does nothing, and touching a view there raises :class:`RemoteTaskError`.
 
 Reductions (``ld.reduce(op)``): a task reducing into a data on rank ``E`` reduces
 into ``E``'s *partial* of it (a local data filled with the identity of ``op`` when
@@ -261,8 +262,9 @@ class dist_task:
         """
         ctx = self._ctx
         rank = self.rank
-        if ctx._exchanges.in_flight:
-            ctx._exchanges.progress()
+        exchanges = ctx._exchanges
+        if exchanges.in_flight or exchanges.waiting:
+            exchanges.progress()
         for data, mode, _ in self._deps:
             if data.reduction is not None or mode & REDUCE or (
                     mode & READ and rank not in data.holders):
@@ -635,6 +637,7 @@ class distributed_context:
             value = np.array(self.local.wait(data.local), order="C")   # keeps 0-d
         else:
             value = np.empty(data.shape, dtype=data.dtype)
+        self._exchanges.post_all()           # no rank waits on us inside Bcast
         self.comm.Bcast(value, root=source)
         return value
 

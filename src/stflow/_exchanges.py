@@ -1,5 +1,6 @@
 """This rank's messages for :mod:`stflow._distributed`: sends and receives posted at
-their program points, a value cut into pieces, what a sender keeps staged.
+their program points (or sends posted ahead, once their copies completed), a value
+cut into pieces, what a sender keeps staged.
 
 Tags, the order of posting and the no-deadlock argument are in the docstring of
 :mod:`stflow._distributed`; how a value goes between a local data and a message
@@ -8,6 +9,8 @@ buffer (host arrays, pinned host memory, device buffers) in :mod:`stflow._stagin
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,6 +18,17 @@ import numpy as np
 from ._staging import Message, Staging, piece_bounds, piece_size, send_limit, staging_for
 
 __all__ = ["Exchanges", "Incoming"]
+
+def _send_ahead() -> bool:
+    """``STFLOW_MPI_SEND_AHEAD``: ``1`` (post a send once its copy completed, the
+    rank going on meanwhile) or ``0`` (wait for the copy at the program point)."""
+    text = os.environ.get("STFLOW_MPI_SEND_AHEAD", "0")
+    if text not in ("0", "1"):
+        raise ValueError(f"STFLOW_MPI_SEND_AHEAD must be 1 (post sends once their "
+                         f"copies completed) or 0 (wait for them where they are "
+                         f"sent), got {text!r}")
+    return text == "1"
+
 
 _TAG_LIMIT = 32767
 """The smallest upper bound of tags MPI guarantees (the communicator's own bound is
@@ -35,22 +49,38 @@ class Incoming:
         self.message = message
         self.bounds = bounds
 
-    def wait_piece(self, k: int) -> None:
-        self.requests[k].Wait()
+
+class _Staged:
+    """A value staged for sending whose pieces are not all posted yet: piece ``k``
+    is posted once ``events[k]`` (its copy out of the data) completed."""
+
+    __slots__ = ("message", "events", "dest", "tag", "bounds", "posted")
+
+    def __init__(self, message: Message, events: list[Any], dest: int, tag: int,
+                 bounds: list[tuple[int, int]]) -> None:
+        self.message = message
+        self.events = events
+        self.dest = dest
+        self.tag = tag
+        self.bounds = bounds
+        self.posted = 0                      # pieces posted so far
 
 
 class Exchanges:
-    """This rank's messages: sends posted at their program point, completed lazily;
-    receives posted at their program point, completed when the data is needed.
+    """This rank's messages: sends posted at their program point (or, with
+    ``ahead``, as soon as their copies completed), completed lazily; receives posted
+    at their program point, completed when the data is needed.
 
-    ``in_flight`` holds the posted sends, one per piece; a value's last piece holds
-    its message, given back to the staging once that send completed (sends are
-    forgotten oldest first: tested at every task, waited for at ``fence``/
-    ``finalize``, and before a new send would stage more than ``send_limit`` bytes).
-    Every send of the program points a rank has passed is posted, so a rank that
-    blocks waiting for a receive holds back nothing another rank may wait for.
-    A value larger than ``piece`` bytes goes as several messages (see
-    :mod:`stflow._staging`).
+    ``waiting`` holds the values staged whose pieces are not all posted (only ever
+    non-empty when sending ahead), oldest first; ``in_flight`` the posted sends, one
+    per piece; a value's last piece holds its message, given back to the staging
+    once that send completed (sends are forgotten oldest first: tested at every
+    task, waited for at ``fence``/``finalize``, and before a new send would stage
+    more than ``send_limit`` bytes). Every send of the program points a rank has
+    passed is posted, or gets posted while the rank waits on another rank
+    (:meth:`wait_request`), so a rank that blocks waiting for a receive holds back
+    nothing another rank may wait for. A value larger than ``piece`` bytes goes as
+    several messages (see :mod:`stflow._staging`).
     """
 
     def __init__(self, comm: Any, local: Any, use_graph: bool, device: int) -> None:
@@ -67,44 +97,98 @@ class Exchanges:
         self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
         # request, the message its completion frees (a value's last piece), bytes
         self.in_flight: list[tuple[Any, Message | None, int]] = []
-        self.staged = 0                      # bytes of the sends in flight
+        # values staged, not all posted (oldest first: sends are posted in program
+        # order, which MPI's non-overtaking rule needs where tags wrap around)
+        self.waiting: deque[_Staged] = deque()
+        self.staged = 0                      # bytes of the sends staged, not received
         self.send_limit = send_limit()
+        self.ahead = _send_ahead()
 
     def send(self, local_data: Any, nbytes: int, dest: int, tag: int) -> None:
-        """Post the send of local logical data ``local_data``'s value (``nbytes``
-        bytes) to ``dest`` once it is ready on this rank (the local work producing
-        it, not the receiver, is waited for), piece by piece as each is staged."""
-        in_flight = self.in_flight
-        while in_flight and self.staged + nbytes > self.send_limit:
-            request, sent, size = in_flight.pop(0)    # the oldest send, received
-            request.Wait()
-            self.staged -= size
-            if sent is not None:
-                self.staging.release(sent)
+        """Stage local logical data ``local_data``'s value (``nbytes`` bytes) for
+        ``dest`` and post its sends, piece by piece as each is copied out. With
+        send-ahead the rank goes on at once and the pieces are posted as their
+        copies complete (:meth:`post_ready`); else it waits for them here (for
+        the local work producing the value, never for the receiver)."""
+        while self.staged + nbytes > self.send_limit and (self.in_flight or
+                                                          self.waiting):
+            self._retire_oldest()
         bounds = piece_bounds(nbytes, self.piece)
-        message, staged = self.staging.read(self.local, local_data, bounds)
-        comm, last = self.comm, len(bounds) - 1
-        for k, (start, stop) in enumerate(bounds):
-            if staged is not None:
-                self._await(staged[k])
-            in_flight.append((comm.Isend(message.pieces[k], dest=dest, tag=tag),
-                              message if k == last else None, stop - start))
+        message, events = self.staging.read(self.local, local_data, bounds)
         self.staged += nbytes
+        if events is None:                    # ready at once
+            events = []
+        self.waiting.append(_Staged(message, events, dest, tag, bounds))
+        if self.ahead:
+            self.post_ready()
+        else:
+            self._post_all()
 
-    def _await(self, event: Any) -> None:
-        """Wait for a staging copy's ``event``, letting MPI move the sends in
-        flight meanwhile (without an asynchronous progress thread, a message moves
-        only while its ranks are in MPI calls)."""
-        query = self.backend.query
-        if query(event):
-            return
+    def post_ready(self) -> None:
+        """Post the pieces whose copies completed, in program order (a piece
+        still being copied holds back the ones after it)."""
+        waiting, query = self.waiting, self.backend.query
+        while waiting:
+            staged = waiting[0]
+            events = staged.events
+            while staged.posted < len(staged.bounds):
+                k = staged.posted
+                if events and not query(events[k]):
+                    return
+                self._post(staged, k)
+            waiting.popleft()
+
+    def _post(self, staged: _Staged, k: int) -> None:
+        start, stop = staged.bounds[k]
+        last = k == len(staged.bounds) - 1
+        request = self.comm.Isend(staged.message.pieces[k], dest=staged.dest,
+                                  tag=staged.tag)
+        self.in_flight.append((request, staged.message if last else None,
+                               stop - start))
+        staged.posted = k + 1
+
+    def _post_all(self) -> None:
+        """Post every staged piece, waiting for each copy in turn (local work only),
+        letting MPI move the sends in flight meanwhile (without an asynchronous
+        progress thread, a message moves only while its ranks are in MPI calls)."""
+        query, waiting = self.backend.query, self.waiting
+        while waiting:
+            staged = waiting[0]
+            if staged.events:
+                event = staged.events[staged.posted]
+                if not query(event):
+                    if not self.in_flight:
+                        self.backend.synchronize(event)
+                    else:
+                        from mpi4py import MPI
+                        requests = [request for request, _, _ in self.in_flight]
+                        while not query(event):
+                            MPI.Request.Testall(requests)
+                            os.sched_yield()
+            self._post(staged, staged.posted)
+            if staged.posted == len(staged.bounds):
+                waiting.popleft()
+
+    def _retire_oldest(self) -> None:
+        """Wait until the oldest send is received (posting it first if need be)."""
         if not self.in_flight:
-            self.backend.synchronize(event)
-            return
-        from mpi4py import MPI
-        requests = [request for request, _, _ in self.in_flight]
-        while not query(event):
-            MPI.Request.Testall(requests)
+            self._post_all()                     # local copies only
+        request, sent, size = self.in_flight.pop(0)
+        self.wait_request(request)
+        self.staged -= size
+        if sent is not None:
+            self.staging.release(sent)
+
+    def wait_request(self, request: Any) -> None:
+        """Complete ``request`` (a receive, or one of our sends), posting this rank's
+        staged sends as their copies complete meanwhile: another rank may be
+        waiting for one of them before it can complete ours."""
+        while self.waiting:
+            if request.Test():
+                return
+            self.post_ready()
+            os.sched_yield()              # ranks sharing cores (oversubscribed)
+        request.Wait()
 
     def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
                 ) -> Incoming:
@@ -117,8 +201,11 @@ class Exchanges:
                          for piece in message.pieces], message, bounds)
 
     def progress(self) -> None:
-        """Forget the sends that completed, oldest first (at every task while any
-        is in flight; the test also lets MPI progress them)."""
+        """Post the staged sends whose copies completed, and forget the sends that
+        completed, oldest first (at every task while any is staged or in flight;
+        the test also lets MPI progress them)."""
+        if self.waiting:
+            self.post_ready()
         staging = self.staging
         staging.progress()
         in_flight = self.in_flight
@@ -139,17 +226,25 @@ class Exchanges:
         the tests' stand-in for a CUDA-aware MPI does)."""
         for item in incoming:
             for request in item.requests:
-                request.Wait()
+                self.wait_request(request)
 
     def land(self, data: Any, incoming: Incoming) -> None:
         """Write the value ``incoming`` brings into local data ``data`` (each piece
         copied in once it arrived)."""
+        requests, wait_request = incoming.requests, self.wait_request
         self.staging.land(self.local, data, incoming.message, incoming.bounds,
-                          incoming.wait_piece)
+                          lambda k: wait_request(requests[k]))
+
+    def post_all(self) -> None:
+        """Post every staged send (before a collective operation, in which this
+        rank cannot post them while others may wait for them)."""
+        if self.waiting:
+            self._post_all()
 
     def flush(self) -> None:
         """Wait until every send completed (fence, finalize)."""
         from mpi4py import MPI
+        self.post_all()
         MPI.Request.Waitall([request for request, _, _ in self.in_flight])
         for _, sent, _ in self.in_flight:
             if sent is not None:

@@ -203,16 +203,19 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
         np.testing.assert_allclose(S, want_s)
 
 
-@pytest.mark.parametrize("piece, limit, use_graph", [("8", "512", False),
-                                                     ("3", "1", False),
-                                                     ("5", "64", True)])
+@pytest.mark.parametrize("piece, limit, use_graph, ahead", [
+    ("8", "512", False, "0"), ("3", "1", False, "0"), ("5", "64", True, "0"),
+    ("8", "512", False, "1"), ("4", "64", False, "1"), ("1000", "100000", False, "1")])
 def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monkeypatch,
-                                                            piece, limit, use_graph):
+                                                            piece, limit, use_graph,
+                                                            ahead):
     """The differential test with every value cut into pieces of a few bytes, and
     senders waiting for their receivers above a few hundred bytes, or at every send;
-    in stream and graph mode."""
+    in stream and graph mode; sends posted where they are made, or ahead (once their
+    copies completed, the rank going on meanwhile)."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
+    monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", ahead)
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
@@ -229,6 +232,7 @@ def test_message_buffers_are_pooled_and_freed_at_finalize(comm, backend, monkeyp
     emulated backend runs the same path): a value exchanged again and again reuses a
     few buffers, and finalize frees them all."""
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
+    monkeypatch.delenv("STFLOW_MPI_SEND_LIMIT", raising=False)   # spares are kept
     from stflow._staging import PinnedStaging
     size = comm.Get_size()
     with stf.distributed_context(comm, backend=backend) as ctx:

@@ -192,3 +192,14 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
     assert message.pieces[0].ctypes.data == message.allocation.ptr
     pinned.release(message)
     pinned.close()
+
+
+def test_send_ahead_is_off_unless_asked(monkeypatch):
+    from stflow._exchanges import _send_ahead
+    monkeypatch.delenv("STFLOW_MPI_SEND_AHEAD", raising=False)
+    assert _send_ahead() is False
+    monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", "1")
+    assert _send_ahead() is True
+    monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", "yes")
+    with pytest.raises(ValueError, match="STFLOW_MPI_SEND_AHEAD must be 1"):
+        _send_ahead()
