@@ -65,6 +65,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._access import READ, WRITE, mode_name
+from ._collective import agree, check_each_call
 from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
@@ -262,6 +263,11 @@ class dist_task:
         """
         ctx = self._ctx
         rank = self.rank
+        if ctx._check_each:
+            ctx._agree(("task", rank, tuple([(data.index, mode)
+                                             for data, mode, _ in self._deps]),
+                        ctx._calls))
+        ctx._calls += 1
         exchanges = ctx._exchanges
         if exchanges.in_flight or exchanges.waiting:
             exchanges.progress()
@@ -375,6 +381,7 @@ class distributed_context:
     def __init__(self, comm: Any, *, backend: str | None = None,
                  use_graph: bool = False, device: int | None = None) -> None:
         from ._context import context
+        self._check_each = check_each_call()     # STFLOW_DISTRIBUTED_CHECK=1
         self.comm = comm
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
@@ -392,6 +399,7 @@ class distributed_context:
         self._arriving = 0             # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
+        self._calls = 0                # collective calls so far (data, tasks)
 
     def _choose_device(self, device: Any) -> int:
         """Make ``device`` (default: the node-local rank modulo the device count)
@@ -435,6 +443,7 @@ class distributed_context:
         array = np.asarray(array)
         index = len(self._data)
         label = name or f"d{index}"
+        self._collective_call("data", index, array.shape, array.dtype.str, owner)
         if self.rank == owner:
             local = self.local.logical_data(array, name=label)
         else:
@@ -476,6 +485,7 @@ class distributed_context:
                              f"integers, got {shape!r}")
         checked_shape = tuple(int(n) for n in dims)
         checked_dtype = np.dtype(dtype)
+        self._collective_call("data", index, checked_shape, checked_dtype.str, owner)
         local = self._private(checked_shape, checked_dtype, label)
         data = dist_data(local, owner, index, checked_shape, checked_dtype, label,
                          {owner})
@@ -629,6 +639,7 @@ class distributed_context:
         self._check_live("wait()")
         if data.is_token:
             raise TypeError(f"wait() on token {data.name}: a token holds no data")
+        self._agree(("wait", data.index, self._calls))
         if data.reduction is not None:
             self._combine(data, min(data.holders))
         source = min(data.holders)
@@ -645,6 +656,7 @@ class distributed_context:
         """Land what this rank received, complete its sends, then fence the local
         context (every rank)."""
         self._check_live("fence()")
+        self._agree(("fence", self._calls))
         self._land([(data, READ, None) for data in self._data])
         self._exchanges.flush()
         self.local.fence()
@@ -654,6 +666,7 @@ class distributed_context:
         owner's array gets its data's final value (collective)."""
         if self._finalized:
             return
+        self._agree(("finalize", self._calls))
         for data in self._data:
             if data.reduction is not None:
                 self._combine(data, data.owner)
@@ -666,6 +679,23 @@ class distributed_context:
         if self._previous_device >= 0:
             self._backend.set_current_device(self._previous_device)
         self.comm.Barrier()
+
+    # -- the same program on every rank (stflow._collective) ---------------------------
+    def _collective_call(self, *signature: Any) -> None:
+        """Count a collective call; with ``STFLOW_DISTRIBUTED_CHECK=1`` the ranks
+        compare it first."""
+        if self._check_each:
+            self._agree((*signature, self._calls))
+        self._calls += 1
+
+    def _agree(self, signature: tuple) -> None:
+        """Raise :class:`DivergentProgramError` unless every rank makes this call
+        (collective: staged sends are posted first, as before any collective)."""
+        self._exchanges.post_all()
+        data = self._data
+        agree(self.comm, signature,
+              lambda index: data[index].name if index < len(data) else f"d{index}",
+              self._check_each)
 
     def _check_live(self, what: str) -> None:
         if self._finalized:

@@ -36,6 +36,7 @@ __all__ = [
     "ContextMismatchError",
     "CudaError",
     "DeviceOrdinalError",
+    "DivergentProgramError",
     "ErrorLog",
     "GreenContextUnavailableError",
     "GridIndexError",
@@ -179,6 +180,12 @@ class RemoteTaskError(STFError, RuntimeError):
     with ``t.run(fn)``."""
 
 
+class DivergentProgramError(STFError, RuntimeError):
+    """The ranks of a ``stf.distributed_context`` made different collective calls
+    (data created, tasks submitted, ``wait``/``fence``/``finalize``): every rank must
+    make the same ones, in the same order. The message lists each rank's call."""
+
+
 # -- warnings --------------------------------------------------------------------------
 class BackendNotice(UserWarning):
     """Issued once per process when ``backend="auto"`` falls back to emulation."""
@@ -201,7 +208,8 @@ for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, Sh
                 BackendUnavailableError, CudaError, DeviceOrdinalError,
                 PlaceAllocationError, NegativeIndexError, NegativeCountError,
                 GridIndexError, TokenArgumentError, GreenContextUnavailableError,
-                RemoteTaskError, BackendNotice, UnfinalizedContextWarning):
+                RemoteTaskError, DivergentProgramError, BackendNotice,
+                UnfinalizedContextWarning):
     _public.__module__ = "stflow.errors"
 del _public
 

@@ -8,7 +8,8 @@ working (``docs/errors.md``).
 
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
                       BufferOverlapError, ContextFinalizedError, ContextMismatchError, CudaError,
-                      DeviceOrdinalError, GreenContextUnavailableError, GridIndexError,
+                      DeviceOrdinalError, DivergentProgramError,
+                      GreenContextUnavailableError, GridIndexError,
                       NegativeCountError, NegativeIndexError, OutOfMemoryError,
                       PlaceAllocationError, PlaceError, RemoteTaskError, ScopeError,
                       ShapeError, STFError, TokenArgumentError, UnfinalizedContextWarning)
@@ -22,6 +23,7 @@ __all__ = [
     "ContextMismatchError",
     "CudaError",
     "DeviceOrdinalError",
+    "DivergentProgramError",
     "GreenContextUnavailableError",
     "GridIndexError",
     "NegativeCountError",
