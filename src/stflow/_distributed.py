@@ -70,8 +70,9 @@ from ._compile import mypyc_attr
 from ._errors import AccessModeError, RemoteTaskError, ScopeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
 from ._exchanges import Exchanges, Incoming
+from ._places import exec_place
 
-__all__ = ["dist_data", "dist_dep", "dist_task", "distributed_context"]
+__all__ = ["dist_data", "dist_dep", "dist_kernel", "dist_task", "distributed_context"]
 
 Rank = Union[int, Any]
 """A rank in a public signature: an ``int`` (checked by the methods themselves, with
@@ -234,11 +235,16 @@ class dist_task:
         if local_deps is not None:
             if self._place is not None:
                 local_deps.insert(0, self._place)
-            local = self.local = (self._ctx.local.task(*local_deps)
-                                  if self._symbol is None else
-                                  self._ctx.local.task(*local_deps, symbol=self._symbol))
+            local = self.local = self._local_task(local_deps)
             local.__enter__()
         return self
+
+    def _local_task(self, local_deps: list[Any]) -> Any:
+        """This rank's local task (the executing rank)."""
+        local = self._ctx.local
+        if self._symbol is None:
+            return local.task(*local_deps)
+        return local.task(*local_deps, symbol=self._symbol)
 
     def __exit__(self, *exc: Any) -> None:
         if self.local is not None:
@@ -310,6 +316,12 @@ class dist_task:
         return tuple(self.local.get_arg_cai(i) for i, (data, _, _) in
                      enumerate(self._deps) if not data.is_token)
 
+    def args_cai(self) -> Any:
+        """The views as ``task.args_cai()`` gives them: ``None``, one view, or a
+        tuple (on the executing rank only)."""
+        views = self.views()
+        return None if not views else views[0] if len(views) == 1 else views
+
     def get_arg_cai(self, index: int) -> Any:
         if not self.runs_here:
             self._refuse("get_arg_cai()")
@@ -319,6 +331,73 @@ class dist_task:
         if not self.runs_here:
             self._refuse("stream_ptr()")
         return self.local.stream_ptr()
+
+    def local_task(self, what: str) -> Any:
+        """The local task on the executing rank (the framework adapters use it);
+        :class:`RemoteTaskError` naming ``what`` elsewhere."""
+        if not self.runs_here:
+            self._refuse(what)
+        return self.local
+
+    def start(self) -> None:
+        """``__enter__`` (the explicit form of a task)."""
+        self.__enter__()
+
+    def end(self) -> None:
+        """``__exit__`` (the explicit form of a task)."""
+        self.__exit__(None, None, None)
+
+
+class dist_kernel(dist_task):
+    """A :meth:`distributed_context.cuda_kernel` task: its launches run on the
+    executing rank only, so the code describing them is correct on every rank
+    unchanged (``k.get_arg(i)`` gives an inert placeholder elsewhere, which only
+    ``launch`` accepts)."""
+
+    __slots__ = ()
+
+    def _local_task(self, local_deps: list[Any]) -> Any:
+        local = self._ctx.local
+        if self._symbol is None:
+            return local.cuda_kernel(*local_deps)
+        return local.cuda_kernel(*local_deps, symbol=self._symbol)
+
+    def get_arg(self, index: int) -> Any:
+        """Dependency ``index``'s device pointer for ``launch`` (a placeholder on
+        ranks where the kernel does not run)."""
+        if not self.runs_here:
+            return _Elsewhere(self.rank, index)
+        return self.local.get_arg(index)
+
+    def launch(self, kernel: Any, grid: Any, block: Any, args: Any,
+               shmem: int = 0) -> None:
+        """``cuda_kernel.launch`` on the executing rank; nothing elsewhere."""
+        if self.runs_here:
+            self.local.launch(kernel, grid, block, args, shmem)
+
+
+class _Elsewhere:
+    """``get_arg`` of a kernel on a rank where it does not run: ``launch`` ignores
+    it there; anything else using it fails."""
+
+    __slots__ = ("rank", "index")
+
+    def __init__(self, rank: int, index: int) -> None:
+        self.rank = rank
+        self.index = index
+
+    def __repr__(self) -> str:
+        return (f"<argument {self.index} of a kernel executing on rank {self.rank}: "
+                "nothing on this rank>")
+
+
+def _one_place(place: Any, given: Any, what: str) -> Any:
+    """An execution place given first among the arguments, as locally (``place=``
+    is the other spelling; not both)."""
+    if place is not None:
+        raise TypeError(f"{what}: an execution place both as the first argument and "
+                        f"as place=")
+    return given
 
 
 def _executed(deps: tuple[dist_dep, ...], rank: int) -> None:
@@ -501,7 +580,19 @@ class distributed_context:
         (traces, DOT graphs)."""
         if self._finalized:
             self._check_live("task()")
+        if deps and isinstance(deps[0], exec_place):     # ctx.task(place, *deps)
+            place, deps = _one_place(place, deps[0], "task"), deps[1:]
         return dist_task(self, deps, rank, place, symbol)
+
+    def cuda_kernel(self, *deps: Dependency, rank: Rank | None = None,
+                    place: Any = None, symbol: str | None = None) -> dist_kernel:
+        """A kernel-launch task (``local.cuda_kernel``) executing like :meth:`task`:
+        ``k.launch(kernel, grid, block, (k.get_arg(0), ...))`` launches on the
+        executing rank and does nothing elsewhere."""
+        self._check_live("cuda_kernel()")
+        if deps and isinstance(deps[0], exec_place):
+            place, deps = _one_place(place, deps[0], "cuda_kernel"), deps[1:]
+        return dist_kernel(self, deps, rank, place, symbol)
 
     def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
                     rank: Rank | None = None) -> None:

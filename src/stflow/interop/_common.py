@@ -7,9 +7,10 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from .._errors import BackendUnavailableError
+from .._errors import BackendUnavailableError, RemoteTaskError
 
-__all__ = ["TaskScope", "add_note", "gpu_memory", "import_framework", "views_of"]
+__all__ = ["Elsewhere", "TaskScope", "add_note", "backend_of", "gpu_memory",
+           "import_framework", "local_task", "views_of"]
 
 
 def import_framework(module: str, extra: str, package: str) -> ModuleType:
@@ -22,14 +23,28 @@ def import_framework(module: str, extra: str, package: str) -> ModuleType:
             f"install it with: pip install 'stflow[{extra}]'") from exc
 
 
+def local_task(task: Any, what: str) -> Any:
+    """The task whose views an adapter uses: ``task`` itself, or a distributed
+    task's local task on its executing rank (``RemoteTaskError`` naming ``what``
+    elsewhere)."""
+    unwrap = getattr(task, "local_task", None)
+    return task if unwrap is None else unwrap(what)
+
+
+def backend_of(task: Any) -> Any:
+    """The backend of the task's context (of its local task, for a distributed
+    task)."""
+    return local_task(task, "the task's backend")._runtime.backend
+
+
 def gpu_memory(task: Any) -> bool:
     """True when the task's views are CUDA memory (the backend's ``gpu_memory``)."""
-    return bool(task._runtime.backend.gpu_memory)
+    return bool(backend_of(task).gpu_memory)
 
 
 def task_device(task: Any) -> int:
     """The device whose context the task stream belongs to."""
-    return int(task._native_stream().ordinal)
+    return int(local_task(task, "the task's device")._native_stream().ordinal)
 
 
 def views_of(task: Any) -> tuple[Any, ...]:
@@ -45,6 +60,44 @@ def add_note(error: BaseException, note: str) -> None:
     add = getattr(error, "add_note", None)
     if add is not None:
         add(note)
+
+
+class Elsewhere:
+    """What a framework task scope yields on a rank where its distributed task does
+    not execute: false, so ``if arrays:`` guards the body, and unpacking or using it
+    raises :class:`~stflow.errors.RemoteTaskError`."""
+
+    __slots__ = ("_scope", "_rank")
+
+    def __init__(self, scope: str, rank: int) -> None:
+        self._scope = scope
+        self._rank = rank
+
+    def _refuse(self) -> RemoteTaskError:
+        return RemoteTaskError(
+            f"{self._scope}: this task executes on rank {self._rank}, so on this rank "
+            f"it yields no arrays; guard the body: 'with {self._scope}(ctx, ...) as "
+            f"arrays:' then 'if arrays:' (false where the task does not execute)")
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __iter__(self) -> Any:
+        raise self._refuse()
+
+    def __len__(self) -> int:
+        raise self._refuse()
+
+    def __getitem__(self, index: Any) -> Any:
+        raise self._refuse()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._refuse()
+
+    def __repr__(self) -> str:
+        return f"<{self._scope} of a task executing on rank {self._rank}: nothing here>"
 
 
 class TaskScope:
@@ -75,6 +128,8 @@ class TaskScope:
 
     def __enter__(self) -> Any:
         self.task.start()
+        if not getattr(self.task, "runs_here", True):    # a distributed task
+            return Elsewhere(type(self).__name__, self.task.rank)
         try:
             self._scope = contextlib.ExitStack()
             self.open_scope(self._scope)

@@ -22,7 +22,8 @@ import numpy as np
 
 from .._errors import BackendUnavailableError
 from .._views import CudaStream
-from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
+from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
+                      views_of)
 
 __all__ = ["as_cupy", "cupy_arg", "cupy_arguments", "cupy_stream", "cupy_task"]
 
@@ -118,14 +119,14 @@ def body_array(view: Any) -> Any:
 
 def cupy_arg(task: Any, index: int) -> Any:
     """A zero-copy CuPy array of dependency ``index`` of a started task."""
-    _cupy(gpu_memory(task), task._runtime.backend.name)
+    _cupy(gpu_memory(task), backend_of(task).name)
     return as_cupy(task.get_arg_cai(index))
 
 
 def cupy_arguments(task: Any) -> Any:
     """CuPy arrays of the non-token dependencies, like ``args_cai()``: ``None``, one
     array, or a tuple."""
-    _cupy(gpu_memory(task), task._runtime.backend.name)
+    _cupy(gpu_memory(task), backend_of(task).name)
     arrays = tuple(as_cupy(view) for view in views_of(task))
     if not arrays:
         return None

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._context import context
+from .._distributed import dist_dep, distributed_context
 from .._errors import BackendUnavailableError
 from .._logical_data import dep
 from .._places import exec_place
@@ -103,10 +104,11 @@ class _Launcher:
     _grid: Any
     _block: Any
     _place: exec_place | None
-    _ctx: context | None
+    _ctx: context | distributed_context | None
 
     def __init__(self, kernel: stf_kernel_decorator, grid: Any, block: Any,
-                 place: exec_place | None, ctx: context | None) -> None:
+                 place: exec_place | None,
+                 ctx: context | distributed_context | None) -> None:
         object.__setattr__(self, "_kernel", kernel)
         object.__setattr__(self, "_grid", grid)
         object.__setattr__(self, "_block", block)
@@ -117,6 +119,9 @@ class _Launcher:
         raise AttributeError("a configured kernel launcher is immutable")
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if self._distributed(args) or isinstance(self._ctx, distributed_context):
+            self._launch_distributed(args, kwargs)
+            return
         deps = [arg for arg in args if isinstance(arg, dep)]
         ctx = self._ctx
         if ctx is None:
@@ -131,6 +136,31 @@ class _Launcher:
         with ctx.task(*task_args, *deps) as t:
             arrays = iter([get_arg_numba(t, i) for i in range(len(deps))])
             call = [next(arrays) if isinstance(arg, dep) else arg for arg in args]
+            kernel[self._grid, self._block, _stream(t.stream_ptr())](*call, **kwargs)
+
+    @staticmethod
+    def _distributed(args: tuple) -> bool:
+        return any(isinstance(arg, dist_dep) for arg in args)
+
+    def _launch_distributed(self, args: tuple, kwargs: dict[str, Any]) -> None:
+        """A launch whose dependencies are a distributed context's data: a task of
+        that context, the kernel launched on its executing rank only."""
+        deps = [arg for arg in args if isinstance(arg, dist_dep)]
+        ctx = self._ctx
+        if ctx is None:
+            ctx = deps[0][0].context
+        if not isinstance(ctx, distributed_context):
+            raise TypeError("a kernel launch on a distributed context's data "
+                            "configured with a local context")
+        if any(isinstance(arg, dep) for arg in args):
+            raise TypeError("a kernel launch mixes a distributed context's data with "
+                            "a local context's")
+        with ctx.task(*deps, place=self._place) as t:
+            if not t.runs_here:
+                return                     # the kernel runs on the executing rank
+            kernel = self._kernel._compiled()
+            arrays = iter([get_arg_numba(t, i) for i in range(len(deps))])
+            call = [next(arrays) if isinstance(arg, dist_dep) else arg for arg in args]
             kernel[self._grid, self._block, _stream(t.stream_ptr())](*call, **kwargs)
 
 
@@ -174,7 +204,7 @@ class stf_kernel_decorator:
         if place is not None and not isinstance(place, exec_place):
             raise TypeError(f"the third launch configuration item must be an "
                             f"exec_place or None, got {type(place).__name__}")
-        if ctx is not None and not isinstance(ctx, context):
+        if ctx is not None and not isinstance(ctx, (context, distributed_context)):
             raise TypeError(f"the fourth launch configuration item must be a context "
                             f"or None, got {type(ctx).__name__}")
         return _Launcher(self, config[0], config[1], place, ctx)

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends._base import HOST
-from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
+from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
+                      views_of)
 
 __all__ = ["warp_arg", "warp_arguments", "warp_task"]
 
@@ -30,7 +31,7 @@ def _warp() -> Any:
 def _array(wp: Any, task: Any, view: Any) -> Any:
     dtype = wp.dtype_from_numpy(view.dtype)
     if gpu_memory(task):
-        where = task._runtime.backend.locate(view.ptr)
+        where = backend_of(task).locate(view.ptr)
         device = "cpu" if where == HOST else \
             f"cuda:{where if where >= 0 else task_device(task)}"
     else:
