@@ -82,8 +82,8 @@ for step in "$@"; do
      STFLOW_DISTRIBUTED_BACKEND=cuda STFLOW_DISTRIBUTED_SEEDS=${DISTRIBUTED_SEEDS:-100} \
        timeout 300 mpiexec --oversubscribe -n 2 python3 -m pytest -q -p no:cacheprovider \
        -W "ignore::DeprecationWarning" -m mpi tests/mpi/test_distributed.py tests/mpi/test_distributed_reduce.py \
-       tests/mpi/test_distributed_device_buffers_gpu.py \
-       -k "random or piece or chain or written or device_buffers or pooled" 2>&1 \
+       tests/mpi/test_distributed_device_buffers_gpu.py tests/mpi/test_distributed_interop.py \
+       -k "random or piece or chain or written or device_buffers or pooled or pytorch or tensors" 2>&1 \
        | grep -aE "passed|failed|^FAILED|Error" | head -n 12
      for mode in "0 --no-graph" "1 --no-graph" "0 --graph"; do
        set -- $mode                 # STFLOW_MPI_SEND_AHEAD, then --graph or not
