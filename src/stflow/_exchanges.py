@@ -19,6 +19,7 @@ from ._staging import Message, Staging, piece_bounds, piece_size, send_limit, st
 
 __all__ = ["Exchanges", "Incoming"]
 
+
 def _send_ahead() -> bool:
     """``STFLOW_MPI_SEND_AHEAD``: ``1`` (post a send once its copy completed, the
     rank going on meanwhile) or ``0`` (wait for the copy at the program point)."""
@@ -33,7 +34,6 @@ def _send_ahead() -> bool:
 _TAG_LIMIT = 32767
 """The smallest upper bound of tags MPI guarantees (the communicator's own bound is
 used when it says)."""
-
 
 
 class Incoming:
