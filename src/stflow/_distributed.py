@@ -67,8 +67,9 @@ import numpy.typing as npt
 from ._access import READ, WRITE, mode_name
 from ._collective import agree, check_each_call
 from ._compile import mypyc_attr
-from ._errors import AccessModeError, RemoteTaskError, ScopeError
+from ._errors import AccessModeError, RemoteTaskError, ScopeError, ShapeError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
+from ._sources import describe_buffer
 from ._exchanges import Exchanges, Incoming
 from ._places import exec_place
 
@@ -391,6 +392,25 @@ class _Elsewhere:
                 "nothing on this rank>")
 
 
+def _described(array: Any, registered: bool) -> tuple[Any, tuple[int, ...], np.dtype]:
+    """What to register for ``array`` (the object itself where a local context
+    registers it: a NumPy array, a CUDA Array Interface, DLPack or buffer object;
+    else ``numpy.asarray(array)``), and its shape and dtype. A rank that does not own
+    the data (``registered`` false) reads only the shape and dtype, of any layout."""
+    if isinstance(array, np.ndarray):
+        return array, array.shape, array.dtype
+    if hasattr(array, "__cuda_array_interface__") or hasattr(array, "__dlpack__"):
+        try:
+            source = describe_buffer(array)
+        except ShapeError:
+            if registered:
+                raise                         # the local context would refuse it too
+        else:
+            return array, source.shape, source.dtype
+    converted = np.asarray(array)
+    return converted, converted.shape, converted.dtype
+
+
 def _one_place(place: Any, given: Any, what: str) -> Any:
     """An execution place given first among the arguments, as locally (``place=``
     is the other spelling; not both)."""
@@ -517,17 +537,20 @@ class distributed_context:
                      name: str | None = None) -> dist_data:
         """``array`` as logical data owned by rank ``owner``: its value there is the
         initial value, and ``finalize()`` writes the final value into it there (the
-        other ranks' arrays are never read or written)."""
+        other ranks' arrays are never read or written, only their shape and dtype).
+        ``array`` is anything a local context registers (a NumPy array, a buffer, a
+        CUDA Array Interface or DLPack object such as a CuPy array or a PyTorch
+        tensor); anything else goes through ``numpy.asarray``."""
         owner = self._check_owner(owner)
-        array = np.asarray(array)
+        array, shape, dtype = _described(array, self.rank == owner)
         index = len(self._data)
         label = name or f"d{index}"
-        self._collective_call("data", index, array.shape, array.dtype.str, owner)
+        self._collective_call("data", index, shape, dtype.str, owner)
         if self.rank == owner:
             local = self.local.logical_data(array, name=label)
         else:
-            local = self._private(array.shape, array.dtype, label)
-        data = dist_data(local, owner, index, array.shape, array.dtype, label, {owner})
+            local = self._private(shape, dtype, label)
+        data = dist_data(local, owner, index, shape, dtype, label, {owner})
         data.context = self
         self._data.append(data)
         return data

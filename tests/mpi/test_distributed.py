@@ -305,3 +305,25 @@ def test_work_only_one_rank_touches_can_go_to_its_local_context(comm, backend):
     np.testing.assert_array_equal(seen, np.full(4, 5.0))
     want = rank + 3.0 if rank == size - 1 else float(rank)
     np.testing.assert_array_equal(mine, np.full(4, want))
+
+
+def test_data_from_tensors_and_array_interfaces(comm, backend):
+    """logical_data takes what a local context registers (here PyTorch CPU tensors
+    through DLPack); a rank that does not own the data reads only the shape and dtype
+    of what it passes (here a CUDA Array Interface description of no memory)."""
+    torch = pytest.importorskip("torch")
+    if backend != "emulated":
+        pytest.skip("CPU tensors")
+    size, rank = comm.Get_size(), comm.Get_rank()
+    owner = size - 1
+    mine = torch.arange(6, dtype=torch.float64)
+    given = mine if rank == owner else stf.stf_cai(0, (6,), np.float64)
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        x = ctx.logical_data(given, owner=owner)
+        assert (x.shape, x.dtype) == ((6,), np.dtype(np.float64))
+        with ctx.task(x.rw(), rank=0) as t:         # travels to rank 0 and back
+            t.run(lambda xp, a: a.__imul__(2))
+        seen = ctx.wait(x)
+    np.testing.assert_array_equal(seen, 2 * np.arange(6))
+    if rank == owner:                               # written back into the tensor
+        np.testing.assert_array_equal(mine.numpy(), 2 * np.arange(6))
