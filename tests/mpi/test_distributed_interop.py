@@ -17,20 +17,6 @@ import pytest
 import stflow as stf
 from stflow.errors import RemoteTaskError
 
-if "numba" not in sys.modules and \
-        os.environ.get("STFLOW_DISTRIBUTED_BACKEND", "emulated") == "emulated":
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")   # chosen at Numba's import
-try:
-    from numba import cuda               # a global: the simulator swaps it in kernels
-except Exception:                        # noqa: BLE001 - absent, or broken (numba-cuda
-    cuda = None                          # 0.30.4 on NumPy 2.5): the Numba test skips
-
-
-def scale_add(y, x, a):                  # a Numba kernel (made one by jit, below)
-    i = cuda.grid(1)
-    if i < y.size:
-        y[i] += a * x[i]
-
 
 def _axpy(a, x, y, n):                    # an emulated "kernel": a Python callable
     y[:n] += a * x[:n]
@@ -122,9 +108,15 @@ def test_unpacking_tensors_on_another_rank_names_the_guard(comm, backend):
         np.testing.assert_array_equal(ctx.wait(y), np.full(4, 2.0))
 
 
-def test_numba_jit_kernels_launch_on_the_executing_rank(comm):
-    if cuda is None:
-        pytest.skip("numba.cuda does not import here")
+def test_numba_jit_kernels_launch_on_the_executing_rank(comm, backend):
+    if backend != "emulated":
+        pytest.skip("Numba's CUDA simulator")
+    if "numba" not in sys.modules:        # the simulator is chosen at Numba's import
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    try:
+        from helpers.numba_kernels import scale_add
+    except Exception as exc:              # noqa: BLE001 - absent, or broken (numba-cuda
+        pytest.skip(f"numba.cuda does not import here: {exc}")   # 0.30.4, NumPy 2.5)
     from numba import config
     if not config.ENABLE_CUDASIM:
         pytest.skip("Numba was imported without its CUDA simulator")

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import numpy as np
 
 from .._context import context
-from .._distributed import dist_dep, distributed_context
+from .._dist_handles import dist_dep
+from .._distributed import distributed_context
 from .._errors import BackendUnavailableError
 from .._logical_data import dep
 from .._places import exec_place
