@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any, Callable, Sequence, Union
+from typing import Any, Callable, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -70,7 +70,7 @@ from ._collective import agree, check_each_call
 from ._errors import ScopeError, ShapeError
 from ._dist_handles import (Reduction, dist_data, dist_dep, dist_kernel, dist_task,
                             executed, one_place)
-from ._exchanges import Exchanges, Incoming
+from ._exchanges import Exchanges
 from ._places import exec_place
 from ._reduce import REDUCE, ReduceOp
 from ._sources import describe_buffer
@@ -342,26 +342,33 @@ class distributed_context:
             if self.rank in reduction.ranks:
                 exchanges.send(data.partial, data.nbytes, rank, tag)
         else:
-            parts = {source: exchanges.receive(data.shape, data.dtype, source, tag)
-                     for source in ranks if source != rank}
-            self._land([(data, READ, None)], list(parts.values()))
-            ufunc = reduction.op.ufunc
+            sources = [source for source in ranks if source != rank]
+            parts = [exchanges.receive(data.shape, data.dtype, source, tag)
+                     for source in sources]
+            self._land([(data, READ, None)])
+            # Each partial lands in local data of its own, which the combining task
+            # reads where it runs (a task body must not copy host arrays itself:
+            # graph mode captures it).
             deps = [data.local.rw()]
+            order = []
             if rank in reduction.ranks:
                 deps.append(data.partial.read())
+                order.append(rank)
+            for source, incoming in zip(sources, parts):
+                arrived = self._private(data.shape, data.dtype,
+                                        f"{data.name}.partial{source}")
+                exchanges.land(arrived, incoming)
+                deps.append(arrived.read())
+                order.append(source)
+            ufunc = reduction.op.ufunc
 
-            arrays = {source: incoming.message.array
-                      for source, incoming in parts.items()}
-
-            def combine(xp: Any, value: Any, *mine: Any) -> None:
+            def combine(xp: Any, value: Any, *partials: Any) -> None:
+                by_rank = dict(zip(order, partials))
                 for source in ranks:          # rank order: the same result anywhere
-                    part = mine[0] if source == rank else xp.asarray(arrays[source])
-                    ufunc(value, part, out=value)
+                    ufunc(value, by_rank[source], out=value)
 
             with self.local.task(*deps) as t:
                 t.run(combine)
-                for incoming in parts.values():       # after the body's reads
-                    exchanges.staging.release(incoming.message, t)
         data.holders = {rank}
         data.version += 1
 
@@ -381,18 +388,16 @@ class distributed_context:
             self._arriving += 1
         data.holders.add(rank)
 
-    def _land(self, deps: Any, also: Sequence[Incoming] = ()) -> None:
-        """Complete the receives of the data of ``deps`` (and the requests ``also``)
-        and write what arrived into the local data, before local work uses it."""
+    def _land(self, deps: Any) -> None:
+        """Complete the receives of the data of ``deps`` and write what arrived into
+        the local data, before local work uses it."""
         arriving = [data for data, _, _ in deps if data.incoming is not None]
-        if not arriving and not also:
+        if not arriving:
             return
         if len(arriving) > 1:
             arriving = list({id(data): data for data in arriving}.values())
         exchanges = self._exchanges
         exchanges.staging.progress()                 # buffers of earlier landings
-        if also:
-            exchanges.complete(also)
         for data in arriving:
             incoming = data.incoming
             data.incoming = None

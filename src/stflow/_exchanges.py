@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,8 +38,7 @@ used when it says)."""
 
 class Incoming:
     """A value being received into ``message``: one receive per piece
-    (``requests``, completed by :meth:`Exchanges.complete` or piece by piece while
-    the value lands)."""
+    (``requests``, completed piece by piece while the value lands)."""
 
     __slots__ = ("requests", "message", "bounds")
 
@@ -219,14 +218,6 @@ class Exchanges:
         if done:
             del in_flight[:done]
             self.staged -= staged
-
-    def complete(self, incoming: Sequence[Incoming]) -> None:
-        """Wait for every piece of the receives ``incoming`` (each request's own
-        ``Wait``: a receive may be an object completing more than MPI's request, as
-        the tests' stand-in for a CUDA-aware MPI does)."""
-        for item in incoming:
-            for request in item.requests:
-                self.wait_request(request)
 
     def land(self, data: Any, incoming: Incoming) -> None:
         """Write the value ``incoming`` brings into local data ``data`` (each piece
