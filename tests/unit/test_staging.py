@@ -125,13 +125,14 @@ def test_a_buffer_comes_back_only_after_its_last_work(emulated):
     backend, stream = emulated
     pool = BufferPool(backend, HOST, keep=1 << 20)
     busy, event, gate = _given_back_busy(pool, backend, stream)
-    other = pool.take(4096)
-    assert other is not busy                       # its work has not run yet
+    other = pool.take(8192)
+    assert other is not busy                       # another size: a new buffer
     pool.give(other)
-    gate.set()
-    backend.synchronize(event)
-    assert pool.take(4096) is busy
-    pool.give(busy)
+    threading.Timer(0.05, gate.set).start()
+    again = pool.take(4096)                        # the same size: waits for it
+    assert again is busy and backend.query(event)
+    assert pool.made == 2
+    pool.give(again)
     pool.close()
 
 
