@@ -112,6 +112,12 @@ class Exchanges:
         while self.staged + nbytes > self.send_limit and (self.in_flight or
                                                           self.waiting):
             self._retire_oldest()
+        # A buffer of the right size held by an earlier send: wait for that send to
+        # be received and reuse its buffer rather than allocate page-locked memory.
+        in_flight, staging = self.in_flight, self.staging
+        while any(sent is not None and staging.reusable(nbytes, sent)
+                  for _, sent, _ in in_flight):
+            self._retire_oldest()
         bounds = piece_bounds(nbytes, self.piece)
         message, events = self.staging.read(self.local, local_data, bounds)
         self.staged += nbytes

@@ -137,12 +137,23 @@ class BufferPool:
         self.made = 0                                   # buffers allocated so far
         self.pending: deque[tuple[Event, Allocation]] = deque()   # oldest first
 
+    def rounded(self, nbytes: int) -> int:
+        """The size of the buffer :meth:`take` gives for ``nbytes`` bytes."""
+        return -(-nbytes // self.PAGE) * self.PAGE
+
+    def has_spare(self, nbytes: int) -> bool:
+        """Whether :meth:`take` would reuse a buffer (no allocation) for ``nbytes``."""
+        if not nbytes:
+            return True
+        self.progress()
+        return bool(self.spare.get(self.rounded(nbytes)))
+
     def take(self, nbytes: int) -> Allocation:
         """A buffer of at least ``nbytes`` bytes, usable at once by any stream."""
         if not nbytes:
             return Allocation(0, 0, self.place, _BYTES, None)
         self.progress()
-        size = -(-nbytes // self.PAGE) * self.PAGE
+        size = self.rounded(nbytes)
         spare = self.spare.get(size)
         if spare:
             self.cached -= size
@@ -272,6 +283,15 @@ class _CopyStaging:
                     copy(target + start, source + start, stop - start, stream)
             self.release(message, t)
 
+    def reusable(self, nbytes: int, sent: Message) -> bool:
+        """Whether waiting for ``sent`` to be received would give a buffer for a
+        value of ``nbytes`` bytes that the pool cannot give now (fresh page-locked
+        memory costs milliseconds per 16 MiB: waiting for an earlier send is
+        cheaper)."""
+        pool = self.pool
+        return (sent.allocation is not None and not pool.has_spare(nbytes)
+                and sent.allocation.nbytes == pool.rounded(nbytes))
+
     def release(self, message: Message, t: Any = None) -> None:
         """``message``'s buffer is no longer needed (after the work task ``t``
         queued so far, when given)."""
@@ -343,6 +363,10 @@ class HostStaging:
                                      name=f"{data.symbol or 'data'}.received")
         with local.task(arrived.read(), data.write()) as t:
             t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
+
+    def reusable(self, nbytes: int, sent: Message) -> bool:
+        """Nothing is pooled."""
+        return False
 
     def release(self, message: Message, t: Any = None) -> None:
         """Nothing is pooled (the arrays are collected)."""
