@@ -311,7 +311,7 @@ class dist_kernel(dist_task):
         """Dependency ``index``'s device pointer for ``launch`` (a placeholder on
         ranks where the kernel does not run)."""
         if not self.runs_here:
-            return _Elsewhere(self.rank, index)
+            return _RemoteArgument(self.rank, index)
         return self.local.get_arg(index)
 
     def launch(self, kernel: Any, grid: Any, block: Any, args: Any,
@@ -321,7 +321,7 @@ class dist_kernel(dist_task):
             self.local.launch(kernel, grid, block, args, shmem)
 
 
-class _Elsewhere:
+class _RemoteArgument:
     """``get_arg`` of a kernel on a rank where it does not run: ``launch`` ignores
     it there; anything else using it fails."""
 

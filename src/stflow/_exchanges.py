@@ -114,9 +114,9 @@ class Exchanges:
             self._retire_oldest()
         # A buffer of the right size held by an earlier send: wait for that send to
         # be received and reuse its buffer rather than allocate page-locked memory.
-        in_flight, staging = self.in_flight, self.staging
-        while any(sent is not None and staging.reusable(nbytes, sent)
-                  for _, sent, _ in in_flight):
+        staging = self.staging
+        while self.in_flight and staging.awaits_buffer(nbytes, [
+                sent for _, sent, _ in self.in_flight if sent is not None]):
             self._retire_oldest()
         bounds = piece_bounds(nbytes, self.piece)
         message, events = self.staging.read(self.local, local_data, bounds)
@@ -157,24 +157,18 @@ class Exchanges:
         letting MPI move the sends in flight meanwhile (without an asynchronous
         progress thread, a message moves only while its ranks are in MPI calls)."""
         query, waiting = self.backend.query, self.waiting
-        # On a GPU the rank polls the copy's event: the backend's blocking wait
-        # sleeps up to 100 µs between queries where host callbacks may be pending,
-        # which a piece of a few MiB pays again and again. The emulated backend's
-        # copies need this thread to let go of the interpreter: it blocks.
-        spin = bool(self.backend.gpu_memory)
         while waiting:
             staged = waiting[0]
             if staged.events:
                 event = staged.events[staged.posted]
                 if not query(event):
-                    if not self.in_flight and not spin:
+                    if not self.in_flight:
                         self.backend.synchronize(event)
                     else:
                         from mpi4py import MPI
                         requests = [request for request, _, _ in self.in_flight]
                         while not query(event):
-                            if requests:
-                                MPI.Request.Testall(requests)
+                            MPI.Request.Testall(requests)
                             os.sched_yield()
             self._post(staged, staged.posted)
             if staged.posted == len(staged.bounds):

@@ -283,14 +283,16 @@ class _CopyStaging:
                     copy(target + start, source + start, stop - start, stream)
             self.release(message, t)
 
-    def reusable(self, nbytes: int, sent: Message) -> bool:
-        """Whether waiting for ``sent`` to be received would give a buffer for a
-        value of ``nbytes`` bytes that the pool cannot give now (fresh page-locked
-        memory costs milliseconds per 16 MiB: waiting for an earlier send is
-        cheaper)."""
+    def awaits_buffer(self, nbytes: int, sent: list[Message]) -> bool:
+        """Whether the pool has no buffer for a value of ``nbytes`` bytes while one
+        of the messages ``sent`` (still in flight) holds one: waiting for it costs
+        less than fresh page-locked memory (milliseconds per 16 MiB)."""
         pool = self.pool
-        return (sent.allocation is not None and not pool.has_spare(nbytes)
-                and sent.allocation.nbytes == pool.rounded(nbytes))
+        if pool.has_spare(nbytes):
+            return False
+        size = pool.rounded(nbytes)
+        return any(message.allocation is not None and message.allocation.nbytes == size
+                   for message in sent)
 
     def release(self, message: Message, t: Any = None) -> None:
         """``message``'s buffer is no longer needed (after the work task ``t``
@@ -364,7 +366,7 @@ class HostStaging:
         with local.task(arrived.read(), data.write()) as t:
             t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
 
-    def reusable(self, nbytes: int, sent: Message) -> bool:
+    def awaits_buffer(self, nbytes: int, sent: list[Message]) -> bool:
         """Nothing is pooled."""
         return False
 
