@@ -240,7 +240,7 @@ def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
             if staged is not None:
                 line += f", device staged by hand {gb / staged:6.2f} GB/s"
             for piece, layer in zip(pieces, layers):
-                name = f"pieces of {piece >> 20} MiB" if piece else "one message"
+                name = f"pieces of {piece >> 10} KiB" if piece else "one message"
                 line += f"; stflow ({backend}, {name}) {gb / layer:6.2f} GB/s, " \
                         f"x{raw / layer:.2f} host"
                 if staged is not None:
@@ -254,7 +254,7 @@ def main() -> None:
                         default="local")
     parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64],
                         help="message sizes of --case bandwidth")
-    parser.add_argument("--pieces-mib", type=int, nargs="+", default=[4],
+    parser.add_argument("--pieces-mib", type=float, nargs="+", default=[4],
                         help="STFLOW_MPI_PIECE values of --case bandwidth (0: one "
                              "message per value)")
     parser.add_argument("--repeats", type=int, default=20)
@@ -273,7 +273,7 @@ def main() -> None:
         private_case(comm, args.tasks)
     elif args.case == "bandwidth":
         bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
-                       args.backend, [m << 20 for m in args.pieces_mib])
+                       args.backend, [int(m * (1 << 20)) for m in args.pieces_mib])
     else:
         exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)
 

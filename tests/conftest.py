@@ -39,6 +39,20 @@ def backend(request):
     return name
 
 
+def pytest_runtest_setup(item):
+    """A ``device_memory`` test measures a GPU's free memory, which other processes
+    sharing the GPU (pytest-xdist workers) change under it: on CUDA it runs only
+    without ``-n`` (``benchmarks/gpu_session.sh tests`` runs them so afterwards)."""
+    if item.get_closest_marker("device_memory") is None:
+        return
+    callspec = getattr(item, "callspec", None)
+    on_cuda = callspec.params.get("backend") == "cuda" if callspec else \
+        item.get_closest_marker("gpu") is not None
+    if on_cuda and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        pytest.skip("measures the GPU's free memory, which other xdist workers "
+                    "change: run the device_memory tests without -n")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -112,8 +112,9 @@ class Exchanges:
         while self.staged + nbytes > self.send_limit and (self.in_flight or
                                                           self.waiting):
             self._retire_oldest()
-        # A buffer of the right size held by an earlier send: wait for that send to
-        # be received and reuse its buffer rather than allocate page-locked memory.
+        # Buffers of the right size held by earlier sends (BUFFERS_PER_SIZE of them):
+        # wait for the oldest send to be received and reuse its buffer rather than
+        # allocate page-locked memory.
         staging = self.staging
         while self.in_flight and staging.awaits_buffer(nbytes, [
                 sent for _, sent, _ in self.in_flight if sent is not None]):

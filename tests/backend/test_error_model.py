@@ -382,6 +382,7 @@ def _abandoned(backend, data, fail=False):
     return ctx, ld
 
 
+@pytest.mark.device_memory
 def test_collected_context_never_writes_the_users_array(backend):
     user = np.zeros(4)
     warm = stf.context(backend=backend)    # what the first context loads stays loaded

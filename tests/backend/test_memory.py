@@ -14,6 +14,7 @@ import weakref
 from typing import Callable
 
 import numpy as np
+import pytest
 
 import stflow as stf
 from stflow.backends import get_backend
@@ -100,6 +101,7 @@ def test_contexts_on_one_user_stream_leave_nothing_behind(backend):
         "the user's stream keeps finished contexts' streams alive"
 
 
+@pytest.mark.device_memory
 def test_a_thousand_contexts_leave_device_memory_and_threads_as_they_were(backend):
     """Contexts that move data to devices, reduce and evict, created and finalized
     one after another: nothing of them stays on a device, no thread is left."""

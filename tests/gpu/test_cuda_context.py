@@ -236,6 +236,7 @@ def test_fill_and_read_at_every_place(where):
 
 
 # -- memory hygiene ----------------------------------------------------------------
+@pytest.mark.device_memory
 def test_fifty_contexts_leave_device_memory_unchanged(cuda, cupy):
     def run_one(i):
         with stf.context(backend="cuda") as ctx:

@@ -102,6 +102,17 @@ def host(cuda):
 
 
 def run(graphs, cuda, stream, executable, times=1):
+    """Launch ``executable`` ``times`` times on ``stream`` and wait for it, once what
+    the test queued eagerly on other streams (CuPy's fills of its inputs, on CuPy's
+    stream, which a non-blocking ``stream`` does not wait for) completed."""
+    from cuda.bindings import driver
+    for device in range(cuda.device_count):
+        cuda._push(device)
+        try:
+            err, = driver.cuCtxSynchronize()
+        finally:
+            cuda._pop(device)
+        assert not err, err
     for _ in range(times):
         graphs.launch(executable, stream)
     sync(cuda, stream)

@@ -160,6 +160,32 @@ def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
 
 
 
+def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated):
+    """A sender allocates buffers of a size while fewer than BUFFERS_PER_SIZE of
+    them are in flight, then waits for the oldest send rather than allocate another
+    (page-locked memory costs about as much to allocate as to send); other sizes and
+    spare buffers never make it wait."""
+    import numpy as np
+
+    from stflow._staging import BUFFERS_PER_SIZE, PinnedStaging
+    backend, _ = emulated
+    staging = PinnedStaging(backend, keep=1 << 20)
+    bounds = [(0, 8000)]
+    in_flight = []
+    for _ in range(BUFFERS_PER_SIZE):
+        assert not staging.awaits_buffer(8000, in_flight)
+        in_flight.append(staging.buffer((1000,), np.float64, bounds))
+    assert staging.awaits_buffer(8000, in_flight)           # enough in flight: wait
+    assert staging.awaits_buffer(5000, in_flight)           # the same page count
+    assert not staging.awaits_buffer(9000, in_flight)       # another size
+    staging.release(in_flight.pop(0))                       # the oldest was received
+    assert not staging.awaits_buffer(8000, in_flight)       # its buffer is spare
+    assert staging.pool.made == BUFFERS_PER_SIZE
+    for message in in_flight:
+        staging.release(message)
+    staging.close()
+
+
 def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
     """Where device memory is a GPU's, MPI gets each piece as a CUDA Array Interface
     object over the pooled device buffer (a CUDA-aware MPI reads those); elsewhere
