@@ -31,7 +31,11 @@ the same size: the bandwidth of the layer's exchanges (including the copy out of
 source's local data, ``wait``, and the copy into the destination's, the landing; on
 CUDA those are device-host copies) against MPI's own; on CUDA also against the same
 device data staged by hand through a pinned buffer (copy out, ``Send``, ``Recv``,
-copy in); ``--pieces-mib`` compares piece sizes (``STFLOW_MPI_PIECE``).
+copy in); ``--pieces-mib`` compares piece sizes (``STFLOW_MPI_PIECE``);
+``--profile DIR`` profiles the layer's transfers instead (``cProfile``, a report
+per rank and size in ``DIR/rank<N>-<M>mib.txt``; the time per transfer goes up
+under the profiler, and compiled modules show as single calls:
+``STFLOW_PURE_PYTHON=1`` details them).
 """
 
 from __future__ import annotations
@@ -218,6 +222,28 @@ def _layer(comm: MPI.Comm, count: int, repeats: int, backend: str) -> float:
         return time.perf_counter() - start
 
 
+def profile_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
+                 directory: str) -> None:
+    """``cProfile`` of ``repeats`` transfers through the layer, per rank."""
+    import cProfile
+    import pstats
+    os.makedirs(directory, exist_ok=True)
+    for nbytes in sizes:
+        _layer(comm, nbytes // 8, 5, backend)              # warm up
+        profile = cProfile.Profile()
+        profile.enable()
+        seconds = _layer(comm, nbytes // 8, repeats, backend)
+        profile.disable()
+        if comm.Get_rank() == 0:
+            print(f"{nbytes >> 20:5d} MiB under the profiler: "
+                  f"{seconds / repeats * 1e6:.0f} µs per transfer", flush=True)
+        path = os.path.join(directory, f"rank{comm.Get_rank()}-{nbytes >> 20}mib.txt")
+        with open(path, "w") as report:
+            stats = pstats.Stats(profile, stream=report)
+            stats.sort_stats("tottime").print_stats(30)
+            stats.sort_stats("cumulative").print_stats(40)
+
+
 def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
                    pieces: list[int]) -> None:
     """Rank 0 rewrites a vector, rank 1 reads it: one transfer per repeat, against
@@ -258,6 +284,8 @@ def main() -> None:
                         help="STFLOW_MPI_PIECE values of --case bandwidth (0: one "
                              "message per value)")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--profile", metavar="DIR",
+                        help="--case bandwidth: profile the layer's transfers instead")
     parser.add_argument("--backend", default="emulated",
                         help="the local contexts' backend (--case bandwidth)")
     parser.add_argument("--tasks", type=int, default=4000)
@@ -271,6 +299,9 @@ def main() -> None:
         local_case(comm, args.tasks)
     elif args.case == "private":
         private_case(comm, args.tasks)
+    elif args.case == "bandwidth" and args.profile:
+        profile_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
+                     args.backend, args.profile)
     elif args.case == "bandwidth":
         bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
                        args.backend, [int(m * (1 << 20)) for m in args.pieces_mib])
