@@ -27,8 +27,8 @@ block-cyclic (``stf.block_cyclic.over(D)``, the distribution of
 ``examples/cholesky_distributed.py`` over ranks): each task executes on the device of
 the tile it writes, and the runtime moves the tiles it reads from other devices. The
 tiles are put on their devices first, and the time is then the factorisation's alone,
-to the end of a ``fence()`` (without ``--devices``: from the first submission to the
-end of ``finalize()``, which writes the tiles back).
+until its work completed (``settle``; without ``--devices``: from the first
+submission to the end of ``finalize()``, which writes the tiles back).
 """
 
 from __future__ import annotations
@@ -96,6 +96,22 @@ def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
                     t.run(gemm)
 
 
+def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
+           device_of: Callable[[int, int], int]) -> None:
+    """Block until the work submitted on ``tiles`` completed, leaving them where they
+    are (``fence()`` does not block): on each device, a task reading the tiles there
+    writes a flag, which ``ctx.wait`` brings back (8 bytes)."""
+    flags = []
+    for device in sorted({device_of(i, j) for i, j in tiles}):
+        flag = ctx.logical_data(np.zeros(1), name=f"settled{device}")
+        here = [tile.read() for (i, j), tile in tiles.items() if device_of(i, j) == device]
+        with ctx.task(stf.exec_place.device(device), flag.rw(), *here):
+            pass
+        flags.append(flag)
+    for flag in flags:
+        ctx.wait(flag)
+
+
 def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
              use_graph: bool = False, devices: int = 0) -> tuple[np.ndarray, float]:
     """The lower Cholesky factor of ``a`` in tiles of ``nb`` (the last row and column
@@ -126,11 +142,11 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
         for (i, j), tile in tiles.items():          # each tile onto its device
             with ctx.task(where(i, j), tile.rw()):
                 pass
-        ctx.fence()
+        settle(ctx, tiles, device_of)
     start = time.perf_counter()
     factorize(ctx, tiles, count, where)
     if devices:
-        ctx.fence()
+        settle(ctx, tiles, device_of)
         elapsed = time.perf_counter() - start
         ctx.finalize()
     else:

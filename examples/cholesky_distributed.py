@@ -15,7 +15,8 @@ rank starts from its own tiles only; at the end rank 0 gathers the factor (``wai
 collective) and checks it against ``numpy.linalg.cholesky``; every rank prints the
 verdict and returns the same exit code (``--no-check``, for large matrices: rank 0
 checks ``L Lᵀ = A`` on a sample of rows instead). The time printed is the
-factorisation's, the tiles already on their owners' devices.
+factorisation's, the tiles already on their owners' devices, until its work completed
+on every rank (``settle``).
 
 Without ``mpiexec`` it runs on one rank. On a GPU machine, ``--backend cuda`` makes
 each rank's tasks cuBLAS / cuSOLVER calls on its device (rank ``r`` on device ``r``
@@ -29,7 +30,7 @@ import importlib.util
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -73,13 +74,12 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
         for tile in tiles.values():          # each tile onto its owner's device first
             with ctx.task(tile.rw()):
                 pass
-        ctx.fence()
+        settle(ctx, tiles, owners)
         comm.Barrier()
         start = time.perf_counter()
         counting = _Counting(ctx)
         cholesky_example.factorize(counting, tiles, count)
-        ctx.fence()
-        comm.Barrier()
+        settle(ctx, tiles, owners)
         seconds = time.perf_counter() - start
         executed = counting.here
         values = {key: ctx.wait(tile) for key, tile in tiles.items()}   # collective
@@ -90,6 +90,23 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
     for (i, j), value in values.items():
         lower[edges[i]:edges[i + 1], edges[j]:edges[j + 1]] = value
     return np.tril(lower), seconds, counts
+
+
+def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
+           owners: Callable[[int, int], int]) -> None:
+    """Block every rank until the work submitted on ``tiles`` completed on every
+    rank, leaving them where they are (``fence()`` does not wait for the devices):
+    on each rank, a task reading its tiles writes a flag of its own, and every rank
+    waits for every flag (``wait`` is collective: 8 bytes broadcast per rank)."""
+    flags = []
+    for rank in range(ctx.size):
+        flag = ctx.logical_data(np.zeros(1), owner=rank, name=f"settled{rank}")
+        mine = [tile.read() for (i, j), tile in tiles.items() if owners(i, j) == rank]
+        with ctx.task(flag.rw(), *mine):
+            pass
+        flags.append(flag)
+    for flag in flags:
+        ctx.wait(flag)
 
 
 class _Counting:

@@ -90,3 +90,29 @@ def test_a_device_count_the_backend_lacks_is_refused():
     assert exit_.value.code == 2
     assert example.main(["--backend", "emulated", "--n", "256", "--nb", "64",
                          "--devices", "2"]) == 0
+
+
+def test_settle_returns_once_the_work_on_every_device_completed():
+    """``settle`` blocks until the tasks on the tiles ran (``fence()`` does not),
+    on every device, and leaves the tiles on their devices."""
+    import time
+
+    import stflow as stf
+    example = _example()
+    ran = []
+
+    def slow(xp, tile):
+        time.sleep(0.05)
+        tile += 1.0
+        ran.append(float(tile[0, 0]))
+
+    with stf.context(backend="emulated") as ctx:
+        tiles = {(i, 0): ctx.logical_data(np.zeros((2, 2)), name=f"t{i}")
+                 for i in range(2)}
+        for (i, _), tile in tiles.items():
+            with ctx.task(stf.exec_place.device(i), tile.rw()) as t:
+                t.run(slow)
+        before = ctx.statistics().copies_d2h
+        example.settle(ctx, tiles, lambda i, j: i)
+        assert ran == [1.0, 1.0]
+        assert ctx.statistics().copies_d2h == before + 2      # the two flags only
