@@ -429,14 +429,16 @@ class distributed_context:
         self.comm.Bcast(value, root=source)
         return value
 
-    def fence(self) -> None:
+    def fence(self) -> int:
         """Land what this rank received, complete its sends, then fence the local
-        context (every rank)."""
+        context (every rank): the local context's fence stream, which completes
+        once this rank's work submitted so far has (as ``context.fence()``, it does
+        not block: synchronise the stream to wait for the device)."""
         self._check_live("fence()")
         self._agree(("fence", self._calls))
         self._land([(data, READ, None) for data in self._data])
         self._exchanges.flush()
-        self.local.fence()
+        return self.local.fence()
 
     def finalize(self) -> None:
         """Bring every data back to its owner, then finalize the local contexts: each

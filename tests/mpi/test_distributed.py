@@ -31,6 +31,32 @@ def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm, backend):
     np.testing.assert_array_equal(X, expected)
 
 
+def test_fence_gives_a_stream_that_completes_after_the_ranks_work(comm, backend):
+    """``fence()`` completes the exchanges and returns this rank's fence stream (it
+    does not block, as in one process): work queued on it runs after every task
+    this rank executed."""
+    import threading
+    import time
+    ran = []
+    with stf.distributed_context(comm, backend=backend) as ctx:
+        owned = [ctx.logical_data(np.zeros(4), owner=r) for r in range(comm.Get_size())]
+        for data in owned:
+            with ctx.task(data.rw()) as t:
+                t.run(lambda xp, a: (time.sleep(0.05), a.__iadd__(1.0),
+                                     ran.append(1)))
+        handle = ctx.fence()
+        assert isinstance(handle, int) and handle
+        if backend == "emulated":
+            done = threading.Event()
+            stf.emulated.launch(handle, lambda: done.set())
+            assert done.wait(10)
+        else:
+            from cuda.bindings import driver
+            err, = driver.cuStreamSynchronize(handle)
+            assert not err, err
+        assert ran == [1]                  # the one task this rank executed
+
+
 def test_tasks_run_where_their_written_data_lives(comm, backend):
     size, rank = comm.Get_size(), comm.Get_rank()
     arrays = [np.full(4, float(r)) for r in range(size)]
