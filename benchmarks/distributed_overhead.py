@@ -34,7 +34,7 @@ CUDA those are device-host copies) against MPI's own; on CUDA also against the s
 device data staged by hand through a pinned buffer (copy out, ``Send``, ``Recv``,
 copy in); ``--pieces-mib`` compares piece sizes (``STFLOW_MPI_PIECE``);
 ``--profile DIR`` profiles the layer's transfers instead (``cProfile``, a report
-per rank and size in ``DIR/rank<N>-<M>mib.txt``; the time per transfer goes up
+per rank and size in ``DIR/rank<N>-<bytes>b.txt``; the time per transfer goes up
 under the profiler, and compiled modules show as single calls:
 ``STFLOW_PURE_PYTHON=1`` details them).
 """
@@ -238,9 +238,9 @@ def profile_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
         seconds = _layer(comm, nbytes // 8, repeats, backend)
         profile.disable()
         if comm.Get_rank() == 0:
-            print(f"{nbytes >> 20:5d} MiB under the profiler: "
+            print(f"{nbytes / (1 << 20):7.3g} MiB under the profiler: "
                   f"{seconds / repeats * 1e6:.0f} µs per transfer", flush=True)
-        path = os.path.join(directory, f"rank{comm.Get_rank()}-{nbytes >> 20}mib.txt")
+        path = os.path.join(directory, f"rank{comm.Get_rank()}-{nbytes}b.txt")
         with open(path, "w") as report:
             stats = pstats.Stats(profile, stream=report)
             stats.sort_stats("tottime").print_stats(30)
@@ -265,7 +265,7 @@ def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
             layers.append(_layer(comm, count, repeats, backend))
         if comm.Get_rank() == 0:
             gb = repeats * nbytes / 1e9
-            line = f"{nbytes >> 20:5d} MiB: raw mpi4py host {gb / raw:6.2f} GB/s"
+            line = f"{nbytes / (1 << 20):7.3g} MiB: raw mpi4py host {gb / raw:6.2f} GB/s"
             if staged is not None:
                 line += f", device staged by hand {gb / staged:6.2f} GB/s"
             for piece, layer in zip(pieces, layers):
@@ -281,7 +281,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=("local", "exchange", "bandwidth", "private"),
                         default="local")
-    parser.add_argument("--sizes-mib", type=int, nargs="+", default=[1, 16, 64],
+    parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 16, 64],
                         help="message sizes of --case bandwidth")
     parser.add_argument("--pieces-mib", type=float, nargs="+", default=[4],
                         help="STFLOW_MPI_PIECE values of --case bandwidth (0: one "
@@ -303,10 +303,10 @@ def main() -> None:
     elif args.case == "private":
         private_case(comm, args.tasks)
     elif args.case == "bandwidth" and args.profile:
-        profile_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
+        profile_case(comm, [int(m * (1 << 20)) for m in args.sizes_mib], args.repeats,
                      args.backend, args.profile)
     elif args.case == "bandwidth":
-        bandwidth_case(comm, [m << 20 for m in args.sizes_mib], args.repeats,
+        bandwidth_case(comm, [int(m * (1 << 20)) for m in args.sizes_mib], args.repeats,
                        args.backend, [int(m * (1 << 20)) for m in args.pieces_mib])
     else:
         exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)

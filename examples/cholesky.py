@@ -127,7 +127,7 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     ctx = stf.context(backend=backend, use_graph=use_graph)
     grid = stf.tiles(ctx, result, nb, name="A")    # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
-    where = None
+    where: Callable[[int, int], Any] | None = None
     if devices:
         available = get_backend(ctx.backend).device_count
         if not 0 < devices <= available:
@@ -136,11 +136,12 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
                              f"{ctx.backend} backend's devices), got {devices}")
         device_of = stf.block_cyclic.over(devices)
 
-        def where(i: int, j: int) -> Any:
+        def on_its_device(i: int, j: int) -> Any:
             return stf.exec_place.device(device_of(i, j))
 
+        where = on_its_device
         for (i, j), tile in tiles.items():          # each tile onto its device
-            with ctx.task(where(i, j), tile.rw()):
+            with ctx.task(on_its_device(i, j), tile.rw()):
                 pass
         settle(ctx, tiles, device_of)
     start = time.perf_counter()
