@@ -22,7 +22,7 @@
 #           distributed demo, exchange bandwidth (piece sizes compared) and the
 #           block-cyclic Cholesky on CUDA (n = 32768), two ranks (one GPU each where
 #           there are two), then one rank, then one process on one device and on two
-#           (examples/cholesky.py --devices)
+#           (examples/cholesky.py --devices), and the layer's cost for local tasks
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -113,6 +113,10 @@ for step in "$@"; do
        STFLOW_MPI_SEND_AHEAD=$2 timeout 200 mpiexec --oversubscribe -n $1 -x STFLOW_MPI_SEND_AHEAD \
          python3 examples/cholesky_distributed.py --backend cuda --n ${CHOLESKY_N:-32768} \
          --nb 2048 --no-check 2>&1 | tail -n 1
+     done
+     for ranks in 1 2; do           # the layer's own cost for local tasks (null backend)
+       timeout 60 mpiexec --oversubscribe -n $ranks python3 benchmarks/distributed_overhead.py \
+         --case local 2>&1 | tail -n 1
      done
      gpus=$(nvidia-smi --list-gpus | wc -l)
      for devices in $(seq 1 $(( gpus < 2 ? gpus : 2 ))); do   # one process, same measure
