@@ -343,7 +343,7 @@ class distributed_context:
                 exchanges.send(data.partial, data.nbytes, rank, tag)
         else:
             sources = [source for source in ranks if source != rank]
-            parts = [exchanges.receive(data.shape, data.dtype, source, tag)
+            parts = [exchanges.receive(data.shape, data.dtype, data.nbytes, source, tag)
                      for source in sources]
             self._land([(data, READ, None)])
             # Each partial lands in local data of its own, which the combining task
@@ -383,8 +383,8 @@ class distributed_context:
             self._land([(data, READ, None)])
             self._exchanges.send(data.local, data.nbytes, rank, self._tag(data))
         elif self.rank == rank:
-            data.incoming = self._exchanges.receive(data.shape, data.dtype, source,
-                                                    self._tag(data))
+            data.incoming = self._exchanges.receive(data.shape, data.dtype, data.nbytes,
+                                                    source, self._tag(data))
             self._arriving += 1
         data.holders.add(rank)
 

@@ -196,10 +196,10 @@ class Exchanges:
             os.sched_yield()              # ranks sharing cores (oversubscribed)
         request.Wait()
 
-    def receive(self, shape: tuple[int, ...], dtype: np.dtype, source: int, tag: int
-                ) -> Incoming:
-        """Post the receive of a value of ``shape`` and ``dtype`` from ``source``."""
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    def receive(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, source: int,
+                tag: int) -> Incoming:
+        """Post the receive of a value of ``shape`` and ``dtype`` (``nbytes`` bytes)
+        from ``source``."""
         bounds = piece_bounds(nbytes, self.piece)
         message = self.staging.buffer(shape, dtype, bounds)
         comm = self.comm

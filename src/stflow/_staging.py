@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from collections import deque
 from typing import Any, Callable, Union
 
@@ -110,14 +111,15 @@ WaitPiece = Callable[[int], None]
 
 
 class Message:
-    """A value's buffer for MPI: ``array`` is the value (its shape and dtype; a NumPy
-    array in host memory, an :class:`stf_cai` in device memory), ``pieces`` one buffer
-    per message, ``allocation`` the pooled memory under it (``None`` for a NumPy
-    array of its own)."""
+    """A value's buffer for MPI: ``pieces`` one buffer per message (NumPy arrays of
+    bytes in host memory, :class:`stf_cai` objects in device memory), ``allocation``
+    the pooled memory under them (``None`` for a NumPy array of its own), ``array``
+    the value itself where a staging hands it on (:class:`HostStaging`: its shape and
+    dtype; ``None`` for the pooled buffers, whose bytes only MPI and copies see)."""
 
     __slots__ = ("array", "pieces", "allocation")
 
-    def __init__(self, array: Any, pieces: list[Any],
+    def __init__(self, array: np.ndarray | None, pieces: list[Any],
                  allocation: Allocation | None = None) -> None:
         self.array = array
         self.pieces = pieces
@@ -219,8 +221,9 @@ class BufferPool:
 
 def _task_pointer(t: Any) -> tuple[Any, int]:
     """The stream and the address of the one dependency of task ``t`` (a local data
-    of the distributed layer: one contiguous instance)."""
-    return t._stream, t.get_arg_cai(0).ptr
+    of the distributed layer: one contiguous instance; ``get_arg`` builds no
+    view)."""
+    return t._stream, t.get_arg(0)
 
 
 class _CopyStaging:
@@ -236,30 +239,34 @@ class _CopyStaging:
         # What MPI is handed: NumPy arrays for host memory (the emulated backend's
         # device memory is host memory), CUDA Array Interface objects for a GPU's.
         self.cuda_buffers = place != HOST and backend.gpu_memory
+        # A NumPy array of bytes over each pooled host buffer, made once (2.5 µs a
+        # view): it holds no reference to the buffer, which lives while a message
+        # uses it (the message holds its allocation) and is freed by the pool; the
+        # entry goes when the allocation does.
+        self._bytes: weakref.WeakKeyDictionary[Allocation, np.ndarray] = \
+            weakref.WeakKeyDictionary()
 
-    def _message(self, allocation: Allocation, shape: tuple[int, ...], dtype: Any,
-                 bounds: list[tuple[int, int]]) -> Message:
-        ptr, owner = allocation.ptr, allocation
+    def _message(self, allocation: Allocation, bounds: list[tuple[int, int]]
+                 ) -> Message:
         if not allocation.nbytes:                       # an empty value
-            array = np.empty(shape, dtype)
-            return Message(array, [array.reshape(-1).view(np.uint8)])
+            return Message(None, [np.empty(0, np.uint8)])
         if self.cuda_buffers:
-            return Message(stf_cai(ptr, shape, dtype),
-                           [stf_cai(ptr + start, (stop - start,), _BYTES)
-                            for start, stop in bounds], allocation)
-        if allocation.owner is not None:
-            owner = allocation.owner
-        flat = pointer_array(ptr, (bounds[-1][1],), _BYTES, False, owner)
-        return Message(flat.view(dtype).reshape(shape),
-                       [flat[start:stop] for start, stop in bounds], allocation)
+            ptr = allocation.ptr
+            return Message(None, [stf_cai(ptr + start, (stop - start,), _BYTES)
+                                  for start, stop in bounds], allocation)
+        flat = self._bytes.get(allocation)
+        if flat is None:
+            flat = pointer_array(allocation.ptr, (allocation.nbytes,), _BYTES, False,
+                                 None)
+            self._bytes[allocation] = flat
+        return Message(None, [flat[start:stop] for start, stop in bounds], allocation)
 
     def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
              ) -> tuple[Message, list[Any] | None]:
         """A buffer receiving ``data``'s value, and one event per piece, set when the
         piece is in the buffer."""
-        nbytes = bounds[-1][1]
-        allocation = self.pool.take(nbytes)
-        message = self._message(allocation, data.shape, data.dtype, bounds)
+        allocation = self.pool.take(bounds[-1][1])
+        message = self._message(allocation, bounds)
         copy, record = self.backend.copy, self.backend.record
         events: list[Any] = []
         with local.task(data.read()) as t:
@@ -273,9 +280,9 @@ class _CopyStaging:
 
     def buffer(self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
                ) -> Message:
-        """A buffer to receive a value into."""
-        allocation = self.pool.take(bounds[-1][1])
-        return self._message(allocation, shape, dtype, bounds)
+        """A buffer to receive a value into (``bounds`` its pieces; the shape and
+        dtype only count for :class:`HostStaging`)."""
+        return self._message(self.pool.take(bounds[-1][1]), bounds)
 
     def land(self, local: Any, data: Any, message: Message,
              bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
