@@ -70,6 +70,26 @@ def test_allocate_and_locate(cuda, stream, place, nbytes):
 
 
 @pytest.mark.parametrize("place", ["device", "host", "managed"])
+def test_own_allocations_are_classified_without_the_driver(cuda, stream, place,
+                                                           monkeypatch):
+    """The kind of a buffer the backend allocated is remembered by base address (a
+    copy between its own buffers asks the driver nothing) and forgotten at free."""
+    from stflow.backends import _cuda_driver as _cu
+    allocation = cuda.allocate(PLACES[place], 4096, stream, np.dtype(np.uint8))
+    ptr = allocation.ptr
+    from_driver = cuda.pointer_kind(ptr + 1)         # not a base: asks the driver
+    asked = []
+    real = _cu.driver.cuPointerGetAttributes
+    monkeypatch.setattr(_cu.driver, "cuPointerGetAttributes",
+                        lambda *args: asked.append(args) or real(*args))
+    assert cuda.pointer_kind(ptr) == from_driver and not asked
+    cuda.free(allocation, stream)
+    sync(cuda, stream)
+    cuda.pointer_kind(ptr)                          # freed: the driver answers
+    assert len(asked) == 1
+
+
+@pytest.mark.parametrize("place", ["device", "host", "managed"])
 def test_zero_byte_allocation(cuda, stream, place):
     allocation = cuda.allocate(PLACES[place], 0, stream, np.dtype(np.uint8))
     assert allocation.ptr == 0 and allocation.nbytes == 0

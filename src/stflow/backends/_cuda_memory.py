@@ -99,6 +99,10 @@ class CudaMemory:
         self._registered: dict[int, list[int]] = {}   # ptr -> [nbytes, users]
         self._registered_lock = threading.Lock()
         self._staging_cached = 0
+        # What this backend allocated, by base address (a copy between its own
+        # buffers asks the driver nothing): entries go at ``free``, before the
+        # address can be handed out again.
+        self._own_kind: dict[int, int] = {}
 
     # -- allocation ----------------------------------------------------------------
     def allocate(self, device: int, nbytes: int, stream: Stream | None,
@@ -129,6 +133,7 @@ class CudaMemory:
                 ptr = _cu.check(d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
                                                           service), step)
                 _cu.check(d.cuStreamSynchronize(service), step)
+            self._own_kind[int(ptr)] = DEVICE
             return Allocation(int(ptr), nbytes, device, dtype, None)
         self._reap()
         self._ensure_context()
@@ -143,6 +148,7 @@ class CudaMemory:
         else:
             raise PlaceError(f"cannot allocate memory at place {device}; use a device "
                              "ordinal, HOST or MANAGED")
+        self._own_kind[int(ptr)] = PINNED if device == HOST else MANAGED_MEMORY
         return Allocation(int(ptr), nbytes, device, dtype, None)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
@@ -159,6 +165,7 @@ class CudaMemory:
         if not ptr or allocation.owner is _FREED:
             return
         allocation.owner = _FREED
+        self._own_kind.pop(ptr, None)
         if isinstance(allocation, CompositeAllocation):    # unmapped once idle
             size, pieces = allocation.pieces
             if stream is None:
@@ -326,6 +333,9 @@ class CudaMemory:
 
     def pointer_kind(self, ptr: int) -> int:
         """``DEVICE``, ``MANAGED_MEMORY``, ``PINNED`` or ``PAGEABLE``."""
+        kind = self._own_kind.get(ptr)
+        if kind is not None:               # the base of one of our allocations
+            return kind
         err, values = _cu.driver.cuPointerGetAttributes(2, self._kind_attributes, ptr)
         if err:
             if err == self._invalid_value:
