@@ -22,7 +22,9 @@
 #           distributed demo, exchange bandwidth (piece sizes compared) and the
 #           block-cyclic Cholesky on CUDA (n = 32768), two ranks (one GPU each where
 #           there are two), then one rank, then one process on one device and on two
-#           (examples/cholesky.py --devices), and the layer's cost for local tasks
+#           (examples/cholesky.py --devices), each factorising CHOLESKY_RUNS times (3:
+#           the first pays for the libraries' setup), and the layer's cost for local
+#           tasks
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
@@ -105,14 +107,14 @@ for step in "$@"; do
          python3 -m stflow.demo --distributed --backend cuda $2 2>&1 | tail -n 3
      done
      timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
-       --case bandwidth --backend cuda --sizes-mib 1 16 64 256 --pieces-mib 0 1 4 16 \
+       --case bandwidth --backend cuda --sizes-mib 1 4 16 64 256 --pieces-mib 0 4 \
        --repeats 10 2>&1 | tail -n 4
      for run in "2 0" "2 1" "1 0"; do
        set -- $run                  # ranks, STFLOW_MPI_SEND_AHEAD
        echo "ranks $1, send ahead $2"
        STFLOW_MPI_SEND_AHEAD=$2 timeout 200 mpiexec --oversubscribe -n $1 -x STFLOW_MPI_SEND_AHEAD \
          python3 examples/cholesky_distributed.py --backend cuda --n ${CHOLESKY_N:-32768} \
-         --nb 2048 --no-check 2>&1 | tail -n 1
+         --nb 2048 --no-check --runs ${CHOLESKY_RUNS:-3} 2>&1 | tail -n 1
      done
      for ranks in 1 2; do           # the layer's own cost for local tasks (null backend)
        timeout 60 mpiexec --oversubscribe -n $ranks python3 benchmarks/distributed_overhead.py \
@@ -122,7 +124,7 @@ for step in "$@"; do
      for devices in $(seq 1 $(( gpus < 2 ? gpus : 2 ))); do   # one process, same measure
        echo "one process, $devices device(s)"
        timeout 200 python3 examples/cholesky.py --backend cuda --n ${CHOLESKY_N:-32768} \
-         --nb 2048 --devices $devices --no-check 2>&1 | tail -n 1
+         --nb 2048 --devices $devices --no-check --runs ${CHOLESKY_RUNS:-3} 2>&1 | tail -n 1
      done) ;;
   *) echo "unknown step $step" ;;
   esac

@@ -40,6 +40,23 @@ def test_the_script_says_pass():
     assert _example().main(["--backend", "emulated", "--n", "256", "--nb", "64"]) == 0
 
 
+def test_runs_prints_the_first_time_and_the_best_of_the_others(capsys, monkeypatch):
+    example = _example()
+    made = _contexts(example, monkeypatch)
+    assert example.main(["--backend", "emulated", "--n", "128", "--nb", "64",
+                         "--runs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert len(made) == 3                                # a fresh context per run
+    assert "PASS" in out and "first run " in out and ", best of 2 more " in out
+    assert example.describe_times([2.0], 1000) == "2.000 s (0.000167 TFLOP/s)"
+    assert example.describe_times([3.0, 2.0, 1.0], 1000) == \
+        "first run 3.000 s (0.000111 TFLOP/s), best of 2 more 1.000 s (0.000333 TFLOP/s)"
+    with pytest.raises(SystemExit) as exit_:
+        example.main(["--backend", "emulated", "--n", "64", "--nb", "32", "--runs", "0"])
+    assert exit_.value.code == 2
+    assert "--runs must be at least 1, got 0" in capsys.readouterr().err
+
+
 def _contexts(example, monkeypatch):
     """The contexts the example creates, kept for their statistics."""
     made = []

@@ -30,3 +30,12 @@ def test_the_script_returns_the_verdict_on_every_rank(comm, capsys):
                         comm=comm) == 0
     out = capsys.readouterr().out
     assert ("PASS" in out) == (comm.Get_rank() == 0)
+
+
+def test_runs_prints_the_slowest_ranks_first_and_best_times(comm, capsys):
+    example = load_example("cholesky_distributed")
+    assert example.main(["--backend", "emulated", "--n", "128", "--nb", "64",
+                         "--runs", "2"], comm=comm) == 0
+    out = capsys.readouterr().out
+    assert ("first run " in out and ", best of 1 more " in out) == \
+        (comm.Get_rank() == 0)
