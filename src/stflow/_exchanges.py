@@ -112,7 +112,7 @@ class Exchanges:
         while self.staged + nbytes > self.send_limit and (self.in_flight or
                                                           self.waiting):
             self._retire_oldest()
-        # Buffers of the right size held by earlier sends (BUFFERS_PER_SIZE of them):
+        # Buffers of the right size held by earlier sends (send_buffers() of them):
         # wait for the oldest send to be received and reuse its buffer rather than
         # allocate page-locked memory.
         staging = self.staging

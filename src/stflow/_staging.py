@@ -57,17 +57,18 @@ from .backends._base import HOST, Allocation, Backend, Event, pointer_array
 
 __all__ = ["BUFFERS_PER_SIZE", "BufferPool", "DirectStaging", "HostStaging", "Message",
            "PinnedStaging", "Staging", "device_direct", "mpi_cuda_aware", "piece_bounds",
-           "piece_size", "send_limit", "staging_for"]
+           "piece_size", "send_buffers", "send_limit", "staging_for"]
 
 _DEFAULT_PIECE = 4 << 20
 _DEFAULT_SEND_LIMIT = 512 << 20
 
 BUFFERS_PER_SIZE = 1
 """How many messages of one size a sender keeps in flight before it waits for the
-oldest to be received rather than allocate another buffer. Two (double buffering:
+oldest to be received rather than allocate another buffer, unless
+``STFLOW_MPI_SEND_BUFFERS`` says (:func:`send_buffers`). Two (double buffering:
 copy the next value out while the last one travels) measured slower on an H200
-shared by two ranks, 0.52-0.60x against 0.67-0.78x the hand-staged transfer at
-1 MiB and 0.73-0.80x against 0.94-0.96x at 16 MiB: the two processes' copies then
+shared by two ranks, twice: 0.62-0.66x against 0.77-0.81x the hand-staged transfer
+at 1 MiB, 0.76-0.86x against 0.97-1.00x at 16 MiB: the two processes' copies then
 overlap on one GPU, which time-slices between them. Not measured on two GPUs."""
 
 _BYTES = np.dtype(np.uint8)
@@ -96,6 +97,22 @@ def send_limit() -> int:
     """How many bytes of sent values a rank keeps staged until their messages are
     received (``STFLOW_MPI_SEND_LIMIT``, bytes)."""
     return _bytes_setting("STFLOW_MPI_SEND_LIMIT", _DEFAULT_SEND_LIMIT)
+
+
+def send_buffers() -> int:
+    """How many messages of one size a sender keeps in flight before it waits for
+    the oldest (``STFLOW_MPI_SEND_BUFFERS``, default :data:`BUFFERS_PER_SIZE`)."""
+    text = os.environ.get("STFLOW_MPI_SEND_BUFFERS", "")
+    if not text:
+        return BUFFERS_PER_SIZE
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count <= 0:
+        raise ValueError(f"STFLOW_MPI_SEND_BUFFERS must be a positive number of "
+                         f"buffers per message size, got {text!r}")
+    return count
 
 
 def piece_bounds(nbytes: int, piece: int) -> list[tuple[int, int]]:
@@ -236,6 +253,7 @@ class _CopyStaging:
     def __init__(self, backend: Backend, place: int, keep: int) -> None:
         self.backend = backend
         self.pool = BufferPool(backend, place, keep)
+        self.buffers = send_buffers()                  # per size, sends in flight
         # What MPI is handed: NumPy arrays for host memory (the emulated backend's
         # device memory is host memory), CUDA Array Interface objects for a GPU's.
         self.cuda_buffers = place != HOST and backend.gpu_memory
@@ -301,7 +319,7 @@ class _CopyStaging:
 
     def awaits_buffer(self, nbytes: int, sent: list[Message]) -> bool:
         """Whether the pool has no buffer for a value of ``nbytes`` bytes while
-        :data:`BUFFERS_PER_SIZE` of the messages ``sent`` (still in flight) hold one
+        ``buffers`` (:func:`send_buffers`) of the messages ``sent`` (in flight) hold one
         each: waiting for the oldest costs less than fresh page-locked memory
         (milliseconds per 16 MiB)."""
         pool = self.pool
@@ -313,7 +331,7 @@ class _CopyStaging:
             allocation = message.allocation
             if allocation is not None and allocation.nbytes == size:
                 holding += 1
-                if holding >= BUFFERS_PER_SIZE:
+                if holding >= self.buffers:
                     return True
         return False
 

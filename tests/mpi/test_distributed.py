@@ -229,19 +229,23 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
         np.testing.assert_allclose(S, want_s)
 
 
-@pytest.mark.parametrize("piece, limit, use_graph, ahead", [
-    ("8", "512", False, "0"), ("3", "1", False, "0"), ("5", "64", True, "0"),
-    ("8", "512", False, "1"), ("4", "64", False, "1"), ("1000", "100000", False, "1")])
+@pytest.mark.parametrize("piece, limit, use_graph, ahead, buffers", [
+    ("8", "512", False, "0", "1"), ("3", "1", False, "0", "1"),
+    ("5", "64", True, "0", "1"), ("8", "512", False, "1", "1"),
+    ("4", "64", False, "1", "1"), ("1000", "100000", False, "1", "1"),
+    ("1000", "100000", False, "0", "2"), ("6", "512", False, "1", "3")])
 def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monkeypatch,
                                                             piece, limit, use_graph,
-                                                            ahead):
+                                                            ahead, buffers):
     """The differential test with every value cut into pieces of a few bytes, and
     senders waiting for their receivers above a few hundred bytes, or at every send;
     in stream and graph mode; sends posted where they are made, or ahead (once their
-    copies completed, the rank going on meanwhile)."""
+    copies completed, the rank going on meanwhile); one buffer per message size in
+    flight, or several (double buffering)."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", ahead)
+    monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", buffers)
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):

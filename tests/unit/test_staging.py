@@ -161,19 +161,28 @@ def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
 
 
 
-def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated):
-    """A sender allocates buffers of a size while fewer than BUFFERS_PER_SIZE of
-    them are in flight, then waits for the oldest send rather than allocate another
-    (page-locked memory costs about as much to allocate as to send); other sizes and
-    spare buffers never make it wait."""
+@pytest.mark.parametrize("buffers", [None, "1", "2", "3"])
+def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
+                                                                       monkeypatch,
+                                                                       buffers):
+    """A sender allocates buffers of a size while fewer than send_buffers() of them
+    are in flight (BUFFERS_PER_SIZE, or STFLOW_MPI_SEND_BUFFERS), then waits for the
+    oldest send rather than allocate another (page-locked memory costs about as much
+    to allocate as to send); other sizes and spare buffers never make it wait."""
     import numpy as np
 
     from stflow._staging import BUFFERS_PER_SIZE, PinnedStaging
+    if buffers is None:
+        monkeypatch.delenv("STFLOW_MPI_SEND_BUFFERS", raising=False)
+    else:
+        monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", buffers)
+    count = BUFFERS_PER_SIZE if buffers is None else int(buffers)
     backend, _ = emulated
     staging = PinnedStaging(backend, keep=1 << 20)
+    assert staging.buffers == count
     bounds = [(0, 8000)]
     in_flight = []
-    for _ in range(BUFFERS_PER_SIZE):
+    for _ in range(count):
         assert not staging.awaits_buffer(8000, in_flight)
         in_flight.append(staging.buffer((1000,), np.float64, bounds))
     assert staging.awaits_buffer(8000, in_flight)           # enough in flight: wait
@@ -181,10 +190,19 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated):
     assert not staging.awaits_buffer(9000, in_flight)       # another size
     staging.release(in_flight.pop(0))                       # the oldest was received
     assert not staging.awaits_buffer(8000, in_flight)       # its buffer is spare
-    assert staging.pool.made == BUFFERS_PER_SIZE
+    assert staging.pool.made == count
     for message in in_flight:
         staging.release(message)
     staging.close()
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", "1.5"])
+def test_a_bad_send_buffer_count_names_the_variable(monkeypatch, text):
+    from stflow._staging import send_buffers
+    monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", text)
+    with pytest.raises(ValueError, match="STFLOW_MPI_SEND_BUFFERS must be a positive "
+                                         "number of buffers per message size"):
+        send_buffers()
 
 
 def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
