@@ -120,7 +120,7 @@ class Exchanges:
                 sent for _, sent, _ in self.in_flight if sent is not None]):
             self._retire_oldest()
         bounds = piece_bounds(nbytes, self.piece)
-        message, events = self.staging.read(self.local, local_data, bounds)
+        message, events = staging.read(self.local, local_data, bounds)
         self.staged += nbytes
         if events is None:                    # ready at once
             events = []

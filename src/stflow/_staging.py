@@ -74,45 +74,36 @@ overlap on one GPU, which time-slices between them. Not measured on two GPUs."""
 _BYTES = np.dtype(np.uint8)
 
 
-def _bytes_setting(name: str, default: int) -> int:
-    """A positive number of bytes from environment variable ``name``."""
+def _positive_setting(name: str, default: int, unit: str = "bytes") -> int:
+    """A positive number (of ``unit``) from environment variable ``name``."""
     text = os.environ.get(name, "")
     if not text:
         return default
     try:
-        size = int(text)
+        value = int(text)
     except ValueError:
-        size = 0
-    if size <= 0:
-        raise ValueError(f"{name} must be a positive number of bytes, got {text!r}")
-    return size
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number of {unit}, got {text!r}")
+    return value
 
 
 def piece_size() -> int:
     """The largest message a value is sent in (``STFLOW_MPI_PIECE``, bytes)."""
-    return _bytes_setting("STFLOW_MPI_PIECE", _DEFAULT_PIECE)
+    return _positive_setting("STFLOW_MPI_PIECE", _DEFAULT_PIECE)
 
 
 def send_limit() -> int:
     """How many bytes of sent values a rank keeps staged until their messages are
     received (``STFLOW_MPI_SEND_LIMIT``, bytes)."""
-    return _bytes_setting("STFLOW_MPI_SEND_LIMIT", _DEFAULT_SEND_LIMIT)
+    return _positive_setting("STFLOW_MPI_SEND_LIMIT", _DEFAULT_SEND_LIMIT)
 
 
 def send_buffers() -> int:
     """How many messages of one size a sender keeps in flight before it waits for
     the oldest (``STFLOW_MPI_SEND_BUFFERS``, default :data:`BUFFERS_PER_SIZE`)."""
-    text = os.environ.get("STFLOW_MPI_SEND_BUFFERS", "")
-    if not text:
-        return BUFFERS_PER_SIZE
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count <= 0:
-        raise ValueError(f"STFLOW_MPI_SEND_BUFFERS must be a positive number of "
-                         f"buffers per message size, got {text!r}")
-    return count
+    return _positive_setting("STFLOW_MPI_SEND_BUFFERS", BUFFERS_PER_SIZE,
+                             "buffers per message size")
 
 
 def piece_bounds(nbytes: int, piece: int) -> list[tuple[int, int]]:
