@@ -45,7 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._access import READ
-from .._errors import AccessModeError, ScopeError, work_ids
+from .._errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state)
 from ._host_memory import HostMemory, HostView, combine_at, poison, python_kernel
@@ -347,6 +347,7 @@ class EmulatedBackend(Backend):
             except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
                 if sink is None:
                     raise
+                add_note(exc, f"raised by a kernel launched from {launch.label}")
                 sink(exc, order)
 
         self.enqueue_call(stream, run)
