@@ -33,12 +33,7 @@ import numpy as np
 from .._errors import ScopeError
 from ..backends._base import pointer_array
 
-__all__ = ["TorchCapture", "recorded_into_a_graph"]
-
-
-def recorded_into_a_graph(view: Any) -> bool:
-    """True for the emulated view of a task recorded into a graph (host access refused)."""
-    return getattr(view, "_host_refused", None) is not None
+__all__ = ["TorchCapture"]
 
 
 class _Slot:

@@ -30,8 +30,9 @@ import numpy as np
 from .._errors import ScopeError
 from .._views import stf_cai
 from ..backends._base import pointer_array
-from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
-from ._torch_capture import TorchCapture, recorded_into_a_graph
+from ._common import (TaskScope, gpu_memory, import_framework, recorded_into_a_graph,
+                      task_device, views_of)
+from ._torch_capture import TorchCapture
 
 __all__ = ["pytorch_task", "tensor_arg", "tensor_arguments"]
 
