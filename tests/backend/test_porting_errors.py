@@ -122,3 +122,17 @@ def test_writes_through_an_indexed_view_reach_the_data():
             (view,) = t.views()
             np.asarray(view)[:] = 7.0
     assert x.tolist() == [7.0] * 4
+
+
+def test_an_emulated_view_says_why_it_has_no_cuda_array_interface():
+    with stf.context(backend="emulated") as ctx:
+        ld = ctx.logical_data(np.zeros(4))
+        with ctx.task(ld.rw()) as t:
+            (view,) = t.views()
+            assert not hasattr(view, "__cuda_array_interface__")   # probes stay false
+            with pytest.raises(AttributeError, match="emulated backend") as caught:
+                view.__cuda_array_interface__
+            assert "numpy.asarray(view)" in str(caught.value)
+            assert type(view).__name__ == "EmulatedView"            # as the docs say
+            assert repr(view).startswith("EmulatedView(")
+            assert np.asarray(view).ctypes.data == view.ptr         # zero-copy still
