@@ -84,7 +84,7 @@ def install(cuda: Any) -> None:
             return _enqueue(self, call, FakeCUDAArray, args, recorded)
 
         __call__._stflow = True  # type: ignore[attr-defined]
-        FakeCUDAKernel.__call__ = __call__
+        FakeCUDAKernel.__call__ = __call__  # type: ignore[method-assign]
     _INSTALLED["cuda"] = cuda
     _INSTALLED["stream"] = stream_class
     _INSTALLED["array"] = _array_class(FakeCUDAArray)
@@ -93,7 +93,7 @@ def install(cuda: Any) -> None:
 def _stream_class(base: type) -> type:
     """A subclass of the simulator's ``stream`` class that remembers a handle."""
 
-    class EmulatedStream(base):  # type: ignore[valid-type,misc]
+    class EmulatedStream(base):
         """A simulator stream standing for a stream of stflow's emulated backend."""
 
         def __init__(self, handle: int) -> None:
@@ -116,7 +116,7 @@ class RecordedArray:
 
 
 def _array_class(base: type) -> type:
-    class Recorded(base, RecordedArray):  # type: ignore[valid-type,misc]
+    class Recorded(base, RecordedArray):
         """A simulator array of a task recorded into a graph: its shape and dtype are
         known, its data only when the graph runs (host access raises ScopeError)."""
 

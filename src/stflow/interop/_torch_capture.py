@@ -61,7 +61,7 @@ def _mode_class() -> Any:
     if not _MODES:
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        class Recorder(TorchDispatchMode):  # type: ignore[misc]
+        class Recorder(TorchDispatchMode):
             def __init__(self, capture: TorchCapture) -> None:
                 super().__init__()
                 self.capture = capture
