@@ -84,7 +84,7 @@ def install(cuda: Any) -> None:
             return _enqueue(self, call, FakeCUDAArray, args, recorded)
 
         __call__._stflow = True  # type: ignore[attr-defined]
-        FakeCUDAKernel.__call__ = __call__  # type: ignore[method-assign]
+        setattr(FakeCUDAKernel, "__call__", __call__)   # typed alike with or without Numba
     _INSTALLED["cuda"] = cuda
     _INSTALLED["stream"] = stream_class
     _INSTALLED["array"] = _array_class(FakeCUDAArray)
