@@ -493,8 +493,9 @@ class exec_place:
         dims = check_extents(grid_dims, "reshape")
         members = self._members()
         if _product(dims) != len(members):
-            raise ValueError(f"reshape: grid dims {dims} hold {_product(dims)} places, "
-                             f"this place has {len(members)}")
+            raise ValueError(f"cannot reshape a grid of {len(members)} places into "
+                             f"grid dims {dims}, which hold {_product(dims)} places; "
+                             f"give dims whose product is {len(members)}")
         return exec_place_grid._grid(members, dims, self._affine)
 
     def collapse_axes(self, first_axis: int, last_axis: int) -> exec_place_grid:

@@ -9,6 +9,7 @@ the same with a Python callable run in stream order.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, cast
 
 import numpy as np
@@ -17,18 +18,43 @@ from ._access import READ
 from ._coherence import Instance
 from ._compile import mypyc_attr
 from ._errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
-                      TokenArgumentError, work_ids)
+                      TokenArgumentError, add_note, work_ids)
 from ._gridwork import fork, join
 from ._logical_data import dep
 from ._places import exec_place, exec_place_grid
 from ._plan import Access, Plan
 from ._runtime import Runtime, RuntimeOwner
-from ._views import CudaStream
+from ._views import CudaStream, ViewTuple
 from .backends._base import Allocation, Stream, callback_state
 
-__all__ = ["host_launch", "task"]
+__all__ = ["body_label", "host_launch", "task"]
 
 _NEW, _STARTED, _ENDED = 0, 1, 2
+
+_open = threading.local()
+
+
+def _open_bodies() -> list[Any]:
+    """The tasks whose bodies this thread has started and not ended, innermost last."""
+    tasks: list[Any] | None = getattr(_open, "tasks", None)
+    if tasks is None:
+        tasks = []
+        _open.tasks = tasks
+    return tasks
+
+
+def body_label(handle: int) -> str | None:
+    """The label ("task 'axpy'", "cuda_kernel #7") of the innermost task body open
+    on this thread whose stream has the raw ``handle`` (``t.stream_ptr()``), or
+    ``None``: what work enqueued on a task stream from its body
+    (``stflow.emulated.launch``, ``t.run``) names when it fails later."""
+    for opened in reversed(_open_bodies()):
+        stream = opened._stream
+        if opened._phase == _STARTED and stream is not None and \
+                int(stream.handle) == handle:
+            label: str = opened._label()
+            return label
+    return None
 
 
 def _as_exec_place(value: Any) -> exec_place | None:
@@ -245,6 +271,10 @@ class task:
                     runtime.release(plan, stream, self, self._id, self._private)
                     raise
             self._phase = _STARTED
+            bodies = _open_bodies()
+            if bodies and bodies[-1]._phase != _STARTED:
+                bodies[:] = [t for t in bodies if t._phase == _STARTED]
+            bodies.append(self)
             device = plan.device
             if self._place is not None and device >= 0 and runtime.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.
@@ -276,6 +306,11 @@ class task:
                                  "in it")
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
+        bodies = _open_bodies()
+        for position in range(len(bodies) - 1, -1, -1):
+            if bodies[position] is self:
+                del bodies[position]
+                break
         if self._previous_device is not None:
             runtime.backend.set_current_device(self._previous_device)
             self._previous_device = None
@@ -479,7 +514,10 @@ class task:
         -------
         tuple
             One view per non-token dependency: ``stf_cai`` (CUDA Array Interface)
-            on CUDA, NumPy-convertible host views on the emulated backend.
+            on CUDA, NumPy-convertible host views on the emulated backend. The
+            tuple (a :class:`~stflow._views.ViewTuple`) refuses to be converted to
+            an array as a whole (``numpy.asarray(t.views())`` raises ``TypeError``:
+            it would be a stacked copy whose writes are lost); index it.
 
         Raises
         ------
@@ -495,8 +533,8 @@ class task:
 
     def _dependency_views(self, what: str) -> tuple[Any, ...]:
         self._check_window(what)
-        return tuple([self.get_arg_cai(i) for i, d in enumerate(self._deps)
-                      if not d.ld._is_token])
+        return ViewTuple([self.get_arg_cai(i) for i, d in enumerate(self._deps)
+                          if not d.ld._is_token])
 
     def __repr__(self) -> str:
         phase = ("new", "started", "ended")[self._phase]
@@ -556,8 +594,7 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
                           for allocation, shape, dtype, readonly in arguments]
                 fn(*arrays, *extra)
             except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"raised by {label}")
+                add_note(exc, f"raised by {label}")
                 capture(exc, ident)
 
         backend.launch_host_func(stream, callback)

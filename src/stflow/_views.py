@@ -13,7 +13,8 @@ import numpy as np
 
 from ._errors import ScopeError
 
-__all__ = ["CudaStream", "TaskView", "ViewLifetime", "stf_cai", "stream_handle"]
+__all__ = ["CudaStream", "TaskView", "ViewLifetime", "ViewTuple", "stf_cai",
+           "stream_handle"]
 
 
 class CudaStream(int):
@@ -214,3 +215,44 @@ class TaskView(stf_cai, ViewLifetime):
     @__cuda_array_interface__.setter
     def __cuda_array_interface__(self, interface: dict[str, Any]) -> None:
         _CAI.__set__(self, interface)
+
+
+def _not_an_array(views: tuple) -> TypeError:
+    """The error for the tuple of ``t.views()`` handed to an array library whole."""
+    return TypeError(
+        f"this tuple of task views (t.views(), or t.args_cai() with two or more "
+        f"dependencies) holds {len(views)} view(s), one per dependency, and is not an "
+        "array: converting it would stack copies of the data, and writes to the copy "
+        "would be lost; index it instead (`x, y = t.views()`, "
+        "`numpy.asarray(t.views()[0])`), or call numpy.stack(...) for a deliberate copy")
+
+
+class ViewTuple(tuple):
+    """What ``t.views()`` returns: a plain tuple of views that refuses to be converted
+    to an array as a whole.
+
+    NumPy, CuPy and PyTorch turn a sequence of array-likes into a new, stacked array:
+    ``numpy.asarray(t.views())`` would be a copy whose writes are lost. Every array
+    protocol of the tuple (``__array__``, ``__array_interface__``,
+    ``__cuda_array_interface__``, ``__dlpack__``) therefore raises ``TypeError``
+    saying to index it; the views themselves convert without copying.
+    """
+
+    __slots__ = ()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        raise _not_an_array(self)
+
+    @property
+    def __array_interface__(self) -> Any:
+        raise _not_an_array(self)
+
+    @property
+    def __cuda_array_interface__(self) -> Any:
+        raise _not_an_array(self)
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        raise _not_an_array(self)
+
+    def __dlpack_device__(self) -> Any:
+        raise _not_an_array(self)

@@ -8,8 +8,10 @@ NumPy arrays of the emulated device memory.
 Notes
 -----
 An exception raised by ``fn`` is captured and raised by the owning context at its next
-synchronisation point (``wait``, ``fence``, ``finalize``, ``check_errors``). ``fn``
-must not submit work to a context or wait for it.
+blocking synchronisation point (``wait``, ``finalize``, ``check_errors``; never
+``fence``, which does not block), with a note naming the task it was launched from
+("raised by work launched from task 'axpy'"). ``fn`` must not submit work to a context
+or wait for it.
 """
 
 from __future__ import annotations
@@ -71,8 +73,15 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
             argument._check()                     # a view of a task that has ended
     arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
                       if isinstance(a, EmulatedView) else a for a in args)
-    from ._errors import work_ids
+    from ._errors import add_note, work_ids
+    from ._task import body_label
     order = next(work_ids)            # errors are reported in submission order
+    owner = body_label(handle)
+    source = (f"work launched from {owner}" if owner is not None
+              else f"work launched on stream 0x{handle:x}")
+    name = getattr(fn, "__qualname__", None)
+    if isinstance(name, str) and "<lambda>" not in name:
+        source += f", {name}()"
 
     def run() -> None:
         try:
@@ -81,6 +90,7 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
             sink = native.error_sink
             if sink is None:
                 raise
+            add_note(exc, f"raised by {source}")
             sink(exc, order)
 
     backend.enqueue_call(native, run)

@@ -45,15 +45,38 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._access import READ
-from .._errors import AccessModeError, ScopeError, work_ids
+from .._errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state)
 from ._host_memory import HostMemory, HostView, combine_at, poison, python_kernel
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
 
-EmulatedView = HostView
-"""What task bodies get on the emulated backend (a :class:`HostView`)."""
+class EmulatedView(HostView):
+    """What task bodies get on the emulated backend: a :class:`HostView` whose missing
+    ``__cuda_array_interface__`` says why.
+
+    The memory is host memory, so the view has no CUDA Array Interface: reading the
+    attribute raises an ``AttributeError`` (``hasattr`` stays false, so libraries and
+    adapters that probe for it choose their host path) whose message names the
+    emulated backend and what to use instead.
+    """
+
+    __slots__ = ()
+
+    @property
+    def __cuda_array_interface__(self) -> Any:
+        raise AttributeError(
+            f"{self!r} is a task view of stflow's emulated backend, whose memory is host "
+            "memory: it has no __cuda_array_interface__. Use numpy.asarray(view) "
+            "(__array_interface__, zero-copy), DLPack (torch.from_dlpack(view)), the "
+            "adapters (stflow.interop.pytorch / numba / cupy), or t.run(fn), which "
+            "gives NumPy arrays here and CuPy arrays on CUDA; CUDA libraries need "
+            "backend='cuda'", name="__cuda_array_interface__", obj=self)
+
+    def __repr__(self) -> str:
+        return (f"EmulatedView(ptr=0x{self.ptr:x}, shape={self.shape}, "
+                f"dtype={self.dtype}, readonly={self.readonly})")
 
 _CALL, _RECORD, _WAIT = 0, 1, 2
 COMPOSITE_CHUNK = 256
@@ -347,6 +370,7 @@ class EmulatedBackend(Backend):
             except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
                 if sink is None:
                     raise
+                add_note(exc, f"raised by a kernel launched from {launch.label}")
                 sink(exc, order)
 
         self.enqueue_call(stream, run)
@@ -375,7 +399,7 @@ class EmulatedBackend(Backend):
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> HostView:
-        return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly)
 
     # -- the read-only check (API I-34) -----------------------------------------------
     def pending_calls(self, stream: Stream) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 from .._errors import BackendUnavailableError, RemoteTaskError
 
 __all__ = ["Elsewhere", "TaskScope", "add_note", "backend_of", "gpu_memory",
-           "import_framework", "local_task", "views_of"]
+           "import_framework", "local_task", "recorded_into_a_graph", "views_of"]
 
 
 def import_framework(module: str, extra: str, package: str) -> ModuleType:
@@ -53,6 +53,13 @@ def views_of(task: Any) -> tuple[Any, ...]:
     if views is None:
         return ()
     return views if isinstance(views, tuple) else (views,)
+
+
+def recorded_into_a_graph(view: Any) -> bool:
+    """True for an emulated view of a task recorded into a graph (a graph scope, a
+    loop, graph mode): its host access is refused, its memory is used when the graph
+    runs."""
+    return getattr(view, "_host_refused", None) is not None
 
 
 def add_note(error: BaseException, note: str) -> None:

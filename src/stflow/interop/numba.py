@@ -8,11 +8,16 @@ capture). Kernels launch on the task stream (``numba.cuda.external_stream``).
 On the emulated backend the adapter works under Numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1`` set before Numba is imported): views become simulator
 arrays over the emulated memory and kernels run synchronously in the task body, after
-the prerequisites. Without the simulator it raises ``BackendUnavailableError``.
+the prerequisites. ``numba.cuda.external_stream(t.stream_ptr())`` is accepted there,
+and the kernels of a task recorded into a graph are recorded and run with the graph
+(:mod:`stflow.interop._numba_simulator`, installed once ``numba.cuda`` has been imported
+and this module is imported or used). Without the simulator it raises
+``BackendUnavailableError``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import numpy as np
@@ -23,7 +28,7 @@ from .._distributed import distributed_context
 from .._errors import BackendUnavailableError
 from .._logical_data import dep
 from .._places import exec_place
-from ._common import TaskScope, import_framework, views_of
+from ._common import TaskScope, import_framework, recorded_into_a_graph, views_of
 
 __all__ = ["get_arg_numba", "jit", "numba_arguments", "numba_task",
            "stf_kernel_decorator"]
@@ -39,10 +44,20 @@ def _simulated() -> bool:
     return bool(getattr(config, "ENABLE_CUDASIM", False))
 
 
-def _array(view: Any) -> Any:
+def _install_simulator_support(cuda: Any) -> None:
+    """Under the simulator, let ``external_stream`` take emulated task streams and
+    record the kernels of recorded tasks (``_numba_simulator``)."""
+    if _simulated():
+        from ._numba_simulator import install
+        install(cuda)
+
+
+def _array(view: Any, task: Any) -> Any:
     """A zero-copy Numba device array of a task view."""
     cuda = _cuda()
     simulated = _simulated()
+    if simulated:
+        _install_simulator_support(cuda)
     if hasattr(view, "__cuda_array_interface__"):
         if simulated:
             raise BackendUnavailableError(
@@ -55,6 +70,9 @@ def _array(view: Any) -> Any:
         raise BackendUnavailableError(
             "on the emulated backend the Numba adapter needs Numba's CUDA simulator: set "
             "NUMBA_ENABLE_CUDASIM=1 before importing numba")
+    if recorded_into_a_graph(view):
+        from ._numba_simulator import recorded_array
+        return recorded_array(view, task)
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     return FakeCUDAArray(np.asarray(view))
 
@@ -68,13 +86,13 @@ def _stream(stream: Any) -> Any:
 
 def get_arg_numba(task: Any, index: int) -> Any:
     """A Numba device array of dependency ``index`` of a started task."""
-    return _array(task.get_arg_cai(index))
+    return _array(task.get_arg_cai(index), task)
 
 
 def numba_arguments(task: Any) -> Any:
     """Numba arrays of the non-token dependencies, like ``args_cai()``: ``None``, one
     array, or a tuple."""
-    arrays = tuple(_array(view) for view in views_of(task))
+    arrays = tuple(_array(view, task) for view in views_of(task))
     if not arrays:
         return None
     return arrays[0] if len(arrays) == 1 else arrays
@@ -93,7 +111,7 @@ class numba_task(TaskScope):
         super().__init__(ctx, args, symbol)
 
     def result(self) -> Any:
-        arrays = tuple(_array(view) for view in views_of(self.task))
+        arrays = tuple(_array(view, self.task) for view in views_of(self.task))
         return arrays, self.task.stream_ptr()
 
 
@@ -233,3 +251,7 @@ def jit(*jit_args: Any, **jit_kwargs: Any) -> Any:
         return stf_kernel_decorator(pyfunc, jit_args, jit_kwargs)
 
     return decorate
+
+
+if "numba.cuda" in sys.modules:      # imported first, as the reference's tests do
+    _install_simulator_support(sys.modules["numba.cuda"])

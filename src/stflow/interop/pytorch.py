@@ -8,7 +8,11 @@ operations of the body are ordered after the task's prerequisites and before its
 On the emulated backend the tensors are CPU tensors sharing the emulated memory, and
 PyTorch's current stream is left alone: the body runs after the prerequisites have
 completed (the emulated backend waits on the host), and PyTorch's CPU operations run
-synchronously.
+synchronously. Inside a graph scope (``graph_scope``, ``while_loop``, ``repeat``,
+``use_graph=True``) the body's PyTorch operations are recorded instead and replayed
+each time the graph runs, as CUDA graph capture does on a GPU
+(:mod:`stflow.interop._torch_capture`); only :class:`pytorch_task` can record, the
+functions :func:`tensor_arg` and :func:`tensor_arguments` cannot.
 
 Notes
 -----
@@ -23,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import ScopeError
 from .._views import stf_cai
 from ..backends._base import pointer_array
-from ._common import TaskScope, gpu_memory, import_framework, task_device, views_of
+from ._common import (TaskScope, gpu_memory, import_framework, recorded_into_a_graph,
+                      task_device, views_of)
+from ._torch_capture import TorchCapture
 
 __all__ = ["pytorch_task", "tensor_arg", "tensor_arguments"]
 
@@ -40,6 +47,13 @@ def _tensor(torch: Any, view: Any) -> Any:
         if view.readonly:
             view = stf_cai(view.ptr, view.shape, view.dtype, 0, readonly=False)
         return torch.as_tensor(view)
+    if recorded_into_a_graph(view):
+        raise ScopeError(
+            "tensor_arg/tensor_arguments on a task recorded into a graph (graph_scope, "
+            "while_loop, repeat, use_graph=True) on the emulated backend: a tensor "
+            "made now would be used once, while the graph is recorded. Write the body "
+            "as 'with pytorch_task(ctx, *deps) as tensors:', which records its PyTorch "
+            "operations and replays them each time the graph runs")
     array = np.asarray(view)
     if not array.flags.writeable:
         array = pointer_array(view.ptr, tuple(array.shape), array.dtype, False, array)
@@ -87,10 +101,15 @@ class pytorch_task(TaskScope):
 
     def __init__(self, ctx: Any, *args: Any, symbol: str | None = None) -> None:
         self._torch = _torch()
+        self._capture: TorchCapture | None = None
         super().__init__(ctx, args, symbol)
 
     def open_scope(self, scope: Any) -> None:
         if not gpu_memory(self.task):
+            views = views_of(self.task)
+            if any(recorded_into_a_graph(view) for view in views):
+                self._capture = TorchCapture(self._torch, self.task, views)
+                scope.enter_context(self._capture)
             return
         torch = self._torch
         device = torch.device("cuda", task_device(self.task))
@@ -98,5 +117,14 @@ class pytorch_task(TaskScope):
         scope.enter_context(torch.cuda.stream(stream))
 
     def result(self) -> Any:
+        if self._capture is not None:
+            return self._capture.tensors or None
         tensors = tuple(_tensor(self._torch, view) for view in views_of(self.task))
         return tensors or None
+
+    def _close(self, error: BaseException | None) -> None:
+        capture = self._capture
+        if capture is not None:
+            capture.failed = error is not None     # a failed body records nothing
+            self._capture = None
+        super()._close(error)
