@@ -245,7 +245,8 @@ def _check_arguments(style: Any, interval: Any, file: Any, description: Any,
     if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
         raise TypeError(f"ProgressBar(interval={interval!r}): give the seconds between "
                         "redraws as a number, e.g. interval=0.1")
-    if not (math.isfinite(interval) and 0 < interval <= threading.TIMEOUT_MAX):
+    seconds = float(interval)
+    if not (math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX):
         raise ValueError(f"ProgressBar(interval={interval!r}): give a positive, finite "
                          "number of seconds between redraws (at most "
                          f"{threading.TIMEOUT_MAX:g}), e.g. interval=0.1")
