@@ -4,7 +4,9 @@
 (a Chrome / Perfetto timeline, spans timed on the device) and :class:`NvtxRanges`
 (NVTX ranges named after tasks, for Nsight Systems). Each listens at the seam of
 ``_instrument.py``; ``STFLOW_DOT_FILE``, ``STFLOW_TRACE_FILE`` and ``STFLOW_NVTX``
-attach them to every new context.
+attach them to every new context. A task graph of more than ``max_nodes`` nodes
+(``STFLOW_DOT_MAX_NODES``, default 500) is written as a summary, one node per symbol;
+:func:`transitive_reduction` explains how the graph is reduced in near-linear time.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import threading
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._instrument import Instrument, WorkRecord, byte_size_text, place_name
@@ -249,18 +252,16 @@ class DotRecorder(Instrument):
             if not self.max_nodes or len(groups) <= self.max_nodes:
                 break
         nodes: dict[int | None, list[str]] = {}
-        for number, (scope, kind, label, places, members, copies, moved) in \
-                enumerate(groups.values(), 1):
-            text = f"{_escape(label)}\\n× {members}"
-            if places:
-                text += " on " + ", ".join(place_name(p) for p in sorted(places))
-            if copies:
-                text += (f"\\n{copies} {'copy' if copies == 1 else 'copies'} in, "
-                         f"{byte_size_text(moved)}")
-            style = {"host_launch": ', shape=ellipse, fillcolor="#fff4d6"',
-                     "wait": ', shape=octagon, fillcolor="#fde2e2"',
-                     "fence": ', shape=octagon, fillcolor="#e2f5e2"'}.get(kind, "")
-            nodes.setdefault(scope, []).append(f'g{number} [label="{text}"{style}];')
+        for number, group in enumerate(groups.values(), 1):
+            text = f"{_escape(group.label)}\\n× {group.members}"
+            if group.places:
+                text += " on " + ", ".join(place_name(p) for p in sorted(group.places))
+            if group.copies:
+                text += (f"\\n{group.copies} {'copy' if group.copies == 1 else 'copies'}"
+                         f" in, {byte_size_text(group.moved)}")
+            style = _GROUP_STYLES.get(group.kind, "")
+            nodes.setdefault(group.scope, []).append(
+                f'g{number} [label="{text}"{style}];')
         numbers = {key: number for number, key in enumerate(groups, 1)}
         between: dict[tuple[int, int], int] = {}
         for source, target in edges:
@@ -273,11 +274,11 @@ class DotRecorder(Instrument):
         grouping = "symbol" + (" and scope" if by_scope and self.scopes else "") \
             + (", numbers as *" if coarse else "")
         lines = _HEADER[:1] + [
-            f"  // stflow: summary of {node_count} nodes ({work} tasks and host "
-            f"callbacks, {copies} copies, {len(self.syncs)} waits and fences) in "
-            f"{len(groups)} groups by {grouping}; max_nodes={self.max_nodes}.",
-            "  // A node counts the work it stands for (× n), an edge the "
-            f"{'reduced ' if self.reduce else ''}dependencies between two groups.",
+            (f"  // stflow: summary of {node_count} nodes ({work} tasks and host "
+             f"callbacks, {copies} copies, {len(self.syncs)} waits and fences) in "
+             f"{len(groups)} groups by {grouping}; max_nodes={self.max_nodes}."),
+            ("  // A node counts the work it stands for (× n), an edge the "
+             f"{'reduced ' if self.reduce else ''}dependencies between two groups."),
             f"  // For {how}."] + _HEADER[1:]
         self._emit_scopes(lines, nodes, by_scope)
         for (source, target), count in sorted(between.items()):
@@ -289,29 +290,28 @@ class DotRecorder(Instrument):
         return "\n".join(lines) + "\n"
 
     def _groups(self, by_scope: bool, coarse: bool
-                ) -> tuple[dict[int, tuple[Any, ...]], dict[tuple[Any, ...], list[Any]]]:
-        """Each node's group key, and per group (in order of first appearance):
-        scope, kind, label, places, members, copies, bytes copied."""
+                ) -> tuple[dict[int, tuple[Any, ...]], dict[tuple[Any, ...], _Group]]:
+        """Each node's group key, and the groups in order of first appearance."""
         group_of: dict[int, tuple[Any, ...]] = {}
-        groups: dict[tuple[Any, ...], list[Any]] = {}
+        groups: dict[tuple[Any, ...], _Group] = {}
 
-        def join(ident: int, scope: int | None, kind: str, label: str) -> list[Any]:
+        def join(ident: int, scope: int | None, kind: str, label: str) -> _Group:
             if coarse:
                 label = _NUMBERS.sub("*", label)
             key = (scope if by_scope else None, kind, label)
             group_of[ident] = key
             group = groups.get(key)
             if group is None:
-                group = groups[key] = [key[0], kind, label, set(), 0, 0, 0]
-            group[4] += 1
+                group = groups[key] = _Group(key[0], kind, label)
+            group.members += 1
             return group
 
         for record in self.records:
             group = join(record.ident, self._scope_of.get(record.ident), record.kind,
                          record.label)
-            group[3].add(record.device)
-            group[5] += len(record.transfers)
-            group[6] += sum(transfer[3] for transfer in record.transfers)
+            group.places.add(record.device)
+            group.copies += len(record.transfers)
+            group.moved += sum(transfer[3] for transfer in record.transfers)
         for ident, label, _ in self.syncs:
             join(ident, None, "fence" if ident < 0 else "wait", label)
         return group_of, groups
@@ -328,6 +328,22 @@ class DotRecorder(Instrument):
             self.write()
 
 
+@dataclass
+class _Group:
+    """Nodes of one symbol (in one scope) drawn as one node of a summary."""
+
+    scope: int | None
+    kind: str
+    label: str
+    places: set[int] = field(default_factory=set)
+    members: int = 0
+    copies: int = 0
+    moved: int = 0                       # bytes copied in
+
+
+_GROUP_STYLES = {"host_launch": ', shape=ellipse, fillcolor="#fff4d6"',
+                 "wait": ', shape=octagon, fillcolor="#fde2e2"',
+                 "fence": ', shape=octagon, fillcolor="#e2f5e2"'}
 _HEADER = ["digraph stflow {", "  rankdir=TB;",
            '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
 _NUMBERS = re.compile(r"\d+")

@@ -136,11 +136,11 @@ def _parse_summary(text):
     """Groups {label: (members, node id)} and edges {(label, label): count}."""
     groups, ids = {}, {}
     for node, label, members in re.findall(
-            r'^\s*(g\d+) \[label="(.*?)\\n× (\d+)', text, re.M):
+            r'^\s*(g\d+) \[label="(.*?)\\n× (\d+)', text, re.MULTILINE):
         groups[label] = int(members)
         ids[node] = label
     edges = {(ids[a], ids[b]): int(count) for a, b, count in
-             re.findall(r'^\s*(g\d+) -> (g\d+) \[label="(\d+)"\];', text, re.M)}
+             re.findall(r'^\s*(g\d+) -> (g\d+) \[label="(\d+)"\];', text, re.MULTILINE)}
     return groups, edges
 
 
@@ -159,7 +159,7 @@ def test_the_summary_counts_the_tasks_and_edges_of_the_full_graph(reduce):
     assert f"summary of 3000 nodes (3000 tasks and host callbacks, 0 copies, 0 waits " \
            f"and fences) in {len(groups)} groups by symbol; max_nodes=500." in text
     assert "to_dot(summary=False)" in text and "STFLOW_DOT_MAX_NODES=0" in text
-    assert re.search(r'^  label="summary of 3000 tasks in 17 groups', text, re.M)
+    assert re.search(r'^  label="summary of 3000 tasks in 17 groups', text, re.MULTILINE)
 
 
 def test_the_full_graph_is_one_argument_away():
