@@ -48,6 +48,29 @@ class Config:
     nvtx: str = "auto"
     """``STFLOW_NVTX``: ``"auto"`` (ranges on CUDA when ``nvtx`` imports), ``"1"``
     (required), ``"0"`` (off)."""
+    dot_max_nodes_text: str | None = None
+    """``STFLOW_DOT_MAX_NODES`` as written; validated by :attr:`dot_max_nodes`."""
+
+    @property
+    def dot_max_nodes(self) -> int:
+        """The largest task graph a ``DotRecorder`` draws in full (default 500);
+        larger ones are summarised; ``0``: no limit.
+
+        Raises
+        ------
+        ValueError
+            When ``STFLOW_DOT_MAX_NODES`` is not an integer >= 0.
+        """
+        text = self.dot_max_nodes_text
+        if text is None or text.strip() == "":
+            return 500
+        stripped = text.strip()
+        if not stripped.isdigit():
+            raise ValueError(
+                f"STFLOW_DOT_MAX_NODES={text!r} is not an integer >= 0; set it to "
+                "the largest number of nodes a DOT graph draws in full (0: no limit)"
+            )
+        return int(stripped)
 
     @property
     def emulated_devices(self) -> int:
@@ -103,6 +126,7 @@ def _read() -> Config:
         trace_file=os.environ.get("STFLOW_TRACE_FILE") or None,
         nvtx=os.environ.get("STFLOW_NVTX", "auto").strip().lower() or "auto",
         progress=os.environ.get("STFLOW_PROGRESS", ""),
+        dot_max_nodes_text=os.environ.get("STFLOW_DOT_MAX_NODES"),
     )
 
 

@@ -16,6 +16,8 @@ counts as complete at ``finalize()`` (it shows as submitted until then).
 
 from __future__ import annotations
 
+import math
+import numbers
 import sys
 import threading
 import time
@@ -51,8 +53,13 @@ class ProgressBar(Instrument):
 
     Raises
     ------
+    TypeError
+        For an argument of the wrong type: a ``style`` or ``description`` that is not
+        a string, an ``interval`` that is not a real number, a ``total`` that is not an
+        integer (``True`` is not a count), a ``file`` without a ``write`` method.
     ValueError
-        For an unknown ``style`` or a non-positive ``interval``.
+        For an unknown ``style``, an ``interval`` that is not a finite positive
+        number of seconds (at most ``threading.TIMEOUT_MAX``), or a negative ``total``.
     ImportError
         When ``style`` names a library that is not installed.
 
@@ -67,16 +74,8 @@ class ProgressBar(Instrument):
     def __init__(self, ctx: Any = None, *, style: str = "auto", interval: float = 0.1,
                  file: IO[str] | None = None, description: str = "stflow",
                  total: int | None = None) -> None:
-        if style not in _STYLES:
-            raise ValueError(f"ProgressBar(style={style!r}): use one of "
-                             f"{', '.join(_STYLES)}")
-        if not interval > 0:
-            raise ValueError(f"ProgressBar(interval={interval!r}): give a positive "
-                             "number of seconds")
-        if total is not None and (not isinstance(total, int) or total < 0):
-            raise ValueError(f"ProgressBar(total={total!r}): give the expected number "
-                             "of tasks, an int >= 0, or leave it out")
-        self.expected = total
+        _check_arguments(style, interval, file, description, total)
+        self.expected = None if total is None else int(total)
         self.style = _resolve_style(style)
         self.interval = float(interval)
         self.file = file
@@ -232,6 +231,38 @@ class ProgressBar(Instrument):
 
     def __repr__(self) -> str:
         return f"<stflow.ProgressBar {self.style}: {self.text()}>"
+
+
+def _check_arguments(style: Any, interval: Any, file: Any, description: Any,
+                     total: Any) -> None:
+    """Raise for an argument of ``ProgressBar`` that it cannot work with, naming it."""
+    if not isinstance(style, str):
+        raise TypeError(f"ProgressBar(style={style!r}): give a string, one of "
+                        f"{', '.join(_STYLES)}")
+    if style not in _STYLES:
+        raise ValueError(f"ProgressBar(style={style!r}): use one of "
+                         f"{', '.join(_STYLES)}")
+    if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
+        raise TypeError(f"ProgressBar(interval={interval!r}): give the seconds between "
+                        "redraws as a number, e.g. interval=0.1")
+    seconds = float(interval)
+    if not (math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX):
+        raise ValueError(f"ProgressBar(interval={interval!r}): give a positive, finite "
+                         "number of seconds between redraws (at most "
+                         f"{threading.TIMEOUT_MAX:g}), e.g. interval=0.1")
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise TypeError(f"ProgressBar(file={file!r}): give a text file object (with a "
+                        "write method), e.g. sys.stderr, or leave it out")
+    if not isinstance(description, str):
+        raise TypeError(f"ProgressBar(description={description!r}): give the label as "
+                        "a string")
+    if total is not None:
+        if isinstance(total, bool) or not isinstance(total, numbers.Integral):
+            raise TypeError(f"ProgressBar(total={total!r}): give the expected number of "
+                            "tasks as an int >= 0, or leave it out")
+        if total < 0:
+            raise ValueError(f"ProgressBar(total={total!r}): give the expected number "
+                             "of tasks, an int >= 0, or leave it out")
 
 
 def _is_terminal(out: Any) -> bool:

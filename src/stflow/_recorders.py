@@ -4,13 +4,20 @@
 (a Chrome / Perfetto timeline, spans timed on the device) and :class:`NvtxRanges`
 (NVTX ranges named after tasks, for Nsight Systems). Each listens at the seam of
 ``_instrument.py``; ``STFLOW_DOT_FILE``, ``STFLOW_TRACE_FILE`` and ``STFLOW_NVTX``
-attach them to every new context.
+attach them to every new context. A task graph of more than ``max_nodes`` nodes
+(``STFLOW_DOT_MAX_NODES``, default 500) is written as a summary, one node per symbol;
+:func:`transitive_reduction` explains how the graph is reduced in near-linear time.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import os
+import re
 import threading
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._instrument import Instrument, WorkRecord, byte_size_text, place_name
@@ -32,11 +39,59 @@ class DotRecorder(Instrument):
     feeding the work that needed them. ``ctx.wait(ld)`` and ``ctx.fence()`` are
     octagons after the work they wait for, and the scopes of a ``stackable_context``
     (loop bodies, graph scopes, launchable graphs) are clusters around their work.
+
+    A graph of more than ``max_nodes`` nodes is *summarised*: one node per symbol
+    (per scope), labelled with how many tasks it stands for, their places and their
+    copies, and one edge per pair of symbols, labelled with how many dependencies it
+    stands for. The output says so, and how to get the full graph.
+
+    Parameters
+    ----------
+    path : str or path, optional
+        Where :meth:`write` (and ``finalize()``) writes the graph.
+    reduce : bool
+        Drop the edges implied by longer paths (the transitive reduction).
+    summary : bool, optional
+        ``True``: always summarise; ``False``: always draw every task; default:
+        summarise graphs of more than ``max_nodes`` nodes.
+    max_nodes : int, optional
+        The largest graph drawn in full (tasks, host callbacks, copies, waits and
+        fences); ``0``: no limit. Default: ``STFLOW_DOT_MAX_NODES``, else 500.
+
+    Raises
+    ------
+    TypeError
+        For an argument of the wrong type.
+    ValueError
+        For a negative ``max_nodes``.
+
+    Notes
+    -----
+    The recorder keeps one record per task; :meth:`to_dot` takes time about linear
+    in the tasks and dependencies (see :func:`transitive_reduction`).
     """
 
-    def __init__(self, path: str | None = None, reduce: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, reduce: bool = True,
+                 *, summary: bool | None = None, max_nodes: int | None = None) -> None:
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"DotRecorder(path={path!r}): give a file path (str or "
+                            "os.PathLike), or leave it out")
+        if not isinstance(reduce, bool):
+            raise TypeError(f"DotRecorder(reduce={reduce!r}): give True or False")
+        _check_summary("DotRecorder", summary)
+        if max_nodes is None:
+            from ._config import config
+            max_nodes = config().dot_max_nodes
+        elif isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
+            raise TypeError(f"DotRecorder(max_nodes={max_nodes!r}): give the largest "
+                            "number of nodes drawn in full as an int (0: no limit)")
+        elif max_nodes < 0:
+            raise ValueError(f"DotRecorder(max_nodes={max_nodes!r}): give a number of "
+                             "nodes >= 0 (0: no limit)")
         self.path = path
         self.reduce = reduce
+        self.summary = summary
+        self.max_nodes = max_nodes
         self.records: list[WorkRecord] = []
         # Synchronisation nodes: (ident, label, predecessors); fences have negative
         # idents. Scopes: id -> (parent id, kind, count, discarded).
@@ -45,20 +100,24 @@ class DotRecorder(Instrument):
         self._scope_of: dict[int, int] = {}
         self._open: dict[int, list[int]] = {}          # thread -> stack of scope ids
         self._since_fence: list[int] = []
+        self._order: list[int] = []        # every node, in submission order
 
     def work_submitted(self, record: WorkRecord) -> None:
         if record.kind in ("task", "host_launch"):
             self.records.append(record)
+            self._order.append(record.ident)
             self._since_fence.append(record.ident)
             stack = self._open.get(threading.get_ident())
             if stack:
                 self._scope_of[record.ident] = stack[-1]
         elif record.kind == "wait":
             self.syncs.append((record.ident, record.label, list(record.predecessors)))
+            self._order.append(record.ident)
 
     def fence(self) -> None:
         ident = -(sum(1 for s in self.syncs if s[0] < 0) + 1)
         self.syncs.append((ident, "fence", self._since_fence))
+        self._order.append(ident)
         self._since_fence = []
 
     def scope_opened(self, kind: str, count: int | None) -> None:
@@ -90,10 +149,47 @@ class DotRecorder(Instrument):
                 else:
                     readers.setdefault(key, set()).add(record.ident)
         if self.reduce if reduce is None else reduce:
-            edges = transitive_reduction(edges)
+            edges = transitive_reduction(edges, self._order)
         return edges
 
-    def to_dot(self) -> str:
+    def _graph_edges(self) -> set[tuple[int, int]]:
+        """The edges drawn: between work, and into waits and fences."""
+        drawn = {record.ident for record in self.records}
+        edges = self.edges(reduce=False)
+        for ident, _, predecessors in self.syncs:
+            edges.update((p, ident) for p in predecessors if p in drawn)
+            drawn.add(ident)
+        if self.reduce:
+            edges = transitive_reduction(edges, self._order)
+        return edges
+
+    def node_count(self) -> int:
+        """The nodes of the full graph: work, copies, waits and fences."""
+        return (len(self.records) + len(self.syncs)
+                + sum(len(record.transfers) for record in self.records))
+
+    def to_dot(self, *, summary: bool | None = None) -> str:
+        """The graph in Graphviz DOT.
+
+        Parameters
+        ----------
+        summary : bool, optional
+            ``True``: one node per symbol; ``False``: every task; default: the
+            recorder's ``summary`` setting (by default: summarise graphs of more
+            than ``max_nodes`` nodes).
+        """
+        _check_summary("to_dot", summary)
+        if summary is None:
+            summary = self.summary
+        edges = self._graph_edges()
+        nodes = self.node_count()
+        if summary is None:
+            summary = 0 < self.max_nodes < nodes
+        if summary:
+            return self._summary_dot(edges, nodes)
+        return self._full_dot(edges)
+
+    def _full_dot(self, edges: set[tuple[int, int]]) -> str:
         nodes: dict[int | None, list[str]] = {}
         for record in self.records:
             shape = ', shape=ellipse, fillcolor="#fff4d6"' \
@@ -109,21 +205,23 @@ class DotRecorder(Instrument):
                     f'{place_name(target)}\\n{byte_size_text(nbytes)}", shape=note, '
                     'style="dashed,filled", fillcolor="#eeeeee", fontsize=10];')
                 lines.append(f"{node} -> w{record.ident} [style=dashed];")
-        drawn = {record.ident for record in self.records}
-        edges = self.edges(reduce=False)
-        for ident, label, predecessors in self.syncs:
+        for ident, label, _ in self.syncs:
             fill = "#fde2e2" if ident >= 0 else "#e2f5e2"
             nodes.setdefault(None, []).append(
                 f'{_node(ident)} [label="{_escape(label)}", '
                 f'shape=octagon, fillcolor="{fill}"];')
-            edges.update((p, ident) for p in predecessors if p in drawn)
-            drawn.add(ident)
-        if self.reduce:
-            edges = transitive_reduction(edges)
-        lines = ["digraph stflow {", "  rankdir=TB;",
-                 '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
+        lines = _HEADER[:]
+        self._emit_scopes(lines, nodes)
+        for source, target in sorted(edges):
+            lines.append(f"  {_node(source)} -> {_node(target)};")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _emit_scopes(self, lines: list[str], nodes: dict[int | None, list[str]],
+                     with_scopes: bool = True) -> None:
+        """Append the nodes of each scope, nested in clusters as the scopes are."""
         children: dict[int | None, list[int]] = {}
-        for number, (parent, _, _, _) in self.scopes.items():
+        for number, (parent, _, _, _) in (self.scopes if with_scopes else {}).items():
             children.setdefault(parent, []).append(number)
 
         def emit(scope: int | None, indent: str) -> None:
@@ -141,18 +239,121 @@ class DotRecorder(Instrument):
                 lines.append(f"{indent}}}")
 
         emit(None, "  ")
-        for source, target in sorted(edges):
-            lines.append(f"  {_node(source)} -> {_node(target)};")
+
+    def _summary_dot(self, edges: set[tuple[int, int]], node_count: int) -> str:
+        """One node per symbol (and scope), one edge per pair of them, with counts.
+
+        The symbols are taken whole while that gives at most ``max_nodes`` groups;
+        else the scopes are left out, and then the numbers in the symbols become
+        ``*`` (``matvec[3]`` joins ``matvec[*]``).
+        """
+        for by_scope, coarse in ((True, False), (False, False), (False, True)):
+            group_of, groups = self._groups(by_scope, coarse)
+            if not self.max_nodes or len(groups) <= self.max_nodes:
+                break
+        nodes: dict[int | None, list[str]] = {}
+        for number, group in enumerate(groups.values(), 1):
+            text = f"{_escape(group.label)}\\n× {group.members}"
+            if group.places:
+                text += " on " + ", ".join(place_name(p) for p in sorted(group.places))
+            if group.copies:
+                text += (f"\\n{group.copies} {'copy' if group.copies == 1 else 'copies'}"
+                         f" in, {byte_size_text(group.moved)}")
+            style = _GROUP_STYLES.get(group.kind, "")
+            nodes.setdefault(group.scope, []).append(
+                f'g{number} [label="{text}"{style}];')
+        numbers = {key: number for number, key in enumerate(groups, 1)}
+        between: dict[tuple[int, int], int] = {}
+        for source, target in edges:
+            pair = (numbers[group_of[source]], numbers[group_of[target]])
+            between[pair] = between.get(pair, 0) + 1
+        work = len(self.records)
+        copies = node_count - work - len(self.syncs)
+        how = ("the full graph: DotRecorder(summary=False) or to_dot(summary=False), "
+               "or STFLOW_DOT_MAX_NODES=0 in the environment")
+        grouping = "symbol" + (" and scope" if by_scope and self.scopes else "") \
+            + (", numbers as *" if coarse else "")
+        lines = _HEADER[:1] + [
+            (f"  // stflow: summary of {node_count} nodes ({work} tasks and host "
+             f"callbacks, {copies} copies, {len(self.syncs)} waits and fences) in "
+             f"{len(groups)} groups by {grouping}; max_nodes={self.max_nodes}."),
+            ("  // A node counts the work it stands for (× n), an edge the "
+             f"{'reduced ' if self.reduce else ''}dependencies between two groups."),
+            f"  // For {how}."] + _HEADER[1:]
+        self._emit_scopes(lines, nodes, by_scope)
+        for (source, target), count in sorted(between.items()):
+            lines.append(f'  g{source} -> g{target} [label="{count}"];')
+        lines.append(f'  label="summary of {work} tasks in {len(groups)} groups by '
+                     f'{grouping}; the full graph: to_dot(summary=False) or '
+                     'STFLOW_DOT_MAX_NODES=0"; labelloc=t;')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def write(self, path: str | None = None) -> None:
+    def _groups(self, by_scope: bool, coarse: bool
+                ) -> tuple[dict[int, tuple[Any, ...]], dict[tuple[Any, ...], _Group]]:
+        """Each node's group key, and the groups in order of first appearance."""
+        group_of: dict[int, tuple[Any, ...]] = {}
+        groups: dict[tuple[Any, ...], _Group] = {}
+
+        def join(ident: int, scope: int | None, kind: str, label: str) -> _Group:
+            if coarse:
+                label = _NUMBERS.sub("*", label)
+            key = (scope if by_scope else None, kind, label)
+            group_of[ident] = key
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group(key[0], kind, label)
+            group.members += 1
+            return group
+
+        for record in self.records:
+            group = join(record.ident, self._scope_of.get(record.ident), record.kind,
+                         record.label)
+            group.places.add(record.device)
+            group.copies += len(record.transfers)
+            group.moved += sum(transfer[3] for transfer in record.transfers)
+        for ident, label, _ in self.syncs:
+            join(ident, None, "fence" if ident < 0 else "wait", label)
+        return group_of, groups
+
+    def write(self, path: str | os.PathLike[str] | None = None, *,
+              summary: bool | None = None) -> None:
+        """Write :meth:`to_dot` to ``path`` (default: the recorder's, else
+        ``stflow.dot``)."""
         with open(path or self.path or "stflow.dot", "w") as out:
-            out.write(self.to_dot())
+            out.write(self.to_dot(summary=summary))
 
     def finalized(self) -> None:
         if self.path:
             self.write()
+
+
+@dataclass
+class _Group:
+    """Nodes of one symbol (in one scope) drawn as one node of a summary."""
+
+    scope: int | None
+    kind: str
+    label: str
+    places: set[int] = field(default_factory=set)
+    members: int = 0
+    copies: int = 0
+    moved: int = 0                       # bytes copied in
+
+
+_GROUP_STYLES = {"host_launch": ', shape=ellipse, fillcolor="#fff4d6"',
+                 "wait": ', shape=octagon, fillcolor="#fde2e2"',
+                 "fence": ', shape=octagon, fillcolor="#e2f5e2"'}
+_HEADER = ["digraph stflow {", "  rankdir=TB;",
+           '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
+_NUMBERS = re.compile(r"\d+")
+
+
+def _check_summary(caller: str, summary: Any) -> None:
+    if summary is not None and not isinstance(summary, bool):
+        raise TypeError(f"{caller}(summary={summary!r}): give True (one node per "
+                        "symbol), False (every task) or None (summarise graphs of "
+                        "more than max_nodes nodes)")
 
 
 _SCOPE_TITLES = {"while": "while_loop", "graph": "graph_scope",
@@ -167,29 +368,163 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def transitive_reduction(edges: set[tuple[int, int]]) -> set[tuple[int, int]]:
-    """Drop every edge ``a -> c`` implied by a longer path ``a -> ... -> c``."""
-    successors: dict[int, set[int]] = {}
-    for a, b in edges:
-        successors.setdefault(a, set()).add(b)
-    reduced = set()
-    for a, b in edges:
-        # b is implied if reachable from another successor of a
-        stack = [s for s in successors.get(a, ()) if s != b]
-        seen = set(stack)
-        implied = False
-        while stack:
-            node = stack.pop()
-            if node == b:
-                implied = True
-                break
-            for following in successors.get(node, ()):
-                if following not in seen:
-                    seen.add(following)
-                    stack.append(following)
-        if not implied:
-            reduced.add((a, b))
+def transitive_reduction(edges: Iterable[tuple[int, int]],
+                         order: Sequence[int] | None = None) -> set[tuple[int, int]]:
+    """Drop every edge ``a -> c`` implied by a longer path ``a -> ... -> c``.
+
+    Parameters
+    ----------
+    edges : iterable of (int, int)
+        The edges of a directed acyclic graph.
+    order : sequence of int, optional
+        Its nodes in a topological order (a task graph: the order of submission),
+        every source before its targets. By default one is computed (Kahn's
+        algorithm, the smallest node first among those ready).
+
+    Returns
+    -------
+    set of (int, int)
+        The transitive reduction: the fewest edges with the same paths.
+
+    Raises
+    ------
+    ValueError
+        When ``edges`` has a cycle, or ``order`` misses a node or puts a target
+        before its source.
+
+    Notes
+    -----
+    Exact, and near-linear on task graphs. Each node keeps, as bits of a Python
+    integer, its ancestors among the ``window`` nodes just before it in ``order``,
+    and its ancestors among the *landmarks*, the sources of edges longer than the
+    window (data written once and read much later). Nodes are visited in ``order``;
+    the predecessors of a node are tried nearest first, and an edge from a
+    predecessor already among the ancestors gathered from the nearer ones is implied.
+    The window is chosen to minimise ``window + landmarks``, so the work is about
+    ``edges * (window + landmarks) / 64`` machine words; a task graph, whose
+    dependencies are mostly short, keeps both small. The bits of a node are
+    dropped once its last successor is visited.
+    """
+    edge_list: Collection[tuple[int, int]] = \
+        edges if isinstance(edges, (set, frozenset, list, tuple)) else list(edges)
+    if order is None:
+        order = _topological_order(edge_list)
+    position, predecessors, longest = _spans(edge_list, order)
+    window = _best_window(longest.values())
+    landmark = {source: bit for bit, source in enumerate(
+        sorted(s for s, span in longest.items() if span > window))}
+    successors_left = dict.fromkeys(longest, 0)
+    for source, _ in edge_list:
+        successors_left[source] += 1
+    near: dict[int, int] = {}            # bit window - d: the ancestor d positions back
+    far: dict[int, int] = {}             # bit landmark[a]: the landmark a is an ancestor
+    reduced: set[tuple[int, int]] = set()
+    for node in order:
+        here = position[node]
+        near_bits = far_bits = 0
+        sources = predecessors.get(node)
+        if sources:
+            sources.sort(key=position.__getitem__, reverse=True)
+            for source in dict.fromkeys(sources):          # nearest first, once each
+                distance = here - position[source]
+                if distance <= window:
+                    own = 1 << (window - distance)
+                    if near_bits & own:
+                        continue                           # implied by a nearer one
+                else:
+                    if far_bits >> landmark[source] & 1:
+                        continue
+                    own = 0
+                reduced.add((source, node))
+                near_bits |= (near.get(source, 0) >> distance) | own
+                far_bits |= far.get(source, 0)
+                if source in landmark:
+                    far_bits |= 1 << landmark[source]
+            for source in sources:
+                successors_left[source] -= 1
+                if successors_left[source] == 0:
+                    near.pop(source, None)
+                    far.pop(source, None)
+        if node in successors_left:                        # someone will ask
+            if near_bits:
+                near[node] = near_bits
+            if far_bits:
+                far[node] = far_bits
     return reduced
+
+
+def _spans(edges: Collection[tuple[int, int]], order: Sequence[int]
+           ) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
+    """Each node's position in ``order``, its predecessors, and (for sources) the
+    length of its longest edge in positions; checks ``order``."""
+    position = {node: index for index, node in enumerate(order)}
+    if len(position) < len(order):
+        raise ValueError("transitive_reduction: order lists a node twice; give each "
+                         "node once, or leave order out")
+    predecessors: dict[int, list[int]] = {}
+    longest: dict[int, int] = {}
+    for source, target in edges:
+        if source not in position or target not in position:
+            missing = source if source not in position else target
+            raise ValueError(f"transitive_reduction: node {missing!r} of edge "
+                             f"{(source, target)!r} is not in the order given; list "
+                             "every node, or leave order out")
+        span = position[target] - position[source]
+        if span <= 0:
+            raise ValueError(f"transitive_reduction: edge {(source, target)!r} goes "
+                             "against the order given (or is a loop); give a "
+                             "topological order, or leave order out")
+        predecessors.setdefault(target, []).append(source)
+        if span > longest.get(source, 0):
+            longest[source] = span
+    return position, predecessors, longest
+
+
+def _reduction_width(edges: Collection[tuple[int, int]], order: Sequence[int]) -> int:
+    """The bits :func:`transitive_reduction` keeps per node for these edges (window
+    plus landmarks): its work is about ``len(edges) * (1 + width / 64)`` steps."""
+    _, _, longest = _spans(edges, order)
+    window = _best_window(longest.values())
+    return window + sum(1 for span in longest.values() if span > window)
+
+
+def _best_window(spans: Iterable[int]) -> int:
+    """The window ``w`` minimising ``w + (number of spans longer than w)``."""
+    ordered = sorted(spans)
+    best, best_cost = 0, len(ordered)
+    for index, span in enumerate(ordered):
+        if index + 1 < len(ordered) and ordered[index + 1] == span:
+            continue
+        cost = span + len(ordered) - index - 1
+        if cost < best_cost:
+            best, best_cost = span, cost
+    return best
+
+
+def _topological_order(edges: Iterable[tuple[int, int]]) -> list[int]:
+    """The nodes of ``edges``, sources first (the smallest ready node next)."""
+    successors: dict[int, list[int]] = {}
+    waiting: dict[int, int] = {}
+    for source, target in edges:
+        successors.setdefault(source, []).append(target)
+        waiting.setdefault(source, 0)
+        waiting[target] = waiting.get(target, 0) + 1
+    ready = [node for node, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        node = heapq.heappop(ready)
+        order.append(node)
+        for target in successors.get(node, ()):
+            waiting[target] -= 1
+            if waiting[target] == 0:
+                heapq.heappush(ready, target)
+    if len(order) < len(waiting):
+        stuck = sorted(node for node, count in waiting.items() if count > 0)[:5]
+        raise ValueError("transitive_reduction: the edges have a cycle (through "
+                         f"{stuck}); a task graph never does — pass the edges of a "
+                         "directed acyclic graph")
+    return order
 
 
 # -- Chrome / Perfetto trace -----------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -145,3 +146,40 @@ def test_the_demo_trace_and_graph(tmp_path):
     assert any(e["cat"] == "transfer" and e["args"]["bytes"] > 0 for e in spans)
     graph = dot.read_text()
     assert "task 'matvec[0]'" in graph and " -> " in graph
+
+
+def test_the_summary_of_a_real_program_counts_its_tasks_copies_and_edges(backend):
+    recorder = DotRecorder(summary=True)
+    with stf.context(backend=backend) as ctx:
+        ctx.attach(recorder)
+        _known_program(ctx)
+        _known_program(ctx)                         # each symbol twice
+    text = recorder.to_dot()
+    copies = sum(len(r.transfers) for r in recorder.records)
+    assert f"summary of {10 + copies} nodes (10 tasks and host callbacks, {copies} " \
+           "copies, 0 waits and fences) in 5 groups by symbol" in text
+    for symbol in ("t1", "t2", "t3", "t4"):
+        assert f"task '{symbol}'\\n× 2 on dev0" in text
+    assert "host_launch 'h'\\n× 2 on host" in text
+    counts = [int(n) for n in re.findall(r' -> g\d+ \[label="(\d+)"\]', text)]
+    assert sum(counts) == len(recorder.edges()) == 12     # 6 per program (new data)
+    assert " copies in, " in text or " copy in, " in text
+
+
+def test_the_demo_graph_from_the_environment_is_summarised(tmp_path):
+    dot = tmp_path / "demo.dot"
+    env = {**os.environ, "STFLOW_DOT_FILE": str(dot), "STFLOW_BACKEND": "emulated",
+           "STFLOW_DOT_MAX_NODES": "40"}
+    command = [sys.executable, "-m", "stflow.demo", "--size", "small",
+               "--iterations", "3"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    graph = dot.read_text()
+    assert "groups by symbol; max_nodes=40." in graph
+    assert "task 'matvec[0]'\\n× 3 on dev0" in graph
+    assert "STFLOW_DOT_MAX_NODES=0" in graph
+    env["STFLOW_DOT_MAX_NODES"] = "0"                 # and the full graph
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    graph = dot.read_text()
+    assert "summary" not in graph and graph.count("label=\"task 'matvec[0]'") == 3

@@ -97,6 +97,44 @@ def test_arguments_are_checked():
             other.attach(bar)
 
 
+@pytest.mark.parametrize("interval", [float("inf"), float("nan"), -1.0, 1e300])
+def test_an_interval_the_helper_thread_cannot_wait_is_refused(interval):
+    # inf was accepted, and the helper thread died with an OverflowError traceback
+    with pytest.raises(ValueError, match=r"interval=.*positive, finite number of "
+                                         r"seconds"):
+        stf.ProgressBar(style="text", interval=interval)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"total": True}, r"total=True\): give the expected number of tasks as an int"),
+    ({"total": 2.0}, r"total=2.0\): .* an int >= 0"),
+    ({"total": "10"}, r"total='10'\): .* an int >= 0"),
+    ({"interval": "0.5"}, r"interval='0.5'\): .* as a number"),
+    ({"interval": True}, r"interval=True\): .* as a number"),
+    ({"style": None}, r"style=None\): give a string, one of auto, tqdm"),
+    ({"description": 3}, r"description=3\): give the label as a string"),
+    ({"file": "log.txt"}, r"file='log.txt'\): give a text file object"),
+])
+def test_arguments_of_the_wrong_type_are_named(arguments, message):
+    with pytest.raises(TypeError, match=message):
+        stf.ProgressBar(**{"style": "text", **arguments})
+
+
+def test_integral_totals_and_long_intervals_are_accepted():
+    bar = stf.ProgressBar(style="text", file=io.StringIO(), total=np.int64(7),
+                          interval=1e6)
+    assert bar.expected == 7 and type(bar.expected) is int
+    started = time.monotonic()
+    with stf.context(backend="emulated") as ctx:
+        ctx.attach(bar)                 # the helper thread waits 1e6 s between redraws
+        x = ctx.logical_data(np.zeros(4))
+        with ctx.task(x.rw()):
+            pass
+    assert bar.closed and not bar._thread.is_alive()
+    assert time.monotonic() - started < 30           # close() did not wait 1e6 s
+    assert bar.text().split("] ")[1].startswith("1/1 tasks")
+
+
 def test_missing_library_is_named(monkeypatch):
     import stflow._progress as progress
     monkeypatch.setattr(progress, "_importable", lambda name: False)
