@@ -41,9 +41,11 @@ Reductions (``ld.reduce(op)``): a task reducing into a data on rank ``E`` reduce
 into ``E``'s *partial* of it (a local data filled with the identity of ``op`` when
 ``E`` first contributes); the holders do not change. The next other access of the
 data (or ``wait``, ``finalize``, or a reduction with another operation) combines on
-the rank that needs it: the current value, then every contributing rank's partial
-in rank order (each sent by its rank), so the result is the same wherever it is
-combined; that rank then holds the data alone.
+the rank that needs it: the current value (the identity where the data has none
+yet: made by ``logical_data_empty``, neither written nor combined since, as
+locally), then every contributing rank's partial in rank order (each sent by its
+rank), so the result is the same wherever it is combined; that rank then holds the
+data alone. Partials are private data of their rank, 0-d and empty ones included.
 
 The hot path: on every rank, every task costs the check of its dependencies, a test
 per dependency (pending reduction, reduction, or read by a rank not holding the
@@ -248,7 +250,7 @@ class distributed_context:
         self._collective_call("data", index, checked_shape, checked_dtype.str, owner)
         local = self._private(checked_shape, checked_dtype, label)
         data = dist_data(local, owner, index, checked_shape, checked_dtype, label,
-                         {owner})
+                         {owner}, has_initial=False)
         data.context = self
         self._data.append(data)
         return data
@@ -318,22 +320,24 @@ class distributed_context:
 
     def _open_partial(self, data: dist_data, op: ReduceOp) -> None:
         """Fill this rank's partial of ``data`` with ``op``'s identity (a local task;
-        the partial is made on first use and kept)."""
+        the partial is made on first use and kept, as private data: 0-d and empty
+        data too)."""
         if data.partial is None:
-            data.partial = self.local.logical_data_empty(data.shape, data.dtype,
-                                                         name=f"{data.name}.partial")
+            data.partial = self._private(data.shape, data.dtype, f"{data.name}.partial")
         identity = op.identity(data.dtype)
         with self.local.task(data.partial.write()) as t:
             t.run(lambda xp, view: view.fill(identity))
 
     def _combine(self, data: dist_data, rank: int) -> None:
         """Combine the pending reductions into ``data`` on ``rank`` (collective): its
-        current value, brought to ``rank``, then every partial in rank order, each
-        sent by its rank; ``rank`` then holds the result alone."""
+        current value, brought to ``rank`` (the identity where the data was never
+        written, as locally), then every partial in rank order, each sent by its
+        rank; ``rank`` then holds the result alone."""
         reduction = data.reduction
         assert reduction is not None
         data.reduction = None
-        if rank not in data.holders:
+        fresh = data.never_written()           # no value to bring: start from identity
+        if not fresh and rank not in data.holders:
             self._bring(data, rank)
         ranks = sorted(reduction.ranks)
         tag = self._tag(data, partial=True)
@@ -349,7 +353,7 @@ class distributed_context:
             # Each partial lands in local data of its own, which the combining task
             # reads where it runs (a task body must not copy host arrays itself:
             # graph mode captures it).
-            deps = [data.local.rw()]
+            deps = [data.local.write() if fresh else data.local.rw()]
             order = []
             if rank in reduction.ranks:
                 deps.append(data.partial.read())
@@ -361,8 +365,11 @@ class distributed_context:
                 deps.append(arrived.read())
                 order.append(source)
             ufunc = reduction.op.ufunc
+            identity = reduction.op.identity(data.dtype) if fresh else None
 
             def combine(xp: Any, value: Any, *partials: Any) -> None:
+                if identity is not None:
+                    value.fill(identity)
                 by_rank = dict(zip(order, partials))
                 for source in ranks:          # rank order: the same result anywhere
                     ufunc(value, by_rank[source], out=value)

@@ -74,3 +74,73 @@ def test_reducing_and_accessing_the_same_data_is_refused_on_every_rank(comm):
             acc.reduce("mean")
         with pytest.raises(TypeError, match="integer"):
             acc.reduce("bitwise_or")
+
+
+def _reduce_from_every_rank(ctx, acc, op, ranks):
+    """Each of ``ranks`` reduces ``r + 2`` into ``acc`` with ``op`` (locally:
+    ``ranks`` tasks on the one process)."""
+    for r in ranks:
+        kwargs = {"rank": r} if isinstance(ctx, stf.distributed_context) else {}
+        with ctx.task(acc.reduce(op), **kwargs) as t:
+            t.run(lambda xp, view, r=r: view.__setitem__(Ellipsis, r + 2))
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0)])
+@pytest.mark.parametrize("op", ["sum", "prod", "max"])
+def test_reductions_into_0d_and_empty_data_give_what_a_local_context_gives(comm, shape,
+                                                                         op):
+    size, rank = comm.Get_size(), comm.Get_rank()
+    ranks = [*range(size), *range(size)]              # two partial updates per rank
+    local_user = np.full(shape, 3.0)
+    with stf.context(backend="emulated") as local:
+        acc = local.logical_data(local_user)
+        _reduce_from_every_rank(local, acc, op, ranks)
+        local_seen = local.wait(acc)
+        _reduce_from_every_rank(local, acc, "min", ranks)
+    user = np.full(shape, 3.0)
+    with stf.distributed_context(comm, backend="emulated") as ctx:
+        acc = ctx.logical_data(user, owner=size - 1)
+        _reduce_from_every_rank(ctx, acc, op, ranks)
+        seen = ctx.wait(acc)
+        _reduce_from_every_rank(ctx, acc, "min", ranks)   # combined at finalize
+    assert seen.shape == shape
+    np.testing.assert_array_equal(seen, local_seen)
+    np.testing.assert_array_equal(user, local_user if rank == size - 1
+                                  else np.full(shape, 3.0))
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3), (), (0,), (2, 0)])
+@pytest.mark.parametrize("op, dtype", [("sum", "f8"), ("prod", "f4"), ("min", "f8"),
+                                       ("max", "i4"), ("bitwise_and", "i8")])
+def test_a_never_written_data_reduced_into_starts_from_the_identity(comm, shape, op,
+                                                                    dtype):
+    size = comm.Get_size()
+    ranks = [*range(size), 0]
+    operation = {"sum": np.add, "prod": np.multiply, "min": np.minimum,
+                 "max": np.maximum, "bitwise_and": np.bitwise_and}[op]
+    want = np.full(shape, operation.reduce(np.array([r + 2 for r in ranks], dtype)))
+    if all(shape) and shape:                 # a local context has such data too
+        with stf.context(backend="emulated") as local:
+            acc = local.logical_data_empty(shape, dtype)
+            _reduce_from_every_rank(local, acc, op, ranks)
+            np.testing.assert_array_equal(local.wait(acc), want)
+    for combined_by in ("wait", "read", "another op"):
+        expected = np.maximum(want, size + 1) if combined_by == "another op" else want
+        with stf.distributed_context(comm, backend="emulated") as ctx:
+            acc = ctx.logical_data_empty(shape, dtype, owner=size - 1)
+            _reduce_from_every_rank(ctx, acc, op, ranks)
+            if combined_by == "read":        # combined on rank 0, then sent
+                out = ctx.logical_data(np.zeros(shape, dtype), owner=0)
+                with ctx.task(out.write(), acc.read(), rank=0) as t:
+                    t.run(lambda xp, o, a: o.__setitem__(Ellipsis, a))
+                seen = ctx.wait(out)
+            else:
+                if combined_by == "another op":   # combined first, then folded into
+                    _reduce_from_every_rank(ctx, acc, "max", [size - 1])
+                seen = ctx.wait(acc)
+            _reduce_from_every_rank(ctx, acc, op, [0])     # it has a value now
+            twice = ctx.wait(acc)
+        assert seen.dtype == np.dtype(dtype) and seen.shape == shape
+        np.testing.assert_array_equal(seen, expected, err_msg=combined_by)
+        np.testing.assert_array_equal(twice, operation(expected, np.asarray(2, dtype)),
+                                      err_msg=combined_by)
