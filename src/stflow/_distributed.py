@@ -106,13 +106,56 @@ def _described(array: Any, registered: bool) -> tuple[Any, tuple[int, ...], np.d
     return converted, converted.shape, converted.dtype
 
 
+_COMM_METHODS = ("Get_rank", "Get_size", "Isend", "Irecv", "Bcast", "allgather",
+                 "Barrier", "Abort")
+"""What the layer calls on its communicator (an mpi4py ``Intracomm`` has them all)."""
+
+_COMM_REMEDY = ("pass an MPI communicator: 'from mpi4py import MPI' then "
+                "distributed_context(MPI.COMM_WORLD) (pip install 'stflow[mpi]')")
+
+
+def _check_comm(comm: Any) -> None:
+    """Refuse what is not an intracommunicator the layer can use: an mpi4py
+    ``Intracomm`` other than ``COMM_NULL``, or an object with its methods."""
+    MPI = sys.modules.get("mpi4py.MPI")     # imported wherever a communicator exists
+    if MPI is not None and isinstance(comm, MPI.Comm):
+        if comm == MPI.COMM_NULL:
+            raise ValueError(f"distributed_context: comm is MPI.COMM_NULL, which has "
+                             f"no ranks; {_COMM_REMEDY}")
+        if comm.Is_inter():
+            raise TypeError(f"distributed_context: comm must be an intracommunicator "
+                            f"(mpi4py.MPI.Intracomm), got an intercommunicator "
+                            f"({type(comm).__name__}); merge it first "
+                            f"(comm.Merge()) or {_COMM_REMEDY}")
+        return
+    missing = [name for name in _COMM_METHODS if not callable(getattr(comm, name, None))]
+    if not missing:
+        return
+    kind = type(comm).__name__
+    if comm is None:
+        got = "None"
+    elif isinstance(comm, type(sys)):
+        got = f"the module {comm.__name__}"
+    elif len(missing) < len(_COMM_METHODS):
+        got = f"an object of type {kind} without {', '.join(missing)}"
+    elif isinstance(comm, (int, float, str)):
+        got = f"{kind} {comm!r}"
+    else:
+        got = f"an object of type {kind}"
+    raise TypeError(f"distributed_context: comm must be an MPI communicator (an "
+                    f"mpi4py.MPI.Intracomm such as MPI.COMM_WORLD, or an object with "
+                    f"its methods {', '.join(_COMM_METHODS)}), got {got}; "
+                    f"{_COMM_REMEDY}")
+
+
 class distributed_context:
     """A sequential task flow over the ranks of ``comm`` (see the module docstring).
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        Every rank of it runs the same program.
+    comm : mpi4py.MPI.Intracomm
+        Every rank of it runs the same program (``MPI.COMM_WORLD``, or any
+        intracommunicator; an object with the methods of one will do).
     backend, use_graph
         Of each rank's local context (``stf.context``).
     device : int, optional
@@ -140,6 +183,7 @@ class distributed_context:
     def __init__(self, comm: Any, *, backend: str | None = None,
                  use_graph: bool = False, device: int | None = None) -> None:
         from ._context import context
+        _check_comm(comm)
         self._check_each = check_each_call()     # STFLOW_DISTRIBUTED_CHECK=1
         self.comm = comm
         self.rank = int(comm.Get_rank())

@@ -112,6 +112,51 @@ def test_bad_owners_and_dependencies_are_refused(comm):
         assert ctx.logical_data_empty((3, 0)).shape == (3, 0)
 
 
+class _HalfACommunicator:
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+
+@pytest.mark.parametrize("comm_given, got", [
+    (None, "got None;"), (0, "got int 0;"), ("COMM_WORLD", "got str 'COMM_WORLD';"),
+    ("the module", "got the module mpi4py.MPI;"),
+    (_HalfACommunicator(), "got an object of type _HalfACommunicator without Isend, "
+                           "Irecv, Bcast, allgather, Barrier, Abort;")])
+def test_what_is_not_a_communicator_is_refused_naming_what_arrived(comm, comm_given,
+                                                                   got):
+    from mpi4py import MPI
+    if comm_given == "the module":
+        comm_given = MPI
+    with pytest.raises(TypeError) as refused:
+        stf.distributed_context(comm_given, backend="emulated")
+    message = str(refused.value)
+    assert message.startswith("distributed_context: comm must be an MPI communicator "
+                              "(an mpi4py.MPI.Intracomm such as MPI.COMM_WORLD")
+    assert got in message
+    assert message.endswith("distributed_context(MPI.COMM_WORLD) (pip install "
+                            "'stflow[mpi]')")
+
+
+def test_the_null_and_inter_communicators_are_refused(comm):
+    from mpi4py import MPI
+    with pytest.raises(ValueError, match="comm is MPI.COMM_NULL, which has no ranks"):
+        stf.distributed_context(MPI.COMM_NULL, backend="emulated")
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size < 2:
+        return                            # an intercommunicator needs two groups
+    half = comm.Split(rank % 2, rank)
+    inter = half.Create_intercomm(0, comm, 1 - rank % 2, tag=7)
+    try:
+        with pytest.raises(TypeError, match="got an intercommunicator.*comm.Merge()"):
+            stf.distributed_context(inter, backend="emulated")
+    finally:
+        inter.Free()
+        half.Free()
+
+
 @pytest.mark.parametrize("first", range(0, SEEDS, 50))
 def test_random_programs_match_the_oracle_on_every_rank(comm, backend, first):
     """Random owners and executing ranks; every rank checks its wait results and the
