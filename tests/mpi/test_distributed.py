@@ -140,6 +140,26 @@ def test_what_is_not_a_communicator_is_refused_naming_what_arrived(comm, comm_gi
                             "'stflow[mpi]')")
 
 
+class _Delegating:
+    """Another library's communicator: mpi4py's methods, by delegation."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+
+def test_an_object_with_a_communicators_methods_will_do(comm):
+    size = comm.Get_size()
+    with stf.distributed_context(_Delegating(comm), backend="emulated") as ctx:
+        acc = ctx.logical_data_empty((), owner=size - 1)
+        for r in range(size):
+            with ctx.task(acc.reduce("sum"), rank=r) as t:
+                t.run(lambda xp, view, r=r: view.__setitem__(Ellipsis, r + 1))
+        assert ctx.wait(acc) == size * (size + 1) / 2
+
+
 def test_the_null_and_inter_communicators_are_refused(comm):
     from mpi4py import MPI
     with pytest.raises(ValueError, match="comm is MPI.COMM_NULL, which has no ranks"):
@@ -286,7 +306,8 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     senders waiting for their receivers above a few hundred bytes, or at every send;
     in stream and graph mode; sends posted where they are made, or ahead (once their
     copies completed, the rank going on meanwhile); one buffer per message size in
-    flight, or several (double buffering)."""
+    flight, or several (double buffering); half the programs reduce into 0-d, empty
+    and never-written data too (zero-byte partials)."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", ahead)
@@ -296,7 +317,8 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
             check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
-                                      use_graph=use_graph)
+                                      use_graph=use_graph,
+                                      edge_reductions=seed % 4 >= 2)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
@@ -346,7 +368,8 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
                                                        reductions):
     """STFLOW_MPI_CUDA_AWARE=1: values go to MPI as device buffers (on the emulated
     backend its device memory, which any MPI can read; on CUDA it needs a CUDA-aware
-    MPI, so only the emulated backend runs it here)."""
+    MPI, so only the emulated backend runs it here); with reductions, half the
+    programs reduce into 0-d, empty and never-written data too."""
     if backend != "emulated":
         pytest.skip("device buffers to a CUDA-aware MPI only")
     from stflow._staging import DirectStaging
@@ -356,7 +379,8 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
     failures = []
     for seed in range(0, max(SEEDS // 3, 10)):
         try:
-            check_distributed_program(seed, comm, backend, reductions=reductions)
+            check_distributed_program(seed, comm, backend, reductions=reductions,
+                                      edge_reductions=reductions and seed % 2 == 1)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])

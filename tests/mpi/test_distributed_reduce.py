@@ -4,7 +4,8 @@ combines the partials, in rank order, on the rank that needs the value.
 
 The differential test here is the distributed one (``stflow.testing``'s
 ``check_distributed_program``) with the generator's accumulators: data only reduced
-into (``sum``, ``prod``, ``min``, ``max``) and read, by tasks on random ranks.
+into (``sum``, ``prod``, ``min``, ``max``) and read, by tasks on random ranks; and
+with accumulators that are 0-d, zero-size or never written (``edge_reductions``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,33 @@ def test_random_programs_with_reductions_match_the_oracle_on_every_rank(comm, ba
     for seed in range(first, min(first + 50, SEEDS)):
         try:
             check_distributed_program(seed, comm, backend, reductions=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS // 2, 50))
+def test_random_programs_reducing_into_0d_empty_and_never_written_data(comm, backend,
+                                                                       first):
+    """Accumulators of shape (), (0,), (3, 0), (0, 2) and ordinary ones, from user
+    arrays, filled, or never written (starting from the identity, as locally), on
+    top of programs with (odd seeds) and without the generator's accumulators."""
+    failures = []
+    for seed in range(first, min(first + 50, SEEDS // 2)):
+        try:
+            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
+                                      edge_reductions=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, "\n\n".join(failures[:2])
+
+
+def test_the_same_in_graph_mode(comm, backend):
+    failures = []
+    for seed in range(0, max(SEEDS // 6, 10)):
+        try:
+            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
+                                      edge_reductions=True, use_graph=True)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
