@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+import types
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -134,7 +135,7 @@ def _check_comm(comm: Any) -> None:
     kind = type(comm).__name__
     if comm is None:
         got = "None"
-    elif isinstance(comm, type(sys)):
+    elif isinstance(comm, types.ModuleType):
         got = f"the module {comm.__name__}"
     elif len(missing) < len(_COMM_METHODS):
         got = f"an object of type {kind} without {', '.join(missing)}"
