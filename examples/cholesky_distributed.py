@@ -21,7 +21,8 @@ on every rank (``settle``). ``--runs R`` factorises ``R`` times, each in a fresh
 context, and prints the first time (which pays for the libraries' setup, see
 ``examples/cholesky.py``) and the best of the others.
 
-Without ``mpiexec`` it runs on one rank. On a GPU machine, ``--backend cuda`` makes
+Without ``mpiexec`` it runs on one rank; without mpi4py it says what to install
+(``pip install 'stflow[mpi]'``) and exits with status 2. On a GPU machine, ``--backend cuda`` makes
 each rank's tasks cuBLAS / cuSOLVER calls on its device (rank ``r`` on device ``r``
 modulo the devices).
 """
@@ -140,7 +141,13 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
     if comm is None:
-        from mpi4py import MPI
+        try:
+            from mpi4py import MPI
+        except ImportError:
+            print("error: examples/cholesky_distributed.py needs mpi4py and an MPI "
+                  "(pip install 'stflow[mpi]'), then: mpiexec -n 4 python "
+                  "examples/cholesky_distributed.py", file=sys.stderr)
+            return 2
         comm = MPI.COMM_WORLD
     backend = None if args.backend == "auto" else args.backend
     a = cholesky_example.spd_matrix(args.n)

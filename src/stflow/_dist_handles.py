@@ -30,16 +30,20 @@ __all__ = ["Reduction", "dist_data", "dist_dep", "dist_kernel", "dist_task", "ex
 class dist_data:
     """A logical data of a :class:`distributed_context`: the rank's local logical
     data, its owner, and which ranks hold its current version (the same on every
-    rank)."""
+    rank).
+
+    ``version`` counts the writes and combinations so far; version 0 of data made
+    without a value (``logical_data_empty``, ``has_initial`` false) holds none, so
+    reductions into it start from the identity (:meth:`never_written`)."""
 
     __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
                  "is_token", "reduction", "partial", "version", "incoming", "context",
-                 "nbytes",
+                 "nbytes", "has_initial",
                  "_deps", "_local_deps")
 
     def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
                  dtype: np.dtype, name: str, holders: set[int],
-                 is_token: bool = False) -> None:
+                 is_token: bool = False, has_initial: bool = True) -> None:
         self.local = local
         self.owner = owner
         self.index = index
@@ -52,11 +56,17 @@ class dist_data:
         self.reduction: Reduction | None = None   # partials not combined yet
         self.partial: Any = None         # this rank's local partial (made when needed)
         self.version = 0                 # writes and combinations so far: message tags
+        self.has_initial = has_initial   # version 0 has a value (from the user's array)
         self.incoming: Incoming | None = None    # a value received, not landed yet
         self.context: Any = None                     # the distributed_context
         # Dependencies are values: one of each mode, made once (here and locally).
         self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
         self._local_deps: dict[int, Any] = {}       # made when first used
+
+    def never_written(self) -> bool:
+        """Whether the data holds no value yet: made by ``logical_data_empty`` and
+        neither written nor combined since (the same on every rank)."""
+        return self.version == 0 and not self.has_initial
 
     def local_dep(self, mode: int, place: Any = None) -> Any:
         """The local dependency of ``mode`` at data place ``place`` (read-only data

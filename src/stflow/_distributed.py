@@ -41,9 +41,11 @@ Reductions (``ld.reduce(op)``): a task reducing into a data on rank ``E`` reduce
 into ``E``'s *partial* of it (a local data filled with the identity of ``op`` when
 ``E`` first contributes); the holders do not change. The next other access of the
 data (or ``wait``, ``finalize``, or a reduction with another operation) combines on
-the rank that needs it: the current value, then every contributing rank's partial
-in rank order (each sent by its rank), so the result is the same wherever it is
-combined; that rank then holds the data alone.
+the rank that needs it: the current value (the identity where the data has none
+yet: made by ``logical_data_empty``, neither written nor combined since, as
+locally), then every contributing rank's partial in rank order (each sent by its
+rank), so the result is the same wherever it is combined; that rank then holds the
+data alone. Partials are private data of their rank, 0-d and empty ones included.
 
 The hot path: on every rank, every task costs the check of its dependencies, a test
 per dependency (pending reduction, reduction, or read by a rank not holding the
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+import types
 from typing import Any, Callable, Union
 
 import numpy as np
@@ -104,13 +107,56 @@ def _described(array: Any, registered: bool) -> tuple[Any, tuple[int, ...], np.d
     return converted, converted.shape, converted.dtype
 
 
+_COMM_METHODS = ("Get_rank", "Get_size", "Isend", "Irecv", "Bcast", "allgather",
+                 "Barrier", "Abort")
+"""What the layer calls on its communicator (an mpi4py ``Intracomm`` has them all)."""
+
+_COMM_REMEDY = ("pass an MPI communicator: 'from mpi4py import MPI' then "
+                "distributed_context(MPI.COMM_WORLD) (pip install 'stflow[mpi]')")
+
+
+def _check_comm(comm: Any) -> None:
+    """Refuse what is not an intracommunicator the layer can use: an mpi4py
+    ``Intracomm`` other than ``COMM_NULL``, or an object with its methods."""
+    MPI = sys.modules.get("mpi4py.MPI")     # imported wherever a communicator exists
+    if MPI is not None and isinstance(comm, MPI.Comm):
+        if comm == MPI.COMM_NULL:
+            raise ValueError(f"distributed_context: comm is MPI.COMM_NULL, which has "
+                             f"no ranks; {_COMM_REMEDY}")
+        if comm.Is_inter():
+            raise TypeError(f"distributed_context: comm must be an intracommunicator "
+                            f"(mpi4py.MPI.Intracomm), got an intercommunicator "
+                            f"({type(comm).__name__}); merge it first "
+                            f"(comm.Merge()) or {_COMM_REMEDY}")
+        return
+    missing = [name for name in _COMM_METHODS if not callable(getattr(comm, name, None))]
+    if not missing:
+        return
+    kind = type(comm).__name__
+    if comm is None:
+        got = "None"
+    elif isinstance(comm, types.ModuleType):
+        got = f"the module {comm.__name__}"
+    elif len(missing) < len(_COMM_METHODS):
+        got = f"an object of type {kind} without {', '.join(missing)}"
+    elif isinstance(comm, (int, float, str)):
+        got = f"{kind} {comm!r}"
+    else:
+        got = f"an object of type {kind}"
+    raise TypeError(f"distributed_context: comm must be an MPI communicator (an "
+                    f"mpi4py.MPI.Intracomm such as MPI.COMM_WORLD, or an object with "
+                    f"its methods {', '.join(_COMM_METHODS)}), got {got}; "
+                    f"{_COMM_REMEDY}")
+
+
 class distributed_context:
     """A sequential task flow over the ranks of ``comm`` (see the module docstring).
 
     Parameters
     ----------
-    comm : mpi4py.MPI.Comm
-        Every rank of it runs the same program.
+    comm : mpi4py.MPI.Intracomm
+        Every rank of it runs the same program (``MPI.COMM_WORLD``, or any
+        intracommunicator; an object with the methods of one will do).
     backend, use_graph
         Of each rank's local context (``stf.context``).
     device : int, optional
@@ -138,6 +184,7 @@ class distributed_context:
     def __init__(self, comm: Any, *, backend: str | None = None,
                  use_graph: bool = False, device: int | None = None) -> None:
         from ._context import context
+        _check_comm(comm)
         self._check_each = check_each_call()     # STFLOW_DISTRIBUTED_CHECK=1
         self.comm = comm
         self.rank = int(comm.Get_rank())
@@ -248,7 +295,7 @@ class distributed_context:
         self._collective_call("data", index, checked_shape, checked_dtype.str, owner)
         local = self._private(checked_shape, checked_dtype, label)
         data = dist_data(local, owner, index, checked_shape, checked_dtype, label,
-                         {owner})
+                         {owner}, has_initial=False)
         data.context = self
         self._data.append(data)
         return data
@@ -318,22 +365,24 @@ class distributed_context:
 
     def _open_partial(self, data: dist_data, op: ReduceOp) -> None:
         """Fill this rank's partial of ``data`` with ``op``'s identity (a local task;
-        the partial is made on first use and kept)."""
+        the partial is made on first use and kept, as private data: 0-d and empty
+        data too)."""
         if data.partial is None:
-            data.partial = self.local.logical_data_empty(data.shape, data.dtype,
-                                                         name=f"{data.name}.partial")
+            data.partial = self._private(data.shape, data.dtype, f"{data.name}.partial")
         identity = op.identity(data.dtype)
         with self.local.task(data.partial.write()) as t:
             t.run(lambda xp, view: view.fill(identity))
 
     def _combine(self, data: dist_data, rank: int) -> None:
         """Combine the pending reductions into ``data`` on ``rank`` (collective): its
-        current value, brought to ``rank``, then every partial in rank order, each
-        sent by its rank; ``rank`` then holds the result alone."""
+        current value, brought to ``rank`` (the identity where the data was never
+        written, as locally), then every partial in rank order, each sent by its
+        rank; ``rank`` then holds the result alone."""
         reduction = data.reduction
         assert reduction is not None
         data.reduction = None
-        if rank not in data.holders:
+        fresh = data.never_written()           # no value to bring: start from identity
+        if not fresh and rank not in data.holders:
             self._bring(data, rank)
         ranks = sorted(reduction.ranks)
         tag = self._tag(data, partial=True)
@@ -349,7 +398,7 @@ class distributed_context:
             # Each partial lands in local data of its own, which the combining task
             # reads where it runs (a task body must not copy host arrays itself:
             # graph mode captures it).
-            deps = [data.local.rw()]
+            deps = [data.local.write() if fresh else data.local.rw()]
             order = []
             if rank in reduction.ranks:
                 deps.append(data.partial.read())
@@ -361,8 +410,11 @@ class distributed_context:
                 deps.append(arrived.read())
                 order.append(source)
             ufunc = reduction.op.ufunc
+            identity = reduction.op.identity(data.dtype) if fresh else None
 
             def combine(xp: Any, value: Any, *partials: Any) -> None:
+                if identity is not None:
+                    value.fill(identity)
                 by_rank = dict(zip(order, partials))
                 for source in ranks:          # rank order: the same result anywhere
                     ufunc(value, by_rank[source], out=value)

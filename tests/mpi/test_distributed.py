@@ -112,6 +112,71 @@ def test_bad_owners_and_dependencies_are_refused(comm):
         assert ctx.logical_data_empty((3, 0)).shape == (3, 0)
 
 
+class _HalfACommunicator:
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+
+@pytest.mark.parametrize("comm_given, got", [
+    (None, "got None;"), (0, "got int 0;"), ("COMM_WORLD", "got str 'COMM_WORLD';"),
+    ("the module", "got the module mpi4py.MPI;"),
+    (_HalfACommunicator(), "got an object of type _HalfACommunicator without Isend, "
+                           "Irecv, Bcast, allgather, Barrier, Abort;")])
+def test_what_is_not_a_communicator_is_refused_naming_what_arrived(comm, comm_given,
+                                                                   got):
+    from mpi4py import MPI
+    if comm_given == "the module":
+        comm_given = MPI
+    with pytest.raises(TypeError) as refused:
+        stf.distributed_context(comm_given, backend="emulated")
+    message = str(refused.value)
+    assert message.startswith("distributed_context: comm must be an MPI communicator "
+                              "(an mpi4py.MPI.Intracomm such as MPI.COMM_WORLD")
+    assert got in message
+    assert message.endswith("distributed_context(MPI.COMM_WORLD) (pip install "
+                            "'stflow[mpi]')")
+
+
+class _Delegating:
+    """Another library's communicator: mpi4py's methods, by delegation."""
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+
+def test_an_object_with_a_communicators_methods_will_do(comm):
+    size = comm.Get_size()
+    with stf.distributed_context(_Delegating(comm), backend="emulated") as ctx:
+        acc = ctx.logical_data_empty((), owner=size - 1)
+        for r in range(size):
+            with ctx.task(acc.reduce("sum"), rank=r) as t:
+                t.run(lambda xp, view, r=r: view.__setitem__(Ellipsis, r + 1))
+        assert ctx.wait(acc) == size * (size + 1) / 2
+
+
+def test_the_null_and_inter_communicators_are_refused(comm):
+    from mpi4py import MPI
+    with pytest.raises(ValueError, match="comm is MPI.COMM_NULL, which has no ranks"):
+        stf.distributed_context(MPI.COMM_NULL, backend="emulated")
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size < 2:
+        return                            # an intercommunicator needs two groups
+    half = comm.Split(rank % 2, rank)
+    inter = half.Create_intercomm(0, comm, 1 - rank % 2, tag=7)
+    try:
+        with pytest.raises(TypeError, match="got an intercommunicator.*comm.Merge()"):
+            stf.distributed_context(inter, backend="emulated")
+    finally:
+        inter.Free()
+        half.Free()
+
+
 @pytest.mark.parametrize("first", range(0, SEEDS, 50))
 def test_random_programs_match_the_oracle_on_every_rank(comm, backend, first):
     """Random owners and executing ranks; every rank checks its wait results and the
@@ -241,7 +306,8 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     senders waiting for their receivers above a few hundred bytes, or at every send;
     in stream and graph mode; sends posted where they are made, or ahead (once their
     copies completed, the rank going on meanwhile); one buffer per message size in
-    flight, or several (double buffering)."""
+    flight, or several (double buffering); half the programs reduce into 0-d, empty
+    and never-written data too (zero-byte partials)."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", piece)
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", ahead)
@@ -251,7 +317,8 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
             check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
-                                      use_graph=use_graph)
+                                      use_graph=use_graph,
+                                      edge_reductions=seed % 4 >= 2)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
@@ -301,7 +368,8 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
                                                        reductions):
     """STFLOW_MPI_CUDA_AWARE=1: values go to MPI as device buffers (on the emulated
     backend its device memory, which any MPI can read; on CUDA it needs a CUDA-aware
-    MPI, so only the emulated backend runs it here)."""
+    MPI, so only the emulated backend runs it here); with reductions, half the
+    programs reduce into 0-d, empty and never-written data too."""
     if backend != "emulated":
         pytest.skip("device buffers to a CUDA-aware MPI only")
     from stflow._staging import DirectStaging
@@ -311,7 +379,8 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
     failures = []
     for seed in range(0, max(SEEDS // 3, 10)):
         try:
-            check_distributed_program(seed, comm, backend, reductions=reductions)
+            check_distributed_program(seed, comm, backend, reductions=reductions,
+                                      edge_reductions=reductions and seed % 2 == 1)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])

@@ -9,6 +9,14 @@ oracle, and on each owner the final user arrays it owns (the other ranks' arrays
 be unchanged). Tokens order work across ranks too; the dependencies keep their data places
 (host, managed, a device) on the executing rank. Every rank must call it with the same
 seed, at the same point: it is collective.
+
+With ``edge_reductions=True`` the program gets accumulators of the shapes and
+origins the generator's leave out (``_add_edge_reductions``): 0-d, zero-size
+(``(0,)``, ``(3, 0)``, ``(0, 2)``) and ordinary ones, from a user array (written back
+to its owner at ``finalize``), filled, or never written (``logical_data_empty``:
+reduced into before any other access). A never-written data reduced into starts
+from the identity of the operation, as in a local context: the oracle runs the
+program with such an accumulator filled with the identity of its first reduction.
 """
 
 from __future__ import annotations
@@ -18,12 +26,100 @@ from typing import Any
 
 import numpy as np
 
-from .._reduce import REDUCE, reduce_op
-from ._ops import TaskOp
+from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
+from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
 from ._programs import (Program, _host_fn, _place, _same, generate_program,
                         run_oracle, task_body, user_arrays)
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
+
+_EDGE_SHAPES: list[tuple[int, ...]] = [(), (), (0,), (3, 0), (0, 2), (5,), (2, 3)]
+_EDGE_ORIGINS = ["array", "full", "empty", "empty"]
+
+
+def _add_edge_reductions(program: Program, rng: random.Random) -> Program:
+    """``program`` with one to three more accumulators, of the shapes and origins of
+    ``_EDGE_SHAPES`` and ``_EDGE_ORIGINS`` (see the module docstring), and, between
+    its operations, tasks and host callbacks on them: reducing into one (reading
+    another data), reading one to update another data, waiting for one. A
+    never-written accumulator is reduced into before anything else touches it."""
+    data = list(program.data)
+    initial = dict(program.initial)
+    accumulators = []
+    for _ in range(rng.randint(1, 3)):
+        family = rng.choice(["add", "mul"])
+        shape = rng.choice(_EDGE_SHAPES)
+        dtype = rng.choice(["float32", "float64"])
+        origin = rng.choice(_EDGE_ORIGINS)
+        fill = rng.choice([1.0, 2.5] if family == "mul" else [0.0, 1.0, 2.5])
+        data.append(DataSpec(shape, dtype, origin, fill=fill if origin == "full" else 0.0,
+                             accumulator=family))
+        if origin == "array":        # dyadic, as the folds: sums exact in any order
+            initial[len(data) - 1] = np.full(shape, fill, dtype=dtype)
+        accumulators.append(len(data) - 1)
+    devices = program.devices
+    places = [None, None, "host", "managed", *range(devices)]
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    ops: list[Any] = []
+    for op in [*program.ops, None]:
+        while rng.random() < 0.4:
+            acc = rng.choice(accumulators)
+            readable = [i for i in sorted(initialised) if i != acc
+                        and data[i].origin != "token"]
+            if acc not in initialised or rng.random() < 0.6:     # reduce into acc
+                names = (["sum", "sum", "min", "max"] if data[acc].accumulator == "add"
+                         else ["prod", "prod", "min", "max"])
+                kind = "host_launch" if rng.random() < 0.2 else "task"
+                host_places = [None, "host", "managed"]
+                deps = [(acc, reduce_mode(OPS[rng.choice(names)]),
+                         rng.choice(host_places if kind == "host_launch" else places))]
+                if readable and rng.random() < 0.6:
+                    deps.append((rng.choice(readable), READ,
+                                 rng.choice(host_places if kind == "host_launch"
+                                            else places)))
+                ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3),
+                                  "host" if kind == "host_launch"
+                                  else rng.choice(["host", *range(devices)])))
+                initialised.add(acc)
+                continue
+            writable = [i for i in readable if not data[i].readonly
+                        and not data[i].accumulator]
+            if writable and rng.random() < 0.6:           # read acc, update another
+                ops.append(TaskOp("task", ((rng.choice(writable), RW, rng.choice(places)),
+                                           (acc, READ, rng.choice(places))),
+                                  round(rng.uniform(-2, 2), 3),
+                                  rng.choice(["host", *range(devices)])))
+            else:
+                ops.append(Op("wait", acc))
+        if op is None:
+            break
+        ops.append(op)
+        if isinstance(op, TaskOp):
+            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
+    ops.extend(Op("wait", acc) for acc in accumulators if acc in initialised)
+    return Program(program.seed, data, ops, devices, initial, list(program.grids))
+
+
+def _oracle_program(program: Program) -> Program:
+    """``program`` as the oracle runs it: a never-written accumulator filled with the
+    identity of the first reduction into it (where a local context starts it)."""
+    data = list(program.data)
+    pending = {i for i, spec in enumerate(data) if spec.accumulator
+               and spec.origin == "empty"}
+    for op in program.ops:
+        if not pending:
+            break
+        if isinstance(op, TaskOp):
+            for index, mode, _ in op.deps:
+                if index in pending and mode & REDUCE:
+                    spec = data[index]
+                    identity = reduce_op(mode).identity(np.dtype(spec.dtype))
+                    data[index] = DataSpec(spec.shape, spec.dtype, "full",
+                                           fill=float(identity),
+                                           accumulator=spec.accumulator)
+                    pending.discard(index)
+    return Program(program.seed, data, program.ops, program.devices, program.initial,
+                   program.grids)
 
 
 def _owners(program: Program, size: int) -> tuple[list[int], list[int | None]]:
@@ -94,11 +190,13 @@ def _dep(data: Any, mode: int, place: Any) -> Any:
 
 def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
                               reductions: bool = False, use_graph: bool = False,
-                              **options: Any) -> None:
+                              edge_reductions: bool = False, **options: Any) -> None:
     """Run the program of ``seed`` over ``comm`` and compare with the oracle (on
     every rank; collective). ``reductions``: with accumulators (``ld.reduce(op)`` by
-    tasks on random ranks, combined across ranks); ``use_graph``: the ranks' local
-    contexts in graph mode.
+    tasks on random ranks, combined across ranks); ``edge_reductions``: with
+    accumulators that are 0-d, zero-size or never written
+    (``_add_edge_reductions``); ``use_graph``: the ranks' local contexts in
+    graph mode.
 
     Raises
     ------
@@ -108,7 +206,9 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
     """
     program = generate_program(seed, _devices(comm, backend), reductions=reductions,
                                drops=False, **options)
-    expected = run_oracle(program)
+    if edge_reductions:
+        program = _add_edge_reductions(program, random.Random(seed * 6151 + 29))
+    expected = run_oracle(_oracle_program(program))
     waits, final, owners = run_distributed_program(program, comm, backend, use_graph)
     rank = int(comm.Get_rank())
     exact = backend == "emulated"
