@@ -46,14 +46,17 @@ Graph capture
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .._errors import PlaceError, ScopeError
+from .._layout import pitched
 from . import _cuda_driver as _cu
 from ._base import HOST, MANAGED, Allocation, CompositeAllocation, Stream
+from ._host_memory import copy_elements
 
 __all__ = ["CudaMemory"]
 
@@ -63,6 +66,8 @@ _STAGING_CACHE = 64 << 20
 """Bytes of pinned staging buffers kept for reuse."""
 _MAX_STRIDED_PERIOD = 16
 """Fill patterns up to this many bytes use strided 2D memsets."""
+_MAX_PITCH = (1 << 31) - 1
+"""The largest pitch of a 2-D copy the driver takes (wider rows: 1-D copies)."""
 _FREED = object()
 """``Allocation.owner`` once the backend released the memory (double-free guard)."""
 
@@ -428,6 +433,87 @@ class CudaMemory:
         if err:
             raise _cu.error(err, f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x} "
                                  f"on {stream!r}") from None
+
+    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                     itemsize: int, stream: Stream) -> None:
+        """Copy the elements of ``shape`` between two layouts in stream order.
+
+        Notes
+        -----
+        Device-accessible memory on both sides: one ``cuMemcpy2DAsync`` per 2-D piece
+        of :func:`~stflow._layout.pitched` (one for a tile of a matrix). Pageable
+        memory against device memory: the host side is gathered into (or scattered
+        from) a dense pinned staging buffer with NumPy in a host callback; host
+        memory on both sides: NumPy in a host callback. Only the elements' bytes of
+        the destination are written.
+        """
+        if 0 in shape:
+            return
+        source = self.pointer_kind(src)
+        target = self.pointer_kind(dst)
+        if PAGEABLE not in (source, target) and not source == target == PINNED:
+            self._pitched_copies(dst, dst_strides, src, src_strides, shape, itemsize,
+                                 stream)
+            return
+        nbytes = math.prod(shape) * itemsize
+        self._refuse_host_work(stream, f"copying {nbytes} bytes of a strided layout "
+                                       f"from 0x{src:x} to 0x{dst:x}")
+        if DEVICE not in (source, target):
+            self.launch_host_func(stream, lambda: copy_elements(
+                dst, dst_strides, src, src_strides, shape, itemsize))
+            return
+        staging = self._staging(nbytes)
+        if source == PAGEABLE:
+            self.launch_host_func(stream, lambda: copy_elements(
+                staging, None, src, src_strides, shape, itemsize))
+            self._pitched_copies(dst, dst_strides, staging, None, shape, itemsize,
+                                 stream)
+        else:
+            self._pitched_copies(staging, None, src, src_strides, shape, itemsize,
+                                 stream)
+            self.launch_host_func(stream, lambda: copy_elements(
+                dst, dst_strides, staging, None, shape, itemsize))
+        self._defer(stream, lambda: self._release_staging(staging, nbytes))
+
+    def _pitched_copies(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                        src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                        itemsize: int, stream: Stream) -> None:
+        """The 2-D copies of a layout-to-layout copy between device-accessible
+        memory (unified addresses), enqueued on ``stream``."""
+        pieces = pitched(shape, dst_strides, src_strides, itemsize)
+        if pieces.height == 1:                     # contiguous runs: 1-D copies
+            for dst_offset, src_offset in pieces.offsets():
+                self._async_copy(dst + dst_offset, src + src_offset, pieces.width,
+                                 stream)
+            return
+        if max(pieces.dst_pitch, pieces.src_pitch) > _MAX_PITCH:
+            for dst_offset, src_offset in pieces.offsets():
+                for row in range(pieces.height):
+                    self._async_copy(dst + dst_offset + row * pieces.dst_pitch,
+                                     src + src_offset + row * pieces.src_pitch,
+                                     pieces.width, stream)
+            return
+        driver = _cu.driver
+        unified = driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
+        copy = driver.CUDA_MEMCPY2D()
+        copy.srcMemoryType = unified
+        copy.dstMemoryType = unified
+        copy.srcPitch = pieces.src_pitch
+        copy.dstPitch = pieces.dst_pitch
+        copy.WidthInBytes = pieces.width
+        copy.Height = pieces.height
+        native = stream.native                      # type: ignore[attr-defined]
+        for dst_offset, src_offset in pieces.offsets():
+            copy.srcDevice = src + src_offset
+            copy.dstDevice = dst + dst_offset
+            (err,) = driver.cuMemcpy2DAsync(copy, native)
+            if err:
+                raise _cu.error(err, f"copying {pieces.height} rows of {pieces.width} "
+                                     f"bytes from 0x{src + src_offset:x} (pitch "
+                                     f"{pieces.src_pitch}) to 0x{dst + dst_offset:x} "
+                                     f"(pitch {pieces.dst_pitch}) on {stream!r}") \
+                    from None
 
     def _staged_copy(self, dst: int, src: int, nbytes: int, stream: Stream,
                      from_pageable: bool) -> None:
