@@ -423,23 +423,23 @@ CRC-32 (measured: a copy compares faster for small data; for large data the copi
 hold the GIL long enough to stall the device thread, while zlib releases it)."""
 
 
-def _contents(state: Any, allocation: Allocation) -> memoryview:
+def _contents(state: Any, allocation: Allocation) -> memoryview | bytes:
     """The bytes of the value in ``allocation`` (the elements of a strided user
     buffer gathered into a copy, never the bytes between them)."""
     if allocation.strides is None:
         return _memory_at(allocation.ptr, state.nbytes)
     elements = element_array(allocation.ptr, state.shape, allocation.strides,
                              allocation.dtype.itemsize, readonly=True)
-    return memoryview(np.ascontiguousarray(elements)).cast("B")
+    return elements.tobytes()
 
 
-def _fingerprint(memory: memoryview) -> bytes | int:
+def _fingerprint(memory: memoryview | bytes) -> bytes | int:
     """What :class:`ReadGuard` compares: a copy of the bytes (about 1 microsecond
     for 8 KB), or their CRC-32 beyond :data:`SNAPSHOT_LIMIT` (about 0.3 ms per MB)."""
-    return bytes(memory) if memory.nbytes <= SNAPSHOT_LIMIT else zlib.crc32(memory)
+    return bytes(memory) if len(memory) <= SNAPSHOT_LIMIT else zlib.crc32(memory)
 
 
-def _unchanged(memory: memoryview, fingerprint: bytes | int) -> bool:
+def _unchanged(memory: memoryview | bytes, fingerprint: bytes | int) -> bool:
     """True when the bytes still match ``fingerprint``."""
     if isinstance(fingerprint, int):
         return zlib.crc32(memory) == fingerprint

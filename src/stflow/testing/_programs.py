@@ -258,14 +258,14 @@ def add_views(seed: int, data: list[DataSpec]) -> list[DataSpec]:
         if roll < 0.45:
             continue
         spec = data[first]
+        shape = spec.shape
+        assert shape is not None
         together = [first]
         if roll < 0.75:                    # several data in one parent
             together += [i for i in candidates if data[i].dtype == spec.dtype and
-                         len(data[i].shape or ()) == len(spec.shape)][:rng.randint(1, 2)]
+                         len(data[i].shape or ()) == len(shape)][:rng.randint(1, 2)]
             for i in together[1:]:
                 candidates.remove(i)
-        shape = spec.shape
-        assert shape is not None
         if len(together) == 1:             # a view of a parent of its own
             steps = tuple((rng.randint(0, 2), rng.choice([1, 1, 2, 3])) for _ in shape)
             if all(step == 1 for _, step in steps) and len(shape) == 1:
@@ -289,9 +289,10 @@ def add_views(seed: int, data: list[DataSpec]) -> list[DataSpec]:
                 column += cols + rng.randint(0, 1)
             width = column + rng.randint(0, 1)
             for i in together:
-                view = data[i].view
-                data[i] = _view_of(data[i], data[i].shape, (parent, (rows + 2, width),
-                                                            view[2]))
+                tile = data[i]
+                assert tile.shape is not None
+                data[i] = _view_of(tile, tile.shape, (parent, (rows + 2, width),
+                                                      tile.view[2]))
         parent += 1
     return data
 
