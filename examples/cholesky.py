@@ -3,9 +3,12 @@
     python examples/cholesky.py [--n 1024] [--nb 128] [--graph] [--devices D]
                                 [--backend auto|cuda|emulated] [--no-check] [--runs R]
 
-The matrix is cut into ``nb × nb`` tiles by ``stf.tiles`` (each tile a logical data:
-a contiguous copy, written back into the matrix at ``finalize()``). For every column
-``k`` of tiles::
+The matrix is cut into ``nb × nb`` tiles by ``stf.tiles`` (each tile a logical data
+registered in place: a strided view of the matrix, moved to the device by one pitched
+copy and written back into the matrix at ``finalize()``). The factor is a new matrix
+whose tiles are first written on the devices from the tiles of ``A`` (or, with
+``overwrite_a``, ``A`` itself, factorised in place): nothing is copied on the host.
+For every column ``k`` of tiles::
 
     POTRF  A[k][k] = chol(A[k][k])
     TRSM   A[i][k] = A[i][k] · A[k][k]⁻ᵀ            for i > k
@@ -22,13 +25,15 @@ NumPy enqueued on the task stream. ``examples/potri.py`` and
 ``benchmarks/b5_cholesky.py`` reuse ``factorize``. ``--graph`` records each epoch as a
 CUDA graph (``context(use_graph=True)``): the same calls, captured.
 
-``--devices D`` spreads the tiles over ``D`` devices of one process, 2-D
-block-cyclic (``stf.block_cyclic.over(D)``, the distribution of
-``examples/cholesky_distributed.py`` over ranks): each task executes on the device of
-the tile it writes, and the runtime moves the tiles it reads from other devices. The
-tiles are put on their devices first, and the time is then the factorisation's alone,
-until its work completed (``settle``; without ``--devices``: from the first
-submission to the end of ``finalize()``, which writes the tiles back).
+The printed time is end to end: the whole ``cholesky(a)`` call a user makes, from
+the NumPy matrix to the NumPy factor (context, page-locking, transfers, the
+factorisation, the write-back at ``finalize()``); ``benchmarks/b8_end_to_end.py``
+compares it with CuPy and PyTorch doing the same. ``--devices D`` spreads the tiles
+over ``D`` devices of one process, 2-D block-cyclic (``stf.block_cyclic.over(D)``,
+the distribution of ``examples/cholesky_distributed.py`` over ranks): each task
+executes on the device of the tile it writes, and the runtime moves the tiles it
+reads from other devices; the tiles are put on their devices first, and the time is
+then the factorisation's alone, until its work completed (``settle``).
 
 The first factorisation of a process also pays for what libraries set up on first
 use: on CUDA, a cuBLAS and a cuSOLVER handle with their workspaces per task stream
@@ -119,21 +124,40 @@ def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
 
 
 def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
-             use_graph: bool = False, devices: int = 0) -> tuple[np.ndarray, float]:
+             use_graph: bool = False, devices: int = 0, overwrite_a: bool = False,
+             memory_budget: Any = None) -> tuple[np.ndarray, float]:
     """The lower Cholesky factor of ``a`` in tiles of ``nb`` (the last row and column
-    of tiles take what is left), and the seconds from the first submission to the
-    end of ``finalize()``; with ``devices``, the tiles spread block-cyclic over that
-    many devices and the seconds of the factorisation alone (see the module
-    docstring)."""
+    of tiles take what is left; the upper triangle zero), and the seconds the call
+    took: end to end, from the NumPy matrix to the NumPy factor (the context, the
+    page-locking, every transfer, the factorisation, the write-back). With
+    ``devices``, the tiles spread block-cyclic over that many devices and the
+    seconds of the factorisation alone (see the module docstring).
+
+    ``overwrite_a`` factorises ``a`` in place (as LAPACK and SciPy's ``overwrite_a``)
+    and returns it; otherwise the factor is a new array, written on the devices
+    from ``a``'s tiles: ``a`` is only read, and neither is copied on the host.
+    ``memory_budget`` (bytes per device) is the context's: tiles beyond it are
+    evicted to the host and brought back when needed.
+    """
+    start = time.perf_counter()
     n = a.shape[0]
     if a.ndim != 2 or a.shape != (n, n):
         raise ValueError(f"a must be a square matrix, got shape {a.shape}")
     count = -(-n // nb)
-    result = a.copy()
-    ctx = stf.context(backend=backend, use_graph=use_graph)
-    grid = stf.tiles(ctx, result, nb, name="A")    # written back at finalize()
+    ctx = stf.context(backend=backend, use_graph=use_graph, memory_budget=memory_budget)
+    if overwrite_a:
+        result = a
+        grid = stf.tiles(ctx, result, nb, name="A")    # in place: written back there
+        sources = None
+    else:
+        result = np.zeros(a.shape, a.dtype)    # calloc'd: the upper triangle stays 0
+        grid = stf.tiles(ctx, result, nb, name="L")
+        original = a.view()
+        original.flags.writeable = False
+        sources = stf.tiles(ctx, original, nb, name="A")
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     where: Callable[[int, int], Any] | None = None
+    device_of: Callable[[int, int], int] = lambda i, j: 0    # noqa: E731
     if devices:
         available = get_backend(ctx.backend).device_count
         if not 0 < devices <= available:
@@ -146,12 +170,14 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
             return stf.exec_place.device(device_of(i, j))
 
         where = on_its_device
-        for (i, j), tile in tiles.items():          # each tile onto its device
-            with ctx.task(on_its_device(i, j), tile.rw()):
-                pass
+    load(ctx, tiles, sources, where)
+    if devices:
         settle(ctx, tiles, device_of)
-    start = time.perf_counter()
+        start = time.perf_counter()
     factorize(ctx, tiles, count, where)
+    clear_upper(ctx, grid, count, nb, overwrite_a, where)
+    if not devices:
+        store(ctx, grid if overwrite_a else tiles)
     if devices:
         settle(ctx, tiles, device_of)
         elapsed = time.perf_counter() - start
@@ -159,7 +185,66 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     else:
         ctx.finalize()
         elapsed = time.perf_counter() - start
-    return np.tril(result), elapsed
+    return result, elapsed
+
+
+def load(ctx: Any, tiles: dict[tuple[int, int], Any], sources: Any,
+         where: Callable[[int, int], Any] | None) -> None:
+    """Bring the tiles where their first task runs: copies of the tiles of ``a``
+    into the factor's (on the devices), or, with ``where`` and no ``sources``, each
+    tile onto its device."""
+    if sources is None and where is None:
+        return                                 # the first tasks move the tiles
+    for (i, j), tile in tiles.items():
+        on = () if where is None else (where(i, j),)
+        if sources is None:
+            with ctx.task(*on, tile.rw(), symbol=f"load({i},{j})"):
+                pass
+        else:
+            with ctx.task(*on, sources[i, j].read(), tile.write(),
+                          symbol=f"load({i},{j})") as t:
+                t.run(_assign)
+
+
+def _assign(xp: Any, source: Any, target: Any) -> None:
+    target[...] = source
+
+
+def clear_upper(ctx: Any, grid: Any, count: int, nb: int, overwrite_a: bool,
+                where: Callable[[int, int], Any] | None) -> None:
+    """Zero what is above the diagonal: in the diagonal tiles (a mask kept on the
+    devices) and, when ``a`` is factorised in place, the tiles above them."""
+    mask = ctx.logical_data(np.tril(np.ones((nb, nb))), name="lower")
+    for k in range(count):
+        on = () if where is None else (where(k, k),)
+        with ctx.task(*on, mask.read(), grid[k, k].rw(), symbol=f"tril({k})") as t:
+            t.run(_keep_lower)
+        if overwrite_a:
+            for j in range(k + 1, count):
+                on = () if where is None else (where(k, j),)
+                with ctx.task(*on, grid[k, j].write(), symbol=f"zero({k},{j})") as t:
+                    t.run(_zero)
+
+
+def store(ctx: Any, tiles: Any) -> None:
+    """Start copying each tile back into the matrix as soon as its last writer ends,
+    while the factorisation goes on: a host task reading the tile (the runtime
+    cannot know which writer is the last; ``finalize()`` then has nothing left to
+    copy). ``tiles`` is a ``TileGrid`` or a dict of tiles."""
+    host = stf.exec_place.host()
+    items = tiles if isinstance(tiles, stf.TileGrid) else tiles.items()
+    for (i, j), tile in items:
+        with ctx.task(host, tile.read(), symbol=f"store({i},{j})"):
+            pass
+
+
+def _keep_lower(xp: Any, mask: Any, a: Any) -> None:
+    rows, cols = a.shape
+    xp.multiply(a, mask[:rows, :cols], out=a)
+
+
+def _zero(xp: Any, a: Any) -> None:
+    a.fill(0)
 
 
 def check_factor(a: np.ndarray, lower: np.ndarray, full: bool = True
@@ -208,9 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         times.append(elapsed)
     ok, verdict, checked = check_factor(a, lower, args.check)
     tiles = -(-args.n // args.nb)
+    timed = "factorisation" if args.devices else "end to end"
     print(f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb}, "
           f"{'graph' if args.graph else 'stream'} mode"
-          f"{f', {args.devices} devices' if args.devices else ''}, "
+          f"{f', {args.devices} devices' if args.devices else ''}, {timed}: "
           f"{describe_times(times, args.n)}{checked}")
     return 0 if ok else 1
 

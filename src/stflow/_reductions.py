@@ -211,9 +211,15 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
                      *(event for _, event in heads)]
     stream = rt.stream_on(pools, device, prerequisites)
     moved: list[Instance] = []
+    scratch: Instance | None = None
     try:
         if target.allocation is None:
             rt.allocate(state, target, stream, None, None, what)
+        assert target.allocation is not None
+        if target.allocation.strides is not None:  # a strided user buffer: combine
+            scratch = Instance(device)              # densely, then copy it back
+            rt.allocate(state, scratch, stream, None, None, what, private=True)
+            moved.append(scratch)
         for instance, _ in heads:
             if instance.device != device:
                 copy = Instance(device)
@@ -236,20 +242,26 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
         scopes.snapshot(state)
         scopes.touch(state)
         scopes.read_at(state, device if source is None else source.device)
-    assert target.allocation is not None
+    accumulator = target if scratch is None else scratch
+    assert accumulator.allocation is not None
     if source is not None:
-        rt.copy_instance(state, target, source, stream, None)
+        rt.copy_instance(state, accumulator, source, stream, None)
     elif target.state is INVALID:             # never written: start from identity
-        backend.fill(target.allocation.ptr, state.nbytes, op.pattern(dtype), stream)
-    copies = iter(moved)
+        backend.fill(accumulator.allocation.ptr, state.nbytes, op.pattern(dtype),
+                     stream)
+    elif scratch is not None:
+        rt.copy_instance(state, scratch, target, stream, None)
+    copies = iter(moved[1:] if scratch is not None else moved)
     for instance, _ in heads:
         if instance.device != device:         # another device's result, moved first
             copy = next(copies)
             rt.copy_instance(state, copy, instance, stream, None)
             instance = copy
         assert instance.allocation is not None
-        backend.combine(target.allocation.ptr, instance.allocation.ptr, count, dtype,
-                        op.name, stream)
+        backend.combine(accumulator.allocation.ptr, instance.allocation.ptr, count,
+                        dtype, op.name, stream)
+    if scratch is not None:
+        rt.copy_instance(state, target, scratch, stream, None)
     event = backend.record(stream)
     state.released(target, WRITE, event)
     if recording:

@@ -11,7 +11,10 @@ Registration of a user buffer
 Overlapping buffers
     The byte range of every registered buffer is kept (sorted by start): a new buffer
     overlapping a live one raises :class:`~stflow.errors.BufferOverlapError` unless
-    both are read-only. Two logical data over the same bytes would each have their
+    both are read-only. A strided buffer (a tile of a matrix) spans more bytes than
+    it holds, so where its range meets another the two layouts are compared exactly
+    (``_layout.regions_overlap``): the tiles of one matrix interleave but share no
+    byte, two grids of tiles over one matrix do. Two logical data over the same bytes would each have their
     own instances, so one would read stale values and ``finalize()`` would write both
     back (last writer wins); overlapping read-only data can neither be written nor
     written back, so they are harmless (the same constant table used by several
@@ -36,6 +39,7 @@ import numpy as np
 
 from ._coherence import DataState
 from ._errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
+from ._layout import region, regions_overlap
 from ._places import data_place
 from ._sources import Source, check_dtype, describe_buffer
 from .backends._base import AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend
@@ -79,6 +83,7 @@ class DataRegistry:
         # Byte ranges of registered buffers: (start, end, key, readonly), sorted.
         self.ranges: list[tuple[int, int, int, bool]] = []
         self.range_of: dict[int, tuple[int, int, int, bool]] = {}
+        self.layouts: dict[int, np.ndarray] = {}     # key -> region, strided buffers
         self.longest = 0
 
     # -- creation ----------------------------------------------------------------------
@@ -119,8 +124,13 @@ class DataRegistry:
             if wanted != device:
                 raise PlaceError(f"dplace={dplace!r} contradicts the buffer, which lives "
                                  f"in {_describe_place(device)}; omit dplace to infer it")
-        if source.ptr and source.nbytes:
-            self._check_overlap(source.ptr, source.nbytes, source.readonly, buf)
+        span = source.extent
+        layout = None
+        if source.strides is not None and source.ptr:
+            layout = region(source.ptr, source.shape, source.strides,
+                            source.dtype.itemsize)
+        if source.ptr and span:
+            self._check_overlap(source.ptr, span, source.readonly, buf, layout)
         if source.stream is not None:
             backend.synchronize_producer(source.stream)
         pin = None
@@ -129,24 +139,30 @@ class DataRegistry:
             if isinstance(owner, np.ndarray):
                 pin = self._pin(owner)
             if pin is None and backend.pinned_host_required and \
-                    not backend.is_pinned(source.ptr, source.nbytes):
+                    not backend.is_pinned(source.ptr, span):
                 device = USER_PAGEABLE
         state = DataState(next(_keys), source.nbytes, source.dtype, shape=source.shape)
         state.pin = pin
         state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
-                                               source.dtype, source.keepalive))
+                                               source.dtype, source.keepalive,
+                                               source.strides))
         self.states[state.key] = state
-        if source.ptr and source.nbytes:
-            entry = (source.ptr, source.ptr + source.nbytes, state.key, source.readonly)
+        if source.ptr and span:
+            entry = (source.ptr, source.ptr + span, state.key, source.readonly)
             bisect.insort(self.ranges, entry)
             self.range_of[state.key] = entry
-            self.longest = max(self.longest, source.nbytes)
+            self.longest = max(self.longest, span)
+            if layout is not None:
+                self.layouts[state.key] = layout
         return state, source
 
-    def _check_overlap(self, ptr: int, nbytes: int, readonly: bool, buf: Any) -> None:
-        """Raise :class:`BufferOverlapError` when ``[ptr, ptr + nbytes)`` overlaps a
-        registered buffer and one of the two is writable."""
+    def _check_overlap(self, ptr: int, nbytes: int, readonly: bool, buf: Any,
+                       layout: np.ndarray | None) -> None:
+        """Raise :class:`BufferOverlapError` when the buffer spanning ``[ptr, ptr +
+        nbytes)`` (its :func:`~stflow._layout.region` ``layout`` when strided) shares
+        bytes with a registered buffer and one of the two is writable."""
         ranges = self.ranges
+        layouts = self.layouts
         end = ptr + nbytes
         # Candidates start before ``end`` and no earlier than ``ptr - longest``.
         index = bisect.bisect_left(ranges, (end,))
@@ -157,6 +173,11 @@ class DataRegistry:
                 break
             if stop <= ptr or (readonly and other_readonly):
                 continue
+            other = layouts.get(key)
+            if (layout is not None or other is not None) and not regions_overlap(
+                    region(ptr, (nbytes,), None, 1) if layout is None else layout,
+                    region(start, (stop - start,), None, 1) if other is None else other):
+                continue                  # interleaved strided buffers: disjoint
             state = self.states.get(key)
             label = state.label if state is not None else f"#{key}"
             same = start == ptr and stop == end
@@ -238,6 +259,7 @@ class DataRegistry:
             entry = self.range_of.pop(key, None)
             if entry is not None:
                 del self.ranges[bisect.bisect_left(self.ranges, entry)]
+                self.layouts.pop(key, None)
         return taken
 
     def clear(self) -> None:
@@ -247,6 +269,7 @@ class DataRegistry:
         self.retired.clear()
         self.ranges.clear()
         self.range_of.clear()
+        self.layouts.clear()
         for pin in self.pins.values():
             self.backend.unregister_host(pin.token)
         self.pins.clear()

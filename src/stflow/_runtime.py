@@ -53,6 +53,7 @@ from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMis
                       DeviceOrdinalError, ErrorLog, OutOfMemoryError, ScopeError,
                       work_ids)
 from ._instrument import Instrument, Instruments, Statistics, WorkRecord
+from ._layout import extent
 from ._memory import DeviceMemory, resolve_budgets
 from ._gridwork import allocate_composite
 from ._places import LAYOUT_IDS, exec_place_grid
@@ -251,7 +252,7 @@ class Runtime:
                                            self._producer_stream)
         if self.releases and source.nbytes:
             with self.lock:
-                self._after_writebacks(source.ptr, source.nbytes)
+                self._after_writebacks(source.ptr, source.extent)
         if source.ordered_on is not None:        # a DLPack producer's pending work
             with self.lock:
                 reference = state.reference
@@ -271,8 +272,13 @@ class Runtime:
         for entry in self.releases:
             reference = entry.state.reference
             allocation = None if reference is None else reference.allocation
-            if allocation is not None and allocation.ptr < end and \
-                    ptr < allocation.ptr + allocation.nbytes:
+            if allocation is None or allocation.ptr >= end:
+                continue
+            span = allocation.nbytes
+            if allocation.strides is not None:
+                span = extent(entry.state.shape, allocation.strides,
+                              allocation.dtype.itemsize)
+            if ptr < allocation.ptr + span:
                 self.backend.synchronize(entry.done)
 
     def _producer_stream(self, device: tuple[int, int]) -> Stream:
@@ -534,9 +540,17 @@ class Runtime:
 
     def copy_instance(self, state: DataState, target: Instance, source: Instance,
                       stream: Stream, record: WorkRecord | None) -> None:
-        assert target.allocation is not None and source.allocation is not None
-        self.backend.copy(target.allocation.ptr, source.allocation.ptr, state.nbytes,
-                          stream)
+        """Copy the value of ``source`` into ``target`` on ``stream`` (a pitched copy
+        when either is a strided user buffer)."""
+        dst, src = target.allocation, source.allocation
+        assert dst is not None and src is not None
+        if dst.strides is None and src.strides is None:
+            self.backend.copy(dst.ptr, src.ptr, state.nbytes, stream)
+        elif state.nbytes:
+            dtype = state.dtype
+            assert dtype is not None
+            self.backend.copy_strided(dst.ptr, dst.strides, src.ptr, src.strides,
+                                      state.shape, dtype.itemsize, stream)
         self.instruments.copied(record, state.label, source.device, target.device,
                                 state.nbytes)
 

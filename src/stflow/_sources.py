@@ -1,7 +1,9 @@
-"""Turning user buffers into (address, shape, dtype) descriptions.
+"""Turning user buffers into (address, shape, dtype, strides) descriptions.
 
 The interfaces are tried in the order of the API: the CUDA Array Interface v3, the
-buffer protocol (NumPy arrays always take this path), then DLPack.
+buffer protocol (NumPy arrays always take this path), then DLPack. A buffer need not
+be C-contiguous: positive strides whose elements do not overlap describe a *strided*
+buffer (``stflow._layout``), registered where it is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ._errors import ShapeError
+from ._layout import check_strides, extent
 
 __all__ = ["Source", "describe_buffer", "check_dtype"]
 
@@ -34,10 +37,18 @@ class Source:
     dlpack_device: tuple[int, int] | None = None
     ordered_on: Any = None
     """The runtime stream a DLPack producer ordered its pending work on."""
+    strides: tuple[int, ...] | None = None
+    """Byte strides of a buffer that is not C-contiguous (``None``: it is)."""
 
     @property
     def nbytes(self) -> int:
+        """The bytes of the elements."""
         return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def extent(self) -> int:
+        """The bytes from the first element to one past the last."""
+        return extent(self.shape, self.strides, self.dtype.itemsize)
 
 
 def check_dtype(dtype: Any, what: str) -> np.dtype:
@@ -53,15 +64,6 @@ def check_dtype(dtype: Any, what: str) -> np.dtype:
             "dtype"
         )
     return result
-
-
-def _compact_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides = []
-    step = itemsize
-    for extent in reversed(shape):
-        strides.append(step)
-        step *= max(extent, 1)
-    return tuple(reversed(strides))
 
 
 def _from_cai(buf: Any, interface: dict) -> Source:
@@ -82,52 +84,54 @@ def _from_cai(buf: Any, interface: dict) -> Source:
         raise ShapeError("masked CUDA arrays are not supported; pass the unmasked data "
                          "(the CUDA Array Interface 'mask' field must be None)")
     strides = interface.get("strides")
-    if strides is not None and 0 not in shape:
+    if strides is not None:
         strides = tuple(strides)
         if len(strides) != len(shape):
             raise ShapeError(f"CUDA Array Interface strides must match the number of "
-                             f"dimensions: strides {strides} for shape {shape}; the "
-                             "buffer is not C-contiguous")
-        compact = _compact_strides(shape, dtype.itemsize)
-        if any(n != 1 and s != c for n, s, c in zip(shape, strides, compact)):
-            raise ShapeError(
-                f"the buffer with shape {shape} and strides {strides} is not "
-                "C-contiguous; make a contiguous copy (e.g. cupy.ascontiguousarray)"
-            )
+                             f"dimensions: strides {strides} for shape {shape}")
+        strides = check_strides(shape, strides, dtype.itemsize,
+                                f"the {type(buf).__name__} (CUDA Array Interface)")
     stream = interface.get("stream")
     if stream == 0:
         raise ValueError("CUDA Array Interface v3 forbids stream 0 (0 is disallowed); "
                          "the producer must give None, 1, 2 or a stream handle")
     ptr, readonly = interface["data"]
-    return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream)
+    return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream,
+                  strides=strides)
 
 
 def _from_buffer(buf: Any, view: memoryview) -> Source:
-    if not view.c_contiguous:
-        raise ShapeError(
-            f"the {type(buf).__name__} of shape {view.shape} is not C-contiguous (not "
-            "contiguous in C order); register numpy.ascontiguousarray(buf) instead"
-        )
     try:
         array = np.asarray(view)
     except (TypeError, ValueError, NotImplementedError) as exc:
         raise TypeError(f"the buffer format {view.format!r} of "
                         f"{type(buf).__name__} has no NumPy dtype") from exc
     dtype = check_dtype(array.dtype, "logical_data")
-    ptr = array.__array_interface__["data"][0]
-    return Source(int(ptr), tuple(array.shape), dtype, bool(view.readonly), "buffer",
-                  (view, array))
+    return Source(_lowest_address(array), tuple(array.shape), dtype,
+                  bool(view.readonly), "buffer", (view, array),
+                  strides=_array_strides(buf, array, dtype))
 
 
 def _from_array_interface(buf: Any) -> Source:
     array = np.asarray(buf)
-    if not array.flags.c_contiguous:
-        raise ShapeError(f"the array of shape {array.shape} is not C-contiguous (not "
-                         "contiguous in C order); register numpy.ascontiguousarray(buf) "
-                         "instead")
     dtype = check_dtype(array.dtype, "logical_data")
-    return Source(int(array.__array_interface__["data"][0]), tuple(array.shape), dtype,
-                  not array.flags.writeable, "buffer", (buf, array))
+    return Source(_lowest_address(array), tuple(array.shape), dtype,
+                  not array.flags.writeable, "buffer", (buf, array),
+                  strides=_array_strides(buf, array, dtype))
+
+
+def _array_strides(buf: Any, array: np.ndarray, dtype: np.dtype
+                   ) -> tuple[int, ...] | None:
+    """The strides of a host array that is not C-contiguous (checked)."""
+    if array.flags.c_contiguous:
+        return None
+    return check_strides(array.shape, array.strides, dtype.itemsize,
+                         f"the {type(buf).__name__} of shape {array.shape}")
+
+
+def _lowest_address(array: np.ndarray) -> int:
+    """The address of the first element (the lowest, strides being positive)."""
+    return int(array.__array_interface__["data"][0])
 
 
 def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
@@ -145,13 +149,10 @@ def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | N
     except BufferError as exc:
         raise ShapeError(f"cannot import {type(buf).__name__} through DLPack: {exc}") \
             from exc
-    if not array.flags.c_contiguous:
-        raise ShapeError(f"the DLPack tensor of shape {array.shape} has non-compact "
-                         "strides; pass a contiguous tensor (e.g. .contiguous())")
     dtype = check_dtype(array.dtype, "logical_data")
-    return Source(int(array.__array_interface__["data"][0]), tuple(array.shape), dtype,
+    return Source(_lowest_address(array), tuple(array.shape), dtype,
                   not array.flags.writeable, "dlpack", (buf, array),
-                  dlpack_device=(1, 0))
+                  dlpack_device=(1, 0), strides=_array_strides(buf, array, dtype))
 
 
 def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
@@ -166,13 +167,16 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
                         f"{device}: stflow reads CPU and CUDA memory only")
     capsule = request_capsule(buf, int(stream.handle))
     tensor = read_capsule(capsule)
-    if not tensor.is_compact():
-        raise ShapeError(f"the DLPack tensor of shape {tensor.shape} has non-compact "
-                         f"strides {tensor.strides}; pass a contiguous tensor (e.g. "
-                         ".contiguous())")
     dtype = check_dtype(tensor.dtype, "logical_data")
+    strides = None
+    if tensor.strides is not None:         # DLPack strides count elements
+        strides = check_strides(tensor.shape,
+                                tuple(s * dtype.itemsize for s in tensor.strides),
+                                dtype.itemsize, f"the DLPack tensor of "
+                                f"{type(buf).__name__}")
     return Source(tensor.ptr, tensor.shape, dtype, tensor.readonly, "dlpack",
-                  (buf, capsule), dlpack_device=device, ordered_on=stream)
+                  (buf, capsule), dlpack_device=device, ordered_on=stream,
+                  strides=strides)
 
 
 _PLAIN_SUBCLASSES = (np.memmap, np.recarray)
@@ -220,7 +224,8 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
         subclass whose meaning would be lost (``numpy.ma.MaskedArray``,
         ``numpy.matrix``, ...; ``numpy.memmap`` and ``numpy.recarray`` are accepted).
     ShapeError
-        The buffer is not C-contiguous, masked, or has a bad shape.
+        The buffer's strides are negative, zero or overlapping, it is masked, or it
+        has a bad shape.
     """
     if buf is None:
         raise TypeError("logical_data(None): there is no buffer to register; use "

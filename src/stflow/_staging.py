@@ -229,9 +229,20 @@ class BufferPool:
 
 def _task_pointer(t: Any) -> tuple[Any, int]:
     """The stream and the address of the one dependency of task ``t`` (a local data
-    of the distributed layer: one contiguous instance; ``get_arg`` builds no
-    view)."""
+    of the distributed layer; ``get_arg`` builds no view)."""
     return t._stream, t.get_arg(0)
+
+
+def _strides(t: Any, data: Any) -> tuple[int, ...] | None:
+    """The strides of the instance task ``t`` accesses when ``data`` was registered
+    from a strided buffer and that instance is the buffer itself, else ``None``
+    (instances the runtime allocates are dense)."""
+    reference = data._state.reference
+    if reference is None or reference.allocation is None or \
+            reference.allocation.strides is None:
+        return None
+    strides: tuple[int, ...] | None = t.get_arg_cai(0).strides
+    return strides
 
 
 class _CopyStaging:
@@ -281,6 +292,12 @@ class _CopyStaging:
         with local.task(data.read()) as t:
             stream, source = _task_pointer(t)
             target = allocation.ptr
+            strides = _strides(t, data)
+            if strides is not None:         # a strided user buffer: one gathering copy
+                self.backend.copy_strided(target, None, source, strides, data.shape,
+                                          data.dtype.itemsize, stream)
+                event = record(stream)
+                return message, [event for _ in bounds]
             for start, stop in bounds:
                 if stop > start:
                     copy(target + start, source + start, stop - start, stream)
@@ -301,6 +318,14 @@ class _CopyStaging:
         with local.task(data.write()) as t:
             stream, target = _task_pointer(t)
             source = 0 if allocation is None else allocation.ptr
+            strides = _strides(t, data)
+            if strides is not None:         # a strided user buffer: one scattering copy
+                for k in range(len(bounds)):
+                    wait_piece(k)
+                self.backend.copy_strided(target, strides, source, None, data.shape,
+                                          data.dtype.itemsize, stream)
+                self.release(message, t)
+                return
             copy = self.backend.copy
             for k, (start, stop) in enumerate(bounds):
                 wait_piece(k)

@@ -1,14 +1,24 @@
 """Tiles of a 2-D NumPy array as a grid of logical data.
 
 ``stf.tiles(ctx, A, (mb, nb))`` cuts ``A`` into blocks of ``mb`` x ``nb`` elements
-(the last row and column of blocks take what is left), registers a contiguous copy of
-each block as one logical data, and copies the blocks back into ``A`` when the context
-is finalized. Tiled algorithms (a blocked Cholesky, a blocked matrix product) then
-submit one task per block operation and stflow orders them by the blocks they touch.
+(the last row and column of blocks take what is left) and registers each block *in
+place* as one logical data: a strided view of ``A`` (``stflow._layout``), nothing
+copied on the host. A task on a device gets a dense copy of its tile, moved by one
+pitched copy (``cuMemcpy2DAsync`` on CUDA); ``finalize()`` writes each tile back into
+its block of ``A`` the same way, and nothing else of ``A`` is touched. Tiled
+algorithms (a blocked Cholesky, a blocked matrix product) then submit one task per
+block operation and stflow orders them by the blocks they touch.
+
+The page-locking of ``A`` is shared by its tiles: the registry page-locks the whole
+array once, at the first tile, and undoes it when the last tile is retired.
+
+An array whose rows are not contiguous (Fortran order, a view with a column step)
+would move element by element; its tiles are contiguous copies instead, copied back
+into ``A`` at ``finalize()`` (as every tile was before tiles were registered in place).
 
 On a :class:`~stflow.distributed_context` each tile has an owner rank, given by a
 distribution function of the tile's indices (:class:`block_cyclic` by default): only
-the owner copies the block out of its array and gets it back at ``finalize()``.
+the owner registers its blocks of its array and gets them back at ``finalize()``.
 """
 
 from __future__ import annotations
@@ -160,21 +170,25 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
           owner: Callable[[int, int], int] | None = None) -> TileGrid:
     """Register the tiles of a 2-D array as a grid of logical data.
 
-    Each tile is a contiguous copy of a block of ``array`` (so a task gets a dense
-    C-ordered view whatever the layout of ``array``); when ``ctx`` is finalized the
-    tiles are copied back into ``array``. Until then the array belongs to the context:
-    do not read or write it directly (use ``ctx.wait(grid[i, j])`` for a tile).
+    Each tile is registered in place, as a strided view of its block of ``array``:
+    no host copy is made, a task on a device gets a dense C-ordered copy of the tile
+    (one pitched copy), a host task the view itself, and ``finalize()`` writes every
+    tile back into its block (nothing between the blocks is touched). Until then the
+    array belongs to the context: do not read or write it directly (use
+    ``ctx.wait(grid[i, j])`` for a tile). An array whose rows are not contiguous
+    (Fortran order, a column step) is tiled by contiguous copies instead, copied back
+    at ``finalize()``.
 
     Parameters
     ----------
     ctx : context or stackable_context
-        The context that owns the tiles. It must not have been created with a caller
-        ``stream=`` (its ``finalize()`` does not wait, so there is no moment to copy
-        the tiles back).
+        The context that owns the tiles. With rows that are not contiguous it must
+        not have been created with a caller ``stream=`` (its ``finalize()`` does not
+        wait, so there is no moment to copy the tiles back).
     array : numpy.ndarray
-        A 2-D array, C or Fortran order or any strided view. A read-only array gives
-        read-only tiles (a ``write``/``rw`` dependency on one raises) and nothing is
-        copied back.
+        A 2-D array, C or Fortran order or any strided view with positive strides. A
+        read-only array gives read-only tiles (a ``write``/``rw`` dependency on one
+        raises) and nothing is written back.
     tile_shape : (int, int) or int
         Rows and columns of a tile (an ``int`` for square tiles). Tiles of the last
         row and column of tiles are smaller when the shape does not divide evenly.
@@ -201,7 +215,11 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         meaning a copy would lose; ``tile_shape`` is not integers.
     ValueError
         ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; ``ctx`` has
-        a caller stream; ``owner`` names a rank outside the communicator.
+        a caller stream and ``array`` non-contiguous rows; ``owner`` names a rank
+        outside the communicator.
+    BufferOverlapError
+        A block of ``array`` is already registered in ``ctx`` (another grid of tiles
+        over the same array, or the array itself).
 
     Examples
     --------
@@ -246,15 +264,9 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
                          "positive")
     owner_of = _owners(ctx, owner)
     local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
-    runtime = getattr(local, "_runtime", None)
-    inner = getattr(local, "_ctx", None)            # a stackable_context's context
-    if runtime is None and inner is not None:
-        runtime = getattr(inner, "_runtime", None)
-    if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
-        raise ValueError("stf.tiles() needs a context without a caller stream: "
-                         "finalize() of a context made with stream= does not wait, so "
-                         "the tiles could not be copied back; tile the array in a "
-                         "context without stream=, or register tiles yourself")
+    in_place = array.shape[1] == 1 or array.strides[1] == array.itemsize
+    if not in_place:
+        _refuse_caller_stream(local)
     writable = bool(array.flags.writeable)
     rows, cols = array.shape
     prefix = "tile" if name is None else name
@@ -271,17 +283,33 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
                 if rank != ctx.rank:     # another rank's tile: only its shape is read
                     row.append(ctx.logical_data(array[where], owner=rank, name=label))
                     continue
-            copy = np.array(array[where], order="C", copy=True)
-            if not writable:
-                copy.flags.writeable = False
-            else:
-                copies.append((where, copy))
-            row.append(ctx.logical_data(copy, name=label) if owner_of is None
-                       else ctx.logical_data(copy, owner=ctx.rank, name=label))
+            block = array[where]
+            if not in_place:
+                block = np.array(block, order="C", copy=True)
+                if not writable:
+                    block.flags.writeable = False
+                else:
+                    copies.append((where, block))
+            row.append(ctx.logical_data(block, name=label) if owner_of is None
+                       else ctx.logical_data(block, owner=ctx.rank, name=label))
         grid.append(row)
     if copies:
         local.attach(_WriteBack(array, copies))
     return TileGrid(grid, (mb, nb), (rows, cols))
+
+
+def _refuse_caller_stream(local: Any) -> None:
+    """Tiles copied back at ``finalize()`` need a context whose finalize waits."""
+    runtime = getattr(local, "_runtime", None)
+    inner = getattr(local, "_ctx", None)            # a stackable_context's context
+    if runtime is None and inner is not None:
+        runtime = getattr(inner, "_runtime", None)
+    if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
+        raise ValueError("stf.tiles() of an array whose rows are not contiguous needs "
+                         "a context without a caller stream: its tiles are copies, "
+                         "copied back when finalize() completes, and finalize() of a "
+                         "context made with stream= does not wait; tile a C-ordered "
+                         "array (registered in place), or a context without stream=")
 
 
 def _owners(ctx: Any, owner: Any) -> Callable[[int, int], int] | None:

@@ -108,6 +108,9 @@ class stf_cai(_OneView):
         Stream the consumer must synchronise with; ``0`` means none is advertised.
     readonly : bool, optional
         Advertised in ``data[1]``.
+    strides : tuple of int, optional
+        Byte strides (stflow only; ``None``: C-contiguous), advertised in
+        ``strides``: the view of a registered strided buffer.
 
     Notes
     -----
@@ -118,19 +121,20 @@ class stf_cai(_OneView):
     returns one).
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "stream", "readonly",
+    __slots__ = ("ptr", "shape", "dtype", "stream", "readonly", "strides",
                  "__cuda_array_interface__")
 
     def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, strides: tuple | None = None) -> None:
         self.ptr = int(ptr)
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self.stream = int(stream)
         self.readonly = bool(readonly)
+        self.strides = None if strides is None else tuple(int(s) for s in strides)
         interface: dict[str, Any] = {
             "version": 3, "shape": self.shape, "typestr": self.dtype.str,
-            "data": (self.ptr, self.readonly), "strides": None,
+            "data": (self.ptr, self.readonly), "strides": self.strides,
             "stream": self.stream or None,
         }
         if self.dtype.fields is not None:
@@ -201,10 +205,10 @@ class TaskView(stf_cai, ViewLifetime):
     __slots__ = ("_invalid", "read_only_access")
 
     def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, strides: tuple | None = None) -> None:
         self._invalid = None
         self.read_only_access = bool(readonly)
-        super().__init__(ptr, shape, dtype, stream, False)
+        super().__init__(ptr, shape, dtype, stream, False, strides)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

@@ -71,7 +71,8 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     for argument in args:
         if isinstance(argument, EmulatedView):
             argument._check()                     # a view of a task that has ended
-    arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation)
+    arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation,
+                                    a.strides)
                       if isinstance(a, EmulatedView) else a for a in args)
     from ._errors import add_note, work_ids
     from ._task import body_label

@@ -548,8 +548,11 @@ def test_gpu_producer_import_logic_on_host_memory():
     assert source.interface == "dlpack" and source.dlpack_device == (2, 0)
     assert source.keepalive[0] is producer and source.ordered_on is not None
     strided = _Producer(values.T.__dlpack__(), device=(2, 0))
-    with pytest.raises(ShapeError, match="non-compact"):
-        _from_gpu_dlpack(strided, (2, 0), _FakeStream())
+    source = _from_gpu_dlpack(strided, (2, 0), _FakeStream())   # DLPack counts elements
+    assert source.shape == (4, 3) and source.strides == (4, 16)
+    reversed_rows = _Producer(values[::-1].__dlpack__(), device=(2, 0))
+    with pytest.raises(ShapeError, match="stride -16 of axis 0"):
+        _from_gpu_dlpack(reversed_rows, (2, 0), _FakeStream())
     with pytest.raises(TypeError, match="CPU and CUDA"):
         _from_gpu_dlpack(strided, (10, 0), _FakeStream())
 
@@ -570,7 +573,7 @@ def test_gpu_producer_without_max_version_is_asked_again():
     assert old.calls == 1
 
 
-def test_cpu_dlpack_producers_keep_read_only_flag_and_refuse_strides():
+def test_cpu_dlpack_producers_keep_read_only_flag_and_strides():
     values = np.arange(6.0).reshape(2, 3)
     values.setflags(write=False)
 
@@ -588,8 +591,13 @@ def test_cpu_dlpack_producers_keep_read_only_flag_and_refuse_strides():
         ld = ctx.logical_data(DLPackOnly(values))
         assert ld.readonly and ld.shape == (2, 3)   # from the versioned capsule's flags
         np.testing.assert_array_equal(ctx.wait(ld), values)
-        with pytest.raises(ShapeError, match="non-compact"):
-            ctx.logical_data(DLPackOnly(np.arange(6.0).reshape(2, 3).T))
+        source = np.arange(6.0).reshape(2, 3)
+        transposed = ctx.logical_data(DLPackOnly(source.T))       # registered in place
+        with ctx.task(transposed.rw()) as t:
+            t.run(lambda xp, a: xp.multiply(a, 2, out=a))
+        with pytest.raises(ShapeError, match="stride -24 of axis 0"):
+            ctx.logical_data(DLPackOnly(np.arange(6.0).reshape(2, 3)[::-1]))
+    np.testing.assert_array_equal(source, 2 * np.arange(6.0).reshape(2, 3))
 
 
 def test_cuda_dlpack_producer_needs_the_cuda_backend():

@@ -97,12 +97,16 @@ def _run_family(ctx: stf.context, cases: list) -> None:
 # -- registration of user buffers ----------------------------------------------------
 
 REGISTRATION = [
-    pytest.param(lambda ctx: ctx.logical_data(np.arange(10.0)[::2]),
-                 ShapeError, r"not C-contiguous.*numpy\.ascontiguousarray",
-                 id="step-slice"),
-    pytest.param(lambda ctx: ctx.logical_data(np.ones((3, 4)).T),
-                 ShapeError, r"shape \(4, 3\) is not C-contiguous.*ascontiguousarray",
-                 id="transpose"),
+    pytest.param(lambda ctx: ctx.logical_data(np.arange(10.0)[::-2]),
+                 ShapeError, r"stride -16 of axis 0 .* is negative.*ascontiguousarray",
+                 id="negative-step-slice"),
+    pytest.param(lambda ctx: ctx.logical_data(np.broadcast_to(np.ones(3), (4, 3))),
+                 ShapeError, r"stride 0 of axis 0 .* is zero \(a broadcast dimension\)",
+                 id="broadcast"),
+    pytest.param(lambda ctx: ctx.logical_data(np.lib.stride_tricks.as_strided(
+                     np.zeros(16), shape=(3, 4), strides=(16, 8))),
+                 ShapeError, r"elements that share bytes.*ascontiguousarray",
+                 id="overlapping-rows"),
     pytest.param(lambda ctx: ctx.logical_data(np.array([1, "a"], dtype=object)),
                  TypeError, r"dtype object has no fixed-size byte layout.*numeric",
                  id="object-array"),
@@ -146,8 +150,9 @@ REGISTRATION = [
                  TypeError, r"name must be a str or None, got int", id="name-int"),
     pytest.param(lambda ctx: ctx.logical_data(_FakeCudaArray(mask=object())),
                  ShapeError, r"masked.*'mask' field must be None", id="cai-mask"),
-    pytest.param(lambda ctx: ctx.logical_data(_FakeCudaArray(strides=(16,))),
-                 ShapeError, r"not C-contiguous", id="cai-strided"),
+    pytest.param(lambda ctx: ctx.logical_data(_FakeCudaArray(strides=(-8,))),
+                 ShapeError, r"CUDA Array Interface.*stride -8 of axis 0.*negative",
+                 id="cai-negative-stride"),
     pytest.param(lambda ctx: ctx.logical_data(_FakeCudaArray(stream=0)),
                  ValueError, r"forbids stream 0", id="cai-stream-zero"),
 ]

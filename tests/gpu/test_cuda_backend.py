@@ -122,8 +122,22 @@ def test_locate_pageable_and_registered_host_memory(cuda):
         assert cuda.is_pinned(big.ctypes.data, big.nbytes)   # one user left
     finally:
         cuda.unregister_host(token)
+    cuda.settle_host_registrations()                  # the last one is deferred
     assert not cuda.is_pinned(big.ctypes.data, big.nbytes)
     cuda.unregister_host(None)
+
+
+def test_unregistering_is_deferred_and_registering_again_waits_for_it(cuda):
+    big = np.zeros(64 << 17)                          # 64 MiB, never touched: populated
+    token = cuda.register_host(big)
+    assert token is not None and cuda.is_pinned(big.ctypes.data, big.nbytes)
+    cuda.unregister_host(token)                       # returns before the driver call
+    again = cuda.register_host(big)                   # waits, then registers anew
+    assert again == token and cuda.is_pinned(big.ctypes.data, big.nbytes)
+    cuda.unregister_host(again)
+    cuda.settle_host_registrations()
+    assert not cuda.is_pinned(big.ctypes.data, big.nbytes)
+    assert not big.any()                              # populating wrote nothing
 
 
 def test_register_host_refusal_is_not_an_error(cuda):

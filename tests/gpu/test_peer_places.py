@@ -66,5 +66,6 @@ def test_two_contexts_share_the_page_locking_of_one_array(cuda, cupy):
             view = cupy_array(t.get_arg_cai(0))
             view += 1.0
     second.finalize()
+    cuda.settle_host_registrations()                  # unregistering is deferred
     assert not cuda.is_pinned(X.ctypes.data, X.nbytes)
     np.testing.assert_array_equal(X, np.full(1 << 16, 2.0))

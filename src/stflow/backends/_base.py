@@ -155,21 +155,27 @@ class Allocation:
     """Memory owned by the runtime (or registered from the user).
 
     ``owner`` keeps whatever backs the memory alive (a NumPy buffer on the emulated
-    backend, the user's array for registered memory).
+    backend, the user's array for registered memory). ``strides`` are the byte
+    strides of a user buffer that is not C-contiguous (``stflow._layout``): its
+    ``nbytes`` data bytes then lie between ``ptr`` and ``ptr + extent``. Memory the
+    runtime allocates is always dense (``strides`` is ``None``).
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "dtype", "owner", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "device", "dtype", "owner", "strides", "__weakref__")
 
     def __init__(self, ptr: int, nbytes: int, device: int, dtype: np.dtype,
-                 owner: Any = None) -> None:
+                 owner: Any = None, strides: tuple[int, ...] | None = None) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
         self.dtype = dtype
         self.owner = owner
+        self.strides = strides
 
     def __repr__(self) -> str:
-        return f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}>"
+        layout = "" if self.strides is None else f" strides={self.strides}"
+        return (f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}"
+                f"{layout}>")
 
 
 class CompositeAllocation(Allocation):
@@ -401,6 +407,16 @@ class Backend(abc.ABC):
         """Copy ``nbytes`` from address ``src`` to address ``dst`` in stream order."""
 
     @abc.abstractmethod
+    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                     itemsize: int, stream: Stream) -> None:
+        """Copy the elements of ``shape`` (``itemsize`` bytes each) from the layout
+        at ``src`` to the layout at ``dst`` in stream order; strides are in bytes,
+        ``None`` for C-contiguous (``stflow._layout.pitched`` decomposes the copy into
+        2-D pitched copies). Only the elements' bytes are written: the gaps of a
+        strided destination keep their values."""
+
+    @abc.abstractmethod
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         """Repeat ``pattern`` over ``nbytes`` at ``ptr`` in stream order."""
 
@@ -449,7 +465,8 @@ class Backend(abc.ABC):
                    readonly: bool) -> np.ndarray:
         """A zero-copy NumPy array of host-accessible memory."""
         owner = allocation if allocation.owner is None else allocation.owner
-        return pointer_array(allocation.ptr, shape, dtype, readonly, owner)
+        return pointer_array(allocation.ptr, shape, dtype, readonly, owner,
+                             allocation.strides)
 
 
 class _ArrayInterfaceHolder:
@@ -471,15 +488,21 @@ def describable(dtype: np.dtype) -> bool:
 
 
 def pointer_array(ptr: int, shape: tuple[int, ...], dtype: np.dtype, readonly: bool,
-                  owner: Any) -> np.ndarray:
-    """A NumPy array of exactly ``dtype`` over ``ptr`` that keeps ``owner`` alive."""
+                  owner: Any, strides: tuple[int, ...] | None = None) -> np.ndarray:
+    """A NumPy array of exactly ``dtype`` over ``ptr`` that keeps ``owner`` alive
+    (``strides`` in bytes, ``None`` for C order)."""
     if describable(dtype):
         holder = _ArrayInterfaceHolder(
             {"version": 3, "shape": tuple(shape), "typestr": dtype.str,
-             "descr": dtype.descr, "data": (ptr, readonly), "strides": None},
+             "descr": dtype.descr, "data": (ptr, readonly), "strides": strides},
             owner,
         )
         return np.asarray(holder)
+    if strides is not None:              # each element as raw bytes, then the dtype
+        raw = np.asarray(_ArrayInterfaceHolder(
+            {"version": 3, "shape": tuple(shape) + (dtype.itemsize,), "typestr": "|u1",
+             "data": (ptr, readonly), "strides": tuple(strides) + (1,)}, owner))
+        return raw.view(dtype)[..., 0]
     nbytes = math.prod(shape) * dtype.itemsize
     raw = np.asarray(_ArrayInterfaceHolder(
         {"version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (ptr, readonly),

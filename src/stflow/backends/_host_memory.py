@@ -20,11 +20,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._errors import BackendUnavailableError, ScopeError
+from .._layout import dense_strides
 from .._views import ViewLifetime
 from ._base import (HOST, Allocation, CompositeAllocation, KernelLaunch, describable,
                     pointer_array)
 
-__all__ = ["HostMemory", "HostView", "poison", "python_kernel"]
+__all__ = ["HostMemory", "HostView", "copy_elements", "element_array", "poison",
+           "python_kernel"]
 
 
 def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
@@ -50,11 +52,12 @@ class HostView(ViewLifetime):
     runs) but can still be handed to launched work (``stflow.emulated.launch``).
     """
 
-    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "stream", "_invalid",
-                 "_host_refused")
+    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "strides", "stream",
+                 "_invalid", "_host_refused")
 
     def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
-                 dtype: np.dtype, readonly: bool) -> None:
+                 dtype: np.dtype, readonly: bool,
+                 strides: tuple[int, ...] | None = None) -> None:
         # Keep the buffer itself: arrays made from the view outlive a free() of the
         # allocation (they then see the poison pattern, never released memory).
         self._allocation = allocation.owner
@@ -62,6 +65,7 @@ class HostView(ViewLifetime):
         self.shape = shape
         self.dtype = dtype
         self.readonly = readonly
+        self.strides = strides          # bytes; None: C order (see stflow._layout)
         self.stream = 0
         self._invalid: str | None = None
         self._host_refused: str | None = None
@@ -83,12 +87,12 @@ class HostView(ViewLifetime):
             raise AttributeError("__array_interface__")
         return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
                 "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
-                "strides": None}
+                "strides": self.strides}
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         self._check_host_access()
         array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
-                              self._allocation)
+                              self._allocation, self.strides)
         if dtype is not None and np.dtype(dtype) != array.dtype:
             return array.astype(dtype)
         return array.copy() if copy else array
@@ -197,6 +201,33 @@ def combine_at(dst: int, src: int, count: int, dtype: np.dtype, op: str) -> None
     target = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(dst)).view(dtype)
     source = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(src)).view(dtype)
     OPS[op].ufunc(target, source, out=target)
+
+
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def element_array(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
+                  itemsize: int, readonly: bool = False) -> np.ndarray:
+    """The elements of a layout as an array of ``itemsize``-byte words (raw bytes
+    with a last axis of ``itemsize`` when no word type fits), over host-addressable
+    memory, without a copy."""
+    word = _WORDS.get(itemsize)
+    if strides is None:
+        strides = dense_strides(shape, itemsize)
+    if word is not None and ptr % itemsize == 0 and all(s % itemsize == 0
+                                                         for s in strides):
+        return pointer_array(ptr, shape, np.dtype(word), readonly, None, strides)
+    return pointer_array(ptr, tuple(shape) + (itemsize,), np.dtype(np.uint8), readonly,
+                         None, tuple(strides) + (1,))
+
+
+def copy_elements(dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                  src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                  itemsize: int) -> None:
+    """Copy the elements of ``shape`` between two layouts in host-addressable memory
+    (now): only the elements' bytes are written."""
+    np.copyto(element_array(dst, shape, dst_strides, itemsize),
+              element_array(src, shape, src_strides, itemsize, readonly=True))
 
 
 def python_kernel(launch: KernelLaunch,

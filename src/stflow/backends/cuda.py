@@ -475,7 +475,8 @@ class CudaBackend(CudaStreams, CudaMemory, Backend):
                   dtype: np.dtype, readonly: bool) -> TaskView:
         """A CUDA Array Interface view advertising no stream (an ``stf_cai`` valid
         until the task ends)."""
-        return TaskView(allocation.ptr + offset, shape, dtype, 0, readonly)
+        return TaskView(allocation.ptr + offset, shape, dtype, 0, readonly,
+                        allocation.strides)
 
 
 _backend: CudaBackend | None = None

@@ -48,7 +48,8 @@ from .._access import READ
 from .._errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state)
-from ._host_memory import HostMemory, HostView, combine_at, poison, python_kernel
+from ._host_memory import (HostMemory, HostView, combine_at, copy_elements,
+                           element_array, poison, python_kernel)
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
 
@@ -337,6 +338,13 @@ class EmulatedBackend(Backend):
 
             self.enqueue_call(stream, move)
 
+    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                     itemsize: int, stream: Stream) -> None:
+        if 0 not in shape:
+            self.enqueue_call(stream, functools.partial(
+                copy_elements, dst, dst_strides, src, src_strides, shape, itemsize))
+
     def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
                 stream: Stream) -> None:
         if count:
@@ -399,7 +407,8 @@ class EmulatedBackend(Backend):
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> HostView:
-        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly,
+                            allocation.strides)
 
     # -- the read-only check (API I-34) -----------------------------------------------
     def pending_calls(self, stream: Stream) -> bool:
@@ -416,7 +425,7 @@ class EmulatedBackend(Backend):
         Called once the task's prerequisites have completed (the body may start), so
         the bytes are final. ``None`` when the task reads nothing.
         """
-        entries: list[tuple[Any, int, int, bytes | int]] = []
+        entries: list[tuple[Any, Allocation, bytes | int]] = []
         seen: set[int] = set()
         for access in plan.accesses:
             if access.mode != READ:
@@ -427,8 +436,8 @@ class EmulatedBackend(Backend):
             if allocation is None or not nbytes or allocation.ptr in seen:
                 continue
             seen.add(allocation.ptr)
-            entries.append((access.state, allocation.ptr, nbytes,
-                            _fingerprint(allocation.ptr, nbytes)))
+            entries.append((access.state, allocation,
+                            _fingerprint(_contents(access.state, allocation))))
         return ReadGuard(self, entries) if entries else None
 
 
@@ -438,17 +447,24 @@ CRC-32 (measured: a copy compares faster for small data; for large data the copi
 hold the GIL long enough to stall the device thread, while zlib releases it)."""
 
 
-def _fingerprint(ptr: int, nbytes: int) -> bytes | int:
-    """What :class:`ReadGuard` compares: a copy of the ``nbytes`` bytes at ``ptr``
-    (about 1 microsecond for 8 KB), or their CRC-32 beyond :data:`SNAPSHOT_LIMIT`
-    (about 0.3 ms per MB)."""
-    memory = _memory_at(ptr, nbytes)
-    return bytes(memory) if nbytes <= SNAPSHOT_LIMIT else zlib.crc32(memory)
+def _contents(state: Any, allocation: Allocation) -> memoryview | bytes:
+    """The bytes of the value in ``allocation`` (the elements of a strided user
+    buffer gathered into a copy, never the bytes between them)."""
+    if allocation.strides is None:
+        return _memory_at(allocation.ptr, state.nbytes)
+    elements = element_array(allocation.ptr, state.shape, allocation.strides,
+                             allocation.dtype.itemsize, readonly=True)
+    return elements.tobytes()
 
 
-def _unchanged(ptr: int, nbytes: int, fingerprint: bytes | int) -> bool:
-    """True when the bytes at ``ptr`` still match ``fingerprint``."""
-    memory = _memory_at(ptr, nbytes)
+def _fingerprint(memory: memoryview | bytes) -> bytes | int:
+    """What :class:`ReadGuard` compares: a copy of the bytes (about 1 microsecond
+    for 8 KB), or their CRC-32 beyond :data:`SNAPSHOT_LIMIT` (about 0.3 ms per MB)."""
+    return bytes(memory) if len(memory) <= SNAPSHOT_LIMIT else zlib.crc32(memory)
+
+
+def _unchanged(memory: memoryview | bytes, fingerprint: bytes | int) -> bool:
+    """True when the bytes still match ``fingerprint``."""
     if isinstance(fingerprint, int):
         return zlib.crc32(memory) == fingerprint
     return bytes(memory) == fingerprint
@@ -487,9 +503,9 @@ class ReadGuard:
     __slots__ = ("backend", "entries")
 
     def __init__(self, backend: EmulatedBackend,
-                 entries: list[tuple[Any, int, int, bytes | int]]) -> None:
+                 entries: list[tuple[Any, Allocation, bytes | int]]) -> None:
         self.backend = backend
-        self.entries = entries           # (data state, address, size, fingerprint)
+        self.entries = entries           # (data state, instance memory, fingerprint)
 
     def check(self, stream: Stream, task: Any) -> AccessModeError | None:
         """Compare the fingerprints at the end of ``task``, before its end event.
@@ -511,8 +527,8 @@ class ReadGuard:
         return self._compare(task)
 
     def _compare(self, task: Any) -> AccessModeError | None:
-        for state, ptr, nbytes, fingerprint in self.entries:
-            if not _unchanged(ptr, nbytes, fingerprint):
+        for state, allocation, fingerprint in self.entries:
+            if not _unchanged(_contents(state, allocation), fingerprint):
                 return AccessModeError(
                     f"{task._label()} declared read() on logical data {state.label} "
                     "but changed it (a write through its view, its pointer or launched "

@@ -32,7 +32,7 @@ import numpy as np
 
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state)
-from ._host_memory import HostMemory, HostView, combine_at, python_kernel
+from ._host_memory import HostMemory, HostView, combine_at, copy_elements, python_kernel
 
 __all__ = ["NullBackend", "get_backend"]
 
@@ -124,6 +124,12 @@ class NullBackend(Backend):
         if nbytes:
             ctypes.memmove(dst, src, nbytes)
 
+    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                     itemsize: int, stream: Stream) -> None:
+        if 0 not in shape:
+            copy_elements(dst, dst_strides, src, src_strides, shape, itemsize)
+
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if nbytes:
             memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
@@ -161,7 +167,8 @@ class NullBackend(Backend):
     # -- views -------------------------------------------------------------------
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> HostView:
-        return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly)
+        return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly,
+                        allocation.strides)
 
 
 _backend: NullBackend | None = None

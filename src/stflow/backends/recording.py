@@ -647,6 +647,17 @@ class GraphRecorder(Backend):
             stream = stream.real
         self.real.copy(dst, src, nbytes, stream)
 
+    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
+                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
+                     itemsize: int, stream: Stream) -> None:
+        if isinstance(stream, RecordingStream):
+            if 0 in shape:
+                return
+            self._capture(stream)
+            stream = stream.real
+        self.real.copy_strided(dst, dst_strides, src, src_strides, shape, itemsize,
+                               stream)
+
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if isinstance(stream, RecordingStream):
             if not nbytes:

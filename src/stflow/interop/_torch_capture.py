@@ -204,7 +204,8 @@ def _replay(torch: Any, steps: tuple, count: int, arrays: tuple) -> None:
     for index, array in enumerate(arrays):
         if not array.flags.writeable:     # read() dependencies: PyTorch has no
             array = pointer_array(array.ctypes.data, tuple(array.shape), array.dtype,
-                                  False, array)          # read-only tensors
+                                  False, array,          # read-only tensors
+                                  None if array.flags.c_contiguous else array.strides)
         values[index] = torch.from_numpy(array)
     for func, references, spec, slots in steps:
         leaves = [values[ref.index] if isinstance(ref, _Slot)

@@ -15,12 +15,12 @@ The emulated backend has no GPU memory for CuPy: every function here raises
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from .._errors import BackendUnavailableError
+from .._layout import extent
 from .._views import CudaStream
 from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
                       views_of)
@@ -69,10 +69,12 @@ def as_cupy(view: Any) -> Any:
     interface = view.__cuda_array_interface__
     shape = tuple(interface["shape"])
     dtype = np.dtype(interface["typestr"])
-    nbytes = math.prod(shape) * dtype.itemsize
-    memory = cupy.cuda.UnownedMemory(interface["data"][0], nbytes, view,
+    strides = interface.get("strides")            # a registered strided buffer
+    memory = cupy.cuda.UnownedMemory(interface["data"][0],
+                                     extent(shape, strides, dtype.itemsize), view,
                                      device_id=cupy.cuda.Device().id)
-    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0))
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
+                        strides=strides)
 
 
 _BODY_CACHE_LIMIT = 4096
@@ -107,8 +109,8 @@ def body_array(view: Any) -> Any:
     if base is None:
         shape = key[1]
         dtype = np.dtype(key[2])
-        nbytes = math.prod(shape) * dtype.itemsize
-        memory = cupy.cuda.UnownedMemory(key[0], nbytes, key, device_id=device)
+        memory = cupy.cuda.UnownedMemory(key[0], extent(shape, key[3], dtype.itemsize),
+                                         key, device_id=device)
         base = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
                             strides=key[3])
         if len(_body_arrays) >= _BODY_CACHE_LIMIT:

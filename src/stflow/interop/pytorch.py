@@ -45,7 +45,8 @@ def _tensor(torch: Any, view: Any) -> Any:
     """A zero-copy tensor of a task view (CUDA Array Interface or emulated)."""
     if hasattr(view, "__cuda_array_interface__"):
         if view.readonly:
-            view = stf_cai(view.ptr, view.shape, view.dtype, 0, readonly=False)
+            view = stf_cai(view.ptr, view.shape, view.dtype, 0, readonly=False,
+                           strides=view.strides)
         return torch.as_tensor(view)
     if recorded_into_a_graph(view):
         raise ScopeError(
@@ -56,7 +57,8 @@ def _tensor(torch: Any, view: Any) -> Any:
             "operations and replays them each time the graph runs")
     array = np.asarray(view)
     if not array.flags.writeable:
-        array = pointer_array(view.ptr, tuple(array.shape), array.dtype, False, array)
+        array = pointer_array(view.ptr, tuple(array.shape), array.dtype, False, array,
+                              None if array.flags.c_contiguous else array.strides)
     return torch.from_numpy(array)
 
 

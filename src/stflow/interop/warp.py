@@ -36,7 +36,8 @@ def _array(wp: Any, task: Any, view: Any) -> Any:
             f"cuda:{where if where >= 0 else task_device(task)}"
     else:
         device = "cpu"
-    return wp.array(ptr=view.ptr, dtype=dtype, shape=view.shape, device=device)
+    return wp.array(ptr=view.ptr, dtype=dtype, shape=view.shape, strides=view.strides,
+                    device=device)
 
 
 def warp_arg(task: Any, index: int) -> Any:

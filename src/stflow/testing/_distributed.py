@@ -29,7 +29,7 @@ import numpy as np
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
 from ._programs import (Program, _host_fn, _place, _same, generate_program,
-                        run_oracle, task_body, user_arrays)
+                        parent_problems, run_oracle, task_body, user_arrays)
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
 
@@ -219,12 +219,15 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         if not _same(got, want, exact):
             problems.append(f"wait #{number} of d{index}: got {got.ravel()[:6]}, "
                             f"expected {want.ravel()[:6]}")
+    wants = {}
     for index, want in expected.final.items():
         if owners[index] != rank:
             want = program.initial[index]           # another rank's array: untouched
+        wants[index] = want
         if not _same(final[index], want, exact):
             problems.append(f"user array d{index} (owner {owners[index]}): got "
                             f"{final[index].ravel()[:6]}, expected {want.ravel()[:6]}")
+    problems += parent_problems(program, final, wants, exact)
     if problems:
         raise AssertionError(f"rank {rank} differs from the sequential oracle:\n  "
                              + "\n  ".join(problems) + "\n" + program.describe()

@@ -25,6 +25,8 @@ class DataSpec:
     readonly: bool = False             # for "array"
     fill_place: Any = None             # for "full": None, "host" or a device ordinal
     accumulator: str | None = None     # "add" or "mul": only reduced into and read
+    view: Any = None                   # for "array": a strided view of a parent array,
+    # (parent number, parent shape, ((start, step) per axis)); see _programs.add_views
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ results must be identical bit for bit; on CUDA the bodies may fuse multiply-adds
 Task bodies read three elements of every input (first, middle, last) and rewrite every
 element of every output, so a stale copy, a missing copy or a race shows up.
 
+Strided data: some user arrays are views of larger *parent* arrays
+(:func:`add_views`): a view with steps and offsets of its own parent, or several data
+sharing one parent, side by side as tiles of a matrix or interleaved row by row. The
+bytes of a parent outside its views hold values drawn from the seed, and every check
+compares the whole parent (:func:`parent_problems`): a write-back may touch the
+view's elements only.
+
 Reductions: some data are *accumulators*, only reduced into (``reduce`` with sum, min
 or max, or with prod, min or max) and read. A reducing body folds a contribution of
 small dyadic values (quarters; powers of two for prod) into its view, which holds the
@@ -34,8 +41,9 @@ from ..backends._host_memory import poison
 from ._grids import Built, GridSpec, add_grids
 from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
 
-__all__ = ["DataSpec", "Program", "TaskOp", "check_program", "generate_program",
-           "run_oracle", "run_program", "smallest_budget", "task_body"]
+__all__ = ["DataSpec", "Program", "TaskOp", "add_views", "check_program",
+           "generate_program", "parent_problems", "run_oracle", "run_program",
+           "smallest_budget", "task_body"]
 
 _MODE_NAMES = {READ: "read", WRITE: "write", RW: "rw"}
 
@@ -127,10 +135,11 @@ def _fold(xp: Any, array: Any, op: Any, base: Any) -> None:
 def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
                      max_ops: int = 24, host_callbacks: bool = True,
                      drops: bool = True, reductions: bool = True,
-                     grids: bool = False) -> Program:
+                     grids: bool = False, views: bool = True) -> Program:
     """Draw a random program from ``seed`` (``reductions``: with accumulators, data
     only reduced into and read; ``grids``: with tasks on grids of places and data at
-    composite and replicated places, see ``_grids.py``)."""
+    composite and replicated places, see ``_grids.py``; ``views``: some user arrays
+    strided views of parent arrays, see :func:`add_views`)."""
     rng = random.Random(seed)
     data: list[DataSpec] = []
     for _ in range(rng.randint(2, max_data)):
@@ -152,6 +161,8 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
         else:
             data.append(DataSpec(shape, dtype, "empty"))
 
+    if views:
+        data = add_views(seed, data)
     initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
     dropped: set[int] = set()
     ops: list[Any] = []
@@ -223,6 +234,112 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     program = Program(seed, data, ops, devices, grids=grid_specs)
     program.initial = initial_arrays(program)
     return program
+
+
+def add_views(seed: int, data: list[DataSpec]) -> list[DataSpec]:
+    """Make some user arrays of ``data`` strided views of parent arrays.
+
+    Drawn from their own generator, so the rest of a program does not change: about
+    a third of the arrays become views with steps and offsets in a parent of their
+    own; pairs or triples of 2-D arrays of one dtype become tiles side by side in one
+    parent matrix (their rows resized to the first's), and of 1-D arrays rows of one
+    parent interleaved with a step (their lengths made the first's). The shapes
+    change only there, before any operation is drawn.
+    """
+    rng = random.Random(seed * 1_000_003 + 11)
+    data = list(data)
+    candidates = [i for i, spec in enumerate(data)
+                  if spec.origin == "array" and spec.shape and 0 not in spec.shape]
+    rng.shuffle(candidates)
+    parent = 0
+    while candidates:
+        first = candidates.pop()
+        roll = rng.random()
+        if roll < 0.45:
+            continue
+        spec = data[first]
+        shape = spec.shape
+        assert shape is not None
+        together = [first]
+        if roll < 0.75:                    # several data in one parent
+            together += [i for i in candidates if data[i].dtype == spec.dtype and
+                         len(data[i].shape or ()) == len(shape)][:rng.randint(1, 2)]
+            for i in together[1:]:
+                candidates.remove(i)
+        if len(together) == 1:             # a view of a parent of its own
+            steps = tuple((rng.randint(0, 2), rng.choice([1, 1, 2, 3])) for _ in shape)
+            if all(step == 1 for _, step in steps) and len(shape) == 1:
+                steps = ((steps[0][0], 2),)
+            outer = tuple(start + (n - 1) * step + 1 + rng.randint(0, 2)
+                          for n, (start, step) in zip(shape, steps))
+            data[first] = _view_of(spec, shape, (parent, outer, steps))
+        elif len(shape) == 1:              # rows of one parent, interleaved
+            count = len(together)
+            n = shape[0]
+            for k, i in enumerate(together):
+                data[i] = _view_of(data[i], (n,), (parent, (n * count,),
+                                                   ((k, count),)))
+        else:                              # tiles side by side
+            rows = shape[0]
+            column = rng.randint(0, 1)
+            for i in together:
+                cols = (data[i].shape or (1, 1))[1]
+                data[i] = _view_of(data[i], (rows, cols),
+                                   (parent, (), ((1, 1), (column, 1))))
+                column += cols + rng.randint(0, 1)
+            width = column + rng.randint(0, 1)
+            for i in together:
+                tile = data[i]
+                assert tile.shape is not None
+                data[i] = _view_of(tile, tile.shape, (parent, (rows + 2, width),
+                                                      tile.view[2]))
+        parent += 1
+    return data
+
+
+def _view_of(spec: DataSpec, shape: tuple[int, ...], view: Any) -> DataSpec:
+    return DataSpec(shape, spec.dtype, spec.origin, spec.fill, spec.readonly,
+                    spec.fill_place, spec.accumulator, view)
+
+
+def _view_index(spec: DataSpec) -> tuple[slice, ...]:
+    """The slices of a view's elements in its parent."""
+    assert spec.shape is not None
+    return tuple(slice(start, start + (n - 1) * step + 1, step)
+                 for n, (start, step) in zip(spec.shape, spec.view[2]))
+
+
+def _parent_values(program: Any, number: int, spec: DataSpec) -> np.ndarray:
+    """A parent array as registered: values drawn from the seed (what must still
+    be there after the run, outside the views)."""
+    rng = np.random.default_rng([program.seed, 7, number])
+    return rng.uniform(-4, 4, spec.view[1]).astype(spec.dtype)
+
+
+def parent_problems(program: Any, got: dict[int, np.ndarray],
+                    want: dict[int, np.ndarray], exact: bool) -> list[str]:
+    """Compare the parents of the views among the final user arrays ``got`` with
+    their values drawn from the seed, the views' elements replaced by ``want``:
+    a write-back that touched a byte outside its view is a difference."""
+    problems = []
+    parents: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for i, spec in enumerate(program.data):
+        if spec.view is None or i not in got or i not in want:
+            continue
+        number = spec.view[0]
+        if number not in parents:
+            actual = got[i].base
+            assert isinstance(actual, np.ndarray)
+            parents[number] = (actual, _parent_values(program, number, spec))
+        parents[number][1][_view_index(spec)] = want[i]
+    for number, (actual, expected) in parents.items():
+        if not _same(actual, expected, exact):
+            wrong = np.argwhere(~np.isclose(actual, expected, equal_nan=True))
+            problems.append(f"parent array {number} (views of it: "
+                            f"{[i for i, s in enumerate(program.data) if s.view and s.view[0] == number]}) "
+                            f"differs at {wrong[:4].tolist()}: bytes outside a view "
+                            "were written, or a view's write-back is wrong")
+    return problems
 
 
 def _add_reductions(rng: random.Random, data: list[DataSpec], ops: list[Any],
@@ -426,8 +543,21 @@ def _place(stf: Any, place: Any, built: Built | None = None) -> Any:
 
 
 def user_arrays(program: Program) -> dict[int, np.ndarray]:
-    """Fresh copies of the program's user arrays (read-only where the spec says)."""
-    user = {i: array.copy() for i, array in program.initial.items()}
+    """Fresh copies of the program's user arrays (read-only where the spec says);
+    views are made in fresh parent arrays (:func:`add_views`)."""
+    user = {}
+    parents: dict[int, np.ndarray] = {}
+    for i, array in program.initial.items():
+        spec = program.data[i]
+        if spec.view is None:
+            user[i] = array.copy()
+            continue
+        number = spec.view[0]
+        if number not in parents:
+            parents[number] = _parent_values(program, number, spec)
+        view = parents[number][_view_index(spec)]
+        view[...] = array
+        user[i] = view
     for i, spec in enumerate(program.data):
         if spec.readonly:
             user[i].setflags(write=False)
@@ -647,6 +777,7 @@ def check_program(program: Program, backend: str = "emulated",
         if not _same(got, want, exact):
             problems.append(f"final user array d{index}: got {got.ravel()[:6]}..., "
                             f"expected {want.ravel()[:6]}...")
+    problems += parent_problems(program, actual.final, expected.final, exact)
     if problems:
         budget = "" if memory_budget is None else f"\nmemory budget: {memory_budget}"
         raise AssertionError("stflow differs from the sequential oracle:\n  "

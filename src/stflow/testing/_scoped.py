@@ -22,7 +22,8 @@ import numpy as np
 from .._access import READ, WRITE
 from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
                         declare_data, emulated_graph_body, generate_program, run_oracle,
-                        smallest_budget, submit, tight_budget, user_arrays)
+                        parent_problems, smallest_budget, submit, tight_budget,
+                        user_arrays)
 
 __all__ = ["Scoped", "check_scoped_program", "generate_scoped_program",
            "smallest_scoped_budget"]
@@ -281,6 +282,7 @@ def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
                 f"expected {want.ravel()[:6]}..."
                 for index, want in expected.final.items()
                 if not _same(actual[index], want, exact)]
+    problems += parent_problems(program, actual, expected.final, exact)
     if problems:
         raise AssertionError("\n".join(problems) + "\n" + program.describe() +
                              "\nscopes:\n" + _describe(items) +

@@ -34,9 +34,9 @@ import numpy as np
 
 from ._grids import GridSpec, add_grids
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
-                        _same, cupy_body, declare_data, emulated_body,
-                        emulated_graph_body, host_body, initial_arrays, submit,
-                        task_body, user_arrays)
+                        _same, add_views, cupy_body, declare_data, emulated_body,
+                        emulated_graph_body, host_body, initial_arrays,
+                        parent_problems, submit, task_body, user_arrays)
 
 __all__ = ["Hang", "Segment", "ThreadedProgram", "all_stacks", "check_threaded_program",
            "generate_threaded_program", "run_threads"]
@@ -152,7 +152,8 @@ class ThreadedProgram:
 
 def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
                               devices: int = 2, *, max_segments: int = 4,
-                              max_ops: int = 6, grids: bool = False) -> ThreadedProgram:
+                              max_ops: int = 6, grids: bool = False,
+                              views: bool = True) -> ThreadedProgram:
     """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
     ``context(use_graph=...)``; ``scopes``: a ``stackable_context``; ``grids``: some
     tasks on grids of places, some data at composite or replicated places)."""
@@ -175,6 +176,8 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
     private = [[new_data() for _ in range(rng.randint(2, 3))] for _ in range(threads)]
     shared = [new_data(readonly=True) for _ in range(rng.randint(1, 3))]
     turn_data = [new_data() for _ in range(rng.randint(1, 2))]
+    if views:          # views of shared parents: threads register interleaved bytes
+        data[:] = add_views(seed, data)
 
     per_thread: list[list[Segment]] = []
     for t in range(threads):
@@ -404,5 +407,6 @@ def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
             problems.append(f"final user array d{index}: got "
                             f"{got_final[index].ravel()[:6]}..., "
                             f"expected {want.ravel()[:6]}...")
+    problems += parent_problems(program, got_final, want_final, exact)
     if problems:
         raise AssertionError("\n".join(problems) + "\n" + program.describe())
