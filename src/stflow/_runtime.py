@@ -466,6 +466,14 @@ class Runtime:
                      record: WorkRecord | None, what: Any) -> None:
         """Allocate, then copy, what ``plan.moves`` names, in stream order.
 
+        In stream mode a copy into a device's instance is made on that device's
+        transfer stream (``StreamPools.transfer``), ordered after its own data only
+        (the data's last writer, the source's readiness), and the task's stream waits
+        for it: copies run ahead, in submission order, rather than queued behind the
+        task's other prerequisites on a compute stream. Other copies (into host or
+        managed memory, and every copy graph mode records) are made on the task's
+        stream, after its waits.
+
         Room under the memory budget was made before the plan was decided
         (``_eviction.room_for``); should the device itself run out, an eviction may
         still take a source of these copies, which are then made from another valid
@@ -473,43 +481,63 @@ class Runtime:
         """
         moves = plan.moves
         assert moves is not None
+        lanes = [self._lane(access.device, stream) for access, _ in moves]
         # Every allocation before any copy: an allocation failure (out of memory)
         # then leaves no copy in flight that no later work would know about.
         sources = tuple(source for _, source in moves if source is not None)
-        for access, _ in moves:
+        for (access, _), lane in zip(moves, lanes):
             instance = access.instance
             assert instance is not None
             if instance.allocation is None:
-                self.allocate(access.state, instance, stream, record, plan, what,
+                self.allocate(access.state, instance, lane, record, plan, what,
                               sources)
-        copied: list[tuple[DataState, Instance, Instance]] = []
+        copied: list[tuple[DataState, Instance, Instance, Stream]] = []
         backend = self.backend
         try:
-            for access, source in moves:
+            for (access, source), lane in zip(moves, lanes):
                 if source is not None:
                     target = access.instance
                     assert target is not None
+                    state = access.state
                     if source.allocation is None:    # evicted: valid elsewhere
-                        source = access.state.valid_source(access.device)
+                        source = state.valid_source(access.device)
                         assert source is not None and source.allocation is not None
-                        self.order_after(stream, list(source.ready.values()))
-                    self.copy_instance(access.state, target, source, stream, record)
-                    copied.append((access.state, target, source))
+                        self.order_after(lane, list(source.ready.values()))
+                    elif lane is not stream:
+                        self.order_after(lane, [*state.tracker.prerequisites(READ),
+                                                *source.ready.values()])
+                    self.copy_instance(state, target, source, lane, record)
+                    copied.append((state, target, source, lane))
         except BaseException:
             if copied:       # the copies in flight read their sources: order writers
-                failed = backend.record(stream)
-                for state, _, _ in copied:
-                    state.tracker.release(READ, failed)
+                for lane in {lane for _, _, _, lane in copied}:
+                    failed = backend.record(lane)
+                    for state, _, _, other in copied:
+                        if other is lane:
+                            state.tracker.release(READ, failed)
             raise
         if copied:
-            event = backend.record(stream)
-            if record is not None:
-                event.producer = ident
+            events: dict[Stream, Event] = {}
+            for _, _, _, lane in copied:
+                if lane not in events:
+                    event = events[lane] = backend.record(lane)
+                    if record is not None:
+                        event.producer = ident
             scopes = self.scopes
-            for state, target, source in copied:
-                state.copied(target, source, event)
+            for state, target, source, lane in copied:
+                state.copied(target, source, events[lane])
                 if scopes is not None and scopes.stack:
                     scopes.wrote(state, target)
+            if len(events) > 1 or stream not in events:
+                self.order_after(stream, [event for lane, event in events.items()
+                                          if lane is not stream])
+
+    def _lane(self, device: int, stream: Stream) -> Stream:
+        """The stream a copy into an instance at ``device`` is made on (see
+        :meth:`_enact_moves`)."""
+        if device < 0 or self.scopes is not None or self.caller_stream is not None:
+            return stream
+        return self.root_pools.transfer(device)
 
     def allocate(self, state: DataState, instance: Instance, stream: Stream,
                  record: WorkRecord | None, plan: Plan | None, what: Any,

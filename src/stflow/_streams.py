@@ -100,7 +100,8 @@ class StreamPools:
         What every new stream waits for first (a caller stream's entry event).
     """
 
-    __slots__ = ("backend", "error_sink", "entry", "pools", "streams", "lender")
+    __slots__ = ("backend", "error_sink", "entry", "pools", "streams", "lender",
+                 "transfers")
 
     def __init__(self, backend: Backend, error_sink: Callable[..., None],
                  entry: Event | None = None) -> None:
@@ -110,6 +111,17 @@ class StreamPools:
         self.pools: dict[int, Pool] = {}
         self.streams: list[Stream] = []
         self.lender: Any = None         # an async_resources lending its streams
+        self.transfers: dict[int, Stream] = {}
+
+    def transfer(self, device: int) -> Stream:
+        """The stream that copies data into device ``device``'s instances (created
+        on first use): copies queued there wait only for their own data, not behind
+        the tasks of a compute stream, so they run ahead of the tasks needing them
+        (in submission order) while earlier tasks compute."""
+        stream = self.transfers.get(device)
+        if stream is None:
+            stream = self.transfers[device] = self.new_stream(device)
+        return stream
 
     def pool(self, device: int) -> Pool:
         """The pool of the execution places of stream key ``device`` (created on
@@ -174,6 +186,7 @@ class StreamPools:
                 backend.destroy_stream(stream)
         self.streams.clear()
         self.pools.clear()
+        self.transfers.clear()
 
     def __repr__(self) -> str:
         places = ", ".join(str(device) for device in self.pools)
