@@ -395,8 +395,11 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
     print(f"check against the sequential NumPy CG: max error {error:.3e} "
           f"(tolerance {TOLERANCE * scale:.1e}) -> {'PASS' if passed else 'FAIL'}")
     launched = f" from {result.launches} graph launches" if result.launches else ""
+    import stflow
+    build = "compiled build" if stflow.__compiled__ else "Python sources"
     print(f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks{launched} "
-          f"({per_task:.1f} us per task); NumPy reference {reference_seconds:.3f} s "
+          f"({per_task:.1f} us per task, {build}); NumPy reference "
+          f"{reference_seconds:.3f} s "
           f"(best of {reference_runs} run{'s' if reference_runs > 1 else ''}; "
           f"{blas_threads()})")
     speedup = reference_seconds / max(result.seconds, 1e-9)

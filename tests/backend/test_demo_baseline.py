@@ -10,6 +10,7 @@ import types
 
 import numpy as np
 
+import stflow
 from stflow import demo
 
 
@@ -64,6 +65,9 @@ def test_the_speed_up_line_states_the_ratio_without_a_verdict(capsys, monkeypatc
     out = capsys.readouterr().out
     assert "NumPy reference 1000.000 s (best of 5 runs; BLAS fake with 7 thread(s))" \
         in out
+    build = "compiled build" if stflow.__compiled__ else "Python sources"
+    assert re.search(rf"timing: [0-9.]+ s wall for \d+ tasks \([0-9.]+ us per task, "
+                     rf"{build}\)", out), out
     speedup = re.search(r"speed-up over NumPy: (\d+\.\d\d)x \(NumPy reference time / "
                         r"solve time; the emulated backend checks correctness", out)
     assert speedup is not None and float(speedup.group(1)) > 1, out
