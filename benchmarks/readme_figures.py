@@ -107,11 +107,12 @@ def progress_figure() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("figures", nargs="*", choices=["demo", "progress"],
-                        default=["demo", "progress"])
+                        help="the figures to make (default: all)")
     args = parser.parse_args(argv)
+    figures = args.figures or ["demo", "progress"]
     print(f"machine: {_machine()}; load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
-    for figure in args.figures:
+    for figure in figures:
         if figure == "demo":
             print("README.md, 'Run the demo' (python -m stflow.demo):")
             print(demo_figure())

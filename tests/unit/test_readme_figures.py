@@ -43,3 +43,16 @@ def test_the_demo_figure_is_the_demo_output_with_one_blas_thread(monkeypatch):
     timing = next(line for line in block if line.startswith("timing: "))
     assert "best of " in timing and "with OPENBLAS_NUM_THREADS=1)" in timing
     assert "OPENBLAS_NUM_THREADS" not in os.environ         # only the child's
+
+
+def test_no_argument_makes_every_figure(capsys, monkeypatch):
+    script = _script()
+    monkeypatch.setattr(script, "demo_figure", lambda: "<demo block>")
+    monkeypatch.setattr(script, "progress_figure", lambda: "<progress block>")
+    assert script.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.index("<demo block>") < out.index("<progress block>")
+    assert "README.md, 'Run the demo' (python -m stflow.demo):" in out
+    assert script.main(["progress"]) == 0
+    out = capsys.readouterr().out
+    assert "<progress block>" in out and "<demo block>" not in out
