@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+FIGURES = ("demo", "progress")
 
 
 def _fence(lines: list[str]) -> str:
@@ -106,10 +107,14 @@ def progress_figure() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("figures", nargs="*", choices=["demo", "progress"],
+    # No choices=: argparse (before 3.12) checks the empty list against them.
+    parser.add_argument("figures", nargs="*", metavar="demo|progress",
                         help="the figures to make (default: all)")
     args = parser.parse_args(argv)
-    figures = args.figures or ["demo", "progress"]
+    figures = args.figures or list(FIGURES)
+    unknown = [name for name in figures if name not in FIGURES]
+    if unknown:
+        parser.error(f"unknown figure {unknown[0]!r}; choose from {', '.join(FIGURES)}")
     print(f"machine: {_machine()}; load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
     for figure in figures:

@@ -56,3 +56,6 @@ def test_no_argument_makes_every_figure(capsys, monkeypatch):
     assert script.main(["progress"]) == 0
     out = capsys.readouterr().out
     assert "<progress block>" in out and "<demo block>" not in out
+    with pytest.raises(SystemExit):
+        script.main(["demos"])
+    assert "unknown figure 'demos'; choose from demo, progress" in capsys.readouterr().err
