@@ -28,6 +28,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -67,14 +68,25 @@ def _progress_run(style: str) -> list[str]:
 
     tasks = 800
     log = io.StringIO()
+    sampled: list[str] = []
+    running = threading.Event()
     with stf.context(backend="emulated") as ctx:
-        stf.ProgressBar(ctx, style=style, file=log, total=tasks)
+        bar = stf.ProgressBar(ctx, style=style, file=log, total=tasks)
+        if style == "text":
+            # Into a file the text bar writes a line every 2 s only; a terminal sees
+            # it redrawn in place, so sample what it would show.
+            def sample() -> None:
+                while not running.wait(0.01):
+                    sampled.append(bar.text())
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
         datum = ctx.logical_data(np.zeros(64 * 1024))          # 512 KiB
         for k in range(tasks):
             with ctx.task(stf.exec_place.device(k % 2), datum.rw()) as t:
                 launch(t.stream_ptr(), lambda a: time.sleep(0.004), *t.views())
-    lines = [line.strip() for line in log.getvalue().replace("\r", "\n").splitlines()
-             if line.strip()]
+    running.set()
+    written = log.getvalue().replace("\r", "\n").splitlines()
+    lines = [line.strip() for line in [*sampled[:-1], *written] if line.strip()]
     done = [_progress_count(line) for line in lines]
 
     def near(fraction: float) -> str:
