@@ -9,6 +9,11 @@ one line; behaviour is the same.
     pip install .                          # compiled where possible
     STFLOW_PURE_PYTHON=1 pip install .     # never compile
 
+Compiling takes about a minute and says so in one line on stderr (``pip install -v``
+shows it). Only the steps that build extensions compile: pip first runs setup.py
+for the metadata (``egg_info``, ``dist_info``), which needs none, and mypyc's
+analysis, the slow part, would otherwise run once per step.
+
 Metadata lives in pyproject.toml; this file only adds the optional extensions.
 """
 
@@ -77,7 +82,21 @@ class OptionalBuildExt(build_ext):
         notice(why)
 
 
+# The setup.py commands that build extension modules (pip's build_wheel and
+# build_editable hooks run bdist_wheel and editable_wheel; benchmarks/gpu_session.sh
+# runs build_ext --inplace).
+BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist", "bdist_wheel", "bdist_egg",
+                            "editable_wheel", "install", "develop"})
+
+
+def builds_extensions(argv: list[str]) -> bool:
+    """Whether this run of setup.py builds the extensions (not only metadata)."""
+    return any(arg in BUILD_COMMANDS for arg in argv[1:])
+
+
 def extensions() -> list:
+    if not builds_extensions(sys.argv):
+        return []                          # metadata only: egg_info, dist_info, sdist
     if os.environ.get("STFLOW_PURE_PYTHON", "").strip() not in ("", "0"):
         notice("STFLOW_PURE_PYTHON is set")
         return []
@@ -89,8 +108,12 @@ def extensions() -> list:
     except ImportError:
         notice("mypyc is not installed")
         return []
+    modules = compiled_modules()
+    print(f"stflow: compiling {len(modules)} modules with mypyc (about a minute; "
+          "STFLOW_PURE_PYTHON=1 installs the pure-Python build without compiling) ...",
+          file=sys.stderr, flush=True)
     try:
-        return mypycify(["--ignore-missing-imports", *compiled_modules()],
+        return mypycify(["--ignore-missing-imports", *modules],
                         opt_level="3", debug_level="0", group_name="stflow")
     except BaseException as exc:                     # mypyc reports errors by exiting
         notice(f"mypyc failed: {exc}")

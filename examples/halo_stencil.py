@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 import stflow as stf
-from stflow.backends import get_backend
+from stflow.backends import default_backend, get_backend
 
 ALPHA = 0.2
 
@@ -156,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graph", action="store_true", help="graph mode")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
-    backend = None if args.backend == "auto" else args.backend
-    strips = args.strips or get_backend(backend).device_count
+    backend = None if args.backend == "auto" else args.backend   # None: STFLOW_BACKEND
+    native = default_backend() if backend is None else get_backend(backend)
+    strips = args.strips or native.device_count
     u0 = initial(strips * args.rows_per_strip, args.n)
     start = time.perf_counter()
     result, devices, statistics = run(u0, strips, args.steps, backend, args.graph)

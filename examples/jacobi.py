@@ -358,8 +358,9 @@ def _make_body(body: str, ctx: Any, shape: tuple[int, int]) -> Any:
 def prepare_numba(backend: str | None) -> str:
     """Turn Numba's CUDA simulator on for the emulated backend if Numba is not yet
     imported; ``""`` when the Numba body can run, else why not."""
-    from stflow.backends import get_backend
-    emulated = get_backend(backend).name == "emulated"
+    from stflow.backends import default_backend, get_backend
+    native = default_backend() if backend is None else get_backend(backend)
+    emulated = native.name == "emulated"
     if emulated and "numba" not in sys.modules:
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     if not emulated:
@@ -369,6 +370,21 @@ def prepare_numba(backend: str | None) -> str:
         return ("--body numba on the emulated backend needs Numba's CUDA simulator: "
                 "run with NUMBA_ENABLE_CUDASIM=1")
     return ""
+
+
+# Numba's CUDA simulator runs every GPU thread as Python code: measured on a 2-core
+# machine, about a millisecond per grid point and sweep.
+SIMULATOR_SECONDS_PER_POINT_SWEEP = 1e-3
+SIMULATOR_BUDGET_SECONDS = 60.0
+
+
+def simulator_estimate(m: int, n: int, sweeps: int) -> float:
+    """Rough seconds the Numba body takes on Numba's CUDA simulator; 0 when Numba
+    runs on a GPU (or is not imported yet)."""
+    numba_config = sys.modules.get("numba.core.config")
+    if numba_config is None or not getattr(numba_config, "ENABLE_CUDASIM", False):
+        return 0.0
+    return m * n * sweeps * SIMULATOR_SECONDS_PER_POINT_SWEEP
 
 
 # -- the solver ---------------------------------------------------------------------------
@@ -415,6 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for body in BODIES if args.body == "all" else (args.body,):
         why = available(body) or (prepare_numba(backend) if body == "numba" else "")
+        slow = simulator_estimate(args.m, args.n, expected_sweeps) \
+            if body == "numba" and not why else 0.0
+        if slow > SIMULATOR_BUDGET_SECONDS:
+            quick = "--body numba --m 16 --n 16 --max-iterations 20"
+            note = (f"Numba's CUDA simulator runs every GPU thread in Python: this "
+                    f"{args.m}x{args.n} grid, {expected_sweeps} sweeps, takes about "
+                    f"{slow / 60:.0f} min; {quick} checks it in seconds")
+            if args.body == "all":
+                why = note
+            else:
+                print(f"note: {note}", flush=True)
         if why:
             print(f"SKIP {body}: {why}")
             continue

@@ -3,6 +3,7 @@ every backend."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -54,13 +55,24 @@ def test_the_numba_body_matches_numpy(backend):
     pytest.importorskip("numba")
     if backend == "emulated":
         # Numba's CUDA simulator is chosen when Numba is imported: a fresh process.
-        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        # As a newcomer runs it: no --backend (STFLOW_BACKEND decides), no
+        # NUMBA_ENABLE_CUDASIM (the script sets it), every body.
+        env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+        env.update(STFLOW_BACKEND="emulated",
+                   PYTHONPATH=os.pathsep.join([str(EXAMPLE.parents[1] / "src"),
+                                               env.get("PYTHONPATH", "")]))
         process = subprocess.run(
-            [sys.executable, str(EXAMPLE), "--body", "numba", "--backend", "emulated",
+            [sys.executable, str(EXAMPLE), "--body", "all",
              "--m", "10", "--n", "12", "--max-iterations", "6"],
             capture_output=True, text=True, env=env, timeout=120)
-        assert process.returncode == 0, process.stdout + process.stderr
-        assert "PASS numba: 10x12 grid, 6 sweeps" in process.stdout
+        out = process.stdout
+        assert process.returncode == 0, out + process.stderr
+        assert "PASS xp: 10x12 grid, 6 sweeps" in out
+        assert "PASS numba: 10x12 grid, 6 sweeps" in out
+        for body, module in (("torch", "torch"), ("warp", "warp")):
+            installed = importlib.util.find_spec(module) is not None
+            assert (f"PASS {body}: 10x12 grid, 6 sweeps" if installed else
+                    f"SKIP {body}: --body {body} needs") in out, out
         return
     from numba.core import config
     if config.ENABLE_CUDASIM:
@@ -79,3 +91,34 @@ def test_the_script_says_pass_and_skips_missing_libraries(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "PASS xp: 12x12 grid" in out
     assert "SKIP numba: numba is missing" in out and "SKIP warp" in out
+
+
+def test_a_numba_run_of_minutes_on_the_simulator_is_skipped_by_all(capsys, monkeypatch):
+    # --body all must finish: on Numba's CUDA simulator (every GPU thread in Python)
+    # the default 64x64 grid would take a quarter of an hour.
+    example = _example()
+    monkeypatch.setattr(example, "available",
+                        lambda body: "" if body in ("xp", "numba") else "missing")
+    monkeypatch.setattr(example, "prepare_numba", lambda backend: "")
+    monkeypatch.setattr(example, "simulator_estimate",
+                        lambda m, n, sweeps: m * n * sweeps * 1e-3)
+    ran = []
+    solve = example.solve
+    monkeypatch.setattr(example, "solve",
+                        lambda *args: ran.append(args[4]) or solve(*args[:4], "xp",
+                                                                   *args[5:]))
+    assert example.main(["--body", "all"]) == 0
+    out = capsys.readouterr().out
+    assert ran == ["xp"]
+    assert "SKIP numba: Numba's CUDA simulator runs every GPU thread in Python: this " \
+           "64x64 grid, 241 sweeps, takes about 16 min; --body numba --m 16 --n 16 " \
+           "--max-iterations 20 checks it in seconds" in out
+    assert example.main(["--body", "numba", "--m", "12", "--n", "12"]) == 0
+    out = capsys.readouterr().out                  # small enough: no note, it runs
+    assert ran == ["xp", "numba"] and "note:" not in out and "PASS numba" in out
+
+
+def test_the_simulator_estimate_is_zero_without_the_simulator(monkeypatch):
+    example = _example()
+    monkeypatch.delitem(sys.modules, "numba.core.config", raising=False)
+    assert example.simulator_estimate(64, 64, 241) == 0.0

@@ -4,9 +4,13 @@ The marker convention (stated in ``docs/writing-docs.md``) is the *info string*
 of each fenced block, the words after the opening fence:
 
 ``python``
-    Runs on the emulated backend, on a CPU-only machine. The ``python`` blocks of one
-    page run in order in one namespace (a later block may use the names of an earlier
-    one), in a fresh process per page.
+    Runs on the emulated backend, on a CPU-only machine, on its own: in a fresh
+    namespace (a block of README.md: in a fresh process), so a reader can copy it
+    alone. The blocks of one page run in order, in one process per page.
+``python continues``
+    Builds on the blocks above it on the same page (a docs page, never README.md):
+    runs in their namespace. Its first line is a comment that says so to the reader
+    (``# continues the block above: ...``).
 ``python gpu``
     Needs a CUDA device: runs in the GPU suite (``tests/gpu``); the CPU suite only
     compiles it.
@@ -37,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NOT_PYTHON = frozenset({"bash", "console", "text", "dot", "toml", "yaml", "json"})
-PYTHON_FLAGS = frozenset({"gpu", "fragment"})
+PYTHON_FLAGS = frozenset({"gpu", "fragment", "continues"})
+SELF_CONTAINED = frozenset({"README.md"})   # pages whose blocks never continue
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>.*)$")
 
@@ -58,8 +63,12 @@ class Block:
         return f"{self.path.relative_to(ROOT)}:{self.line}"
 
     @property
+    def continues(self) -> bool:
+        return "continues" in self.flags
+
+    @property
     def runs_on_cpu(self) -> bool:
-        return self.language == "python" and not self.flags
+        return self.language == "python" and not self.flags - {"continues"}
 
     @property
     def runs_on_gpu(self) -> bool:
@@ -108,6 +117,14 @@ def blocks(path: Path) -> list[Block]:
                     raise ValueError(f"{where}: unknown marker {word!r} on a python "
                                      f"block; use one of {sorted(PYTHON_FLAGS)} or "
                                      "needs=MODULE")
+            if block.continues and not block.code.lstrip().startswith("#"):
+                raise ValueError(f"{where}: a 'continues' block builds on the blocks "
+                                 "above it; say so to the reader in its first line "
+                                 "(# continues the block above: ...)")
+            if block.continues and path.name in SELF_CONTAINED:
+                raise ValueError(f"{where}: the blocks of {path.name} are copied "
+                                 "alone; make this one self-contained (its imports "
+                                 "and data) instead of marking it 'continues'")
         elif language not in NOT_PYTHON or rest:
             raise ValueError(f"{where}: unknown info string {match['info'].strip()!r}; "
                              f"use python [gpu|fragment|needs=MODULE] or one of "
@@ -120,8 +137,15 @@ def blocks(path: Path) -> list[Block]:
 _CHILD = r"""
 import importlib, json, sys, traceback
 path, selection = sys.argv[1], json.loads(sys.argv[2])
-namespace = {"__name__": "__docs__"}
-for line, code, needs in selection:
+namespace = {}
+skipped_chain = False
+for line, code, needs, continues in selection:
+    if not continues:                   # a block on its own: a fresh namespace
+        namespace = {"__name__": "__docs__"}
+        skipped_chain = False
+    elif skipped_chain:                 # builds on a block that was skipped
+        print("STFLOW-DOCS skipped", line, "needs the skipped block above", flush=True)
+        continue
     missing = []
     for module in needs:
         try:
@@ -130,6 +154,7 @@ for line, code, needs in selection:
             missing.append(f"{module} ({type(exc).__name__})")
     if missing:
         print("STFLOW-DOCS skipped", line, "needs", ", ".join(missing), flush=True)
+        skipped_chain = True
         continue
     print("STFLOW-DOCS start", line, flush=True)
     # Padding keeps the page's line numbers: tracebacks and inspect.getsource (Warp
@@ -154,12 +179,13 @@ class Outcome:
 
 def run_page(path: Path, selected: list[Block], *, timeout: float,
              env: dict[str, str] | None = None) -> Outcome:
-    """Run ``selected`` blocks of ``path`` in order in one fresh process."""
+    """Run ``selected`` blocks of ``path`` in order in one fresh process, each in a
+    fresh namespace unless it ``continues`` the blocks before it."""
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT / "src"), child_env.get("PYTHONPATH", "")]))
-    selection = json.dumps([(b.line, b.code, b.needs) for b in selected])
+    selection = json.dumps([(b.line, b.code, b.needs, b.continues) for b in selected])
     try:
         done = subprocess.run(
             [sys.executable, "-W", "error::DeprecationWarning:stflow",

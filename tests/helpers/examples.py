@@ -21,3 +21,8 @@ def load_example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def example_names() -> list[str]:
+    """The names of every script in ``examples/``, sorted."""
+    return sorted(path.stem for path in EXAMPLES.glob("*.py"))

@@ -2,9 +2,10 @@
 plain ``python`` block) runs on the emulated backend.
 
 The marker convention is in ``tests/helpers/docs_snippets.py`` and
-``docs/writing-docs.md``. Each page runs in one fresh process (its blocks share one
-namespace, in order), with a timeout, so a snippet that hangs fails the test and names
-its line.
+``docs/writing-docs.md``. A reader copies one block: each runs in a fresh namespace
+unless it is marked ``continues`` (and says so in its first line); the blocks of
+README.md each run in a fresh process, those of a docs page in one process per page.
+A timeout makes a snippet that hangs fail the test and name its line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 
 import pytest
 
-from helpers.docs_snippets import ROOT, blocks, pages, run_page
+from helpers.docs_snippets import ROOT, SELF_CONTAINED, blocks, pages, run_page
 
 PAGES = pages()
 
@@ -44,17 +45,23 @@ RUNNABLE = [p for p in PAGES if _runnable(p)]
 @pytest.mark.parametrize("path", RUNNABLE, ids=[p.name for p in RUNNABLE])
 def test_python_blocks_run_on_the_emulated_backend(path):
     selected = [b for b in blocks(path) if b.runs_on_cpu]
-    outcome = run_page(path, selected, timeout=90, env={
-        "STFLOW_BACKEND": "emulated",
-        # The README tells users without a GPU to set it for the Numba adapter.
-        "NUMBA_ENABLE_CUDASIM": "1",
-        "MPLBACKEND": "Agg",
-    })
-    assert outcome.failure is None, f"{path.name}: {outcome.failure}"
-    if outcome.skipped:
-        pytest.skip(f"ran blocks at lines {outcome.ran}; skipped (missing optional "
-                    f"module): {outcome.skipped}")
-    assert len(outcome.ran) == len(selected)
+    # README.md: every block in a fresh interpreter, as a reader copying one runs it.
+    groups = [[b] for b in selected] if path.name in SELF_CONTAINED else [selected]
+    ran, skipped = [], []
+    for group in groups:
+        outcome = run_page(path, group, timeout=90, env={
+            "STFLOW_BACKEND": "emulated",
+            # The README tells users without a GPU to set it for the Numba adapter.
+            "NUMBA_ENABLE_CUDASIM": "1",
+            "MPLBACKEND": "Agg",
+        })
+        assert outcome.failure is None, f"{path.name}: {outcome.failure}"
+        ran += outcome.ran
+        skipped += outcome.skipped
+    if skipped:
+        pytest.skip(f"ran blocks at lines {ran}; skipped (missing optional "
+                    f"module): {skipped}")
+    assert len(ran) == len(selected)
 
 
 def test_the_marker_convention_refuses_unmarked_blocks(tmp_path, monkeypatch):
@@ -74,14 +81,49 @@ def test_the_marker_convention_refuses_unmarked_blocks(tmp_path, monkeypatch):
     assert not first.runs_on_cpu and first.runs_on_gpu and second.runs_on_cpu
 
 
+def test_a_block_runs_alone_unless_it_says_it_continues(tmp_path, monkeypatch):
+    import helpers.docs_snippets as snippets
+    monkeypatch.setattr(snippets, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text("```python\nx = 1\n```\n\n```python\nprint(x + 1)\n```\n")
+    outcome = run_page(page, blocks(page), timeout=30)
+    assert outcome.ran == [2] and "NameError: name 'x' is not defined" in outcome.failure
+    page.write_text("```python\nx = 1\n```\n\n```python continues\n"
+                    "# continues the block above: x\nassert x == 1\n```\n")
+    outcome = run_page(page, blocks(page), timeout=30)
+    assert outcome.failure is None and outcome.ran == [2, 6]
+    # A block that builds on one skipped for a missing module is skipped too.
+    page.write_text("```python needs=no_such_module_stflow\nx = 1\n```\n\n"
+                    "```python continues\n# continues the block above: x\nx\n```\n")
+    outcome = run_page(page, blocks(page), timeout=30)
+    assert outcome.failure is None and outcome.ran == []
+    assert [s.split()[0] for s in outcome.skipped] == ["2", "6"]
+
+
+def test_a_continuing_block_says_so_and_readme_blocks_never_continue(tmp_path,
+                                                                    monkeypatch):
+    import helpers.docs_snippets as snippets
+    monkeypatch.setattr(snippets, "ROOT", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text("```python\nx = 1\n```\n```python continues\nprint(x)\n```\n")
+    with pytest.raises(ValueError, match="say so to the reader in its first line"):
+        blocks(page)
+    readme = tmp_path / "README.md"
+    readme.write_text("```python continues\n# continues the block above\nx\n```\n")
+    with pytest.raises(ValueError, match="make this one self-contained"):
+        blocks(readme)
+    assert SELF_CONTAINED == {"README.md"}
+
+
 def test_a_failing_or_hanging_block_names_its_line(tmp_path, monkeypatch):
     import helpers.docs_snippets as snippets
     monkeypatch.setattr(snippets, "ROOT", tmp_path)
     page = tmp_path / "page.md"
-    page.write_text("```python\nx = 1\n```\n\n```python\nassert x == 2\n```\n")
+    page.write_text("```python\nx = 1\n```\n\n```python continues\n"
+                    "# continues the block above\nassert x == 2\n```\n")
     outcome = run_page(page, blocks(page), timeout=30)
     assert outcome.ran == [2]
-    assert 'page.md", line 6' in outcome.failure
+    assert 'page.md", line 7' in outcome.failure and "AssertionError" in outcome.failure
     page.write_text("```python\nimport time\nwhile True: time.sleep(0.05)\n```\n")
     outcome = run_page(page, blocks(page), timeout=3)
     assert "timed out" in outcome.failure and "page.md:2" in outcome.failure
