@@ -244,16 +244,16 @@ class Runtime:
     def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any) -> Any:
         """The state and source of a user buffer registered as new logical data."""
         self.check_submit("logical_data()")
-        if self.data.retired:          # collected data may hold these bytes: retire it
-            with self.lock:
+        data = self.data
+        source, device = data.describe(buf, dplace, shape, dtype, self._producer_stream)
+        with self.lock:                # the overlap check and insertion: one step
+            self.check_submit("logical_data()")      # against retirement
+            if data.retired:           # collected data may hold these bytes: retire it
                 self.drain_retired()
-        state, source = self.data.register(buf, dplace, shape, dtype,
-                                           self._producer_stream)
-        if self.releases and source.nbytes:
-            with self.lock:
+            state = data.add(source, device, buf)
+            if self.releases and source.nbytes:
                 self._after_writebacks(source.ptr, source.nbytes)
-        if source.ordered_on is not None:        # a DLPack producer's pending work
-            with self.lock:
+            if source.ordered_on is not None:        # a DLPack producer's pending work
                 reference = state.reference
                 assert reference is not None
                 event = self.backend.record(source.ordered_on)
@@ -286,12 +286,14 @@ class Runtime:
             return pool.streams[pool.next % len(pool.streams)]
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
-        self.check_submit(f"{what}()")
-        return self.data.empty(shape, dtype)
+        with self.lock:                # the registry changes under the lock only
+            self.check_submit(f"{what}()")
+            return self.data.empty(shape, dtype)
 
     def token(self) -> DataState:
-        self.check_submit("token()")
-        return self.data.token()
+        with self.lock:
+            self.check_submit("token()")
+            return self.data.token()
 
     # -- the hot path: acquire and release -----------------------------------------
     def acquire(self, deps: Sequence[Any], place: Any, owner: Any, what: Any,

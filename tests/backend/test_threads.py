@@ -329,3 +329,92 @@ def test_scopes_of_several_threads_read_read_only_data_at_once(backend):
             add_to(t, 0, 1, 2.0)
     np.testing.assert_array_equal(outs[0], S)
     np.testing.assert_array_equal(outs[1], 2.0 * S)
+
+
+# -- registration against retirement ----------------------------------------------------
+
+def test_registration_is_one_step_against_another_threads_retirement(backend,
+                                                                      monkeypatch):
+    """Issue 24: registering (scan the byte ranges, then insert) ran outside the
+    runtime's lock, so another thread retiring collected data (removing its range)
+    between the two shifted the scan onto a range past the new buffer: a spurious
+    BufferOverlapError. The retirement here falls right after the scan's bisection:
+    it must wait until the registration is done."""
+    import stflow._registry as registry
+
+    base = np.zeros(30)
+    scanning, retired = threading.Event(), threading.Event()
+    me = []
+    real = registry.bisect
+
+    class Bisect:                       # the registering thread's scan pauses
+        insort = staticmethod(real.insort)
+
+        @staticmethod
+        def bisect_left(ranges, key):
+            index = real.bisect_left(ranges, key)
+            if me and threading.get_ident() == me[0] and len(key) == 1:
+                me.clear()
+                scanning.set()
+                retired.wait(0.3)       # long enough for a retirement not locked out
+            return index
+
+    monkeypatch.setattr(registry, "bisect", Bisect)
+    with stf.context(backend=backend) as ctx:
+        low = [ctx.logical_data(base[0:10])]          # retired meanwhile
+        high = ctx.logical_data(base[20:30])          # past the new buffer
+        other = ctx.logical_data(np.zeros(4))
+        made = []
+
+        def register():
+            me.append(threading.get_ident())
+            made.append(ctx.logical_data(base[10:20]))
+
+        def retire():
+            assert scanning.wait(10)
+            low.clear()                 # collected: its range goes at the next task
+            with ctx.task(other.rw()) as t:
+                add_to(t, 0, None, 1.0)
+            retired.set()
+
+        run_threads([register, retire])
+        with ctx.task(made[0].rw(), high.rw()) as t:
+            add_to(t, 0, None, 2.0)
+            add_to(t, 1, None, 3.0)
+    np.testing.assert_array_equal(base, np.repeat([0.0, 2.0, 3.0], 10))
+
+
+def test_threads_registering_and_collecting_data_see_no_false_overlap(backend):
+    """Issue 24: 8 threads registering data (all arrays alive) with tasks, host
+    callbacks, collections and fences in between."""
+    import gc
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)         # threads switch often: a tight interleaving
+    try:
+        kept = [[] for _ in range(8)]
+        with stf.context(backend=backend) as ctx:
+            def worker(i):
+                def run():
+                    for k in range(15):
+                        array = np.full(8 + k % 5, float(i))
+                        kept[i].append(array)
+                        ld = ctx.logical_data(array)
+                        with ctx.task(ld.rw()) as t:
+                            add_to(t, 0, None, 1.0)
+                        if k % 3 == 0:
+                            ctx.host_launch(ld.read(), fn=lambda a: None)
+                        del ld          # collected: retired at a later submission
+                        if k % 8 == i:
+                            gc.collect()
+                        if k % 10 == 0:
+                            ctx.fence()
+                return run
+
+            run_threads([worker(i) for i in range(8)])
+    finally:
+        sys.setswitchinterval(interval)
+    for i, arrays in enumerate(kept):
+        for array in arrays:
+            np.testing.assert_array_equal(array, np.full(array.shape, i + 1.0))
