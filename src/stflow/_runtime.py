@@ -74,8 +74,14 @@ _BYTES = np.dtype(np.uint8)
 
 
 def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | None:
-    """The first data of ``plan`` that another thread's open scope touched."""
+    """The first data of ``plan`` that another thread's open scope touched (its
+    reductions too: a partial result must not join, nor combine, a reduction
+    recorded in another thread's scope)."""
     for access in plan.accesses:
+        scope = scopes.foreign(access.state)
+        if scope is not None:
+            return access.state, scope
+    for access in plan.reductions:
         scope = scopes.foreign(access.state)
         if scope is not None:
             return access.state, scope

@@ -418,3 +418,32 @@ def test_threads_registering_and_collecting_data_see_no_false_overlap(backend):
     for i, arrays in enumerate(kept):
         for array in arrays:
             np.testing.assert_array_equal(array, np.full(array.shape, i + 1.0))
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_root_reductions_into_data_of_another_threads_open_scope_wait(backend, op):
+    """Issue 24 (found by the threaded differential): a reduction was not held off
+    data another thread's open scope had touched, as every other access is, and
+    joined or combined the scope's reduction (a sum's contribution lost)."""
+    X = np.zeros(4)
+    reduced, order = threading.Event(), []
+    with stf.stackable_context(backend=backend) as sctx:
+        x = sctx.logical_data(X)
+
+        def scoped():
+            with sctx.graph_scope():
+                with sctx.task(x.reduce("sum")) as t:
+                    _run(t, lambda xp, a: a.fill(1.0), 0)
+                reduced.set()
+                time.sleep(0.3)         # the other thread's reduction waits
+                order.append("scope closed")
+
+        def root():
+            assert reduced.wait(10)
+            with sctx.task(x.reduce(op)) as t:
+                order.append("root reduces")
+                _run(t, lambda xp, a: a.fill(2.0 if op == "sum" else -5.0), 0)
+
+        run_threads([scoped, root])
+    assert order == ["scope closed", "root reduces"]
+    np.testing.assert_array_equal(X, np.full(4, 3.0 if op == "sum" else 1.0))
