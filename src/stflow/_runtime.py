@@ -58,7 +58,7 @@ from ._gridwork import allocate_composite
 from ._places import LAYOUT_IDS, exec_place_grid
 from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
-from ._streams import StreamPools, choose_stream
+from ._streams import Pool, StreamPools, choose_stream
 from .backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
                              callback_state)
 
@@ -371,14 +371,11 @@ class Runtime:
         pool = pools.pools.get(stream_key) or pools.pool(stream_key)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
-        if plan.reductions:
-            reductions.prepare(self, plan, what)
-        stream = acquire(plan, pool, self._completed, tick)
-        while stream is None:             # data held by started work, or reductions
-            self._clear(plan, what)       # to combine first
-            if plan.reductions:
-                reductions.prepare(self, plan, what)
+        stream = None
+        if not plan.reductions or not reductions.prepare(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)
+        if stream is None:                # data held by started work, or reductions
+            stream = self._acquire_waiting(plan, pool, tick, recording, what)
         if (plan.moves is not None or plan.reductions) and self.memory.limited and \
                 eviction.room_for(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
@@ -413,6 +410,24 @@ class Runtime:
             hold(plan, owner)
             self.started[owner] = _thread()
         return plan
+
+    def _acquire_waiting(self, plan: Plan, pool: Pool, tick: int, recording: bool,
+                         what: Any) -> Stream:
+        """:func:`acquire` of ``plan`` after waiting: for started work holding its
+        data, for reductions to combine first (:func:`_reductions.prepare`). Waiting
+        releases the lock, and meanwhile another thread's scope may have touched
+        the data: work at the root level of a stackable context is admitted again
+        (:meth:`_admit`) before it decides."""
+        scopes = self.scopes
+        while True:
+            if scopes is not None and not recording:
+                self._admit(scopes, plan, what)
+            if plan.reductions and reductions.prepare(self, plan, what):
+                continue
+            stream = acquire(plan, pool, self._completed, tick)
+            if stream is not None:
+                return stream
+            self._clear(plan, what)
 
     def release(self, plan: Plan, stream: Stream, owner: Any, ident: int,
                 private: list[Instance] | None = None) -> Event:

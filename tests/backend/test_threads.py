@@ -447,3 +447,48 @@ def test_root_reductions_into_data_of_another_threads_open_scope_wait(backend, o
         run_threads([scoped, root])
     assert order == ["scope closed", "root reduces"]
     np.testing.assert_array_equal(X, np.full(4, 3.0 if op == "sum" else 1.0))
+
+
+def test_root_work_that_waited_is_admitted_again(backend):
+    """Issue 24 (found by the threaded differential): root-level work that waited
+    for held data (or for reductions to combine) went ahead once it was released,
+    even when another thread's scope had touched its other data meanwhile; it must
+    wait for that scope to close, as it would have had it come later."""
+    X, Y = np.zeros(4), np.zeros(4)
+    holding, touched, order = threading.Event(), threading.Event(), []
+    with stf.stackable_context(backend=backend) as sctx:
+        x, y = sctx.logical_data(X), sctx.logical_data(Y)
+        runtime = sctx._runtime
+
+        def holder():                   # holds y until the scope has touched x
+            with sctx.task(y.rw()) as t:
+                holding.set()
+                assert touched.wait(10)
+                add_to(t, 0, None, 1.0)
+
+        def root():                     # waits for y; x is free when it starts
+            assert holding.wait(10)
+            with sctx.task(x.rw(), y.read()) as t:
+                order.append("root")
+                add_to(t, 0, 1, 10.0)
+
+        def scoped():
+            assert holding.wait(10)
+            deadline = time.monotonic() + 10
+            while True:                 # until the root task waits for y
+                with runtime.lock:
+                    if runtime.waiters:
+                        break
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+            with sctx.graph_scope():
+                with sctx.task(x.rw()) as t:
+                    add_to(t, 0, None, 1.0)
+                touched.set()
+                time.sleep(0.3)         # the root task must not go ahead meanwhile
+                order.append("scope closed")
+
+        run_threads([holder, root, scoped])
+    assert order == ["scope closed", "root"]
+    np.testing.assert_array_equal(X, np.full(4, 11.0))
+    np.testing.assert_array_equal(Y, np.ones(4))
