@@ -22,6 +22,7 @@ from ._access import READ
 from ._coherence import INVALID
 from ._errors import OutOfMemoryError
 from ._instrument import byte_size_text
+from ._reduce import reduce_op
 from .backends._base import HOST
 
 if TYPE_CHECKING:
@@ -89,11 +90,14 @@ def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
         used = memory.used[device]
         limit = ("the device's memory" if exhausted is not None or budget is None
                  else f"its memory budget of {byte_size_text(budget)}")
+        partials = _partials_on(rt, device)
+        held = f" (here: {partials})" if partials else ""
         raise OutOfMemoryError(
             f"{what} needs {byte_size_text(nbytes)} more on device {device}, where "
             f"{byte_size_text(used)} are in use and nothing more can be evicted "
-            f"within {limit}: the rest belongs to running tasks, launchable graphs "
-            "or open scopes") from exhausted
+            f"within {limit}: the rest belongs to running tasks, launchable graphs, "
+            f"open scopes or partial results of reductions not combined yet{held}"
+            ) from exhausted
     if exhausted is not None:
         for event in freed:             # the memory is free once the frees ran
             rt.backend.synchronize(event)
@@ -209,16 +213,45 @@ def _evict(rt: Owner, state: DataState, instance: Instance) -> Event:
 
 
 def _working_set(plan: Plan | None, device: int, nbytes: int) -> int:
-    """Bytes of ``plan``'s data at ``device`` (``nbytes`` without a plan)."""
+    """Bytes of ``plan``'s data at ``device``, its reductions' private instances
+    included (``nbytes`` without a plan)."""
     if plan is None:
         return nbytes
-    return sum(access.state.nbytes for access in plan.accesses
-               if access.device == device and access.instance is not None)
+    return sum(state.nbytes for state, _ in _plan_data(plan, device))
 
 
 def _data_sizes(plan: Plan | None, device: int, nbytes: int) -> str:
     if plan is None:
         return byte_size_text(nbytes)
-    return ", ".join(f"{access.state.label} {byte_size_text(access.state.nbytes)}"
-                     for access in plan.accesses
-                     if access.device == device and access.instance is not None)
+    return ", ".join(f"{state.label} {byte_size_text(state.nbytes)}{role}"
+                     for state, role in _plan_data(plan, device))
+
+
+def _plan_data(plan: Plan, device: int) -> list[tuple[DataState, str]]:
+    """The data of ``plan`` at ``device`` that needs memory there, each with how
+    (``""``: its instance; a reduction: a private instance for the partial
+    result)."""
+    found = [(access.state, "") for access in plan.accesses
+             if access.device == device and access.instance is not None]
+    found += [(access.state, f" (the partial result of its "
+                             f"reduce({reduce_op(access.mode).name!r}))")
+              for access in plan.reductions if access.device == device]
+    return found
+
+
+def _partials_on(rt: Owner, device: int) -> str:
+    """The partial results of reductions held on ``device`` (pending, or of
+    started tasks), named with their bytes; ``""`` when there are none."""
+    parts = []
+    for state in list(rt.data.states.values()):
+        pending = state.pending
+        if pending is None:
+            continue
+        count = sum(1 for instance, _ in pending.partials if instance.device == device)
+        for owner in pending.holders:
+            private = getattr(owner, "_private", None) or ()
+            count += sum(1 for instance in private
+                         if instance.device == device and instance.allocation is not None)
+        if count:
+            parts.append(f"{state.label} {count} x {byte_size_text(state.nbytes)}")
+    return ", ".join(parts)

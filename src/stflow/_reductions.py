@@ -73,25 +73,37 @@ class Owner(Protocol):
 
 
 def prepare(rt: Owner, plan: Plan, what: Any) -> bool:
-    """A reduction with another operation than the pending one combines those
-    first (into the place of the new reduction); so does one recorded in a
+    """Combine what ``plan``'s reductions must not join: a pending reduction with
+    another operation than the new one (combined into the place of the new
+    reduction), and any pending reduction when the reduction is recorded in a
     stackable context's scope (combined at once, in a recording that may run many
-    times, it must not combine what came before: that is combined at the root)."""
+    times, it must not combine what came before: that is combined at the root).
+
+    Combining may wait for other threads (their tasks reducing, their work holding
+    the data), and meanwhile another thread may begin a reduction with yet another
+    operation: after every combination all of the plan's reductions are checked
+    again, so that on return (the lock still held) none of them has anything
+    pending it must not join. Returns True when something was combined."""
     scopes = rt.scopes
     recording = scopes is not None and scopes.per_thread and bool(scopes.stack)
     flushed = False
-    for access in plan.reductions:
-        pending = access.state.pending
-        if pending is not None and (recording or pending.mode != access.mode):
-            flush(rt, access.state, access.device, what)
-            flushed = True
-    return flushed
+    while True:
+        for access in plan.reductions:
+            pending = access.state.pending
+            if pending is not None and (recording or pending.mode != access.mode):
+                flush(rt, access.state, access.device, what)
+                flushed = True
+                break
+        else:
+            return flushed
 
 
 def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
-                      record: WorkRecord | None, what: Any) -> None:
+          record: WorkRecord | None, what: Any) -> None:
     """Private instances for ``plan``'s reductions, filled with the identity on
-    ``stream`` (``plan.private``); a started ``owner`` holds the reductions."""
+    ``stream`` (``plan.private``); a started ``owner`` holds the reductions.
+    :func:`prepare` ran under the same hold of the lock: a pending reduction of
+    the data has the same operation, and the new partial result joins it."""
     private: list[Instance] = []
     me = _thread()
     backend = rt.backend
@@ -101,16 +113,22 @@ def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
         # First the memory: making room may combine the data's pending results.
         try:
             rt.allocate(state, instance, stream, record, plan, what,
-                           private=True)
+                        private=True)
         except BaseException:       # the reductions begun so far are undone
-            for begun, made in zip(plan.reductions, private):
-                if begun.state.pending is not None:
-                    begun.state.pending.holders.pop(owner, None)
-                free_private(rt, made, begun.state.nbytes, stream)
+            _undo(rt, plan, private, owner, stream)
             raise
         pending = state.pending
         if pending is None:
             pending = state.pending = Reduction(access.mode)
+        elif pending.mode != access.mode:
+            # A partial result combined with another operation than its own would
+            # be wrong (an identity of max, -inf, summed): never join.
+            private.append(instance)
+            _undo(rt, plan, private, owner, stream)
+            raise RuntimeError(
+                f"stflow internal error: {what} would join the pending "
+                f"reduce({pending.op.name!r}) of logical data {state.label} with "
+                f"reduce({reduce_op(access.mode).name!r}); please report it")
         allocation = instance.allocation
         assert allocation is not None and state.dtype is not None
         backend.fill(allocation.ptr, state.nbytes,
@@ -119,6 +137,16 @@ def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
             pending.holders[owner] = me
         private.append(instance)
     plan.private = private
+
+
+def _undo(rt: Owner, plan: Plan, private: list[Instance], owner: Any,
+          stream: Stream) -> None:
+    """Undo the reductions of ``plan`` begun so far (their ``private``
+    instances)."""
+    for begun, made in zip(plan.reductions, private):
+        if begun.state.pending is not None:
+            begun.state.pending.holders.pop(owner, None)
+        free_private(rt, made, begun.state.nbytes, stream)
 
 
 def end(rt: Owner, plan: Plan, event: Event, owner: Any,
@@ -144,36 +172,44 @@ def end(rt: Owner, plan: Plan, event: Event, owner: Any,
 
 
 def flush(rt: Owner, state: DataState, device: int | None, what: Any,
-           in_place: bool = False) -> None:
+          in_place: bool = False) -> None:
     """Combine the pending reductions of ``state`` into its instance at
     ``device`` (``None``: where the first partial result is), once the tasks
     reducing are ended. Partial results from outside the calling thread's open
-    scopes are combined at the root level, unless ``in_place``."""
-    pending = state.pending
-    if pending is None:
-        return
-    if not pending.partials and not pending.holders:
-        state.pending = None                  # reductions begun, then undone
-        return
+    scopes are combined at the root level, unless ``in_place``.
+
+    Waiting for the tasks reducing releases the lock: meanwhile another thread may
+    combine them and begin new reductions (with another operation, say). Those
+    are combined too, so that on return nothing is pending (the lock held)."""
     me = _thread()
-    while pending.holders:
-        for holder, thread in pending.holders.items():
-            if thread == me:
-                raise ScopeError(
-                    f"{what} needs the reductions into logical data {state.label} "
-                    f"combined, but {holder._label()} (started, not yet ended on "
-                    "this thread) reduces into it; end that task first")
-        holder, thread = next(iter(pending.holders.items()))
-        rt.block(thread, what, state, holder)
-    rt.wait_for_conflicts([(state, WRITE)], what)
-    if state.pending is not pending:
-        return                                # another thread combined them
-    scopes = rt.scopes
-    if not in_place and scopes is not None and scopes.per_thread and scopes.stack:
-        with scopes.root_level():
+    while True:
+        pending = state.pending
+        if pending is None:
+            return
+        if not pending.partials and not pending.holders:
+            state.pending = None              # reductions begun, then undone
+            return
+        while pending.holders:
+            for holder, thread in pending.holders.items():
+                if thread == me:
+                    raise ScopeError(
+                        f"{what} needs the reductions into logical data "
+                        f"{state.label} combined, but {holder._label()} (started, "
+                        "not yet ended on this thread) reduces into it; end that "
+                        "task first")
+            holder, thread = next(iter(pending.holders.items()))
+            rt.block(thread, what, state, holder)
+        rt.wait_for_conflicts([(state, WRITE)], what)
+        if state.pending is not pending:
+            continue                          # another thread combined them
+        scopes = rt.scopes
+        if not in_place and scopes is not None and scopes.per_thread and \
+                scopes.stack:
+            with scopes.root_level():
+                combine(rt, state, pending, device, what)
+        else:
             combine(rt, state, pending, device, what)
-    else:
-        combine(rt, state, pending, device, what)
+        return
 
 
 def combine(rt: Owner, state: DataState, pending: Reduction, device: int | None,

@@ -87,13 +87,16 @@ class DataRegistry:
         self.longest = 0
 
     # -- creation ----------------------------------------------------------------------
-    def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any,
+    def describe(self, buf: Any, dplace: Any, shape: Any, dtype: Any,
                  producer_stream: Callable[[tuple[int, int]], Any] | None,
-                 ) -> tuple[DataState, Source]:
-        """A new state whose reference instance is the user buffer ``buf``.
+                 ) -> tuple[Source, int]:
+        """The source of the user buffer ``buf`` and the place its memory is in,
+        checked: ``dplace`` (a ``data_place`` or ``None``) must agree with where the
+        buffer lives; ``shape`` and ``dtype``, when given, with the buffer. A
+        producer's pending work (CUDA Array Interface ``stream``) is waited for.
 
-        ``dplace`` (a ``data_place`` or ``None``) must agree with where the buffer
-        lives; ``shape`` and ``dtype``, when given, with the buffer.
+        Touches nothing of the registry: runs without the runtime's lock, before
+        :meth:`add`.
         """
         if dplace is not None and not isinstance(dplace, data_place):
             raise TypeError(f"dplace must be a data_place or None, got "
@@ -124,6 +127,24 @@ class DataRegistry:
             if wanted != device:
                 raise PlaceError(f"dplace={dplace!r} contradicts the buffer, which lives "
                                  f"in {_describe_place(device)}; omit dplace to infer it")
+        if source.stream is not None:
+            backend.synchronize_producer(source.stream)
+        return source, device
+
+    def add(self, source: Source, device: int, buf: Any) -> DataState:
+        """A new state whose reference instance is the buffer of ``source`` (from
+        :meth:`describe`), at ``device``.
+
+        The runtime's lock must be held: the overlap check and the insertion of the
+        buffer's byte range are one step against retirement (:meth:`take_retired`,
+        which removes ranges) and the registrations of other threads; so is the
+        page-locking count against :meth:`unpin`.
+
+        Raises
+        ------
+        BufferOverlapError
+            The buffer overlaps the buffer of a live logical data (see the module).
+        """
         span = source.extent
         layout = None
         if source.strides is not None and source.ptr:
@@ -131,9 +152,8 @@ class DataRegistry:
                             source.dtype.itemsize)
         if source.ptr and span:
             self._check_overlap(source.ptr, span, source.readonly, buf, layout)
-        if source.stream is not None:
-            backend.synchronize_producer(source.stream)
         pin = None
+        backend = self.backend
         if device == HOST and source.ptr and source.interface != "cai":
             owner = source.keepalive[-1] if isinstance(source.keepalive, tuple) else None
             if isinstance(owner, np.ndarray):
@@ -154,7 +174,7 @@ class DataRegistry:
             self.longest = max(self.longest, span)
             if layout is not None:
                 self.layouts[state.key] = layout
-        return state, source
+        return state
 
     def _check_overlap(self, ptr: int, nbytes: int, readonly: bool, buf: Any,
                        layout: np.ndarray | None) -> None:

@@ -59,7 +59,7 @@ from ._gridwork import allocate_composite
 from ._places import LAYOUT_IDS, exec_place_grid
 from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
-from ._streams import StreamPools, choose_stream
+from ._streams import Pool, StreamPools, choose_stream
 from .backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
                              callback_state)
 
@@ -75,8 +75,14 @@ _BYTES = np.dtype(np.uint8)
 
 
 def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | None:
-    """The first data of ``plan`` that another thread's open scope touched."""
+    """The first data of ``plan`` that another thread's open scope touched (its
+    reductions too: a partial result must not join, nor combine, a reduction
+    recorded in another thread's scope)."""
     for access in plan.accesses:
+        scope = scopes.foreign(access.state)
+        if scope is not None:
+            return access.state, scope
+    for access in plan.reductions:
         scope = scopes.foreign(access.state)
         if scope is not None:
             return access.state, scope
@@ -245,16 +251,16 @@ class Runtime:
     def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any) -> Any:
         """The state and source of a user buffer registered as new logical data."""
         self.check_submit("logical_data()")
-        if self.data.retired:          # collected data may hold these bytes: retire it
-            with self.lock:
+        data = self.data
+        source, device = data.describe(buf, dplace, shape, dtype, self._producer_stream)
+        with self.lock:                # the overlap check and insertion: one step
+            self.check_submit("logical_data()")      # against retirement
+            if data.retired:           # collected data may hold these bytes: retire it
                 self.drain_retired()
-        state, source = self.data.register(buf, dplace, shape, dtype,
-                                           self._producer_stream)
-        if self.releases and source.nbytes:
-            with self.lock:
+            state = data.add(source, device, buf)
+            if self.releases and source.nbytes:
                 self._after_writebacks(source.ptr, source.extent)
-        if source.ordered_on is not None:        # a DLPack producer's pending work
-            with self.lock:
+            if source.ordered_on is not None:        # a DLPack producer's pending work
                 reference = state.reference
                 assert reference is not None
                 event = self.backend.record(source.ordered_on)
@@ -292,12 +298,14 @@ class Runtime:
             return pool.streams[pool.next % len(pool.streams)]
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
-        self.check_submit(f"{what}()")
-        return self.data.empty(shape, dtype)
+        with self.lock:                # the registry changes under the lock only
+            self.check_submit(f"{what}()")
+            return self.data.empty(shape, dtype)
 
     def token(self) -> DataState:
-        self.check_submit("token()")
-        return self.data.token()
+        with self.lock:
+            self.check_submit("token()")
+            return self.data.token()
 
     # -- the hot path: acquire and release -----------------------------------------
     def acquire(self, deps: Sequence[Any], place: Any, owner: Any, what: Any,
@@ -369,14 +377,11 @@ class Runtime:
         pool = pools.pools.get(stream_key) or pools.pool(stream_key)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
-        if plan.reductions:
-            reductions.prepare(self, plan, what)
-        stream = acquire(plan, pool, self._completed, tick)
-        while stream is None:             # data held by started work, or reductions
-            self._clear(plan, what)       # to combine first
-            if plan.reductions:
-                reductions.prepare(self, plan, what)
+        stream = None
+        if not plan.reductions or not reductions.prepare(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)
+        if stream is None:                # data held by started work, or reductions
+            stream = self._acquire_waiting(plan, pool, tick, recording, what)
         if (plan.moves is not None or plan.reductions) and self.memory.limited and \
                 eviction.room_for(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
@@ -411,6 +416,24 @@ class Runtime:
             hold(plan, owner)
             self.started[owner] = _thread()
         return plan
+
+    def _acquire_waiting(self, plan: Plan, pool: Pool, tick: int, recording: bool,
+                         what: Any) -> Stream:
+        """:func:`acquire` of ``plan`` after waiting: for started work holding its
+        data, for reductions to combine first (:func:`_reductions.prepare`). Waiting
+        releases the lock, and meanwhile another thread's scope may have touched
+        the data: work at the root level of a stackable context is admitted again
+        (:meth:`_admit`) before it decides."""
+        scopes = self.scopes
+        while True:
+            if scopes is not None and not recording:
+                self._admit(scopes, plan, what)
+            if plan.reductions and reductions.prepare(self, plan, what):
+                continue
+            stream = acquire(plan, pool, self._completed, tick)
+            if stream is not None:
+                return stream
+            self._clear(plan, what)
 
     def release(self, plan: Plan, stream: Stream, owner: Any, ident: int,
                 private: list[Instance] | None = None) -> Event:

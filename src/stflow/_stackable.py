@@ -18,7 +18,8 @@ from typing import Any, Callable, cast
 
 from ._cond import Comparable, cond, condition_terms
 from ._context import context
-from ._errors import ContextMismatchError, NegativeCountError, ScopeError
+from ._errors import (ContextMismatchError, NegativeCountError, ScopeError,
+                      warn_user)
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
@@ -691,8 +692,38 @@ class stackable_context:
     def __enter__(self) -> stackable_context:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if exc_type is not None and not self._runtime.finalized:
+            self._abandon_open_work(exc_type)
         self.finalize()
+
+    def _abandon_open_work(self, exc_type: type[BaseException]) -> None:
+        """The ``with`` block raised: discard the scopes the calling thread left open
+        (``push()`` without ``pop()``; innermost first, nothing they recorded runs)
+        and reset the launchable graphs still alive, with a warning, so that
+        ``finalize()`` writes back the root level's results instead of refusing."""
+        runtime = self._runtime
+        scopes = _scopes(runtime)
+        with runtime.lock:
+            opened = scopes.user_scopes()
+            while scopes.stack:
+                self._close(scopes.stack[-1], failed=True)
+            self._pushed.clear()
+        live = [state for state in list(self._launchables) if not state.released]
+        for state in live:
+            state.release()
+        if opened or live:
+            left = [f"{opened} open scope(s) (push() without pop())"] if opened else []
+            done = ["the scopes were discarded (nothing they recorded runs; their "
+                    "data keeps its value from before them)"] if opened else []
+            if live:
+                left.append(f"{len(live)} launchable graph(s) not reset")
+                done.append("the graphs reset")
+            warn_user(f"stackable_context: the with block raised {exc_type.__name__} "
+                      f"with {' and '.join(left)}: {', '.join(done)}, and the root "
+                      "level was finalized, its results written back; pop() scopes "
+                      "and reset() graphs in a finally block to end them yourself",
+                      UserWarning)
 
     def __repr__(self) -> str:
         state = ", finalized" if self._runtime.finalized else ""

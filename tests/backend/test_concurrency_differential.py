@@ -1,6 +1,8 @@
 """The concurrency differential test: host threads submit random programs to one
-context (private data, shared read-only data, shared data written in turns), checked
-against the sequential oracle (``stflow.testing.check_threaded_program``).
+context (private data, shared read-only data, shared data written in turns, shared
+data every thread reduces into with operations of its own, data registered and
+dropped while other threads retire theirs), checked against the sequential oracle
+(``stflow.testing.check_threaded_program``).
 
 Stream mode, graph mode (``use_graph=True``) and scopes per thread (a stackable
 context), on every backend, under a watchdog: a hang fails with every thread's stack.

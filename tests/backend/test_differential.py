@@ -86,6 +86,22 @@ def test_random_scoped_programs_match_the_unrolled_oracle(backend, first):
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
 
 
+@pytest.mark.parametrize("first", range(0, min(SEEDS, 200), CHUNK),
+                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+def test_scoped_programs_abandoned_by_an_exception_keep_the_root(backend, first):
+    """Issue 24: a program that raises inside its ``with stackable_context()`` with
+    push() scopes open: the scopes are discarded (with a warning) and the root
+    level's results written back, those of the program before that point."""
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            check_scoped_program(seed, devices, backend, abandon=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("first", range(30_000, 32_000, 500))
 def test_campaign_of_large_scoped_programs(backend, first):

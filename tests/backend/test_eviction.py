@@ -12,7 +12,7 @@ import stflow as stf
 from stflow.errors import OutOfMemoryError
 from stflow.testing import run_threads
 
-from helpers.bodies import _run, add_to
+from helpers.bodies import _run, add_to, fill_with
 
 N = 1000                       # float64 elements: 8000 bytes per data
 NBYTES = 8 * N
@@ -145,6 +145,64 @@ def test_per_device_budgets_and_the_environment_variable(backend, monkeypatch):
 def test_bad_budgets_are_refused(backend, budget, error):
     with pytest.raises(error, match="memory_budget"):
         stf.context(backend=backend, memory_budget=budget)
+
+
+@pytest.mark.parametrize("budget", ["1" + "0" * 400, 2**63, "9223372036854775808",
+                                    "16777216TiB"])
+def test_budgets_beyond_any_device_name_the_limit(backend, budget):
+    """Issue 24: a budget of 10**400 bytes raised OverflowError (from a float)."""
+    with pytest.raises(ValueError, match=r"at most 9223372036854775807 bytes"):
+        stf.context(backend=backend, memory_budget=budget)
+
+
+def test_budgets_are_any_integer_and_texts_are_exact(backend, monkeypatch):
+    """Issue 24: numpy.int64 budgets (and device keys) were refused."""
+    with stf.context(backend=backend, memory_budget=np.int64(3 * NBYTES)) as ctx:
+        assert set(ctx._runtime.memory.budgets.values()) == {3 * NBYTES}
+    with stf.context(backend=backend,
+                     memory_budget={np.int32(0): np.uint16(4096)}) as ctx:
+        assert ctx._runtime.memory.budgets[0] == 4096
+    with stf.context(backend=backend, memory_budget="9223372036854775807") as ctx:
+        assert ctx._runtime.memory.budgets[0] == 2**63 - 1      # exact, no float
+    monkeypatch.setenv("STFLOW_DEVICE_MEMORY_BUDGET", "1" + "0" * 30)
+    with pytest.raises(ValueError, match="STFLOW_DEVICE_MEMORY_BUDGET.*at most"):
+        stf.context(backend=backend)
+
+
+def test_a_reduction_larger_than_the_budget_says_so(backend):
+    """Issue 24: a reduction's private instance was not counted in the task's
+    working set: 'needs 7.8 KiB more ... the rest belongs to running tasks'."""
+    X = np.zeros(N)
+    with stf.context(backend=backend, memory_budget=NBYTES // 2) as ctx:
+        x = ctx.logical_data(X, name="x")
+        with pytest.raises(OutOfMemoryError) as caught:
+            with ctx.task(stf.exec_place.device(0), x.reduce("sum")):
+                raise AssertionError("the body must not run")
+        message = str(caught.value)
+        for part in ("needs 7.8 KiB on device 0", "'x' 7.8 KiB (the partial result of "
+                     "its reduce('sum'))", "memory budget of 3.9 KiB"):
+            assert part in message, (part, message)
+        with ctx.task(stf.exec_place.host(), x.reduce("sum")) as t:   # still usable
+            add_to(t, 0, None, 2.0)
+    np.testing.assert_array_equal(X, np.full(N, 2.0))
+
+
+def test_room_taken_by_partial_results_is_named(backend):
+    """Partial results of a started reduction cannot be evicted nor combined: a task
+    that needs their room says they hold it."""
+    X, Y = np.zeros(N), np.ones(N)
+    with stf.context(backend=backend, memory_budget=NBYTES + NBYTES // 2) as ctx:
+        x, y = ctx.logical_data(X, name="x"), ctx.logical_data(Y, name="y")
+        reducing = ctx.task(stf.exec_place.device(0), x.reduce("max"))
+        reducing.start()
+        with pytest.raises(OutOfMemoryError) as caught:
+            with ctx.task(stf.exec_place.device(0), y.rw()):
+                raise AssertionError("the body must not run")
+        assert "partial results of reductions not combined yet (here: 'x' 1 x " \
+            "7.8 KiB)" in str(caught.value), str(caught.value)
+        fill_with(reducing, 0, 5.0)          # the body: its partial result is 5
+        reducing.end()
+    np.testing.assert_array_equal(X, np.full(N, 5.0))
 
 
 def test_read_only_copies_are_dropped_without_a_write_back(backend):

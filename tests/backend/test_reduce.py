@@ -4,6 +4,7 @@ data before any other access; reductions do not order against each other."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -216,3 +217,76 @@ def test_misuse_of_reduce(backend):
         with ctx.task(x.reduce()) as t:              # the context still works
             _fold(t, 0, lambda xp, v: v.__iadd__(1.0))
         np.testing.assert_array_equal(ctx.wait(x), np.ones(N))
+
+
+def _await_waiters(runtime, count):
+    """Until ``count`` threads wait on the runtime's condition (a test hook)."""
+    deadline = time.monotonic() + 10
+    while True:
+        with runtime.lock:
+            if runtime.waiters >= count:
+                return
+        assert time.monotonic() < deadline, "the threads never waited"
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("mode", ["stream", "stackable"])
+def test_threads_waiting_to_combine_never_join_a_reduction_of_another_op(backend,
+                                                                         mode):
+    """Issue 24: a max and a min reduction both wait for a started sum to end; the
+    first to run combines the sum and begins its own reduction, and the other must
+    combine that one first, not join it (its identity combined with the other
+    operation: min(1, 100, -100) = -100)."""
+    X = np.zeros(N)
+    started, release = threading.Event(), threading.Event()
+    ctx = (stf.stackable_context(backend=backend) if mode == "stackable"
+           else stf.context(backend=backend))
+    with ctx:
+        x = ctx.logical_data(X)
+
+        def summing():
+            with ctx.task(x.reduce("sum")) as t:
+                started.set()
+                assert release.wait(10)
+                _fold(t, 0, lambda xp, v: v.__setitem__(Ellipsis, 1.0))
+
+        def other(op, value):
+            def run():
+                assert started.wait(10)
+                with ctx.task(stf.exec_place.device(1 % _devices(ctx)),
+                              x.reduce(op)) as t:
+                    _fold(t, 0, lambda xp, v: v.__setitem__(Ellipsis, value))
+            return run
+
+        def opener():                   # once both wait for the sum: end it
+            _await_waiters(ctx._runtime, 2)
+            release.set()
+
+        run_threads([summing, other("max", -100.0), other("min", 100.0), opener])
+    np.testing.assert_array_equal(X, np.ones(N))     # neither max nor min changes 1
+
+
+def _devices(ctx):
+    return ctx._runtime.device_count
+
+
+@pytest.mark.parametrize("mode", ["stream", "stackable"])
+def test_threads_reducing_with_different_ops_keep_each_op(backend, mode):
+    """Issue 24's reproducer: threads reducing with sum, prod (x 1) and max (-inf)
+    end at the sum."""
+    X = np.zeros(1)
+    ctx = (stf.stackable_context(backend=backend) if mode == "stackable"
+           else stf.context(backend=backend))
+    with ctx:
+        x = ctx.logical_data(X)
+
+        def worker(op, value):
+            def run():
+                for k in range(20):
+                    with ctx.task(stf.exec_place.device(k % _devices(ctx)),
+                                  x.reduce(op)) as t:
+                        _fold(t, 0, lambda xp, v: v.__setitem__(Ellipsis, value))
+            return run
+
+        run_threads([worker("sum", 1.0), worker("prod", 1.0), worker("max", -np.inf)])
+    np.testing.assert_array_equal(X, [20.0])

@@ -429,3 +429,57 @@ def test_task_graph_failed_recording(backend):
     g.reset()
     g.finalize()
     np.testing.assert_array_equal(X, 1.0)
+
+
+class _Boom(Exception):
+    pass
+
+
+def test_an_exception_with_pushed_scopes_open_still_writes_the_root_back(backend):
+    """Issue 24: a with block that raises while push() scopes are open discards them
+    (with a warning) and finalizes the root level: its results reach the user's
+    arrays, the scopes' work does not, and the user's exception propagates."""
+    X, Y = np.zeros(4), np.zeros(4)
+    with pytest.warns(UserWarning, match=r"raised _Boom with 2 open scope\(s\)"):
+        with pytest.raises(_Boom):
+            with stf.stackable_context(backend=backend) as sctx:
+                x, y = sctx.logical_data(X), sctx.logical_data(Y)
+                _increment(sctx, x, 1.0)                  # root: kept
+                sctx.push()
+                _increment(sctx, x, 10.0)                 # in scopes: discarded
+                sctx.push()
+                _increment(sctx, y, 5.0)
+                raise _Boom
+    np.testing.assert_array_equal(X, np.ones(4))
+    np.testing.assert_array_equal(Y, np.zeros(4))
+
+
+def test_an_exception_with_a_launchable_graph_alive_still_writes_the_root_back(
+        backend):
+    X, Y = np.zeros(3), np.zeros(3)
+    with pytest.warns(UserWarning, match=r"1 launchable graph\(s\) not reset"):
+        with pytest.raises(_Boom):
+            with stf.stackable_context(backend=backend) as sctx:
+                x, y = sctx.logical_data(X), sctx.logical_data(Y)
+                _increment(sctx, y, 3.0)
+                sctx.push()
+                _increment(sctx, x, 2.0)
+                lg = sctx.pop_prologue_shared()
+                lg.launch()
+                lg.launch()
+                raise _Boom
+    np.testing.assert_array_equal(X, np.full(3, 4.0))     # two launches ran
+    np.testing.assert_array_equal(Y, np.full(3, 3.0))
+
+
+def test_no_exception_and_a_scope_open_is_still_an_error(backend):
+    sctx = stf.stackable_context(backend=backend)
+    X = np.zeros(2)
+    with pytest.raises(ScopeError, match="still open"):
+        with sctx:
+            x = sctx.logical_data(X)
+            _increment(sctx, x, 1.0)
+            sctx.push()
+    sctx.pop()
+    sctx.finalize()
+    np.testing.assert_array_equal(X, np.ones(2))

@@ -9,11 +9,18 @@ the root, ``launchable_graph_scope`` launched ``k`` times; scopes nest ``depth``
 while_loop`` come with ``depth=3`` or more, and with them ``repeat(0)`` bodies).
 ``wait`` has no stackable counterpart, so final user buffers are compared; host
 callbacks, fences and drops stay at the root level.
+
+With ``abandon=True`` the program stops at a random point: one or two scopes are
+opened with ``push()``, some of the tasks that follow are recorded in them, and the
+``with`` block raises. The open scopes are discarded (with a warning) and the root
+level finalized, so the user buffers must hold what the program before that point
+computed (:func:`abandon_point`).
 """
 
 from __future__ import annotations
 
 import random
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +32,7 @@ from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
                         parent_problems, smallest_budget, submit, tight_budget,
                         user_arrays)
 
-__all__ = ["Scoped", "check_scoped_program", "generate_scoped_program",
+__all__ = ["Scoped", "abandon_point", "check_scoped_program", "generate_scoped_program",
            "smallest_scoped_budget"]
 
 KINDS = ("graph", "repeat", "while", "launchable")
@@ -195,18 +202,61 @@ def smallest_scoped_budget(program: Program, items: list[Any]) -> int:
     return smallest_budget(program, groups) + 64
 
 
+class _Abandoned(Exception):
+    """Raised by an abandoned scoped program with its scopes open."""
+
+
+def abandon_point(seed: int, items: list[Any]) -> tuple[int, list[list[TaskOp]]]:
+    """Where the program of ``items`` is abandoned: the number of top-level items
+    run first, then the tasks recorded in each of one or two ``push()`` scopes
+    (drawn from the tasks that follow, in their order; nothing of them runs)."""
+    rng = random.Random(seed * 7333 + 11)
+    cut = rng.randint(0, len(items))
+    following = [op for op in _unrolled(items[cut:]) if _scopable(op)]
+    levels: list[list[TaskOp]] = []
+    for _ in range(rng.randint(1, 2)):
+        count = rng.randint(0, 4)
+        levels.append(following[:count])
+        following = following[count:]
+    return cut, levels
+
+
 def run_scoped_program(program: Program, items: list[Any], backend: str = "emulated",
-                       body: BodyRunner | None = None, memory_budget: Any = None
+                       body: BodyRunner | None = None, memory_budget: Any = None,
+                       abandon: list[list[TaskOp]] | None = None
                        ) -> dict[int, np.ndarray]:
     """Run a scoped program through a ``stackable_context``; returns the final user
-    arrays."""
+    arrays. ``abandon``: then push a scope per list, record its tasks, and raise
+    inside the ``with`` block (the warning that the scopes were discarded is
+    checked)."""
     import stflow as stf
     if body is None:
         body = cupy_body if backend == "cuda" else emulated_graph_body
     user = user_arrays(program)
-    with stf.stackable_context(backend=backend, memory_budget=memory_budget) as sctx:
-        lds = declare_data(stf, sctx, program, user)
-        _run_items(stf, sctx, program, items, lds, body, backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with stf.stackable_context(backend=backend,
+                                       memory_budget=memory_budget) as sctx:
+                lds = declare_data(stf, sctx, program, user)
+                _run_items(stf, sctx, program, items, lds, body, backend)
+                if abandon is not None:
+                    for level in abandon:
+                        sctx.push()
+                        for op in level:
+                            submit(stf, sctx, program, op, lds, body)
+                    raise _Abandoned
+        except _Abandoned:
+            pass
+    messages = [str(warning.message) for warning in caught]
+    if abandon is not None and not any(f"raised _Abandoned with {len(abandon)} open "
+                                       "scope(s)" in message for message in messages):
+        raise AssertionError(f"no warning that {len(abandon)} open scope(s) were "
+                             f"discarded; the warnings: {messages}")
+    for warning in caught:          # the others, as they came
+        if not str(warning.message).startswith("stackable_context: the with block"):
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
     return user
 
 
@@ -261,32 +311,45 @@ def _decrement(t: Any, backend: str) -> None:
 
 def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
                          body: BodyRunner | None = None, exact: bool | None = None,
-                         memory_budget: Any = None, **options: Any) -> None:
+                         memory_budget: Any = None, abandon: bool = False,
+                         **options: Any) -> None:
     """Run the scoped program of ``seed`` and the unrolled oracle; raise
     ``AssertionError`` (with both listings) if a final user buffer differs.
 
     ``memory_budget="tight"`` runs within a random budget between the smallest the
-    program fits in (:func:`smallest_scoped_budget`) and 1.5 times that."""
+    program fits in (:func:`smallest_scoped_budget`) and 1.5 times that.
+    ``abandon``: the program raises with scopes open at a random point
+    (:func:`abandon_point`); the oracle runs what came before."""
     if exact is None:
         exact = backend == "emulated"
     program, items = generate_scoped_program(seed, devices,
                                              single_device_loops=backend == "cuda",
                                              **options)
-    unrolled = Program(program.seed, program.data, _unrolled(items), devices,
+    pushed: list[list[TaskOp]] | None = None
+    run = items
+    if abandon:
+        cut, pushed = abandon_point(seed, items)
+        run = items[:cut]
+    unrolled = Program(program.seed, program.data, _unrolled(run), devices,
                        program.initial)
     expected: Outcome = run_oracle(unrolled)
     if memory_budget == "tight":
-        memory_budget = tight_budget(seed, smallest_scoped_budget(program, items))
-    actual = run_scoped_program(program, items, backend, body, memory_budget)
+        recorded = run + [Scoped("graph", 1, [op for level in pushed or []
+                                               for op in level])]
+        memory_budget = tight_budget(seed, smallest_scoped_budget(program, recorded))
+    actual = run_scoped_program(program, run, backend, body, memory_budget, pushed)
     problems = [f"final user array d{index}: got {actual[index].ravel()[:6]}..., "
                 f"expected {want.ravel()[:6]}..."
                 for index, want in expected.final.items()
                 if not _same(actual[index], want, exact)]
     problems += parent_problems(program, actual, expected.final, exact)
     if problems:
+        abandoned = ("" if pushed is None else
+                     f"\nabandoned after {len(run)} items, with push() scopes "
+                     f"recording: {pushed}")
         raise AssertionError("\n".join(problems) + "\n" + program.describe() +
                              "\nscopes:\n" + _describe(items) +
-                             f"\nmemory budget: {memory_budget}")
+                             f"\nmemory budget: {memory_budget}{abandoned}")
 
 
 def _describe(items: list[Any], indent: str = "  ") -> str:

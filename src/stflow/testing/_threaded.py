@@ -12,6 +12,20 @@ A :class:`ThreadedProgram` has data of three kinds:
 
 Each thread runs its own random sequence of *segments* (tasks, host callbacks, waits,
 fences; in a stackable context some segments are graph scopes), some of them turns.
+
+Two more kinds of work target races between threads:
+
+- *mixed accumulators*: user arrays every thread reduces into at any time, with
+  ``sum``, ``max``, ``min`` (and ``prod`` on one element), each thread with its own
+  operations. Only the sums change the value: a max contribution is below and a min
+  contribution above any value the data reaches (the generator bounds the sums; a
+  product multiplies by 1), so the result is the same in any interleaving, while a
+  partial result combined with another operation than its own (an identity of max,
+  ``-inf``, summed) changes it.
+- *registrations* (:class:`Scratch`): a thread registers a fresh user array as logical
+  data, runs a task on it and drops it (sometimes collecting garbage), so that the
+  data is retired while other threads register theirs; its array is checked at the
+  end.
 The oracle runs every segment sequentially with NumPy, turns in their global order;
 since threads share nothing else, any interleaving the runtime allows must give the
 same ``wait`` results and the same final user arrays.
@@ -22,6 +36,7 @@ the stacks of every thread.
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 import threading
@@ -32,14 +47,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .._reduce import OPS, reduce_mode, reduce_op
 from ._grids import GridSpec, add_grids
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
                         _same, add_views, cupy_body, declare_data, emulated_body,
                         emulated_graph_body, host_body, initial_arrays,
                         parent_problems, submit, task_body, user_arrays)
 
-__all__ = ["Hang", "Segment", "ThreadedProgram", "all_stacks", "check_threaded_program",
-           "generate_threaded_program", "run_threads"]
+__all__ = ["Hang", "Scratch", "Segment", "ThreadedProgram", "all_stacks",
+           "check_threaded_program", "generate_threaded_program", "run_threads"]
 
 MODES = ("stream", "graph", "scopes")
 
@@ -113,6 +129,28 @@ class Segment:
     scoped: bool = False
 
 
+SCRATCH = -1
+"""The data index of a :class:`Scratch`'s own data in its task's dependencies."""
+
+
+@dataclass
+class Scratch:
+    """Register ``initial`` (a fresh copy) as logical data, run ``op`` on it (its
+    data ``SCRATCH``, maybe reading shared data), drop it; ``collect``: then collect
+    garbage."""
+
+    initial: np.ndarray
+    op: TaskOp
+    collect: bool = False
+
+    def __str__(self) -> str:
+        deps = ", ".join(f"{'scratch' if i == SCRATCH else f'd{i}'}.{m}({p!r})"
+                         for i, m, p in self.op.deps)
+        return (f"register {self.initial.dtype}{list(self.initial.shape)}, "
+                f"{self.op.kind}@{self.op.place_of_exec!r}({deps}) c={self.op.coef}, "
+                f"drop{', gc' if self.collect else ''}")
+
+
 @dataclass
 class ThreadedProgram:
     seed: int
@@ -126,6 +164,7 @@ class ThreadedProgram:
     devices: int
     initial: dict[int, np.ndarray] = field(default_factory=dict)
     grids: list[GridSpec] = field(default_factory=list)
+    mixed: list[int] = field(default_factory=list)    # mixed accumulators
 
     def as_program(self) -> Program:
         """The data part, as a :class:`Program` (for the shared helpers)."""
@@ -136,6 +175,7 @@ class ThreadedProgram:
                  f"devices={self.devices}"]
         for i, spec in enumerate(self.data):
             role = ("shared" if i in self.shared else "turn" if i in self.turn_data
+                    else "mixed accumulator" if i in self.mixed
                     else f"private to {[t for t, p in enumerate(self.private) if i in p]}")
             lines.append(f"  d{i} ({role}): {spec}")
         lines.append(f"  turns: {self.turns}")
@@ -153,10 +193,14 @@ class ThreadedProgram:
 def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
                               devices: int = 2, *, max_segments: int = 4,
                               max_ops: int = 6, grids: bool = False,
+                              reductions: bool = True, registrations: bool = True,
                               views: bool = True) -> ThreadedProgram:
     """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
     ``context(use_graph=...)``; ``scopes``: a ``stackable_context``; ``grids``: some
-    tasks on grids of places, some data at composite or replicated places)."""
+    tasks on grids of places, some data at composite or replicated places;
+    ``reductions``: mixed accumulators; ``registrations``: :class:`Scratch` work;
+    ``views``: user arrays that are strided views of shared parents; see the
+    module)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rng = random.Random(seed)
@@ -206,10 +250,98 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
         for segments in per_thread:
             for segment in segments:
                 segment.ops[:] = add_grids(places, segment.ops, devices, grid_specs)
+    extra = random.Random(seed * 6007 + 3)      # the programs above stay as they were
+    mixed: list[int] = []
+    fills: dict[int, float] = {}
+    if reductions and extra.random() < 0.7:
+        for _ in range(extra.randint(1, 2)):
+            shape = (1,) if extra.random() < 0.4 else (extra.randint(2, 48),)
+            data.append(DataSpec(shape, extra.choice(["float32", "float64"]), "array",
+                                 accumulator="mixed"))
+            mixed.append(len(data) - 1)
+            fills[len(data) - 1] = extra.choice([0.0, 1.0, -1.0])
+        _add_mixed_reductions(extra, data, mixed, fills, per_thread, devices)
+    if registrations and extra.random() < 0.7:
+        _add_registrations(extra, shared, per_thread, devices)
     program = ThreadedProgram(seed, mode, data, private, shared, turn_data, per_thread,
-                              turns, devices, grids=grid_specs)
+                              turns, devices, grids=grid_specs, mixed=mixed)
     program.initial = initial_arrays(program.as_program())
+    for index, fill in fills.items():           # dyadic: sums exact in any order
+        program.initial[index] = np.full(data[index].shape or (), fill,
+                                         dtype=data[index].dtype)
     return program
+
+
+# Contributions of mixed reductions (``_programs._fold`` with ``base = coef``, a task
+# reading nothing else): a sum adds q, q + 1 or q + 2 per element (q = -1 or -0.5);
+# max contributions are in [-8, -6] and min ones in [8, 10], so both change nothing
+# while the value stays in [-6, 8]; a product on one element multiplies by 1.
+_LOW, _HIGH = -6.0, 8.0
+_NEUTRAL = {"max": -8.0, "min": 8.0, "prod": 2.0}
+
+
+def _add_mixed_reductions(rng: random.Random, data: list[DataSpec], mixed: list[int],
+                          fills: dict[int, float], per_thread: list[list[Segment]],
+                          devices: int) -> None:
+    """Insert reductions into the mixed accumulators at random places of every
+    thread's segments; each thread has operations of its own. A scoped segment
+    reduces into the first accumulator only (two scopes of two threads each holding
+    one accumulator and waiting for the other's would be the user's deadlock)."""
+    low = {index: fills[index] for index in mixed}
+    high = dict(low)
+    for segments in per_thread:
+        ops_of = rng.sample(["sum", "max", "min", "prod"], rng.randint(1, 3))
+        for _ in range(rng.randint(1, 5)):
+            segment = rng.choice(segments)
+            acc = mixed[0] if segment.scoped else rng.choice(mixed)
+            op = rng.choice(ops_of)
+            if op == "prod" and data[acc].shape != (1,):
+                op = "max"
+            if op == "sum":
+                q = rng.choice([-1.0, -0.5])
+                if low[acc] + q < _LOW or high[acc] + q + 2 > _HIGH:
+                    continue                     # the bounds would not hold
+                low[acc] += q
+                high[acc] += q + 2
+                coef = q
+            else:
+                coef = _NEUTRAL[op]
+            host = not segment.scoped and rng.random() < 0.2
+            place = (rng.choice([None, "host", "managed"]) if host else
+                     rng.choice([None, None, "host", "managed", *range(devices)]))
+            exec_place = "host" if host else rng.choice(["host", *range(devices)])
+            task = TaskOp("host_launch" if host else "task",
+                          ((acc, reduce_mode(OPS[op]), place),), coef, exec_place,
+                          launch=not host and rng.random() < 0.5)
+            segment.ops.insert(rng.randint(0, len(segment.ops)), task)
+
+
+def _add_registrations(rng: random.Random, shared: list[int],
+                       per_thread: list[list[Segment]], devices: int) -> None:
+    """Insert :class:`Scratch` work into the segments that are not scopes."""
+    for segments in per_thread:
+        unscoped = [segment for segment in segments if not segment.scoped]
+        if not unscoped:
+            continue
+        for _ in range(rng.randint(2, 6)):
+            shape = (rng.randint(1, 40),)
+            dtype = rng.choice(["float32", "float64"])
+            initial = np.random.default_rng(rng.getrandbits(32)).uniform(
+                -1, 1, shape).astype(dtype)
+            host = rng.random() < 0.25
+            deps: list[tuple[int, int, Any]] = [
+                (SCRATCH, rng.choice([RW, WRITE]),
+                 rng.choice([None, "host", "managed"]) if host else
+                 rng.choice([None, None, "host", "managed", *range(devices)]))]
+            if shared and rng.random() < 0.5:
+                deps.append((rng.choice(shared), READ, None))
+            op = TaskOp("host_launch" if host else "task", tuple(deps),
+                        round(rng.uniform(-2, 2), 3),
+                        "host" if host else rng.choice(["host", *range(devices)]),
+                        launch=not host and rng.random() < 0.5)
+            segment = rng.choice(unscoped)
+            segment.ops.insert(rng.randint(0, len(segment.ops)),
+                               Scratch(initial, op, collect=rng.random() < 0.15))
 
 
 def _draw_op(rng: random.Random, mode: str, private: list[int], shared: list[int],
@@ -239,8 +371,9 @@ def _draw_op(rng: random.Random, mode: str, private: list[int], shared: list[int
 # -- the oracle -------------------------------------------------------------------------
 
 def run_threaded_oracle(program: ThreadedProgram
-                        ) -> tuple[list[list[np.ndarray]], dict[int, np.ndarray]]:
-    """Every thread's ``wait`` results, and the final user arrays, sequentially."""
+                        ) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
+    """Every thread's ``wait`` results, and the final user arrays (those of
+    :class:`Scratch` work keyed ``(thread, number)``), sequentially."""
     values: dict[int, np.ndarray] = {}
     for i, spec in enumerate(program.data):
         if spec.origin == "array":
@@ -249,11 +382,26 @@ def run_threaded_oracle(program: ThreadedProgram
             values[i] = np.full(spec.shape or (), spec.fill, dtype=spec.dtype)
     waits: list[list[np.ndarray]] = [[] for _ in program.threads]
     done = [0] * len(program.threads)
+    scratch: dict[Any, np.ndarray] = {}
 
     def run_segments(t: int, upto: int) -> None:
         while done[t] < upto:
             for op in program.threads[t][done[t]].ops:
-                if isinstance(op, TaskOp):
+                if isinstance(op, Scratch):
+                    value = op.initial.copy()
+                    task_body(np, [value if i == SCRATCH else values[i]
+                                   for i, _, _ in op.op.deps],
+                              [m for _, m, _ in op.op.deps], op.op.coef)
+                    scratch[(t, len([k for k in scratch if k[0] == t]))] = value
+                elif isinstance(op, TaskOp) and op.deps[0][0] in program.mixed:
+                    (index, mode, _), = op.deps       # a private view: the identity
+                    operation = reduce_op(mode)
+                    value = values[index]
+                    private = np.full(value.shape, operation.identity(value.dtype),
+                                      dtype=value.dtype)
+                    task_body(np, [private], [mode], op.coef)
+                    operation.ufunc(value, private, out=value)
+                elif isinstance(op, TaskOp):
                     task_body(np, [values[i] for i, _, _ in op.deps],
                               [m for _, m, _ in op.deps], op.coef)
                 elif op.kind == "wait":
@@ -264,7 +412,9 @@ def run_threaded_oracle(program: ThreadedProgram
         run_segments(t, s + 1)
     for t, segments in enumerate(program.threads):
         run_segments(t, len(segments))
-    final = {i: values[i] for i, spec in enumerate(program.data) if spec.origin == "array"}
+    final: dict[Any, np.ndarray] = {i: values[i] for i, spec in enumerate(program.data)
+                                    if spec.origin == "array"}
+    final.update(scratch)
     return waits, final
 
 
@@ -273,7 +423,7 @@ def run_threaded_oracle(program: ThreadedProgram
 def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                          body: BodyRunner | None = None, timeout: float = 120.0,
                          jitter: bool = True
-                         ) -> tuple[list[list[np.ndarray]], dict[int, np.ndarray]]:
+                         ) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
     """Run ``program``, one host thread per program thread, under a watchdog.
 
     ``jitter``: threads pause for up to 0.2 ms at random inside task windows, so that
@@ -293,6 +443,7 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
     else:
         ctx = stf.context(backend=backend, use_graph=mode == "graph")
     waits: list[list[np.ndarray]] = [[] for _ in program.threads]
+    scratch: list[list[np.ndarray]] = [[] for _ in program.threads]
     try:
         lds = declare_data(stf, ctx, data_program, user)
         if mode == "scopes":
@@ -323,10 +474,10 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                         if segment.scoped:
                             with ctx.graph_scope():
                                 _run_ops(stf, ctx, data_program, segment.ops, lds,
-                                         run_body, waits[t])
+                                         run_body, waits[t], scratch[t])
                         else:
                             _run_ops(stf, ctx, data_program, segment.ops, lds,
-                                     run_body, waits[t])
+                                     run_body, waits[t], scratch[t])
                         if segment.turn:
                             pass_turn()
                 except BaseException:
@@ -334,15 +485,21 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                     raise
             return run
 
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-4)     # threads switch often: tight interleavings
         try:
             run_threads([worker(t) for t in range(len(program.threads))], timeout)
         except Hang:
             ctx = None                  # threads are stuck in it: leave it be
             raise
+        finally:
+            sys.setswitchinterval(interval)
     finally:
         if ctx is not None:
             ctx.finalize()
-    final = {i: user[i] for i in program.initial}
+    final: dict[Any, np.ndarray] = {i: user[i] for i in program.initial}
+    for t, arrays in enumerate(scratch):
+        final.update(((t, number), array) for number, array in enumerate(arrays))
     return waits, final
 
 
@@ -364,14 +521,37 @@ def _paused(body: BodyRunner, pause: Callable[[], None]) -> BodyRunner:
 
 
 def _run_ops(stf: Any, ctx: Any, program: Program, ops: list[Any], lds: dict[int, Any],
-             body: BodyRunner, waits: list[np.ndarray]) -> None:
+             body: BodyRunner, waits: list[np.ndarray], scratch: list[np.ndarray]
+             ) -> None:
     for op in ops:
-        if isinstance(op, TaskOp):
+        if isinstance(op, Scratch):
+            _run_scratch(stf, ctx, program, op, lds, body, scratch)
+        elif isinstance(op, TaskOp):
             submit(stf, ctx, program, op, lds, body)
         elif op.kind == "wait":
             waits.append(ctx.wait(lds[op.data]))
         elif op.kind == "fence":
             ctx.fence()
+
+
+def _run_scratch(stf: Any, ctx: Any, program: Program, work: Scratch,
+                 lds: dict[int, Any], body: BodyRunner, kept: list[np.ndarray]) -> None:
+    """Register a fresh array, run the task on it, drop it (the array stays alive in
+    ``kept``: its bytes are never another buffer's while registered)."""
+    array = work.initial.copy()
+    kept.append(array)
+    index = len(program.data)
+    spec = DataSpec(array.shape, str(array.dtype), "array")
+    extended = Program(program.seed, [*program.data, spec], [], program.devices)
+    op = work.op
+    op = TaskOp(op.kind, tuple((index if i == SCRATCH else i, m, p) for i, m, p in op.deps),
+                op.coef, op.place_of_exec, op.launch)
+    mine = dict(lds)
+    mine[index] = ctx.logical_data(array)
+    submit(stf, ctx, extended, op, mine, body)
+    del mine                             # collected: retired at a later submission
+    if work.collect:
+        gc.collect(0)                     # the young generation: cheap
 
 
 def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
@@ -403,9 +583,12 @@ def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
                 problems.append(f"thread {t} wait #{number}: got {g.ravel()[:6]}..., "
                                 f"expected {w.ravel()[:6]}...")
     for index, want in want_final.items():
-        if not _same(got_final[index], want, exact):
-            problems.append(f"final user array d{index}: got "
-                            f"{got_final[index].ravel()[:6]}..., "
+        got = got_final.get(index)
+        name = (f"d{index}" if isinstance(index, int) else
+                f"of thread {index[0]}'s registration #{index[1]}")
+        if got is None or not _same(got, want, exact):
+            problems.append(f"final user array {name}: got "
+                            f"{None if got is None else got.ravel()[:6]}..., "
                             f"expected {want.ravel()[:6]}...")
     problems += parent_problems(program, got_final, want_final, exact)
     if problems:
