@@ -48,12 +48,13 @@ def body_label(handle: int) -> str | None:
     on this thread whose stream has the raw ``handle`` (``t.stream_ptr()``), or
     ``None``: what work enqueued on a task stream from its body
     (``stflow.emulated.launch``, ``t.run``) names when it fails later."""
-    for opened in reversed(_open_bodies()):
+    bodies = _open_bodies()
+    for position in range(len(bodies) - 1, -1, -1):
+        opened: task = bodies[position]
         stream = opened._stream
         if opened._phase == _STARTED and stream is not None and \
                 int(stream.handle) == handle:
-            label: str = opened._label()
-            return label
+            return opened._label()
     return None
 
 
