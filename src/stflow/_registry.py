@@ -39,10 +39,11 @@ import numpy as np
 
 from ._coherence import DataState
 from ._errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
-from ._layout import region, regions_overlap
+from ._layout import extent, region, regions_overlap
 from ._places import data_place
 from ._sources import Source, check_dtype, describe_buffer
-from .backends._base import AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend
+from .backends._base import (AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend,
+                             pointer_array)
 
 __all__ = ["DataRegistry", "byte_size", "check_name", "check_shape"]
 
@@ -236,8 +237,8 @@ class DataRegistry:
         root = array
         while isinstance(root.base, np.ndarray):
             root = root.base
-        if not root.flags.c_contiguous:
-            root = array
+        if not (root.flags.c_contiguous or root.flags.f_contiguous):
+            root = _span_of(array)        # no contiguous owner: the bytes it spans
         key = int(root.__array_interface__["data"][0])
         pin = self.pins.get(key)
         if pin is not None:
@@ -293,6 +294,18 @@ class DataRegistry:
         for pin in self.pins.values():
             self.backend.unregister_host(pin.token)
         self.pins.clear()
+
+
+def _span_of(array: np.ndarray) -> np.ndarray:
+    """The bytes from the first element of ``array`` to one past its last, as a
+    contiguous byte array keeping ``array`` alive (what page-locking a strided array
+    whose owner is not contiguous must cover)."""
+    if array.flags.c_contiguous or array.flags.f_contiguous:
+        return array
+    ptr = int(array.__array_interface__["data"][0])
+    strides = tuple(int(s) for s in array.strides)
+    nbytes = extent(tuple(array.shape), strides, array.itemsize)
+    return pointer_array(ptr, (nbytes,), np.dtype(np.uint8), False, array)
 
 
 def _describe_place(device: int) -> str:

@@ -174,3 +174,16 @@ def test_tiles_are_registered_in_place():
             ctx.host_launch(tile.read(), fn=lambda a: shared.append(
                 np.shares_memory(a, A)))
     assert shared == [True] * 4
+
+
+def test_page_locking_covers_the_span_of_a_view_without_a_contiguous_owner():
+    from stflow._registry import _span_of
+    fortran = np.asfortranarray(np.arange(20.0).reshape(4, 5))
+    assert _span_of(fortran) is fortran                  # contiguous: itself
+    rows = fortran[1:3]                                  # strided, owner F-contiguous
+    assert rows.base is fortran                          # the owner is what is pinned
+    owner = np.zeros(100)
+    strided = np.lib.stride_tricks.as_strided(owner, (3, 4), (160, 16))
+    span = _span_of(strided)
+    assert span.dtype == np.uint8 and span.nbytes == 2 * 160 + 3 * 16 + 8
+    assert span.__array_interface__["data"][0] == strided.__array_interface__["data"][0]
