@@ -21,9 +21,9 @@ executing rank, ((data index, mode), ...))``, ``("wait", index)``, ``("fence",)`
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
+from . import _config
 from ._access import mode_name
 from ._errors import DivergentProgramError
 
@@ -33,11 +33,7 @@ __all__ = ["agree", "check_each_call", "describe"]
 def check_each_call() -> bool:
     """``STFLOW_DISTRIBUTED_CHECK``: ``1`` compares every collective call across the
     ranks, ``0`` (default) only the synchronisation points."""
-    text = os.environ.get("STFLOW_DISTRIBUTED_CHECK", "0")
-    if text not in ("0", "1"):
-        raise ValueError(f"STFLOW_DISTRIBUTED_CHECK must be 1 (compare every collective "
-                         f"call across the ranks) or 0, got {text!r}")
-    return text == "1"
+    return _config.distributed_check()
 
 
 def describe(signature: tuple, name_of: Callable[[int], str]) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -216,14 +215,14 @@ def _configure(args: argparse.Namespace) -> str:
         wanted["STFLOW_BACKEND"] = args.backend
     if args.devices is not None and args.backend != "cuda":
         wanted["STFLOW_EMULATED_DEVICES"] = str(args.devices)
-    wanted = {key: value for key, value in wanted.items() if os.environ.get(key) != value}
+    wanted = {key: value for key, value in wanted.items()
+              if _config.setting_text(key) != value}
     if not wanted:
         return ""
     if emulated._backend is None and backends._auto is None:
         # Keep the scheduler seed already drawn (and maybe reported) for this process.
         wanted.setdefault("STFLOW_EMULATION_SEED", str(_config.config().emulation_seed))
-        os.environ.update(wanted)
-        _config.reload()
+        _config.set_environment(wanted)
         return ""
     running = emulated._backend
     if "STFLOW_EMULATED_DEVICES" in wanted and running is not None \

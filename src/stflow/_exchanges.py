@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _config
 from ._staging import Message, Staging, piece_bounds, piece_size, send_limit, staging_for
 
 __all__ = ["Exchanges", "Incoming"]
@@ -23,12 +24,7 @@ __all__ = ["Exchanges", "Incoming"]
 def _send_ahead() -> bool:
     """``STFLOW_MPI_SEND_AHEAD``: ``1`` (post a send once its copy completed, the
     rank going on meanwhile) or ``0`` (wait for the copy at the program point)."""
-    text = os.environ.get("STFLOW_MPI_SEND_AHEAD", "0")
-    if text not in ("0", "1"):
-        raise ValueError(f"STFLOW_MPI_SEND_AHEAD must be 1 (post sends once their "
-                         f"copies completed) or 0 (wait for them where they are "
-                         f"sent), got {text!r}")
-    return text == "1"
+    return _config.mpi_send_ahead()
 
 
 _TAG_LIMIT = 32767

@@ -19,13 +19,13 @@ the argument, a mapping device -> bytes.
 from __future__ import annotations
 
 import operator
-import os
 import re
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
+from . import _config
 from ._coherence import INVALID
 
 if TYPE_CHECKING:
@@ -92,9 +92,8 @@ def resolve_budgets(argument: Any, backend: Backend) -> dict[int, int | None]:
     """The budget of every device of ``backend`` (``None``: unlimited)."""
     count = backend.device_count
     if argument is None:
-        text = os.environ.get("STFLOW_DEVICE_MEMORY_BUDGET", "").strip()
-        if text:
-            size = parse_size(text, "STFLOW_DEVICE_MEMORY_BUDGET")
+        size = _config.device_memory_budget()
+        if size is not None:
             return {device: size for device in range(count)}
         return {device: backend.device_memory(device) for device in range(count)}
     if isinstance(argument, Mapping):

@@ -45,13 +45,13 @@ CUDA).
 from __future__ import annotations
 
 import ctypes
-import os
 import weakref
 from collections import deque
 from typing import Any, Callable, Union
 
 import numpy as np
 
+from . import _config
 from ._views import stf_cai
 from .backends._base import HOST, Allocation, Backend, Event, pointer_array
 
@@ -59,10 +59,7 @@ __all__ = ["BUFFERS_PER_SIZE", "BufferPool", "DirectStaging", "HostStaging", "Me
            "PinnedStaging", "Staging", "device_direct", "mpi_cuda_aware", "piece_bounds",
            "piece_size", "send_buffers", "send_limit", "staging_for"]
 
-_DEFAULT_PIECE = 4 << 20
-_DEFAULT_SEND_LIMIT = 512 << 20
-
-BUFFERS_PER_SIZE = 1
+BUFFERS_PER_SIZE = _config.MPI_SEND_BUFFERS_DEFAULT
 """How many messages of one size a sender keeps in flight before it waits for the
 oldest to be received rather than allocate another buffer, unless
 ``STFLOW_MPI_SEND_BUFFERS`` says (:func:`send_buffers`). Two (double buffering:
@@ -74,36 +71,21 @@ overlap on one GPU, which time-slices between them. Not measured on two GPUs."""
 _BYTES = np.dtype(np.uint8)
 
 
-def _positive_setting(name: str, default: int, unit: str = "bytes") -> int:
-    """A positive number (of ``unit``) from environment variable ``name``."""
-    text = os.environ.get(name, "")
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive number of {unit}, got {text!r}")
-    return value
-
-
 def piece_size() -> int:
     """The largest message a value is sent in (``STFLOW_MPI_PIECE``, bytes)."""
-    return _positive_setting("STFLOW_MPI_PIECE", _DEFAULT_PIECE)
+    return _config.mpi_piece()
 
 
 def send_limit() -> int:
     """How many bytes of sent values a rank keeps staged until their messages are
     received (``STFLOW_MPI_SEND_LIMIT``, bytes)."""
-    return _positive_setting("STFLOW_MPI_SEND_LIMIT", _DEFAULT_SEND_LIMIT)
+    return _config.mpi_send_limit()
 
 
 def send_buffers() -> int:
     """How many messages of one size a sender keeps in flight before it waits for
     the oldest (``STFLOW_MPI_SEND_BUFFERS``, default :data:`BUFFERS_PER_SIZE`)."""
-    return _positive_setting("STFLOW_MPI_SEND_BUFFERS", BUFFERS_PER_SIZE,
-                             "buffers per message size")
+    return _config.mpi_send_buffers()
 
 
 def piece_bounds(nbytes: int, piece: int) -> list[tuple[int, int]]:
@@ -463,12 +445,9 @@ def device_direct(gpu_memory: bool) -> bool:
     """Whether device buffers go straight to MPI: ``STFLOW_MPI_CUDA_AWARE=1`` or
     ``0`` decides; unset, MPI is asked (:func:`mpi_cuda_aware`) for GPU memory, and
     the emulated backend stages through host memory."""
-    text = os.environ.get("STFLOW_MPI_CUDA_AWARE", "")
-    if text:
-        if text not in ("0", "1"):
-            raise ValueError(f"STFLOW_MPI_CUDA_AWARE must be 1 (MPI moves device "
-                             f"memory) or 0 (stage through host memory), got {text!r}")
-        return text == "1"
+    setting = _config.mpi_cuda_aware()
+    if setting is not None:
+        return setting
     return gpu_memory and mpi_cuda_aware()
 
 
