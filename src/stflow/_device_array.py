@@ -80,7 +80,7 @@ def _stream_key(handle: int) -> Any:
 
 def _free(backend: Backend, allocation: Allocation, stream: Stream | None,
           stream_owner: Any, description: str) -> None:
-    """The finalizer of a root array: free its memory, warn on failure (I-35).
+    """The finalizer of a root array: free its memory, warn on failure (the reference only prints it).
 
     ``stream_owner`` (the user's stream object) is kept alive until then, so the free
     is never enqueued on a destroyed stream.
@@ -327,7 +327,7 @@ class DeviceArray:
         ------
         TypeError
             The values cannot be converted under NumPy's ``same_kind`` casting (the
-            reference casts silently, I-38).
+            reference casts silently).
         ValueError
             The converted data has a different number of bytes.
 
@@ -352,8 +352,9 @@ class DeviceArray:
 
     # -- DLPack --------------------------------------------------------------------
     def __dlpack_device__(self) -> tuple[int, int]:
-        """``(2, n)`` device memory, ``(3, 0)`` host, ``(13, n)`` managed (I-36);
-        ``(1, 0)`` on the emulated backend."""
+        """``(2, n)`` device memory, ``(3, 0)`` host, ``(13, n)`` managed (the
+        reference says a CUDA device for all three); ``(1, 0)`` on the emulated
+        backend."""
         return self._device
 
     def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
@@ -368,7 +369,7 @@ class DeviceArray:
             ``int >= 0`` that stream.
         max_version : tuple of int, optional
             ``(1, 0)`` or more gives a versioned ``"dltensor_versioned"`` capsule,
-            otherwise an unversioned ``"dltensor"`` one (I-37).
+            otherwise an unversioned ``"dltensor"`` one (the reference ignores it).
         dl_device : tuple, optional
             Must equal ``__dlpack_device__()``.
         copy : bool, optional

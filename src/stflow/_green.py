@@ -406,7 +406,8 @@ def green_places(sms_per_place: int, n_places: int | None = None, device_id: int
     RuntimeError
         Fewer groups than ``n_places`` fit.
     BackendUnavailableError
-        CUDA backend without ``cuda.core`` 1.0 (I-39).
+        CUDA backend without ``cuda.core`` 1.0, which green contexts need (the
+        reference raises ``RuntimeError``).
 
     Notes
     -----

@@ -20,7 +20,7 @@
     of the graph recorder, so a later context recording the same topology updates a
     cached executable instead of instantiating a new one. Collection waits for the
     work still queued on the streams (also work enqueued by caller-stream contexts,
-    whose ``finalize()`` does not block; I-33), then destroys the streams and the
+    whose ``finalize()`` does not block), then destroys the streams and the
     cached executables. One ``async_resources`` serves one backend.
 """
 
@@ -235,7 +235,7 @@ class async_resources:
     Notes
     -----
     Contexts keep it alive. Collection waits for work still queued on its streams,
-    then frees them (I-33). It serves the backend of the first context given it;
+    then frees them (work a caller-stream context left queued included). It serves the backend of the first context given it;
     a context of another backend raises ``ValueError``.
     """
 

@@ -4,7 +4,7 @@ In the reference, ``task_graph`` and ``green_places`` are both functions of the 
 and names of submodules. Python's import system sets the package attribute to the
 submodule whenever the submodule is imported (``import stflow.task_graph``), so after
 that import ``stf.task_graph`` would be a module and ``stf.task_graph()`` would raise
-``TypeError`` (the reference's own trap, API.md I-16).
+``TypeError`` (a trap the reference falls into itself).
 
 stflow keeps the submodules, because porting users import them
 (``from cuda.stf._experimental.task_graph import TaskGraph``), and makes each of them

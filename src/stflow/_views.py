@@ -2,7 +2,8 @@
 
 Task views on CUDA (:class:`TaskView`) advertise ``data: (ptr, False)`` for every
 access mode, as the reference does, so that ``torch.as_tensor(view)`` accepts the views
-of ``read()`` dependencies (API I-34).
+of ``read()`` dependencies (the emulated backend then checks that they are not
+written).
 """
 
 from __future__ import annotations
@@ -188,7 +189,7 @@ class TaskView(stf_cai, ViewLifetime):
     """What a task body gets on CUDA: an :class:`stf_cai` valid until the task ends.
 
     Like the reference's, a task view advertises ``data: (ptr, False)`` whatever the
-    access mode (API I-34): PyTorch refuses read-only CUDA Array Interface objects,
+    access mode: PyTorch refuses read-only CUDA Array Interface objects,
     and ``torch.as_tensor(view)`` must work for ``read()`` dependencies too. Writing
     through the view of a ``read()`` dependency is still a bug; the emulated backend
     detects it at the end of the task (``AccessModeError``).

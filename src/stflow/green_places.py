@@ -7,7 +7,7 @@
 This module is callable (``stflow._submodules``): importing it rebinds the package
 attribute ``stflow.green_places`` to this module, and calling the module calls
 :func:`green_places`, so ``stf.green_places(...)`` keeps working whatever the import
-order (API.md I-16).
+order (the reference's module of the same name shadows its function once imported).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Code written for ``cuda.stf._experimental.task_graph`` imports from here unchang
 This module is callable (``stflow._submodules``): importing it rebinds the package
 attribute ``stflow.task_graph`` to this module, and calling the module calls
 :func:`task_graph`, so ``stf.task_graph()`` keeps working whatever the import order
-(API.md I-16).
+(the reference's module of the same name shadows its function once imported).
 """
 
 from __future__ import annotations

@@ -272,7 +272,7 @@ class Backend(abc.ABC):
     """True when NVTX ranges mean something here (a profiler can see the work)."""
     guards_reads: bool = False
     """True when the backend checks, at the end of each task, that its ``read()``
-    instances are unchanged (:meth:`guard_reads`; the emulated backend, I-34)."""
+    instances are unchanged (:meth:`guard_reads`; the emulated backend)."""
     seed: int | None = None
     """The seed of a backend that randomises its schedule (reported in statistics)."""
     graphs: Any = None

@@ -410,7 +410,7 @@ class EmulatedBackend(Backend):
         return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly,
                             allocation.strides)
 
-    # -- the read-only check (API I-34) -----------------------------------------------
+    # -- the read-only check: read() data must not change ------------------------------
     def pending_calls(self, stream: Stream) -> bool:
         """True when work (not only markers) is still queued on ``stream``."""
         queue = getattr(stream, "queue", None)
@@ -485,7 +485,7 @@ def _memory_at(ptr: int, nbytes: int) -> memoryview:
 
 
 class ReadGuard:
-    """Detects writes through the views of a task's ``read()`` dependencies (I-34).
+    """Detects writes through the views of a task's ``read()`` dependencies.
 
     Task views on CUDA advertise writable memory for every mode (PyTorch refuses
     read-only CUDA Array Interface objects), so a body can write data it declared
