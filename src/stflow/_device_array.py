@@ -80,7 +80,8 @@ def _stream_key(handle: int) -> Any:
 
 def _free(backend: Backend, allocation: Allocation, stream: Stream | None,
           stream_owner: Any, description: str) -> None:
-    """The finalizer of a root array: free its memory, warn on failure (the reference only prints it).
+    """The finalizer of a root array: free its memory, warn on failure (the
+    reference only prints it).
 
     ``stream_owner`` (the user's stream object) is kept alive until then, so the free
     is never enqueued on a destroyed stream.
