@@ -41,7 +41,8 @@ REFERENCE_BINDING_NAMES = {
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 }
 STFLOW_ONLY_NAMES = {"reduce", "ProgressBar", "TileGrid", "tiles",    # issue 14
-                     "distributed_context", "block_cyclic"}            # issue 12
+                     "distributed_context", "block_cyclic",             # issue 12
+                     "bundle", "constant"}                              # issue 25
 
 # The reference's ``_stf_bindings.__all__``.
 REFERENCE_BINDINGS_ALL = {
