@@ -44,6 +44,7 @@ class constant:
     """
 
     __slots__ = ("ld",)
+    ld: Any
 
     def __init__(self, ld: Any) -> None:
         if isinstance(ld, constant):
@@ -303,8 +304,9 @@ def make_bundle(view: Any, fields: dict[str, Any], check: Any, alive: Any,
         seen[key(value)] = name
         lds[name] = value
     names = tuple(lds)
+    view_type: type
     if view is None:
-        view_type: type = collections.namedtuple("bundle_view", names)  # type: ignore[misc]
+        view_type = collections.namedtuple("bundle_view", names)  # type: ignore[misc,no-redef]
     else:
         declared = getattr(view, "_fields", None)
         if not isinstance(view, type) or not issubclass(view, tuple) or \
@@ -340,8 +342,9 @@ def live_check(runtime: Any) -> Any:
 
 def local_field_check(runtime: Any, data_class: type, label: str) -> Any:
     """Refuse a field that is not logical data of ``runtime`` (``data_class``)."""
-    def check(ld: Any, name: str) -> None:
-        if not isinstance(ld, data_class):
+    def check(value: Any, name: str) -> None:
+        ld: Any = value
+        if not isinstance(value, data_class):
             raise TypeError(f"{label}: field {name!r} must be logical data of this "
                             f"context ({data_class.__name__}), got {type(ld).__name__}"
                             "; register arrays first (ctx.logical_data(array))")
