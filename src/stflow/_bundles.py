@@ -71,7 +71,7 @@ class bundle(Generic[View]):
     """
 
     __slots__ = ("_names", "_fields", "_constant", "_view", "_alive", "_label",
-                 "_dep_of")
+                 "_dep_of", "_runtime", "_made")
 
     def __init__(self, fields: dict[str, Any], constant_names: frozenset[str],
                  view: type, alive: Any, label: str, dep_of: Any) -> None:
@@ -79,9 +79,11 @@ class bundle(Generic[View]):
         self._fields = fields
         self._constant = constant_names
         self._view = view
-        self._alive = alive               # () -> None; raises once the context is gone
+        self._alive = alive               # (bundle, what): raises once the context is gone
         self._label = label
         self._dep_of = dep_of             # (field, mode, dplace) -> its dependency
+        self._runtime: Any = None         # the fields' runtime (local contexts)
+        self._made: dict[Any, bundle_dep] = {}    # dependencies at the affine place
 
     # -- the fields --------------------------------------------------------------
     @property
@@ -174,7 +176,13 @@ class bundle(Generic[View]):
 
     def _make(self, modes: dict[str, int], default: int, dplace: Any,
               what: str) -> bundle_dep:
-        self._alive(f"{self!r}.{what}")
+        self._alive(self, what)
+        key: Any = None
+        if dplace is None:                # dependencies are values: made once
+            key = (default, *modes.items()) if modes else default
+            made = self._made.get(key)
+            if made is not None:
+                return made
         deps = []
         acquired = []
         for name in self._names:
@@ -187,7 +195,10 @@ class bundle(Generic[View]):
             acquired.append(True)
             field = self._fields[name]
             deps.append(self._dep_of(field, mode, dplace))
-        return bundle_dep(self, tuple(deps), tuple(acquired))
+        made = bundle_dep(self, tuple(deps), tuple(acquired))
+        if key is not None:
+            self._made[key] = made
+        return made
 
 
 class BundleFieldError(AccessModeError, KeyError):
@@ -201,13 +212,15 @@ class bundle_dep:
     """A dependency on a bundle: one task argument, one ordinary dependency per
     acquired field (``deps``, in field order; ``acquired`` flags each field)."""
 
-    __slots__ = ("bundle", "deps", "acquired")
+    __slots__ = ("bundle", "deps", "acquired", "runtime", "reduces")
 
     def __init__(self, owner: bundle, deps: tuple[Any, ...],
                  acquired: tuple[bool, ...]) -> None:
         self.bundle = owner
         self.deps = deps
         self.acquired = acquired
+        self.runtime: Any = owner._runtime    # every field's (checked when bundled)
+        self.reduces = any(_dep_mode(d) & REDUCE for d in deps)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -222,7 +235,9 @@ class bundle_dep:
     def with_deps(self, deps: list[Any]) -> bundle_dep:
         """The same bundle dependency over other per-field dependencies (the local
         dependencies of a distributed task)."""
-        return bundle_dep(self.bundle, tuple(deps), self.acquired)
+        made = bundle_dep(self.bundle, tuple(deps), self.acquired)
+        made.runtime = None               # local data of another context than ours
+        return made
 
     def regroup(self, values: list[Any]) -> Any:
         """The bundle's named tuple of ``values`` (one per acquired field; ``None``
@@ -333,10 +348,11 @@ def _data_label(ld: Any) -> str:
 
 def live_check(runtime: Any) -> Any:
     """The liveness check of a bundle of ``runtime``'s data."""
-    def alive(what: str) -> None:
+    def alive(owner: Any, what: str) -> None:
         if runtime.finalized:
-            raise ContextFinalizedError(f"{what}: the bundle's context is finalized; "
-                                        "make bundles of data of a live context")
+            raise ContextFinalizedError(f"{owner!r}.{what}: the bundle's context is "
+                                        "finalized; make bundles of data of a live "
+                                        "context")
     return alive
 
 
@@ -404,6 +420,11 @@ def check_conflicts(deps: list[Any], layout: list[Any], label: str) -> None:
     with a mode that cannot merge with the field's: a reduction and any other access,
     or reductions with different operations. Reads and writes merge as for ordinary
     dependencies."""
+    for d in deps:
+        if _dep_mode(d) & REDUCE:
+            break
+    else:
+        return                       # without reductions every mode merges
     owner: list[Any] = [None] * len(deps)
     for entry in layout:
         if isinstance(entry, Slot):

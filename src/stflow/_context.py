@@ -28,7 +28,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from ._config import warn_ignored_reference_variables
 from ._deps import merge_events
 from ._errors import BackendUnavailableError, UnfinalizedContextWarning, warn_user
 from ._instrument import Instrument, Statistics
+from ._bundles import View as _View
 from ._bundles import bundle as _Bundle
 from ._bundles import live_check, local_field_check, make_bundle, state_key
 from ._logical_data import dep, logical_data
@@ -255,6 +256,12 @@ class context(RuntimeOwner):
         runtime = self._live()
         return self._data_class._new(runtime, runtime.token(), None, None, False, None)
 
+    @overload
+    def bundle(self, view: type[_View], /, **fields: Any) -> _Bundle[_View]: ...
+
+    @overload
+    def bundle(self, view: None = None, /, **fields: Any) -> _Bundle[Any]: ...
+
     def bundle(self, view: Any = None, /, **fields: Any) -> _Bundle[Any]:
         """Group logical data under field names as one dependency and one task
         argument: ``A = ctx.bundle(vals=lv, colind=stf.constant(lc))``, then
@@ -275,8 +282,10 @@ class context(RuntimeOwner):
         runtime = self._live()
         label = "ctx.bundle()"
         check = local_field_check(runtime, self._data_class, label)
-        return make_bundle(view, fields, check, live_check(runtime), label,
+        made = make_bundle(view, fields, check, live_check(runtime), label,
                            dep, state_key)
+        made._runtime = runtime
+        return made
 
     # -- work --------------------------------------------------------------------
     def task(self, *args: Any, symbol: str | None = None) -> _Task:

@@ -314,10 +314,10 @@ class distributed_context:
                 raise TypeError(f"{label}: field {name!r} must be data of this "
                                 f"distributed context, got {type(data).__name__}")
 
-        def alive(what: str) -> None:
+        def alive(owner: Any, what: str) -> None:
             if self._finalized:
-                raise ContextFinalizedError(f"{what}: the bundle's context is "
-                                            "finalized")
+                raise ContextFinalizedError(f"{owner!r}.{what}: the bundle's context "
+                                            "is finalized")
         return make_bundle(view, fields, check, alive, label, _field_dep)
 
     # -- work ------------------------------------------------------------------------

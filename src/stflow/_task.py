@@ -15,6 +15,7 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from ._access import READ
+from ._reduce import REDUCE
 from ._bundles import Slot, bundle_dep, check_conflicts, expand
 from ._coherence import Instance
 from ._compile import mypyc_attr
@@ -197,11 +198,34 @@ class task:
     def _expand_bundles(self, args: tuple) -> tuple[dep, ...]:
         """The dependencies of ``args`` with each bundle expanded into its fields'
         (``_bundles.expand``); the layout maps the arguments back."""
-        label = self._label()
-        deps, layout, others = expand(
-            args, lambda d: check_dep(self._runtime, d, label), label)
+        runtime = self._runtime
+        deps: list[Any] = []
+        layout: list[Any] = []
+        others: list[Any] = []
+        reduces = False
+        for arg in args:
+            if isinstance(arg, bundle_dep):
+                layout.append(Slot(len(deps), arg))
+                if arg.runtime is runtime:       # fields checked when bundled
+                    deps.extend(arg.deps)
+                else:
+                    label = self._label()
+                    for field in arg.deps:
+                        deps.append(check_dep(runtime, field, label))
+                if arg.reduces:
+                    reduces = True
+            elif isinstance(arg, dep):
+                layout.append(len(deps))
+                deps.append(arg if arg.ld._runtime is runtime
+                            else check_dep(runtime, arg, self._label()))
+                if arg.mode & REDUCE:
+                    reduces = True
+            else:
+                others.append(arg)
         if others:
             self._sort_arguments(tuple(others))          # the execution place
+        if reduces:
+            check_conflicts(deps, layout, self._label())
         self._layout = layout
         return tuple(deps)
 
