@@ -613,7 +613,9 @@ class task:
         """Views of the non-token dependencies, always a tuple in dependency order.
 
         ``(x,) = t.views()`` for one dependency, ``x, y = t.views()`` for two,
-        ``()`` for a task of tokens only (stflow-only; ``args_cai()`` returns the
+        ``()`` for a task of tokens only; a bundle argument is one entry, the named
+        tuple of its fields' views (``None`` for fields left out and tokens), so the
+        entries line up with the arguments passed (stflow-only; ``args_cai()`` returns the
         bare view for one dependency and ``None`` for none, as in the reference).
 
         Returns
