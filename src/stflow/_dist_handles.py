@@ -324,7 +324,14 @@ class dist_task:
     def get_arg_cai(self, index: int) -> Any:
         if not self.runs_here:
             self._refuse("get_arg_cai()")
+        if self._layout is not None:
+            return self._without_tokens(index, self.local.get_arg_cai(index))
         return self.local.get_arg_cai(index)
+
+    def get(self, index: int) -> Any:
+        """Argument ``index``'s view; a bundle's named tuple of views
+        (``task.get``; on the executing rank only)."""
+        return self.get_arg_cai(index)
 
     def stream_ptr(self) -> Any:
         if not self.runs_here:

@@ -71,6 +71,9 @@ class Program:
                           else "")
                 lines.append(f"  {op.kind}@{op.place_of_exec!r}{member}"
                              f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
+                if op.bundle is not None:
+                    lines.append(f"    deps {op.bundle.start}..{op.bundle.start + op.bundle.count - 1}"
+                                 f" as a bundle: {op.bundle}")
             else:
                 lines.append(f"  {op.kind} d{op.data}" if op.data >= 0 else
                              f"  {op.kind}")
