@@ -253,27 +253,28 @@ class task:
             raise ScopeError(f"{self._label()}: add_dep() after start(); add "
                              "dependencies before starting the task")
         if isinstance(d, bundle_dep) or self._layout is not None:
-            layout = self._layout
-            if layout is None:
-                layout = list(range(len(self._deps)))
-            deps = list(self._deps)
-            self._layout = None
-            for entry in self._expand_bundles((d,)):
-                deps.append(entry)
-            added = self._layout
-            start = len(self._deps)
-            if added is None:
-                layout.append(start)
-            else:
-                entry_slot = added[0]
-                assert isinstance(entry_slot, Slot)
-                layout.append(Slot(start, entry_slot.dep))
-            check_conflicts(deps, layout, f"{self._label()}.add_dep()")
-            self._layout = layout
-            self._deps = tuple(deps)
+            self._add_argument(d)
             return
         self._deps = (*self._deps, check_dep(self._runtime, d,
                                               f"{self._label()}.add_dep()"))
+
+    def _add_argument(self, d: Any) -> None:
+        """``add_dep`` of a task with bundles (or of a bundle): the layout grows."""
+        what = f"{self._label()}.add_dep()"
+        layout: list[Any] = (list(range(len(self._deps))) if self._layout is None
+                             else self._layout)
+        deps: list[Any] = list(self._deps)
+        start = len(deps)
+        if isinstance(d, bundle_dep):
+            for field in d.deps:
+                deps.append(check_dep(self._runtime, field, what))
+            layout.append(Slot(start, d))
+        else:
+            deps.append(check_dep(self._runtime, d, what))
+            layout.append(start)
+        check_conflicts(deps, layout, what)
+        self._layout = layout
+        self._deps = tuple(deps)
 
     def set_symbol(self, name: Any) -> None:
         """Name the task in messages, DOT output and traces."""

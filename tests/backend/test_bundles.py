@@ -156,6 +156,9 @@ def test_field_beside_its_bundle(ctx):
     t = ctx.task(vals.rw())
     with pytest.raises(AccessModeError, match="field 'vals'"):
         t.add_dep(b.dep(vals=stf.AccessMode.REDUCE))
+    t.add_dep(b.read())                               # the bundle is argument 1
+    with t:
+        assert t.get(1)._fields == ("vals", "idx") and len(t.views()) == 2
 
 
 def test_bundle_after_finalize():
