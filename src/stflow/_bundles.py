@@ -28,7 +28,8 @@ import keyword
 from typing import Any, Generic, Iterator, TypeVar
 
 from ._access import READ, RW, WRITE, is_mode, mode_name
-from ._errors import AccessModeError, ContextFinalizedError, ContextMismatchError
+from ._errors import (AccessModeError, BundleFieldError, ContextFinalizedError,
+                      ContextMismatchError)
 from ._reduce import REDUCE
 
 __all__ = ["Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
@@ -199,13 +200,6 @@ class bundle(Generic[View]):
         if key is not None:
             self._made[key] = made
         return made
-
-
-class BundleFieldError(AccessModeError, KeyError):
-    """A field name that the bundle does not have (a ``KeyError``)."""
-
-    def __str__(self) -> str:                      # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class bundle_dep:

@@ -125,8 +125,9 @@ def test_constant_field_refuses_more_than_read(ctx):
 def test_unknown_field_name(ctx):
     vals, idx, _ = _data(ctx)
     b = ctx.bundle(vals=vals, idx=idx)
-    with pytest.raises(KeyError, match="no field 'nope'; the fields are vals, idx"):
+    with pytest.raises(KeyError, match="no field 'nope'; the fields are vals, idx") as info:
         b.dep(nope=READ)
+    assert isinstance(info.value, stf.errors.BundleFieldError)
 
 
 def test_field_of_another_context(ctx):
