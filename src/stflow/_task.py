@@ -480,14 +480,14 @@ class task:
                                      "memory")
         return access
 
-    def get_arg(self, index: Any) -> int:
+    def get_arg(self, index: Any) -> Any:
         """The address of dependency ``index``'s instance (for a bundle argument,
         a named tuple of its fields' addresses, ``None`` where a field has none)."""
         if self._layout is not None:
             return self._slot(index, "get_arg()", self._dep_arg)
         return self._dep_arg(index)
 
-    def _dep_arg(self, index: int) -> Any:
+    def _dep_arg(self, index: Any) -> int:
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
     def get_arg_cai(self, index: Any) -> Any:
