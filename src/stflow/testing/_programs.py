@@ -242,12 +242,14 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     return program
 
 
-def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any]) -> list[Any]:
+def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
+                spare: Sequence[int] | None = None) -> list[Any]:
     """Submit some deps of some tasks as one bundle (``ctx.bundle``): deps of
     distinct data at one place, moved next to each other (the oracle runs the same
     order), spelt with ``read()``, ``rw()``, ``write()`` or ``dep(**modes)`` as their
     modes allow, ``constant`` fields where they read, and fields left out with
-    ``AccessMode.NONE`` (data the task does not otherwise touch)."""
+    ``AccessMode.NONE`` (data the task does not otherwise touch; among ``spare``
+    when given)."""
     dropped: set[int] = set()
     result: list[Any] = []
     for op in ops:
@@ -291,9 +293,10 @@ def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any]) -> lis
             if how == "dep" and (mode != READ or rng.random() < 0.5):
                 explicit.append((name, mode))
         if how == "dep":
-            spare = [i for i in range(len(data)) if i not in dropped and
-                     i not in {index for index, _, _ in op.deps}]
-            for index in rng.sample(spare, min(len(spare), rng.randint(0, 2))):
+            untouched = [i for i in (range(len(data)) if spare is None else spare)
+                         if i not in dropped and
+                         i not in {index for index, _, _ in op.deps}]
+            for index in rng.sample(untouched, min(len(untouched), rng.randint(0, 2))):
                 name = f"none_d{index}"
                 fields.insert(rng.randint(0, len(fields)),
                               (name, index, False, rng.random() < 0.3))
