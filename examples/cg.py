@@ -3,15 +3,18 @@
     python examples/cg.py [--n 512] [--tol 1e-10] [--max-iterations 2000]
                           [--check-every 10] [--graph] [--backend auto|cuda|emulated]
 
-Solves ``A x = b`` for a symmetric positive definite ``A`` (dense, one logical data)
-with the textbook iteration, starting from ``x = 0``::
+Solves ``A x = b`` for a symmetric positive definite ``A`` with the textbook
+iteration, starting from ``x = 0``::
 
     Ap = A p;  alpha = rr / (p · Ap)
     x += alpha p;  r -= alpha Ap
     rr_new = r · r;  p = r + (rr_new / rr) p;  rr = rr_new
 
 Every vector and every scalar (``alpha``, ``rr``) is logical data in device memory, and
-each line above is a task whose body is ``t.run(fn)``: ``fn(xp, *arrays)`` with NumPy
+``A`` is a bundle of row blocks (``ctx.bundle``, each block its own logical data,
+``stf.constant``: read-only through the bundle), one dependency and one argument of
+the matrix-vector task, whose body multiplies block by block. Each line above is a
+task whose body is ``t.run(fn)``: ``fn(xp, *arrays)`` with NumPy
 on the emulated backend and CuPy on CUDA, so one body serves both. stflow infers the
 dependencies from the declared accesses: the updates of ``x`` and ``r`` both wait for
 ``alpha`` only, so they run side by side.
@@ -63,7 +66,20 @@ def _squared_norm(xp: Any, r: Any, rr: Any) -> None:
 
 
 def _matvec(xp: Any, A: Any, p: Any, Ap: Any) -> None:
-    linalg.gemv(A, p, Ap)
+    start = 0                       # A: the bundle's named tuple of row blocks
+    for block in A:
+        stop = start + block.shape[0]
+        linalg.gemv(block, p, Ap[start:stop])
+        start = stop
+
+
+def row_blocks(ctx: Any, A_host: np.ndarray, count: int) -> Any:
+    """``A_host`` as a bundle of ``count`` row blocks (views of it: nothing is
+    copied on the host), each read-only through the bundle."""
+    bounds = np.linspace(0, A_host.shape[0], min(count, A_host.shape[0]) + 1).astype(int)
+    return ctx.bundle(**{f"rows{k}": stf.constant(ctx.logical_data(
+        A_host[lo:hi], name=f"A[{lo}:{hi}]"))
+        for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))})
 
 
 def _step(xp: Any, p: Any, Ap: Any, rr: Any, alpha: Any) -> None:
@@ -86,7 +102,7 @@ def _direction(xp: Any, r: Any, p: Any, rr: Any) -> None:
 
 def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
           max_iterations: int = 1000, check_every: int = 10, backend: str | None = None,
-          use_graph: bool = False) -> tuple[np.ndarray, int, float]:
+          use_graph: bool = False, blocks: int = 4) -> tuple[np.ndarray, int, float]:
     """``x`` with ``A x = b``, the iterations run and the last residual ``‖r‖ / ‖b‖``.
 
     The host reads the residual (``ctx.wait``) after every ``check_every`` iterations
@@ -100,7 +116,7 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
     b_norm = float(np.linalg.norm(b_host)) or 1.0
     x_host = np.zeros(n)
     ctx = stf.context(backend=backend, use_graph=use_graph)
-    A = ctx.logical_data(A_host, name="A")   # only read: copied to a device once
+    A = row_blocks(ctx, np.ascontiguousarray(A_host), blocks)   # copied to a device once
     x = ctx.logical_data(x_host, name="x")             # written back at finalize()
     r = ctx.logical_data(b_host.astype(np.float64), name="r")    # x = 0: r = b
     p = ctx.logical_data(b_host.astype(np.float64), name="p")

@@ -6,7 +6,9 @@
 Every scalar (``alpha``, the residual norms, the iteration count) lives in device
 memory, so the loop body is recorded once and the device runs it until
 ``(rr > tol²) & (it < max_iterations)`` fails: the host never waits inside the loop.
-The solution is checked against ``numpy.linalg.solve``.
+The solution is checked against ``numpy.linalg.solve``. The matrix is a bundle of
+row blocks (``sctx.bundle``), one argument of the matrix-vector task, which launches
+one kernel per block.
 
 On CUDA the bodies launch small CuPy ``RawKernel`` kernels (no temporary allocations,
 so they are safe to capture); on the emulated backend they are NumPy functions
@@ -25,9 +27,9 @@ import stflow as stf
 
 _CUDA_SOURCE = r"""
 extern "C" {
-__global__ void matvec(const double* A, const double* p, double* y, int n) {
+__global__ void matvec(const double* A, const double* p, double* y, int rows, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { double s = 0.0; for (int j = 0; j < n; ++j) s += A[(size_t)i * n + j] * p[j]; y[i] = s; }
+    if (i < rows) { double s = 0.0; for (int j = 0; j < n; ++j) s += A[(size_t)i * n + j] * p[j]; y[i] = s; }
 }
 __device__ double block_dot(const double* a, const double* b, int n) {
     __shared__ double part[256];
@@ -61,7 +63,7 @@ __global__ void finish(double* rr, const double* rr_new, long long* it) { rr[0] 
 
 
 def _numpy_kernels() -> dict[str, Callable[..., None]]:
-    def matvec(A: Any, p: Any, y: Any) -> None:
+    def matvec(A: Any, p: Any, y: Any) -> None:      # one row block of A
         y[:] = A @ p
 
     def step_alpha(p: Any, Ap: Any, rr: Any, alpha: Any) -> None:
@@ -101,6 +103,31 @@ class Kernels:
         else:
             self.functions = _numpy_kernels()
 
+    def matvec(self, t: Any) -> None:
+        """``Ap = A p`` block by block: ``t.get(0)`` is the bundle of row blocks."""
+        blocks, p, y = t.get(0), t.get(1), t.get(2)
+        if self.backend != "cuda":
+            from stflow.emulated import launch
+
+            def product(p: Any, y: Any, *arrays: Any) -> None:
+                start = 0
+                for block in arrays:
+                    self.functions["matvec"](block, p, y[start:start + len(block)])
+                    start += len(block)
+            launch(t.stream_ptr(), product, p, y, *blocks)
+            return
+        from stflow.interop.cupy import as_cupy, cupy_stream
+        p_array, y_array = as_cupy(p), as_cupy(y)
+        with cupy_stream(t.stream_ptr()):
+            start = 0
+            for view in blocks:
+                block = as_cupy(view)
+                rows = block.shape[0]
+                self.functions["matvec"](((rows + 255) // 256,), (256,),
+                                         (block, p_array, y_array[start:start + rows],
+                                          np.int32(rows), np.int32(self.n)))
+                start += rows
+
     def __call__(self, t: Any, name: str, single_block: bool = False) -> None:
         views = t.views()
         if self.backend != "cuda":
@@ -124,8 +151,14 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: in
     rr_host = np.zeros(1)
     with stf.stackable_context(backend=backend) as sctx:
         kernels = Kernels(sctx.backend, n)
-        A = sctx.logical_data(A_host, name="A")
-        A.set_read_only()
+        bounds = np.linspace(0, n, min(4, n) + 1).astype(int)
+        row_blocks = [sctx.logical_data(np.ascontiguousarray(A_host[lo:hi]),
+                                        name=f"A[{lo}:{hi}]")
+                      for lo, hi in zip(bounds[:-1], bounds[1:])]
+        for block in row_blocks:
+            block.set_read_only()
+        A = sctx.bundle(**{f"rows{k}": stf.constant(block)      # one argument
+                           for k, block in enumerate(row_blocks)})
         x = sctx.logical_data(x_host, name="x")
         it = sctx.logical_data(it_host, name="it")
         rr = sctx.logical_data(rr_host, name="rr")
@@ -138,7 +171,7 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: in
             kernels(t, "squared_norm", single_block=True)
         with sctx.while_loop() as loop:
             with sctx.task(A.read(), p.read(), Ap.write()) as t:
-                kernels(t, "matvec")
+                kernels.matvec(t)
             with sctx.task(p.read(), Ap.read(), rr.read(), alpha.write()) as t:
                 kernels(t, "step_alpha", single_block=True)
             with sctx.task(x.rw(), p.read(), alpha.read()) as t:

@@ -57,8 +57,8 @@ _BINDING_NAMES = [
     "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 ]
-_STFLOW_NAMES = ["ProgressBar", "TileGrid", "block_cyclic", "distributed_context",
-                 "reduce", "tiles"]
+_STFLOW_NAMES = ["ProgressBar", "TileGrid", "block_cyclic", "bundle", "constant",
+                 "distributed_context", "reduce", "tiles"]
 
 __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
 
@@ -70,6 +70,8 @@ _LOCATIONS = {
     "distributed_context": "._distributed",
     "TileGrid": "._tiles",
     "block_cyclic": "._tiles",
+    "bundle": "._bundles",
+    "constant": "._bundles",
     "tiles": "._tiles",
     "async_resources": "._resources",
     "cond": "._cond",
@@ -135,6 +137,8 @@ if TYPE_CHECKING:
     from . import interop as interop
     from . import partitions as partitions
     from . import paths as paths
+    from ._bundles import bundle as bundle
+    from ._bundles import constant as constant
     from ._cond import cond as cond
     from ._context import context as context
     from ._device_array import DeviceArray as DeviceArray

@@ -10,6 +10,9 @@ the task's stream order on both:
   (``stflow.emulated.launch``) and runs when the stream reaches it, which is also what
   a graph-mode body must do.
 
+A bundle argument arrives as its named tuple of arrays (``None`` for fields left
+out and tokens).
+
 So one body serves both backends, in stream and graph mode::
 
     with ctx.task(x.rw(), y.read()) as t:
@@ -20,7 +23,41 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ._bundles import is_view
+
 __all__ = ["run_body"]
+
+
+def _flatten(views: list[Any]) -> tuple[list[Any], Callable[[Any], list[Any]]]:
+    """The views with each bundle's named tuple replaced by its fields' views, and
+    the function that puts the arrays made of them back into named tuples."""
+    flat: list[Any] = []
+    shapes: list[Any] = []                 # per view: None, or (named tuple, fields)
+    for view in views:
+        if is_view(view):
+            present = [field is not None for field in view]
+            flat.extend(field for field in view if field is not None)
+            shapes.append((type(view), present))
+        else:
+            flat.append(view)
+            shapes.append(None)
+
+    def rebuild(arrays: Any) -> list[Any]:
+        out: list[Any] = []
+        k = 0
+        for shape in shapes:
+            if shape is None:
+                out.append(arrays[k])
+                k += 1
+                continue
+            kind, present = shape
+            fields = []
+            for got in present:
+                fields.append(arrays[k] if got else None)
+                k += int(got)
+            out.append(kind(*fields))
+        return out
+    return flat, rebuild
 
 
 def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
@@ -33,17 +70,26 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
     else:
         views = list(task.views())
     backend = task._runtime.backend
+    bundles = task._layout is not None and any(map(is_view, views))
     if not backend.gpu_memory:
         import numpy as np
 
         from .emulated import launch
+        if bundles:
+            flat, rebuild = _flatten(views)
+            launch(task.stream_ptr(), lambda *arrays: fn(np, *rebuild(arrays)), *flat)
+            return
         launch(task.stream_ptr(), lambda *arrays: fn(np, *arrays), *views)
         return
     from .interop.cupy import _CUPY, _load_cupy, body_array, body_stream
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     with body_stream(int(task.stream_ptr())):
         try:
-            fn(cupy, *[body_array(view) for view in views])
+            if bundles:
+                flat, rebuild = _flatten(views)
+                fn(cupy, *rebuild([body_array(view) for view in flat]))
+            else:
+                fn(cupy, *[body_array(view) for view in views])
         except NotImplementedError as error:
             if "stream capture" not in str(error):
                 raise

@@ -28,7 +28,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from ._config import warn_ignored_reference_variables
 from ._deps import merge_events
 from ._errors import BackendUnavailableError, UnfinalizedContextWarning, warn_user
 from ._instrument import Instrument, Statistics
+from ._bundles import View as _View
+from ._bundles import bundle as _Bundle
+from ._bundles import live_check, local_field_check, make_bundle, state_key
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._registry import check_empty_args, check_name
@@ -252,6 +255,37 @@ class context(RuntimeOwner):
         """A logical data without bytes, used only for ordering."""
         runtime = self._live()
         return self._data_class._new(runtime, runtime.token(), None, None, False, None)
+
+    @overload
+    def bundle(self, view: type[_View], /, **fields: Any) -> _Bundle[_View]: ...
+
+    @overload
+    def bundle(self, view: None = None, /, **fields: Any) -> _Bundle[Any]: ...
+
+    def bundle(self, view: Any = None, /, **fields: Any) -> _Bundle[Any]:
+        """Group logical data under field names as one dependency and one task
+        argument: ``A = ctx.bundle(vals=lv, colind=stf.constant(lc))``, then
+        ``ctx.task(A.read(), x.rw())`` and ``t.get(0).vals`` (see ``_bundles``).
+
+        ``view`` (optional, positional) is a ``typing.NamedTuple`` class with the
+        same fields in the same order, the type of the bundle's slot in a task.
+
+        Raises
+        ------
+        TypeError
+            A field that is not logical data.
+        ContextMismatchError
+            A field of another context.
+        AccessModeError
+            The same logical data in two fields.
+        """
+        runtime = self._live()
+        label = "ctx.bundle()"
+        check = local_field_check(runtime, self._data_class, label)
+        made = make_bundle(view, fields, check, live_check(runtime), label,
+                           dep, state_key)
+        made._runtime = runtime
+        return made
 
     # -- work --------------------------------------------------------------------
     def task(self, *args: Any, symbol: str | None = None) -> _Task:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ._access import READ, WRITE, mode_name
 from ._compile import mypyc_attr
+from ._bundles import Slot
 from ._errors import AccessModeError, RemoteTaskError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
 
@@ -152,7 +153,8 @@ class dist_task:
     empty: ``runs_here`` is False, ``run`` does nothing, views raise.
     """
 
-    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local")
+    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local",
+                 "_layout")
 
     def __init__(self, ctx: distributed_context, deps: tuple[Any, ...],
                  rank: Any, place: Any, symbol: str | None = None) -> None:
@@ -184,10 +186,13 @@ class dist_task:
         self._place = place
         self._symbol = symbol
         self.local: Any = None
+        self._layout: Any = None          # with bundles: the arguments' layout
 
     def __enter__(self) -> dist_task:
         local_deps = self._prepare()
         if local_deps is not None:
+            if self._layout is not None:
+                local_deps = _regrouped(local_deps, self._layout)
             if self._place is not None:
                 local_deps.insert(0, self._place)
             local = self.local = self._local_task(local_deps)
@@ -250,6 +255,9 @@ class dist_task:
         """``fn(xp, *arrays)`` on the executing rank (``task.run``: ``indices``
         default to the non-token dependencies); nothing elsewhere."""
         if self.runs_here:
+            if self._layout is not None:           # slots: the local task's
+                self._run_slots(fn, indices)
+                return
             if not indices:
                 indices = tuple(i for i, (data, _, _) in enumerate(self._deps)
                                 if not data.is_token)
@@ -257,6 +265,39 @@ class dist_task:
                     self.local.run(lambda xp, *_: fn(xp), 0)
                     return
             self.local.run(fn, *indices)
+
+    def _slots_with_memory(self) -> list[int]:
+        """The arguments that are bundles or data (not tokens), with bundles."""
+        layout = self._layout
+        return [i for i in range(len(layout)) if isinstance(layout[i], Slot)
+                or not self._deps[layout[i]][0].is_token]
+
+    def _without_tokens(self, index: int, value: Any) -> Any:
+        """Argument ``index``'s value with a bundle's token fields ``None`` (the
+        local data of a distributed token has bytes, which are not the body's)."""
+        entry = self._layout[index]
+        if not isinstance(entry, Slot):
+            return value
+        fields = list(value)
+        k = 0
+        for position in range(len(entry.dep.acquired)):
+            if entry.dep.acquired[position]:
+                if self._deps[entry.start + k][0].is_token:
+                    fields[position] = None
+                k += 1
+        return type(value)(*fields)
+
+    def _run_slots(self, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
+        """``run`` of a task with bundles: one array (a bundle's named tuple) per
+        argument, tokens left out as in :meth:`run`."""
+        chosen = list(indices) if indices else self._slots_with_memory()
+        if not chosen:
+            self.local.run(lambda xp, *_: fn(xp), 0)
+            return
+
+        def body(xp: Any, *arrays: Any) -> None:
+            fn(xp, *[self._without_tokens(i, a) for i, a in zip(chosen, arrays)])
+        self.local.run(body, *chosen)
 
     def _refuse(self, what: str) -> None:
         raise RemoteTaskError(
@@ -268,6 +309,9 @@ class dist_task:
         """Views of the non-token dependencies (on the executing rank only)."""
         if not self.runs_here:
             self._refuse("views()")
+        if self._layout is not None:
+            return tuple(self._without_tokens(i, self.local.get_arg_cai(i))
+                         for i in self._slots_with_memory())
         return tuple(self.local.get_arg_cai(i) for i, (data, _, _) in
                      enumerate(self._deps) if not data.is_token)
 
@@ -280,7 +324,14 @@ class dist_task:
     def get_arg_cai(self, index: int) -> Any:
         if not self.runs_here:
             self._refuse("get_arg_cai()")
+        if self._layout is not None:
+            return self._without_tokens(index, self.local.get_arg_cai(index))
         return self.local.get_arg_cai(index)
+
+    def get(self, index: int) -> Any:
+        """Argument ``index``'s view; a bundle's named tuple of views
+        (``task.get``; on the executing rank only)."""
+        return self.get_arg_cai(index)
 
     def stream_ptr(self) -> Any:
         if not self.runs_here:
@@ -322,6 +373,8 @@ class dist_kernel(dist_task):
         ranks where the kernel does not run)."""
         if not self.runs_here:
             return _RemoteArgument(self.rank, index)
+        if self._layout is not None:
+            return self._without_tokens(index, self.local.get_arg(index))
         return self.local.get_arg(index)
 
     def launch(self, kernel: Any, grid: Any, block: Any, args: Any,
@@ -344,6 +397,19 @@ class _RemoteArgument:
     def __repr__(self) -> str:
         return (f"<argument {self.index} of a kernel executing on rank {self.rank}: "
                 "nothing on this rank>")
+
+
+def _regrouped(local_deps: list[Any], layout: list[Any]) -> list[Any]:
+    """The local task's arguments: each bundle's local field dependencies back in a
+    bundle dependency (so the local task counts it as one slot)."""
+    grouped: list[Any] = []
+    for entry in layout:
+        if isinstance(entry, Slot):
+            grouped.append(entry.dep.with_deps(
+                local_deps[entry.start:entry.start + len(entry.dep.deps)]))
+        else:
+            grouped.append(local_deps[entry])
+    return grouped
 
 
 def one_place(place: Any, given: Any, what: str) -> Any:

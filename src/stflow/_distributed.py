@@ -68,14 +68,16 @@ from typing import Any, Callable, Union
 import numpy as np
 import numpy.typing as npt
 
-from ._access import READ
+from ._access import READ, WRITE
+from ._bundles import bundle as _Bundle
+from ._bundles import Slot, bundle_dep, expand, make_bundle
 from ._collective import agree, check_each_call
-from ._errors import ScopeError, ShapeError
+from ._errors import ContextFinalizedError, ScopeError, ShapeError
 from ._dist_handles import (Reduction, dist_data, dist_dep, dist_kernel, dist_task,
                             executed, one_place)
 from ._exchanges import Exchanges
 from ._places import exec_place
-from ._reduce import REDUCE, ReduceOp
+from ._reduce import REDUCE, ReduceOp, reduce_op
 from ._sources import describe_buffer
 
 __all__ = ["distributed_context"]
@@ -300,6 +302,24 @@ class distributed_context:
         self._data.append(data)
         return data
 
+    def bundle(self, view: Any = None, /, **fields: Any) -> _Bundle[Any]:
+        """Group this context's data as one dependency (``context.bundle``); the
+        fields may have different owners (each is exchanged as a dependency of its
+        own)."""
+        self._check_live("bundle()")
+        label = "distributed_context.bundle()"
+
+        def check(data: Any, name: str) -> None:
+            if not isinstance(data, dist_data) or data.context is not self:
+                raise TypeError(f"{label}: field {name!r} must be data of this "
+                                f"distributed context, got {type(data).__name__}")
+
+        def alive(owner: Any, what: str) -> None:
+            if self._finalized:
+                raise ContextFinalizedError(f"{owner!r}.{what}: the bundle's context "
+                                            "is finalized")
+        return make_bundle(view, fields, check, alive, label, _field_dep)
+
     # -- work ------------------------------------------------------------------------
     def task(self, *deps: Dependency, rank: Rank | None = None,
              place: Any = None, symbol: str | None = None) -> dist_task:
@@ -310,6 +330,12 @@ class distributed_context:
             self._check_live("task()")
         if deps and isinstance(deps[0], exec_place):     # ctx.task(place, *deps)
             place, deps = one_place(place, deps[0], "task"), deps[1:]
+        for d in deps:
+            if isinstance(d, bundle_dep):
+                flat, layout = _expanded(deps, "distributed task")
+                made = dist_task(self, flat, rank, place, symbol)
+                made._layout = layout
+                return made
         return dist_task(self, deps, rank, place, symbol)
 
     def cuda_kernel(self, *deps: Dependency, rank: Rank | None = None,
@@ -320,6 +346,12 @@ class distributed_context:
         self._check_live("cuda_kernel()")
         if deps and isinstance(deps[0], exec_place):
             place, deps = one_place(place, deps[0], "cuda_kernel"), deps[1:]
+        for d in deps:
+            if isinstance(d, bundle_dep):
+                flat, layout = _expanded(deps, "distributed cuda_kernel")
+                made = dist_kernel(self, flat, rank, place, symbol)
+                made._layout = layout
+                return made
         return dist_kernel(self, deps, rank, place, symbol)
 
     def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
@@ -328,9 +360,16 @@ class distributed_context:
         self._check_live("host_launch()")
         if not callable(fn):
             raise TypeError(f"host_launch: fn must be callable, got {type(fn).__name__}")
+        layout = None
+        for d in deps:
+            if isinstance(d, bundle_dep):
+                deps, layout = _expanded(deps, "distributed host_launch")
+                break
         t = dist_task(self, deps, rank, None)
         local_deps = t._prepare()
-        if local_deps is not None:
+        if local_deps is not None and layout is not None:
+            self._bundle_host_launch(local_deps, deps, layout, fn)
+        elif local_deps is not None:
             arrays = [local for local, (data, _, _) in zip(local_deps, deps)
                       if not data.is_token]
             tokens = [local for local, (data, _, _) in zip(local_deps, deps)
@@ -339,6 +378,35 @@ class distributed_context:
             self.local.host_launch(*arrays, *tokens,
                                    fn=lambda *values: fn(*values[:count]))
         executed(deps, t.rank)
+
+    def _bundle_host_launch(self, local_deps: list[Any], deps: tuple[Any, ...],
+                            layout: list[Any], fn: Callable[..., Any]) -> None:
+        """``host_launch`` of a task with bundles on the executing rank: ``fn`` gets
+        one argument per task argument (a bundle's named tuple; ``None`` for its
+        tokens), as locally."""
+        arrays = [local for local, (data, _, _) in zip(local_deps, deps)
+                  if not data.is_token]
+        tokens = [local for local, (data, _, _) in zip(local_deps, deps)
+                  if data.is_token]
+        is_token = [data.is_token for data, _, _ in deps]
+        count = len(arrays)
+
+        def grouped(*values: Any) -> None:
+            by_dependency: list[Any] = []
+            k = 0
+            for token in is_token:
+                by_dependency.append(None if token else values[k])
+                k += 0 if token else 1
+            out: list[Any] = []
+            for entry in layout:
+                if isinstance(entry, Slot):
+                    out.append(entry.dep.regroup(
+                        by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
+                elif not is_token[entry]:
+                    out.append(by_dependency[entry])
+            fn(*out)
+        self.local.host_launch(*arrays, *tokens, fn=lambda *values: grouped(
+            *values[:count]))
 
     # -- exchanges -------------------------------------------------------------------
     def _prepare(self, data: dist_data, mode: int, rank: int) -> None:
@@ -553,3 +621,25 @@ class distributed_context:
     def __repr__(self) -> str:
         return (f"distributed_context(rank={self.rank}, size={self.size}, "
                 f"data={len(self._data)})")
+
+
+def _expanded(deps: tuple[Any, ...], label: str) -> tuple[tuple[Any, ...], list[Any]]:
+    """The dependencies with bundles expanded, and the layout of the arguments."""
+    flat, layout, others = expand(deps, lambda d: d, label)
+    if others:
+        raise TypeError(f"a dependency of a distributed task is ld.read()/write()/rw()/"
+                        f"reduce() of this context's data or a bundle's dependency, got "
+                        f"{type(others[0]).__name__}")
+    assert layout is not None
+    return tuple(flat), layout
+
+
+def _field_dep(data: Any, mode: int, dplace: Any) -> Any:
+    """A bundle field's dependency on distributed data ``data``."""
+    if mode & REDUCE:
+        return data.reduce(reduce_op(mode).name, dplace)
+    if mode == READ:
+        return data.read(dplace)
+    if mode == WRITE:
+        return data.write(dplace)
+    return data.rw(dplace)

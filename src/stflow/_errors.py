@@ -32,6 +32,7 @@ __all__ = [
     "BackendNotice",
     "BackendUnavailableError",
     "BufferOverlapError",
+    "BundleFieldError",
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",
@@ -168,6 +169,14 @@ class TokenArgumentError(STFError, TypeError, RuntimeError):
     "cannot materialize a token argument"."""
 
 
+class BundleFieldError(AccessModeError, KeyError):
+    """A name that is not a field of the bundle (``bundle.dep(nope=...)``): an
+    :class:`AccessModeError` and, as CUDASTF's bundles raise, a ``KeyError``."""
+
+    def __str__(self) -> str:                      # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class GreenContextUnavailableError(BackendUnavailableError, RuntimeError):
     """Green contexts cannot be created (``cuda.core`` or driver support missing): a
     :class:`BackendUnavailableError` (``ImportError``) naming the extra and, as in the
@@ -208,7 +217,7 @@ for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, Sh
                 BackendUnavailableError, CudaError, DeviceOrdinalError,
                 PlaceAllocationError, NegativeIndexError, NegativeCountError,
                 GridIndexError, TokenArgumentError, GreenContextUnavailableError,
-                RemoteTaskError, DivergentProgramError, BackendNotice,
+                RemoteTaskError, DivergentProgramError, BundleFieldError, BackendNotice,
                 UnfinalizedContextWarning):
     _public.__module__ = "stflow.errors"
 del _public

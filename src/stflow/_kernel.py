@@ -37,6 +37,7 @@ from typing import Any, cast
 import numpy as np
 
 from ._access import WRITE
+from ._bundles import is_view
 from ._task import _ENDED, task
 from .backends._base import Allocation, KernelLaunch
 
@@ -127,6 +128,18 @@ def _foreign_pointer(arg: Any) -> int | None:
     return None
 
 
+def _flatten_bundles(args: tuple) -> tuple:
+    """``args`` with each bundle's named tuple (``k.get_arg(slot)`` of a bundle)
+    replaced by its fields' values in field order, fields without memory left out."""
+    flat: list[Any] = []
+    for arg in args:
+        if is_view(arg):
+            flat.extend(field for field in arg if field is not None)
+        else:
+            flat.append(arg)
+    return tuple(flat)
+
+
 class cuda_kernel(task):
     """A task whose body describes kernel launches (``k.launch(...)``).
 
@@ -199,6 +212,8 @@ class cuda_kernel(task):
             raise TypeError(f"launch: args must be a tuple of kernel arguments, got "
                             f"{type(args).__name__}")
         args = tuple(args)
+        if self._layout is not None:      # a bundle's fields: consecutive arguments
+            args = _flatten_bundles(args)
         packed = [_pack(arg, i) for i, arg in enumerate(args)]
         launch = KernelLaunch(kernel, grid_dims, block_dims, shmem, args, packed,
                               self._buffers(), self._label())

@@ -14,12 +14,15 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable, cast
+from typing import Any, Callable, cast, overload
 
 from ._cond import Comparable, cond, condition_terms
 from ._context import context
 from ._errors import (ContextMismatchError, NegativeCountError, ScopeError,
                       warn_user)
+from ._bundles import View as _View
+from ._bundles import bundle as _Bundle
+from ._bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
 from ._logical_data import dep, logical_data
 from ._places import exec_place
 from ._runtime import Runtime
@@ -104,6 +107,10 @@ class stackable_task(task):
 
 
 def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
+    if isinstance(d, bundle_dep):
+        for field in d.deps:
+            _check_stackable(field, runtime, what)
+        return
     if isinstance(d, dep):
         if not isinstance(d.ld, stackable_logical_data):
             raise TypeError(f"{what}: {d.ld._label()} is not data of a stackable "
@@ -623,6 +630,23 @@ class stackable_context:
     def token(self) -> stackable_logical_data:
         """A logical data without bytes, for ordering only."""
         return cast(stackable_logical_data, self._ctx.token())
+
+    @overload
+    def bundle(self, view: type[_View], /, **fields: Any) -> _Bundle[_View]: ...
+
+    @overload
+    def bundle(self, view: None = None, /, **fields: Any) -> _Bundle[Any]: ...
+
+    def bundle(self, view: Any = None, /, **fields: Any) -> _Bundle[Any]:
+        """Group stackable logical data as one dependency (see
+        ``context.bundle``); usable in every scope kind."""
+        runtime = self._ctx._live()
+        label = "stackable_context.bundle()"
+        check = local_field_check(runtime, stackable_logical_data, label)
+        made = make_bundle(view, fields, check, live_check(runtime), label,
+                           dep, state_key)
+        made._runtime = runtime
+        return made
 
     def task(self, *args: Any, symbol: str | None = None) -> stackable_task:
         """A task in the innermost open scope (the root level when none is open)."""

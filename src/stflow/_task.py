@@ -15,6 +15,8 @@ from typing import Any, Callable, cast
 import numpy as np
 
 from ._access import READ
+from ._reduce import REDUCE
+from ._bundles import Slot, bundle_dep, check_conflicts, expand
 from ._coherence import Instance
 from ._compile import mypyc_attr
 from ._errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
@@ -118,7 +120,7 @@ class task:
 
     __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
                  "_views", "_id", "_previous_device", "_private", "_members",
-                 "_read_guard")
+                 "_read_guard", "_layout")
     _runtime: Runtime
     _deps: tuple[dep, ...]
     _place: exec_place | None
@@ -132,6 +134,7 @@ class task:
     _private: list[Instance] | None
     _members: list[Stream] | None
     _read_guard: Any                  # emulated: fingerprints of read() data (I-34)
+    _layout: list[Any] | None         # with bundles: per argument, a dep index or Slot
 
     # Arguments users pass are typed Any: they are checked here, with messages that
     # name the fix (a compiled build would otherwise refuse them with its own).
@@ -161,6 +164,7 @@ class task:
         self._private = None
         self._members = None
         self._read_guard = None
+        self._layout = None
         self._symbol = None
         if symbol is not None:
             self.set_symbol(symbol)
@@ -172,6 +176,9 @@ class task:
 
     def _sort_arguments(self, args: tuple) -> tuple[dep, ...]:
         """The dependencies among ``args``; the execution place is kept aside."""
+        for arg in args:
+            if isinstance(arg, bundle_dep):
+                return self._expand_bundles(args)
         deps = []
         for arg in args:
             if isinstance(arg, dep):
@@ -186,6 +193,40 @@ class task:
                 raise ValueError(f"{self._label()}: two execution places given; pass "
                                  "one exec_place")
             self._place = place
+        return tuple(deps)
+
+    def _expand_bundles(self, args: tuple) -> tuple[dep, ...]:
+        """The dependencies of ``args`` with each bundle expanded into its fields'
+        (``_bundles.expand``); the layout maps the arguments back."""
+        runtime = self._runtime
+        deps: list[Any] = []
+        layout: list[Any] = []
+        others: list[Any] = []
+        reduces = False
+        for arg in args:
+            if isinstance(arg, bundle_dep):
+                layout.append(Slot(len(deps), arg))
+                if arg.runtime is runtime:       # fields checked when bundled
+                    deps.extend(arg.deps)
+                else:
+                    label = self._label()
+                    for field in arg.deps:
+                        deps.append(check_dep(runtime, field, label))
+                if arg.reduces:
+                    reduces = True
+            elif isinstance(arg, dep):
+                layout.append(len(deps))
+                deps.append(arg if arg.ld._runtime is runtime
+                            else check_dep(runtime, arg, self._label()))
+                if arg.mode & REDUCE:
+                    reduces = True
+            else:
+                others.append(arg)
+        if others:
+            self._sort_arguments(tuple(others))          # the execution place
+        if reduces:
+            check_conflicts(deps, layout, self._label())
+        self._layout = layout
         return tuple(deps)
 
     def _label(self) -> str:
@@ -211,8 +252,29 @@ class task:
         if self._phase != _NEW:
             raise ScopeError(f"{self._label()}: add_dep() after start(); add "
                              "dependencies before starting the task")
+        if isinstance(d, bundle_dep) or self._layout is not None:
+            self._add_argument(d)
+            return
         self._deps = (*self._deps, check_dep(self._runtime, d,
                                               f"{self._label()}.add_dep()"))
+
+    def _add_argument(self, d: Any) -> None:
+        """``add_dep`` of a task with bundles (or of a bundle): the layout grows."""
+        what = f"{self._label()}.add_dep()"
+        layout: list[Any] = (list(range(len(self._deps))) if self._layout is None
+                             else self._layout)
+        deps: list[Any] = list(self._deps)
+        start = len(deps)
+        if isinstance(d, bundle_dep):
+            for field in d.deps:
+                deps.append(check_dep(self._runtime, field, what))
+            layout.append(Slot(start, d))
+        else:
+            deps.append(check_dep(self._runtime, d, what))
+            layout.append(start)
+        check_conflicts(deps, layout, what)
+        self._layout = layout
+        self._deps = tuple(deps)
 
     def set_symbol(self, name: Any) -> None:
         """Name the task in messages, DOT output and traces."""
@@ -418,12 +480,50 @@ class task:
                                      "memory")
         return access
 
-    def get_arg(self, index: Any) -> int:
-        """The address of dependency ``index``'s instance."""
+    def get_arg(self, index: Any) -> Any:
+        """The address of dependency ``index``'s instance (for a bundle argument,
+        a named tuple of its fields' addresses, ``None`` where a field has none)."""
+        if self._layout is not None:
+            return self._slot(index, "get_arg()", self._dep_arg)
+        return self._dep_arg(index)
+
+    def _dep_arg(self, index: Any) -> int:
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
     def get_arg_cai(self, index: Any) -> Any:
-        """A view of dependency ``index`` (CUDA Array Interface on CUDA)."""
+        """A view of argument ``index`` (CUDA Array Interface on CUDA); for a bundle,
+        the named tuple of its fields' views (``None`` for fields left out and
+        tokens)."""
+        if self._layout is not None:
+            return self._slot(index, "get_arg_cai()", self._dep_view)
+        return self._dep_view(index)
+
+    def get(self, index: Any) -> Any:
+        """Argument ``index``: a dependency's view, or a bundle's named tuple of
+        views (``get_arg_cai``, as CUDASTF's bundles spell it)."""
+        return self.get_arg_cai(index)
+
+    def _slot(self, index: Any, what: str, one: Callable[[int], Any]) -> Any:
+        """``one(dep index)`` of argument ``index``; the bundle's named tuple of them
+        for a bundle (``None`` for its fields left out and its tokens)."""
+        layout = self._layout
+        assert layout is not None
+        self._check_window(what)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"{what}: index must be an int, got {type(index).__name__}")
+        if not 0 <= index < len(layout):
+            raise IndexError(f"{what}: argument index {index} out of range (the task "
+                             f"has {len(layout)} arguments; a bundle is one)")
+        entry = layout[index]
+        if not isinstance(entry, Slot):
+            return one(entry)
+        values = []
+        for k in range(len(entry.dep.deps)):
+            position = entry.start + k
+            values.append(None if self._deps[position].ld._is_token else one(position))
+        return entry.dep.regroup(values)
+
+    def _dep_view(self, index: Any) -> Any:
         views = self._views
         view = None if views is None else views.get(index)
         if view is None:
@@ -446,6 +546,12 @@ class task:
             ``place_index`` is not a member of the task's grid (a task on a single
             place has only member 0).
         """
+        if self._layout is not None:
+            return self._slot(index, "get_member_arg_cai()",
+                              lambda i: self._member_view(i, place_index))
+        return self._member_view(index, place_index)
+
+    def _member_view(self, index: Any, place_index: Any) -> Any:
         access = self._access_at(index, "get_member_arg_cai()")
         place = self._place
         members = place._members() if place is not None else ()
@@ -456,7 +562,7 @@ class task:
             raise IndexError(f"get_member_arg_cai: place index {place_index} out of "
                              f"range for {max(len(members), 1)} place(s)")
         if place_index == 0 or not isinstance(access, Access):
-            return self.get_arg_cai(index)
+            return self._dep_view(index)
         member = members[place_index]
         device = member._device if member._affine is None else member._affine._device
         plan = self._plan
@@ -466,7 +572,7 @@ class task:
                 access = other
                 break
         if access is plan.per_dependency[index]:
-            return self.get_arg_cai(index)
+            return self._dep_view(index)
         return self._view(access, index)
 
     def _view(self, access: Any, index: int) -> Any:
@@ -508,7 +614,9 @@ class task:
         """Views of the non-token dependencies, always a tuple in dependency order.
 
         ``(x,) = t.views()`` for one dependency, ``x, y = t.views()`` for two,
-        ``()`` for a task of tokens only (stflow-only; ``args_cai()`` returns the
+        ``()`` for a task of tokens only; a bundle argument is one entry, the named
+        tuple of its fields' views (``None`` for fields left out and tokens), so the
+        entries line up with the arguments passed (stflow-only; ``args_cai()`` returns the
         bare view for one dependency and ``None`` for none, as in the reference).
 
         Returns
@@ -534,7 +642,13 @@ class task:
 
     def _dependency_views(self, what: str) -> tuple[Any, ...]:
         self._check_window(what)
-        return ViewTuple([self.get_arg_cai(i) for i, d in enumerate(self._deps)
+        layout = self._layout
+        if layout is not None:              # one entry per argument; a bundle is one
+            return ViewTuple([self._slot(i, what, self._dep_view)
+                              for i in range(len(layout))
+                              if isinstance(layout[i], Slot)
+                              or not self._deps[layout[i]].ld._is_token])
+        return ViewTuple([self._dep_view(i) for i, d in enumerate(self._deps)
                           if not d.ld._is_token])
 
     def __repr__(self) -> str:
@@ -565,7 +679,16 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
         raise TypeError(f"{label}: fn must be callable, got {type(fn).__name__}")
     if symbol is not None and not isinstance(symbol, str):
         raise TypeError(f"symbol must be a str, got {type(symbol).__name__}")
-    checked = [check_dep(runtime, d, label) for d in deps]
+    layout: list[Any] | None = None
+    for d in deps:
+        if isinstance(d, bundle_dep):
+            checked, layout, others = expand(
+                deps, lambda one: check_dep(runtime, one, label), label)
+            if others:
+                check_dep(runtime, others[0], label)            # raises TypeError
+            break
+    else:
+        checked = [check_dep(runtime, d, label) for d in deps]
     if args is not None and not hasattr(args, "__iter__"):
         raise TypeError(f"{label}: args must be an iterable of extra arguments (a "
                         f"tuple such as (value,)), got {type(args).__name__}")
@@ -587,6 +710,10 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
                       d.mode == READ)
                      for d, access in zip(checked, plan.per_dependency)
                      if access.instance is not None or id(access) in private]
+        if layout is not None:
+            fn = _regrouping(fn, layout, [access.instance is not None
+                                          or id(access) in private
+                                          for access in plan.per_dependency])
         capture = runtime.errors.capture
 
         def callback() -> None:
@@ -601,3 +728,27 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
         backend.launch_host_func(stream, callback)
         runtime.release(plan, stream, None, ident, plan.private)
 
+
+
+def _regrouping(fn: Any, layout: list[Any], has_memory: list[bool]) -> Any:
+    """``fn`` called with one argument per task argument: a bundle's named tuple of
+    its fields' arrays (``None`` for tokens) in place of its fields' arrays."""
+    def regrouped(*values: Any) -> Any:
+        by_dependency: list[Any] = []
+        k = 0
+        for present in has_memory:
+            if present:
+                by_dependency.append(values[k])
+                k += 1
+            else:
+                by_dependency.append(None)
+        extra = values[k:]
+        grouped: list[Any] = []
+        for entry in layout:
+            if isinstance(entry, Slot):
+                grouped.append(entry.dep.regroup(
+                    by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
+            elif has_memory[entry]:
+                grouped.append(by_dependency[entry])
+        return fn(*grouped, *extra)
+    return regrouped

@@ -7,7 +7,7 @@ working (``docs/errors.md``).
 """
 
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
-                      BufferOverlapError, ContextFinalizedError, ContextMismatchError, CudaError,
+                      BufferOverlapError, BundleFieldError, ContextFinalizedError, ContextMismatchError, CudaError,
                       DeviceOrdinalError, DivergentProgramError,
                       GreenContextUnavailableError, GridIndexError,
                       NegativeCountError, NegativeIndexError, OutOfMemoryError,
@@ -19,6 +19,7 @@ __all__ = [
     "BackendNotice",
     "BackendUnavailableError",
     "BufferOverlapError",
+    "BundleFieldError",
     "ContextFinalizedError",
     "ContextMismatchError",
     "CudaError",

@@ -41,7 +41,8 @@ REFERENCE_BINDING_NAMES = {
     "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
 }
 STFLOW_ONLY_NAMES = {"reduce", "ProgressBar", "TileGrid", "tiles",    # issue 14
-                     "distributed_context", "block_cyclic"}            # issue 12
+                     "distributed_context", "block_cyclic",             # issue 12
+                     "bundle", "constant"}                              # issue 25
 
 # The reference's ``_stf_bindings.__all__``.
 REFERENCE_BINDINGS_ALL = {
@@ -94,7 +95,7 @@ def _run(code: str) -> str:
 def test_all_is_what_the_spec_lists_and_each_name_once():
     expected = (REFERENCE_PACKAGE_NAMES | REFERENCE_BINDING_NAMES
                 | {"locality_domain_count"} | STFLOW_ONLY_NAMES)
-    assert len(stf.__all__) == len(set(stf.__all__)) == 42
+    assert len(stf.__all__) == len(set(stf.__all__)) == 44
     assert set(stf.__all__) == expected
 
 

@@ -183,3 +183,42 @@ def test_public_signatures_have_no_private_parameters():
 
 def test_the_package_is_marked_typed():
     assert (SOURCE / "py.typed").is_file()
+
+
+BUNDLE_PROGRAM = textwrap.dedent("""\
+    from typing import Any, NamedTuple
+    import numpy as np
+    import stflow as stf
+
+    class CSR(NamedTuple):
+        vals: Any
+        colind: Any
+
+    ctx = stf.context()
+    vals = ctx.logical_data(np.zeros(4))
+    colind = ctx.logical_data(np.zeros(4, dtype=np.int64))
+    A = ctx.bundle(CSR, vals=vals, colind=stf.constant(colind))
+    reveal_type(A)
+    reveal_type(A.view_type)
+    reveal_type(A.read())
+    reveal_type(ctx.bundle(vals=vals))
+    with ctx.task(A.read()) as t:
+        a: CSR = t.get(0)
+        reveal_type(a.colind)
+        a.values
+""")
+
+
+def test_mypy_sees_typed_bundle_views(tmp_path):
+    """Issue 25: ``ctx.bundle(ViewType, ...)`` types the bundle by its named tuple,
+    so editors know a slot's fields (``a.colind``) and flag misspelt ones."""
+    output = _mypy(tmp_path, BUNDLE_PROGRAM)
+    revealed = _revealed(output)
+    assert revealed[13].startswith("stflow._bundles.bundle[") and \
+        "fallback=user_program.CSR" in revealed[13], output
+    assert revealed[14].startswith("type[") and \
+        "fallback=user_program.CSR" in revealed[14], output
+    assert revealed[15] == "stflow._bundles.bundle_dep", output
+    assert revealed[16] == "stflow._bundles.bundle[Any]", output
+    assert revealed[19] == "Any", output
+    assert re.search(r':20: error: "CSR" has no attribute "values"', output), output

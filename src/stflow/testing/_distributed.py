@@ -28,8 +28,9 @@ import numpy as np
 
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
-from ._programs import (Program, _host_fn, _place, _same, generate_program,
-                        parent_problems, run_oracle, task_body, user_arrays)
+from ._programs import (Program, _host_fn, _place, _same, flatten_bundles,
+                        generate_program, parent_problems, run_oracle, task_body,
+                        user_arrays)
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
 
@@ -163,6 +164,15 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
                         for index, mode, place in op.deps]
                 modes = [mode for index, mode, _ in op.deps
                          if program.data[index].origin != "token"]
+                if op.bundle is not None:   # fields of different owners, one argument
+                    shape = op.bundle
+                    group = ctx.bundle(**{name: stf.constant(data[index]) if const
+                                          else data[index]
+                                          for name, index, _, const in shape.fields})
+                    where = _place(stf, op.deps[shape.start][2])
+                    deps[shape.start:shape.start + shape.count] = [
+                        group.dep(where, **dict(shape.explicit)) if shape.how == "dep"
+                        else getattr(group, shape.how)(where)]
                 if op.kind == "host_launch":
                     ctx.host_launch(*deps, fn=_host_fn(modes, op.coef), rank=rank)
                     continue
@@ -170,7 +180,7 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
                          else stf.exec_place.device(op.place_of_exec))
                 with ctx.task(*deps, rank=rank, place=place) as t:
                     t.run(lambda xp, *arrays, modes=modes, coef=op.coef:
-                          task_body(xp, arrays, modes, coef))
+                          task_body(xp, flatten_bundles(arrays), modes, coef))
             elif op.kind == "wait":
                 waits.append((op.data, ctx.wait(data[op.data])))
             elif op.kind == "fence":

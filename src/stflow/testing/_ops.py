@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["READ", "RW", "WRITE", "DataSpec", "Op", "TaskOp"]
+__all__ = ["READ", "RW", "WRITE", "BundleSpec", "DataSpec", "Op", "TaskOp"]
 
 READ, WRITE, RW = 1, 2, 3
 
@@ -30,6 +30,24 @@ class DataSpec:
 
 
 @dataclass(frozen=True)
+class BundleSpec:
+    """Deps ``start`` .. ``start + count`` of a task, submitted as one bundle.
+
+    ``fields``: per field ``(name, data index, acquired, constant)`` in order (the
+    acquired fields are those deps, in that order); ``how``: ``"read"``, ``"rw"``,
+    ``"write"`` or ``"dep"`` with the modes ``explicit`` (``(name, mode)``, mode 0
+    for ``AccessMode.NONE``); ``run``: the body uses ``t.run``.
+    """
+
+    start: int
+    count: int
+    fields: tuple[tuple[str, int, bool, bool], ...]
+    how: str
+    explicit: tuple[tuple[str, int], ...] = ()
+    run: bool = False
+
+
+@dataclass(frozen=True)
 class TaskOp:
     """A task (``kind="task"``) or a host callback (``kind="host_launch"``).
 
@@ -45,6 +63,7 @@ class TaskOp:
     place_of_exec: Any = 0
     launch: bool = False
     member: int = 0                    # on a grid: the member whose stream runs it
+    bundle: BundleSpec | None = None   # some deps submitted as one bundle
 
 
 @dataclass(frozen=True)

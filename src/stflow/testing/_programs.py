@@ -39,7 +39,7 @@ import numpy as np
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ..backends._host_memory import poison
 from ._grids import Built, GridSpec, add_grids
-from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
+from ._ops import READ, RW, WRITE, BundleSpec, DataSpec, Op, TaskOp
 
 __all__ = ["DataSpec", "Program", "TaskOp", "add_views", "check_program",
            "generate_program", "parent_problems", "run_oracle", "run_program",
@@ -71,6 +71,9 @@ class Program:
                           else "")
                 lines.append(f"  {op.kind}@{op.place_of_exec!r}{member}"
                              f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
+                if op.bundle is not None:
+                    lines.append(f"    deps {op.bundle.start}..{op.bundle.start + op.bundle.count - 1}"
+                                 f" as a bundle: {op.bundle}")
             else:
                 lines.append(f"  {op.kind} d{op.data}" if op.data >= 0 else
                              f"  {op.kind}")
@@ -135,7 +138,8 @@ def _fold(xp: Any, array: Any, op: Any, base: Any) -> None:
 def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
                      max_ops: int = 24, host_callbacks: bool = True,
                      drops: bool = True, reductions: bool = True,
-                     grids: bool = False, views: bool = True) -> Program:
+                     grids: bool = False, views: bool = True,
+                     bundles: bool = True) -> Program:
     """Draw a random program from ``seed`` (``reductions``: with accumulators, data
     only reduced into and read; ``grids``: with tasks on grids of places and data at
     composite and replicated places, see ``_grids.py``; ``views``: some user arrays
@@ -227,6 +231,8 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     grid_specs: list[GridSpec] = []
     if grids:
         ops = add_grids(random.Random(seed * 104729 + 3), ops, devices, grid_specs)
+    if bundles:
+        ops = add_bundles(random.Random(seed * 15485863 + 5), data, ops)
     # Observe every surviving data without a user buffer at the end.
     for i, spec in enumerate(data):
         if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
@@ -234,6 +240,73 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     program = Program(seed, data, ops, devices, grids=grid_specs)
     program.initial = initial_arrays(program)
     return program
+
+
+def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
+                spare: Sequence[int] | None = None) -> list[Any]:
+    """Submit some deps of some tasks as one bundle (``ctx.bundle``): deps of
+    distinct data at one place, moved next to each other (the oracle runs the same
+    order), spelt with ``read()``, ``rw()``, ``write()`` or ``dep(**modes)`` as their
+    modes allow, ``constant`` fields where they read, and fields left out with
+    ``AccessMode.NONE`` (data the task does not otherwise touch; among ``spare``
+    when given)."""
+    dropped: set[int] = set()
+    result: list[Any] = []
+    for op in ops:
+        if isinstance(op, Op):
+            if op.kind == "drop":
+                dropped.add(op.data)
+            result.append(op)
+            continue
+        if not isinstance(op, TaskOp) or op.bundle is not None or not op.deps or \
+                rng.random() > 0.35:
+            result.append(op)
+            continue
+        place = rng.choice([p for _, _, p in op.deps])
+        candidates, seen = [], set()
+        for position, (index, _, p) in enumerate(op.deps):
+            if p == place and index not in seen:
+                seen.add(index)
+                candidates.append(position)
+        chosen = rng.sample(candidates, rng.randint(1, len(candidates)))
+        rest = [d for k, d in enumerate(op.deps) if k not in chosen]
+        start = rng.randint(0, len(rest))
+        block = [op.deps[k] for k in chosen]
+        deps = (*rest[:start], *block, *rest[start:])
+        modes = [mode for _, mode, _ in block]
+        others = set(modes) - {READ}
+        options = ["dep"]
+        if not others:
+            options += ["read", "rw", "write"]     # rw/write: every field constant
+        elif len(others) == 1 and others <= {RW, WRITE}:
+            options.append("rw" if RW in others else "write")
+        how = rng.choice(options)
+        fields = []
+        explicit = []
+        for k, (index, mode, _) in enumerate(block):
+            name = f"f{k}_d{index}"
+            if how in ("rw", "write"):
+                const = mode == READ
+            else:
+                const = mode == READ and rng.random() < 0.4
+            fields.append((name, index, True, const))
+            if how == "dep" and (mode != READ or rng.random() < 0.5):
+                explicit.append((name, mode))
+        if how == "dep":
+            untouched = [i for i in (range(len(data)) if spare is None else spare)
+                         if i not in dropped and
+                         i not in {index for index, _, _ in op.deps}]
+            for index in rng.sample(untouched, min(len(untouched), rng.randint(0, 2))):
+                name = f"none_d{index}"
+                fields.insert(rng.randint(0, len(fields)),
+                              (name, index, False, rng.random() < 0.3))
+                explicit.append((name, 0))
+        rng.shuffle(explicit)
+        spec = BundleSpec(start, len(block), tuple(fields), how, tuple(explicit),
+                          run=rng.random() < 0.5)
+        result.append(TaskOp(op.kind, deps, op.coef, op.place_of_exec, op.launch,
+                             op.member, spec))
+    return result
 
 
 def add_views(seed: int, data: list[DataSpec]) -> list[DataSpec]:
@@ -500,9 +573,34 @@ def _body_stream(t: Any, op: TaskOp) -> Any:
     return t.stream_ptr()
 
 
-def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
+def _task_views(t: Any, op: TaskOp) -> list[Any]:
+    """The body's views in dependency order (a bundle's fields flattened)."""
+    if op.bundle is not None:
+        return flatten_bundles(t.views())
     views = t.args_cai()
-    views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
+    return [] if views is None else list(views) if isinstance(views, tuple) else [views]
+
+
+def flatten_bundles(values: Any) -> list[Any]:
+    """``values`` with each bundle's named tuple replaced by its fields' values
+    (fields without memory, ``None``, left out)."""
+    from .._bundles import is_view
+    flat: list[Any] = []
+    for value in values:
+        if is_view(value):
+            flat.extend(v for v in value if v is not None)
+        else:
+            flat.append(value)
+    return flat
+
+
+def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
+    if launched and op.bundle is not None and op.bundle.run and \
+            not isinstance(op.place_of_exec, tuple):
+        t.run(lambda xp, *arrays: task_body(xp, flatten_bundles(arrays), modes,
+                                            op.coef))
+        return
+    views = _task_views(t, op)
     if launched:
         from ..emulated import launch
 
@@ -523,8 +621,7 @@ def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     import cupy
 
     from ..interop.cupy import as_cupy, cupy_stream
-    views = t.args_cai()
-    views = [] if views is None else list(views) if isinstance(views, tuple) else [views]
+    views = _task_views(t, op)
     with cupy_stream(_body_stream(t, op)):
         task_body(cupy, [as_cupy(v) for v in views], modes, op.coef)
 
@@ -619,12 +716,23 @@ def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any]
     """Submit one task or host callback; nothing of it outlives the call, so a later
     ``drop`` really drops the data (its retirement is then exercised)."""
     built = _built(stf, program) if program.grids else None
-    deps = []
+    deps: list[Any] = []
     modes = []
     for index, mode, place in op.deps:
         deps.append(stf.dep(lds[index], mode, _place(stf, place, built)))
         if program.data[index].origin != "token":
             modes.append(mode)
+    if op.bundle is not None:
+        spec = op.bundle
+        fields = {name: stf.constant(lds[index]) if const else lds[index]
+                  for name, index, _, const in spec.fields}
+        group = ctx.bundle(**fields)
+        where = _place(stf, op.deps[spec.start][2], built)
+        if spec.how == "dep":
+            made = group.dep(where, **dict(spec.explicit))
+        else:
+            made = getattr(group, spec.how)(where)
+        deps[spec.start:spec.start + spec.count] = [made]
     if op.kind == "host_launch":
         ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
         return
@@ -730,7 +838,7 @@ def tight_budget(seed: int, smallest: int) -> int:
 
 def _host_fn(modes: list[int], coef: float) -> Callable[..., None]:
     def fn(*arrays: np.ndarray) -> None:
-        task_body(np, arrays, modes, coef)
+        task_body(np, flatten_bundles(arrays), modes, coef)
     return fn
 
 

@@ -50,8 +50,8 @@ import numpy as np
 from .._reduce import OPS, reduce_mode, reduce_op
 from ._grids import GridSpec, add_grids
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
-                        _same, add_views, cupy_body, declare_data, emulated_body,
-                        emulated_graph_body, host_body, initial_arrays,
+                        _same, add_bundles, add_views, cupy_body, declare_data,
+                        emulated_body, emulated_graph_body, host_body, initial_arrays,
                         parent_problems, submit, task_body, user_arrays)
 
 __all__ = ["Hang", "Scratch", "Segment", "ThreadedProgram", "all_stacks",
@@ -194,7 +194,8 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
                               devices: int = 2, *, max_segments: int = 4,
                               max_ops: int = 6, grids: bool = False,
                               reductions: bool = True, registrations: bool = True,
-                              views: bool = True) -> ThreadedProgram:
+                              views: bool = True, bundles: bool = True
+                              ) -> ThreadedProgram:
     """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
     ``context(use_graph=...)``; ``scopes``: a ``stackable_context``; ``grids``: some
     tasks on grids of places, some data at composite or replicated places;
@@ -263,6 +264,12 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
         _add_mixed_reductions(extra, data, mixed, fills, per_thread, devices)
     if registrations and extra.random() < 0.7:
         _add_registrations(extra, shared, per_thread, devices)
+    if bundles:       # some deps as one bundle (NONE fields: the thread's own data)
+        bundling = random.Random(seed * 15485863 + 7)
+        for t, segments in enumerate(per_thread):
+            for segment in segments:
+                segment.ops[:] = add_bundles(bundling, data, segment.ops,
+                                             spare=[*private[t], *shared])
     program = ThreadedProgram(seed, mode, data, private, shared, turn_data, per_thread,
                               turns, devices, grids=grid_specs, mixed=mixed)
     program.initial = initial_arrays(program.as_program())
