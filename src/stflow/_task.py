@@ -133,7 +133,7 @@ class task:
     _previous_device: int | None
     _private: list[Instance] | None
     _members: list[Stream] | None
-    _read_guard: Any                  # emulated: fingerprints of read() data (I-34)
+    _read_guard: Any                  # emulated: fingerprints of read() data
     _layout: list[Any] | None         # with bundles: per argument, a dep index or Slot
 
     # Arguments users pass are typed Any: they are checked here, with messages that
@@ -351,7 +351,7 @@ class task:
             lock.release()
         if ready is not None:
             backend.synchronize(ready)
-        if backend.guards_reads:                  # emulated, stream mode (I-34)
+        if backend.guards_reads:        # emulated, stream mode: read() data unchanged?
             self._read_guard = backend.guard_reads(self._plan)
         return self
 
