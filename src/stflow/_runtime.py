@@ -504,7 +504,10 @@ class Runtime:
         """
         moves = plan.moves
         assert moves is not None
-        lanes = [self._lane(access.device, stream) for access, _ in moves]
+        # A copy's target is allocated on the stream of its copy; an instance only
+        # allocated (a write) on the task's stream, which uses it next.
+        lanes = [stream if source is None else self._lane(access.device, stream)
+                 for access, source in moves]
         # Every allocation before any copy: an allocation failure (out of memory)
         # then leaves no copy in flight that no later work would know about.
         sources = tuple(source for _, source in moves if source is not None)
@@ -526,7 +529,7 @@ class Runtime:
                         source = state.valid_source(access.device)
                         assert source is not None and source.allocation is not None
                         self.order_after(lane, list(source.ready.values()))
-                    elif lane is not stream:
+                    if lane is not stream:           # the copy's own prerequisites
                         self.order_after(lane, [*state.tracker.prerequisites(READ),
                                                 *source.ready.values()])
                     self.copy_instance(state, target, source, lane, record)
