@@ -330,13 +330,10 @@ class distributed_context:
             self._check_live("task()")
         if deps and isinstance(deps[0], exec_place):     # ctx.task(place, *deps)
             place, deps = one_place(place, deps[0], "task"), deps[1:]
-        for d in deps:
-            if isinstance(d, bundle_dep):
-                flat, layout = _expanded(deps, "distributed task")
-                made = dist_task(self, flat, rank, place, symbol)
-                made._layout = layout
-                return made
-        return dist_task(self, deps, rank, place, symbol)
+        flat, layout = _expanded_if_bundled(deps, "distributed task")
+        made = dist_task(self, flat, rank, place, symbol)
+        made._layout = layout
+        return made
 
     def cuda_kernel(self, *deps: Dependency, rank: Rank | None = None,
                     place: Any = None, symbol: str | None = None) -> dist_kernel:
@@ -346,13 +343,10 @@ class distributed_context:
         self._check_live("cuda_kernel()")
         if deps and isinstance(deps[0], exec_place):
             place, deps = one_place(place, deps[0], "cuda_kernel"), deps[1:]
-        for d in deps:
-            if isinstance(d, bundle_dep):
-                flat, layout = _expanded(deps, "distributed cuda_kernel")
-                made = dist_kernel(self, flat, rank, place, symbol)
-                made._layout = layout
-                return made
-        return dist_kernel(self, deps, rank, place, symbol)
+        flat, layout = _expanded_if_bundled(deps, "distributed cuda_kernel")
+        kernel = dist_kernel(self, flat, rank, place, symbol)
+        kernel._layout = layout
+        return kernel
 
     def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
                     rank: Rank | None = None) -> None:
@@ -360,11 +354,7 @@ class distributed_context:
         self._check_live("host_launch()")
         if not callable(fn):
             raise TypeError(f"host_launch: fn must be callable, got {type(fn).__name__}")
-        layout = None
-        for d in deps:
-            if isinstance(d, bundle_dep):
-                deps, layout = _expanded(deps, "distributed host_launch")
-                break
+        deps, layout = _expanded_if_bundled(deps, "distributed host_launch")
         t = dist_task(self, deps, rank, None)
         local_deps = t._prepare()
         if local_deps is not None and layout is not None:
@@ -621,6 +611,15 @@ class distributed_context:
     def __repr__(self) -> str:
         return (f"distributed_context(rank={self.rank}, size={self.size}, "
                 f"data={len(self._data)})")
+
+
+def _expanded_if_bundled(deps: tuple[Any, ...], label: str
+                         ) -> tuple[tuple[Any, ...], list[Any] | None]:
+    """``deps`` and no layout, or, when a bundle is among them, :func:`_expanded`."""
+    for d in deps:
+        if isinstance(d, bundle_dep):
+            return _expanded(deps, label)
+    return deps, None
 
 
 def _expanded(deps: tuple[Any, ...], label: str) -> tuple[tuple[Any, ...], list[Any]]:
