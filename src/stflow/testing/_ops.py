@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 __all__ = ["READ", "RW", "WRITE", "BundleSpec", "DataSpec", "Op", "TaskOp"]
 
 READ, WRITE, RW = 1, 2, 3
@@ -72,3 +74,12 @@ class Op:
 
     kind: str
     data: int = -1
+
+
+def _same(actual: np.ndarray, expected: np.ndarray, exact: bool) -> bool:
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return False
+    if exact:
+        return bool(np.array_equal(actual, expected, equal_nan=True))
+    rtol = 1e-5 if expected.dtype == np.float32 else 1e-12
+    return bool(np.allclose(actual, expected, rtol=rtol, atol=rtol, equal_nan=True))
