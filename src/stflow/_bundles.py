@@ -30,6 +30,7 @@ from typing import Any, Generic, Iterator, TypeVar
 from ._access import READ, RW, WRITE, is_mode, mode_name
 from ._errors import (AccessModeError, BundleFieldError, ContextFinalizedError,
                       ContextMismatchError)
+from ._logical_data import dep, logical_data
 from ._reduce import REDUCE
 
 __all__ = ["Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
@@ -257,8 +258,9 @@ class bundle_dep:
 
 
 def _dep_mode(d: Any) -> int:
-    mode = getattr(d, "mode", None)
-    return int(d[1] if mode is None else mode)
+    """The mode of a checked dependency: a :class:`dep`, or a distributed task's
+    ``(data, mode, place)``."""
+    return int(d.mode if isinstance(d, dep) else d[1])
 
 
 def _mode_text(mode: int) -> str:
@@ -317,11 +319,11 @@ def make_bundle(view: Any, fields: dict[str, Any], check: Any, alive: Any,
     if view is None:
         view_type = collections.namedtuple("bundle_view", names)  # type: ignore[misc,no-redef]
     else:
-        declared = getattr(view, "_fields", None)
         if not isinstance(view, type) or not issubclass(view, tuple) or \
-                declared is None:
+                not hasattr(view, "_fields"):          # the named tuple protocol
             raise TypeError(f"{label}: the first argument, if any, is the view type: a "
                             f"typing.NamedTuple class, got {view!r}")
+        declared = view._fields
         if tuple(declared) != names:
             raise ValueError(f"{label}: the view type {view.__name__} has fields "
                              f"{tuple(declared)}, the bundle {names}; give the same "
@@ -336,8 +338,9 @@ def state_key(ld: Any) -> int:
 
 
 def _data_label(ld: Any) -> str:
-    label = getattr(ld, "_label", None)
-    return label() if callable(label) else repr(getattr(ld, "name", ld))
+    """A field's data for messages: logical data, or a distributed context's data
+    (``dist_data``, which has a ``name``); fields are checked before this."""
+    return ld._label() if isinstance(ld, logical_data) else repr(ld.name)
 
 
 def live_check(runtime: Any) -> Any:
@@ -369,12 +372,13 @@ def local_field_check(runtime: Any, data_class: type, label: str) -> Any:
     return check
 
 
-def expand(args: tuple, check: Any, label: str) -> tuple[list[Any], list[Any] | None,
-                                                          list[Any]]:
+def expand(args: tuple, check: Any, label: str, dependency: type
+           ) -> tuple[list[Any], list[Any] | None, list[Any]]:
     """The dependencies of ``args`` with bundles expanded, the layout (``None``
     without bundles) and the other arguments (execution places), in order.
 
-    ``check(d)`` checks one ordinary dependency and returns it.
+    ``dependency`` is the caller's class of ordinary dependencies (:class:`dep`, or
+    ``dist_dep`` for a distributed task); ``check(d)`` checks one and returns it.
     """
     deps: list[Any] = []
     layout: list[Any] | None = None
@@ -386,7 +390,7 @@ def expand(args: tuple, check: Any, label: str) -> tuple[list[Any], list[Any] | 
             layout.append(Slot(len(deps), arg))
             for d in arg.deps:
                 deps.append(check(d))
-        elif _is_dependency(arg):
+        elif isinstance(arg, dependency):
             if layout is not None:
                 layout.append(len(deps))
             deps.append(check(arg))
@@ -397,16 +401,10 @@ def expand(args: tuple, check: Any, label: str) -> tuple[list[Any], list[Any] | 
     return deps, layout, others
 
 
-def _is_dependency(arg: Any) -> bool:
-    from ._logical_data import dep
-    return isinstance(arg, dep) or type(arg).__name__ == "dist_dep"
-
-
 def _data_key(d: Any) -> Any:
-    ld = getattr(d, "ld", None)
-    if ld is None:
-        return id(d[0])
-    return id(getattr(ld, "_state", ld))
+    """What says that two checked dependencies (as :func:`_dep_mode`) use the same
+    data: the logical data's state, or the distributed data."""
+    return id(d.ld._state) if isinstance(d, dep) else id(d[0])
 
 
 def check_conflicts(deps: list[Any], layout: list[Any], label: str) -> None:

@@ -102,12 +102,21 @@ class context(RuntimeOwner):
 
     _data_class: type[logical_data] = logical_data
     """The class of the logical data this context creates."""
+    _borrowed: bool
+    _place_resources: Any
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> context:
+        # Every context has these from its creation, also one whose __init__ failed
+        # or never ran (``_recording``, ``_borrow``), which ``__del__`` then skips.
+        ctx = super().__new__(cls)
+        ctx._runtime = None
+        ctx._borrowed = False
+        ctx._place_resources = None     # lent by the place_resources property
+        return ctx
 
     def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
                  handle: Any = None, *, backend: str | None = None,
                  memory_budget: Any = None) -> None:
-        self._runtime: Runtime | None = None
-        self._borrowed = False
         if borrowed:
             raise TypeError("borrowed contexts come from ld.borrow_ctx_handle()")
         caller_handle = None if stream is None else stream_handle(stream)
@@ -126,7 +135,6 @@ class context(RuntimeOwner):
             self._start(native, caller, None, memory_budget)
         self._stream_owner = stream
         self._async_resources = handle          # kept alive by the context
-        self._place_resources: Any = None       # lent by the place_resources property
         if handle is not None:
             assert self._runtime is not None
             handle._attach(self._runtime)
@@ -143,8 +151,6 @@ class context(RuntimeOwner):
                    memory_budget: Any = None) -> context:
         """The context behind a ``stackable_context``: its scopes are recorded."""
         ctx = cls.__new__(cls)
-        ctx._runtime = None
-        ctx._borrowed = False
         ctx._stream_owner = None
         ctx._data_class = data_class
         ctx._start(_graph_backend(_backend(backend), None), None, "scopes", memory_budget)
@@ -178,7 +184,7 @@ class context(RuntimeOwner):
         (and ``pick_stream`` with it) raises ``ContextFinalizedError``.
         """
         runtime = self._live()
-        lent = getattr(self, "_place_resources", None)
+        lent = self._place_resources
         if lent is None:
             from ._resources import exec_place_resources
             lent = self._place_resources = exec_place_resources._lent(runtime)
@@ -417,8 +423,8 @@ class context(RuntimeOwner):
             self.finalize()
 
     def __del__(self) -> None:
-        runtime = getattr(self, "_runtime", None)
-        if runtime is None or getattr(self, "_borrowed", True):
+        runtime = self._runtime
+        if runtime is None or self._borrowed:
             return
         if runtime.finalized:
             _warn_errors(runtime)          # e.g. callbacks that failed after a
@@ -452,9 +458,7 @@ def _backend(name: str | None) -> Backend:
         name = config().backend
     warn_ignored_reference_variables()
     backend = get_backend(name)
-    revalidate = getattr(backend, "revalidate_contexts", None)
-    if revalidate is not None:
-        revalidate()        # primary contexts reset by another library (CUDA)
+    backend.revalidate_contexts()      # primary contexts reset by another library
     return backend
 
 

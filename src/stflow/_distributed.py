@@ -624,7 +624,7 @@ def _expanded_if_bundled(deps: tuple[Any, ...], label: str
 
 def _expanded(deps: tuple[Any, ...], label: str) -> tuple[tuple[Any, ...], list[Any]]:
     """The dependencies with bundles expanded, and the layout of the arguments."""
-    flat, layout, others = expand(deps, lambda d: d, label)
+    flat, layout, others = expand(deps, lambda d: d, label, dist_dep)
     if others:
         raise TypeError(f"a dependency of a distributed task is ld.read()/write()/rw()/"
                         f"reduce() of this context's data or a bundle's dependency, got "

@@ -33,16 +33,21 @@ __all__ = ["body_label", "host_launch", "task"]
 
 _NEW, _STARTED, _ENDED = 0, 1, 2
 
-_open = threading.local()
+@mypyc_attr(native_class=False)            # a threading.local: a Python class
+class _OpenBodies(threading.local):
+    """Per thread: the tasks whose bodies it started and did not end, innermost
+    last."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+
+
+_open = _OpenBodies()
 
 
 def _open_bodies() -> list[Any]:
     """The tasks whose bodies this thread has started and not ended, innermost last."""
-    tasks: list[Any] | None = getattr(_open, "tasks", None)
-    if tasks is None:
-        tasks = []
-        _open.tasks = tasks
-    return tasks
+    return _open.tasks
 
 
 def body_label(handle: int) -> str | None:
@@ -395,11 +400,9 @@ class task:
             lock.release()
         views = self._views
         if views:
-            for view in views.values():
-                invalidate = getattr(view, "_invalidate", None)
-                if invalidate is not None:
-                    invalidate(f"a view of {self._label()} was used after the task "
-                               "ended; use views only between start() and end()")
+            for view in views.values():       # Backend.task_view: ViewLifetime
+                view._invalidate(f"a view of {self._label()} was used after the task "
+                                 "ended; use views only between start() and end()")
             views.clear()
         if violation is not None:
             raise violation            # the task is ended: the context stays usable
@@ -683,7 +686,7 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
     for d in deps:
         if isinstance(d, bundle_dep):
             checked, layout, others = expand(
-                deps, lambda one: check_dep(runtime, one, label), label)
+                deps, lambda one: check_dep(runtime, one, label), label, dep)
             if others:
                 check_dep(runtime, others[0], label)            # raises TypeError
             break

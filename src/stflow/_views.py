@@ -169,6 +169,15 @@ class ViewLifetime(_OneView):
         if self._invalid is not None:
             raise ScopeError(self._invalid)
 
+    def _refuse_host_access(self, why: str) -> None:
+        """Refuse host access from now on, saying ``why`` (the view of a task
+        recorded into a graph). Views of device memory have no host access to
+        refuse; views of host memory override this."""
+
+    def _host_access_refused(self) -> bool:
+        """True when host access was refused (:meth:`_refuse_host_access`)."""
+        return False
+
     def __copy__(self) -> Any:
         return self
 

@@ -149,13 +149,20 @@ def _library(module: str, stem: str) -> ctypes.CDLL:
     return ctypes.CDLL(found)
 
 
+class _ThreadHandles(threading.local):
+    """Per thread: the handles of each (device, stream)."""
+
+    def __init__(self) -> None:
+        self.handles: dict[tuple[int, int], _Handles] = {}
+
+
 class _Libraries:
     """cuBLAS and cuSOLVER, loaded once, with handles per (thread, device, stream)."""
 
     def __init__(self) -> None:
         self.cublas = _library("cupy_backends.cuda.libs.cublas", "libcublas")
         self.cusolver = _library("cupy_backends.cuda.libs.cusolver", "libcusolver")
-        self.local = threading.local()
+        self.local = _ThreadHandles()
         self.functions: dict[tuple[str, str], Any] = {}
         import cupy
         self.cupy = cupy
@@ -165,9 +172,7 @@ class _Libraries:
         stream = (cupy.cuda.get_current_stream().ptr if stream is None
                   else _stream_handle(stream))
         key = (cupy.cuda.runtime.getDevice(), stream)
-        known = getattr(self.local, "handles", None)
-        if known is None:
-            known = self.local.handles = {}
+        known = self.local.handles
         handles = known.get(key)
         if handles is None:
             handles = known[key] = _Handles(self, stream)

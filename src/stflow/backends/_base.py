@@ -21,9 +21,11 @@ timestamps          ``timestamp``, ``timestamp_seconds`` (traces only)
 graphs              ``graphs``: a ``_graphs.GraphSupport`` or ``None``
 ==================  ===============================================================
 
-Capabilities are plain attributes, never probed by name: ``name``,
-``bodies_wait_on_host``, ``pinned_host_required``, ``gpu_memory``, ``cuda_contexts``,
-``nvtx_ranges``, ``seed``.
+Capabilities are plain attributes or methods with a default, never probed by name:
+``name``, ``bodies_wait_on_host``, ``pinned_host_required``, ``gpu_memory``,
+``cuda_contexts``, ``nvtx_ranges``, ``seed``; ``revalidate_contexts``,
+``launch_callable`` and ``set_loop_condition`` (Python device work of the
+host-memory backends).
 
 Streams and events are small objects with the attributes the ordering layer reads
 (``_deps.py``): a stream knows its handle, its device, how many events were recorded on
@@ -42,13 +44,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._views import CudaStream
+from .._views import CudaStream, ViewLifetime
 
 __all__ = ["AFFINE", "Allocation", "Backend", "CompositeAllocation", "CurrentDevice",
            "Event", "HOST",
            "KernelLaunch",
            "MANAGED", "NO_AFFINE", "Stream", "USER_PAGEABLE", "callback_state", "describable",
-           "pointer_array"]
+           "pointer_array", "poison"]
 
 HOST = -1
 """Device number used for host memory and host execution."""
@@ -458,8 +460,10 @@ class Backend(abc.ABC):
     # -- views -------------------------------------------------------------------
     @abc.abstractmethod
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> Any:
-        """The view a task body gets of an instance (CAI on CUDA)."""
+                  dtype: np.dtype, readonly: bool) -> ViewLifetime:
+        """The view a task body gets of an instance (CAI on CUDA): a
+        :class:`~stflow._views.ViewLifetime`, which the task invalidates when it ends
+        and graph mode may refuse host access to."""
 
     def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
                    readonly: bool) -> np.ndarray:
@@ -467,6 +471,63 @@ class Backend(abc.ABC):
         owner = allocation if allocation.owner is None else allocation.owner
         return pointer_array(allocation.ptr, shape, dtype, readonly, owner,
                              allocation.strides)
+
+    # -- declared capabilities (issue 28, item 3: nothing is probed by name) -------
+    # Each has a default that is right for a backend without the capability, so the
+    # runtime calls them unconditionally.
+    def revalidate_contexts(self) -> bool:
+        """Renew the device contexts that another library destroyed (a primary
+        context reset through Numba or the runtime API); called whenever a context
+        is created. Returns ``True`` when one was renewed. Backends without driver
+        contexts have nothing to renew."""
+        return False
+
+    def launch_callable(self, stream: Stream, fn: Callable[..., Any], args: tuple,
+                        source: str) -> None:
+        """Enqueue ``fn(*args)`` on ``stream`` as device work (``stflow.emulated.launch``
+        and ``task.run``, the analog of a kernel launch where device memory is host
+        memory). Task views among ``args`` arrive as NumPy arrays of their memory; a
+        failure goes to ``stream.error_sink`` with the note ``"raised by {source}"``.
+
+        Raises
+        ------
+        ScopeError
+            Called from work that already runs in stream order.
+        BackendUnavailableError
+            The backend's device work is not Python (CUDA: launch a kernel).
+        """
+        from .._errors import BackendUnavailableError
+        raise BackendUnavailableError(
+            f"{source}: the {self.name} backend cannot run Python callables as device "
+            "work; launch a kernel (ctx.cuda_kernel) or use t.run(fn), which gives "
+            "CuPy arrays on CUDA")
+
+    def set_loop_condition(self, handle: int, value: Any) -> None:
+        """Set the condition of a ``while_loop`` (``loop.cond_handle``) from launched
+        work: non-zero runs the body again (``stflow.emulated.set_conditional``).
+
+        Raises
+        ------
+        BackendUnavailableError
+            The backend's conditions are set from device code (CUDA:
+            ``cudaGraphSetConditional`` in a kernel).
+        """
+        from .._errors import BackendUnavailableError
+        raise BackendUnavailableError(
+            f"the {self.name} backend sets loop conditions from device code "
+            "(cudaGraphSetConditional(handle, value) in a kernel), not from Python")
+
+
+def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
+    """Fill a byte buffer with the pattern of memory nothing was written to: NaN for
+    floating types, ``0xA5`` bytes otherwise (fresh and freed memory of the host-memory
+    backends, and the value ``wait()`` returns for data never written), so that
+    reading it shows."""
+    if dtype.kind in "fc" and dtype.itemsize and buffer.nbytes % dtype.itemsize == 0:
+        buffer.view(dtype).fill(np.nan)
+    else:
+        buffer.fill(0xA5)
+# -- end of the declared capabilities (issue 28, item 3) ------------------------------
 
 
 class _ArrayInterfaceHolder:

@@ -2,8 +2,9 @@
 
 A :class:`HostMemory` hands out NumPy byte buffers as device allocations, *separate*
 from the host memory of user arrays, so that a forgotten copy gives a wrong answer as
-on a GPU. Fresh and freed buffers are *poisoned* (:func:`poison`: NaN for floating
-types, ``0xA5`` bytes otherwise) so that reading uninitialised or freed memory shows.
+on a GPU. Fresh and freed buffers are *poisoned* (:func:`~._base.poison`: NaN for
+floating types, ``0xA5`` bytes otherwise) so that reading uninitialised or freed
+memory shows.
 It remembers which device each buffer belongs to (:meth:`HostMemory.locate`).
 
 Task bodies see such memory through :class:`HostView` objects: ``__array_interface__``
@@ -23,18 +24,10 @@ from .._errors import BackendUnavailableError, ScopeError
 from .._layout import dense_strides
 from .._views import ViewLifetime
 from ._base import (HOST, Allocation, CompositeAllocation, KernelLaunch, describable,
-                    pointer_array)
+                    pointer_array, poison)
 
 __all__ = ["HostMemory", "HostView", "copy_elements", "element_array", "poison",
            "python_kernel"]
-
-
-def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
-    """Fill a byte buffer with the poison pattern for ``dtype``."""
-    if dtype.kind in "fc" and dtype.itemsize and buffer.nbytes % dtype.itemsize == 0:
-        buffer.view(dtype).fill(np.nan)
-    else:
-        buffer.fill(0xA5)
 
 
 class HostView(ViewLifetime):
@@ -72,6 +65,9 @@ class HostView(ViewLifetime):
 
     def _refuse_host_access(self, why: str) -> None:
         self._host_refused = why
+
+    def _host_access_refused(self) -> bool:
+        return self._host_refused is not None
 
     def _check_host_access(self) -> None:
         why = self._invalid or self._host_refused

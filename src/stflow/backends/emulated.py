@@ -47,7 +47,7 @@ import numpy as np
 from .._access import READ
 from .._errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
-                    KernelLaunch, Stream, callback_state)
+                    KernelLaunch, Stream, callback_state, pointer_array)
 from ._host_memory import (HostMemory, HostView, combine_at, copy_elements,
                            element_array, poison, python_kernel)
 
@@ -365,6 +365,39 @@ class EmulatedBackend(Backend):
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         self.enqueue_call(stream, fn)
 
+    def launch_callable(self, stream: Stream, fn: Callable[..., Any], args: tuple,
+                        source: str) -> None:
+        """Enqueue ``fn(*args)`` on ``stream``; its :class:`EmulatedView` arguments
+        arrive as NumPy arrays of their memory (also the views of a task recorded
+        into a graph, which refuse host access: the work reads them when the graph
+        runs)."""
+        if callback_state.active:
+            raise ScopeError("launch() called from work running in stream order; "
+                             "enqueue from the task body instead")
+        for argument in args:
+            if isinstance(argument, EmulatedView):
+                argument._check()                 # a view of a task that has ended
+        arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly,
+                                        a._allocation, a.strides)
+                          if isinstance(a, EmulatedView) else a for a in args)
+        order = next(work_ids)            # errors are reported in submission order
+
+        def run() -> None:
+            try:
+                fn(*arguments)
+            except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+                sink = stream.error_sink
+                if sink is None:
+                    raise
+                add_note(exc, f"raised by {source}")
+                sink(exc, order)
+
+        self.enqueue_call(stream, run)
+
+    def set_loop_condition(self, handle: int, value: Any) -> None:
+        from ._emulated_graphs import set_conditional
+        set_conditional(handle, value)
+
     def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
         """Enqueue ``launch.kernel(*args)``, a Python callable, in stream order (see
         :func:`~._host_memory.python_kernel` for what it receives)."""
@@ -413,9 +446,9 @@ class EmulatedBackend(Backend):
     # -- the read-only check: read() data must not change ------------------------------
     def pending_calls(self, stream: Stream) -> bool:
         """True when work (not only markers) is still queued on ``stream``."""
-        queue = getattr(stream, "queue", None)
-        if not queue:
+        if not isinstance(stream, EmulatedStream) or not stream.queue:
             return False
+        queue = stream.queue
         with self._scheduler.cv:
             return any(kind == _CALL for kind, _ in queue)
 

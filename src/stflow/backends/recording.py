@@ -701,9 +701,7 @@ class GraphRecorder(Backend):
                   dtype: np.dtype, readonly: bool) -> Any:
         view = self.real.task_view(allocation, offset, shape, dtype, readonly)
         if self.current is not None:
-            refuse = getattr(view, "_refuse_host_access", None)   # host memory views
-            if refuse is not None:
-                refuse(CAPTURED)
+            view._refuse_host_access(CAPTURED)   # host memory views: their work runs later
         return view
 
     def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,

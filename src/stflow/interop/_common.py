@@ -7,10 +7,13 @@ import importlib
 from types import ModuleType
 from typing import Any
 
+from .._dist_handles import dist_task
 from .._errors import BackendUnavailableError, RemoteTaskError
+from .._views import ViewLifetime
 
 __all__ = ["Elsewhere", "TaskScope", "add_note", "backend_of", "gpu_memory",
-           "import_framework", "local_task", "recorded_into_a_graph", "views_of"]
+           "import_framework", "local_task", "recorded_into_a_graph", "task_label",
+           "views_of"]
 
 
 def import_framework(module: str, extra: str, package: str) -> ModuleType:
@@ -27,8 +30,13 @@ def local_task(task: Any, what: str) -> Any:
     """The task whose views an adapter uses: ``task`` itself, or a distributed
     task's local task on its executing rank (``RemoteTaskError`` naming ``what``
     elsewhere)."""
-    unwrap = getattr(task, "local_task", None)
-    return task if unwrap is None else unwrap(what)
+    return task.local_task(what) if isinstance(task, dist_task) else task
+
+
+def task_label(task: Any) -> str:
+    """The label of ``task`` for messages ("task 'axpy'"; a distributed task's is its
+    local task's)."""
+    return str(local_task(task, "the task's label")._label())
 
 
 def backend_of(task: Any) -> Any:
@@ -59,7 +67,7 @@ def recorded_into_a_graph(view: Any) -> bool:
     """True for an emulated view of a task recorded into a graph (a graph scope, a
     loop, graph mode): its host access is refused, its memory is used when the graph
     runs."""
-    return getattr(view, "_host_refused", None) is not None
+    return isinstance(view, ViewLifetime) and view._host_access_refused()
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -135,8 +143,9 @@ class TaskScope:
 
     def __enter__(self) -> Any:
         self.task.start()
-        if not getattr(self.task, "runs_here", True):    # a distributed task
-            return Elsewhere(type(self).__name__, self.task.rank)
+        task = self.task
+        if isinstance(task, dist_task) and not task.runs_here:
+            return Elsewhere(type(self).__name__, task.rank)
         try:
             self._scope = contextlib.ExitStack()
             self.open_scope(self._scope)

@@ -26,6 +26,7 @@ import threading
 from typing import Any
 
 from .._errors import ScopeError
+from ._common import task_label
 
 __all__ = ["RecordedArray", "emulated_stream_handle", "install", "recorded_array"]
 
@@ -43,9 +44,9 @@ def emulated_stream_handle(stream: Any) -> int | None:
         return None
     if handle == 0:
         return None
-    from ..backends.emulated import get_backend
+    from ..backends import get_backend
     try:
-        get_backend().stream_from_handle(handle)
+        get_backend("emulated").stream_from_handle(handle)
     except ValueError:
         return None
     return handle
@@ -168,7 +169,7 @@ def _array_class(base: type) -> type:
 
 def recorded_array(view: Any, task: Any) -> Any:
     """The simulator array of ``view`` of ``task``, which is recorded into a graph."""
-    label = task._label() if hasattr(task, "_label") else repr(task)
+    label = task_label(task)
     return _INSTALLED["array"](view, int(task.stream_ptr()), label)
 
 

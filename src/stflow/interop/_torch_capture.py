@@ -32,6 +32,7 @@ import numpy as np
 
 from .._errors import ScopeError
 from ..backends._base import pointer_array
+from ._common import task_label
 
 __all__ = ["TorchCapture"]
 
@@ -95,7 +96,7 @@ class TorchCapture:
         self.torch = torch
         self.task = task
         self.views = views
-        self.label = task._label() if hasattr(task, "_label") else repr(task)
+        self.label = task_label(task)
         self.tensors = tuple(torch.from_numpy(np.zeros(view.shape, view.dtype))
                              for view in views)
         self.slots: dict[int, int] = {id(t): i for i, t in enumerate(self.tensors)}
