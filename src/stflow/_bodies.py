@@ -7,8 +7,8 @@ the task's stream order on both:
 - on CUDA, ``fn`` runs at once with the task stream as CuPy's current stream (and the
   task's device current), so the CuPy kernels it launches are enqueued on it;
 - on the emulated backend, ``fn`` is enqueued on the task stream
-  (``stflow.emulated.launch``) and runs when the stream reaches it, which is also what
-  a graph-mode body must do.
+  (``Backend.launch_callable``, as ``stflow.emulated.launch`` does) and runs when the
+  stream reaches it, which is also what a graph-mode body must do.
 
 A bundle argument arrives as its named tuple of arrays (``None`` for fields left
 out and tokens).
@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._bundles import is_view
+from .backends import get_backend
 
 __all__ = ["run_body"]
 
@@ -74,12 +75,16 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
     if not backend.gpu_memory:
         import numpy as np
 
-        from .emulated import launch
+        emulated = get_backend("emulated")     # what stflow.emulated.launch uses
+        stream = emulated.stream_from_handle(int(task.stream_ptr()))
+        source = f"work launched from {task._label()}"
         if bundles:
             flat, rebuild = _flatten(views)
-            launch(task.stream_ptr(), lambda *arrays: fn(np, *rebuild(arrays)), *flat)
+            emulated.launch_callable(stream, lambda *arrays: fn(np, *rebuild(arrays)),
+                                     tuple(flat), source)
             return
-        launch(task.stream_ptr(), lambda *arrays: fn(np, *arrays), *views)
+        emulated.launch_callable(stream, lambda *arrays: fn(np, *arrays), tuple(views),
+                                 source)
         return
     from .interop.cupy import _CUPY, _load_cupy, body_array, body_stream
     cupy = _CUPY[0] if _CUPY else _load_cupy()

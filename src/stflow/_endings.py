@@ -19,7 +19,7 @@ from ._access import READ
 from ._coherence import DataState, Instance
 from ._deps import merge_events
 from ._errors import ScopeError
-from .backends._base import HOST, Allocation, Stream, callback_state
+from .backends._base import HOST, Allocation, Stream, callback_state, poison
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -69,7 +69,6 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
         result: np.ndarray = np.empty(shape, dtype)
         source = state.valid_source()
         if source is None:
-            from .backends._host_memory import poison
             poison(result.reshape(-1).view(np.uint8), dtype)
         elif state.nbytes:
             prerequisites = [*state.tracker.prerequisites(READ),

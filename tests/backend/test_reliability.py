@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
+import stflow.emulated  # stf.emulated.launch (a submodule: imported, not lazy)
 from stflow.errors import ScopeError
 
 from helpers.bodies import _run, add_to

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
+import stflow.emulated  # stf.emulated.launch (a submodule: imported, not lazy)
 from stflow.errors import RemoteTaskError
 from stflow.testing import check_distributed_program
 

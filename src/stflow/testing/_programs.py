@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
-from ..backends._host_memory import poison
+from ..backends._base import poison
 from ._grids import Built, GridSpec, add_grids
 from ._ops import READ, RW, WRITE, BundleSpec, DataSpec, Op, TaskOp, _same
 from ._parents import _parent_values, _view_index, add_views, parent_problems
