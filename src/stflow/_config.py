@@ -21,14 +21,19 @@ the modules that use them; :data:`OTHER_VARIABLES` lists those.
 
 from __future__ import annotations
 
+import operator
 import os
 import random
+import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-__all__ = ["Config", "OTHER_VARIABLES", "SETTINGS", "Setting", "config",
+import numpy as np
+
+__all__ = ["Config", "LARGEST_SIZE", "OTHER_VARIABLES", "SETTINGS", "Setting", "config",
            "device_memory_budget", "distributed_check", "mpi_cuda_aware", "mpi_piece",
-           "mpi_send_ahead", "mpi_send_buffers", "mpi_send_limit",
+           "mpi_send_ahead", "mpi_send_buffers", "mpi_send_limit", "parse_size",
            "pure_python_requested", "reload", "render_table", "set_environment",
            "setting_text", "write_docs"]
 
@@ -119,13 +124,67 @@ def _flag(text: str | None) -> bool:
     return (text or "").strip() not in ("", "0")
 
 
+# -- sizes: of a setting, and of the memory_budget argument (``_memory``) ------------
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2,
+          "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+          "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
+
+
+LARGEST_SIZE = (1 << 63) - 1
+"""The largest size a budget may be: beyond it no device can address a byte."""
+
+
+def parse_size(value: Any, what: str) -> int:
+    """A number of bytes from an integer (``int``, ``numpy.int64``, anything
+    ``operator.index`` takes) or a text such as ``"512MiB"``.
+
+    Raises
+    ------
+    TypeError
+        ``value`` is neither an integer nor a str.
+    ValueError
+        The text is not a size, or the size is negative or more than
+        :data:`LARGEST_SIZE` bytes.
+    """
+    if isinstance(value, str):
+        match = _SIZE.match(value)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _UNITS:
+            raise ValueError(f"{what}={value!r} is not a size: write bytes, or a number "
+                             "with a unit (K, M, G, T, KiB, MiB, GiB, TiB)")
+        exact = Decimal(match.group(1)) * _UNITS[unit]      # exact: no float rounding
+        if exact > LARGEST_SIZE:
+            raise ValueError(f"{what}={_shown(value)} is more bytes than any device "
+                             f"has: a budget is at most {LARGEST_SIZE} bytes (2**63 - "
+                             f"1); give a smaller size, or none for the device's memory")
+        size = int(exact)
+    elif isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} must be a number of bytes (an integer, or a str such "
+                        f"as '512MiB'), got {type(value).__name__}")
+    else:
+        size = operator.index(value)
+    if size < 0:
+        raise ValueError(f"{what} must be >= 0 bytes, got {size}")
+    if size > LARGEST_SIZE:
+        raise ValueError(f"{what}={_shown(size)} is more bytes than any device has: a "
+                         f"budget is at most {LARGEST_SIZE} bytes (2**63 - 1); give a "
+                         "smaller size, or none for the device's memory")
+    return size
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message, cut short when it is very long."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} chars)"
+
+
 def _size(name: str) -> Callable[[str | None], int | None]:
-    """A size (``_memory.parse_size``: bytes, or ``512MiB``); empty or unset: None."""
+    """A size (:func:`parse_size`: bytes, or ``512MiB``); empty or unset: None."""
     def parse(text: str | None) -> int | None:
         text = (text or "").strip()
         if not text:
             return None
-        from ._memory import parse_size
         return parse_size(text, name)
     return parse
 

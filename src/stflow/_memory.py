@@ -19,80 +19,24 @@ the argument, a mapping device -> bytes.
 from __future__ import annotations
 
 import operator
-import re
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
-from . import _config
 from ._coherence import INVALID
+from ._config import device_memory_budget, parse_size
 
 if TYPE_CHECKING:
     from ._coherence import DataState, Instance
     from .backends._base import Backend
 
-__all__ = ["LARGEST_SIZE", "DeviceMemory", "parse_size", "resolve_budgets"]
-
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2,
-          "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
-          "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
-
-
-LARGEST_SIZE = (1 << 63) - 1
-"""The largest size a budget may be: beyond it no device can address a byte."""
-
-
-def parse_size(value: Any, what: str) -> int:
-    """A number of bytes from an integer (``int``, ``numpy.int64``, anything
-    ``operator.index`` takes) or a text such as ``"512MiB"``.
-
-    Raises
-    ------
-    TypeError
-        ``value`` is neither an integer nor a str.
-    ValueError
-        The text is not a size, or the size is negative or more than
-        :data:`LARGEST_SIZE` bytes.
-    """
-    if isinstance(value, str):
-        match = _SIZE.match(value)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _UNITS:
-            raise ValueError(f"{what}={value!r} is not a size: write bytes, or a number "
-                             "with a unit (K, M, G, T, KiB, MiB, GiB, TiB)")
-        exact = Decimal(match.group(1)) * _UNITS[unit]      # exact: no float rounding
-        if exact > LARGEST_SIZE:
-            raise ValueError(f"{what}={_shown(value)} is more bytes than any device "
-                             f"has: a budget is at most {LARGEST_SIZE} bytes (2**63 - "
-                             f"1); give a smaller size, or none for the device's memory")
-        size = int(exact)
-    elif isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{what} must be a number of bytes (an integer, or a str such "
-                        f"as '512MiB'), got {type(value).__name__}")
-    else:
-        size = operator.index(value)
-    if size < 0:
-        raise ValueError(f"{what} must be >= 0 bytes, got {size}")
-    if size > LARGEST_SIZE:
-        raise ValueError(f"{what}={_shown(size)} is more bytes than any device has: a "
-                         f"budget is at most {LARGEST_SIZE} bytes (2**63 - 1); give a "
-                         "smaller size, or none for the device's memory")
-    return size
-
-
-def _shown(value: Any) -> str:
-    """``value`` for a message, cut short when it is very long."""
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} chars)"
-
+__all__ = ["DeviceMemory", "resolve_budgets"]
 
 def resolve_budgets(argument: Any, backend: Backend) -> dict[int, int | None]:
     """The budget of every device of ``backend`` (``None``: unlimited)."""
     count = backend.device_count
     if argument is None:
-        size = _config.device_memory_budget()
+        size = device_memory_budget()
         if size is not None:
             return {device: size for device in range(count)}
         return {device: backend.device_memory(device) for device in range(count)}
