@@ -10,7 +10,7 @@ A task's hot path, on every rank for every task, is :meth:`dist_task._prepare` a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
@@ -21,11 +21,35 @@ from ._errors import AccessModeError, RemoteTaskError
 from ._reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
 
 if TYPE_CHECKING:
-    from ._distributed import distributed_context
-    from ._exchanges import Incoming
+    from ._exchanges import Exchanges, Incoming
 
-__all__ = ["Reduction", "dist_data", "dist_dep", "dist_kernel", "dist_task", "executed",
-           "one_place"]
+__all__ = ["Reduction", "TaskContext", "dist_data", "dist_dep", "dist_kernel", "dist_task",
+           "executed", "one_place"]
+
+
+class TaskContext(Protocol):
+    """What a distributed task uses of its context (``_distributed.distributed_context``,
+    which imports this module: the protocol keeps the arrow one way)."""
+
+    rank: int
+    local: Any
+    """The rank's own context."""
+    _check_each: bool
+    _calls: int
+    _exchanges: Exchanges
+    _arriving: int
+
+    def _check_owner(self, owner: Any) -> int:
+        """``owner`` as a rank of the communicator (raises naming the ranks)."""
+
+    def _prepare(self, data: dist_data, mode: int, rank: int) -> None:
+        """The exchanges ``data`` needs before a task on ``rank`` accesses it."""
+
+    def _land(self, deps: Any) -> None:
+        """Land the values received for ``deps``."""
+
+    def _agree(self, signature: tuple) -> None:
+        """Check that every rank makes the same collective call."""
 
 
 class dist_data:
@@ -156,7 +180,7 @@ class dist_task:
     __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local",
                  "_layout")
 
-    def __init__(self, ctx: distributed_context, deps: tuple[Any, ...],
+    def __init__(self, ctx: TaskContext, deps: tuple[Any, ...],
                  rank: Any, place: Any, symbol: str | None = None) -> None:
         # Check the dependencies; the task executes on `rank`, else on the owner of
         # its first written data, else of its first data (rank 0 without any).
