@@ -21,12 +21,25 @@ So one body serves both backends, in stream and graph mode::
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from ._bundles import is_view
 from .backends import get_backend
 
-__all__ = ["run_body"]
+__all__ = ["open_bodies", "run_body"]
+
+
+class _OpenBodies(threading.local):
+    """Per thread: the tasks whose bodies it started and did not end, innermost last
+    (``_task``, which is compiled: a ``threading.local`` subclass must live in a
+    Python module)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+
+
+open_bodies = _OpenBodies()
 
 
 def _flatten(views: list[Any]) -> tuple[list[Any], Callable[[Any], list[Any]]]:

@@ -9,13 +9,13 @@ the same with a Python callable run in stream order.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, cast
 
 import numpy as np
 
 from ._access import READ
 from ._reduce import REDUCE
+from ._bodies import open_bodies
 from ._bundles import Slot, bundle_dep, check_conflicts, expand
 from ._coherence import Instance
 from ._compile import mypyc_attr
@@ -33,21 +33,9 @@ __all__ = ["body_label", "host_launch", "task"]
 
 _NEW, _STARTED, _ENDED = 0, 1, 2
 
-@mypyc_attr(native_class=False)            # a threading.local: a Python class
-class _OpenBodies(threading.local):
-    """Per thread: the tasks whose bodies it started and did not end, innermost
-    last."""
-
-    def __init__(self) -> None:
-        self.tasks: list[Any] = []
-
-
-_open = _OpenBodies()
-
-
 def _open_bodies() -> list[Any]:
     """The tasks whose bodies this thread has started and not ended, innermost last."""
-    return _open.tasks
+    return open_bodies.tasks
 
 
 def body_label(handle: int) -> str | None:
