@@ -33,7 +33,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ContextFinalizedError, PlaceError
-from ._places import _default_backend, exec_place
+from ._places.places import _default_backend, exec_place
 from ._streams import StreamPools
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._deps import needs_wait
-from ._stream_partitions import PARTITION_KEYS, partition_of
+from ._places.stream_partitions import PARTITION_KEYS, partition_of
 
 if TYPE_CHECKING:
     from .backends._base import Backend, Event, Stream

@@ -20,7 +20,7 @@ __all__ = ["green_places"]
 
 
 def _function() -> Callable[..., Any]:
-    from ._green import green_places
+    from ._places.green import green_places
     return green_places
 
 
@@ -30,7 +30,7 @@ def __getattr__(name: str) -> Any:
     if name == "green_places":
         value = _function()
     elif name == "exec_place":
-        from ._places import exec_place
+        from ._places.places import exec_place
         value = exec_place
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

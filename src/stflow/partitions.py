@@ -15,6 +15,6 @@ hand-written mapper can::
 
 from __future__ import annotations
 
-from ._partition import blocked, cyclic, tiled
+from ._places.partition import blocked, cyclic, tiled
 
 __all__ = ["blocked", "cyclic", "tiled"]

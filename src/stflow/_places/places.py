@@ -20,10 +20,10 @@ import threading
 import weakref
 from typing import Any, Sequence
 
-from . import _config
-from ._errors import (DeviceOrdinalError, NegativeIndexError, PlaceAllocationError,
+from .. import _config
+from .._errors import (DeviceOrdinalError, NegativeIndexError, PlaceAllocationError,
                       PlaceError)
-from .backends._base import AFFINE, HOST, MANAGED
+from ..backends._base import AFFINE, HOST, MANAGED
 
 __all__ = ["data_place", "exec_place", "exec_place_grid", "AFFINE", "LAYOUT_IDS",
            "check_device_ordinal", "check_extents", "layout_place", "place_name"]
@@ -80,7 +80,7 @@ def check_extents(dims: Any, what: str) -> tuple[int, ...]:
 def _default_backend() -> Any:
     """The configured default backend (``STFLOW_BACKEND``), for the factories that
     resolve the current device now."""
-    from .backends import default_backend
+    from ..backends import default_backend
     return default_backend(notify=False)
 
 
@@ -257,14 +257,14 @@ class data_place:
     def locality_domain(dev_id: int, domain_id: int) -> data_place:
         """Memory local to locality domain ``domain_id`` of device ``dev_id`` (plain
         device memory where the driver reports no domains; ``stflow._locality``)."""
-        from ._locality import domain_data_place
+        from .locality import domain_data_place
         return domain_data_place(dev_id, domain_id)
 
     @staticmethod
     def green_ctx(view: Any) -> data_place:
         """The memory of the green context ``view`` (a ``green_ctx_view``): its
         device's memory."""
-        from ._green import green_data_place
+        from .green import green_data_place
         return green_data_place(view)
 
     @staticmethod
@@ -310,12 +310,12 @@ class data_place:
         Stream-ordered on ``stream`` for device places; ``stream`` is ignored for host
         and managed memory. Free with :meth:`deallocate`.
         """
-        from .backends import place_allocator
+        from ..backends import place_allocator
         return place_allocator().allocate(self, nbytes, stream)
 
     def deallocate(self, ptr: int, nbytes: int, stream: Any = None) -> None:
         """Free memory returned by :meth:`allocate`; ``ptr == 0`` does nothing."""
-        from .backends import place_allocator
+        from ..backends import place_allocator
         place_allocator().deallocate(self, ptr, nbytes, stream)
 
     def __repr__(self) -> str:
@@ -372,7 +372,7 @@ class exec_place:
                         ) -> exec_place:
         """The SMs of locality domain ``domain_id`` of device ``dev_id``; ``sm_split``
         is ``"backfill"``, ``"aligned"`` or ``"fine"`` (``stflow._locality``)."""
-        from ._locality import domain_exec_place
+        from .locality import domain_exec_place
         return domain_exec_place(dev_id, domain_id, sm_split)
 
     @staticmethod
@@ -380,7 +380,7 @@ class exec_place:
         """The SM partition of the green context ``view`` (a ``green_ctx_view``); with
         ``use_green_ctx_data_place`` its affine data place is
         ``data_place.green_ctx(view)`` (``stflow._green``)."""
-        from ._green import green_exec_place
+        from .green import green_exec_place
         return green_exec_place(view, use_green_ctx_data_place)
 
     @staticmethod
@@ -389,7 +389,7 @@ class exec_place:
         object with ``.handle`` (a ``cuda.core`` Context, green ones included), kept
         alive and returned by :attr:`backing_context`. ``dev_id=-1`` derives the
         device (``stflow._green``)."""
-        from ._green import place_from_context
+        from .green import place_from_context
         return place_from_context(ctx, dev_id)
 
     @staticmethod
@@ -646,13 +646,13 @@ class exec_place_grid(exec_place):
         if granularity == "device":
             places: list[exec_place] = [exec_place.device(i) for i in range(count)]
         else:
-            from ._green import locality_domain_places
+            from .green import locality_domain_places
             places = []
             for device in range(count):
                 places.extend(locality_domain_places(device, "backfill"))
         if len(places) == 1:
             return places[0]
-        from ._partition import blocked
+        from .partition import blocked
         grid = exec_place_grid._grid(places, (len(places),))
         grid._affine = data_place.composite(grid, blocked())
         return grid
@@ -661,7 +661,7 @@ class exec_place_grid(exec_place):
     def locality_domains(dev_id: int = 0, sm_split: str = "backfill") -> exec_place_grid:
         """A 1-D grid of device ``dev_id``'s locality domains (one whole-device place
         where the driver reports none)."""
-        from ._green import locality_domain_places
+        from .green import locality_domain_places
         return exec_place_grid._grid(locality_domain_places(dev_id, sm_split),
                                      (len(locality_domain_places(dev_id, sm_split)),))
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import PlaceError
-from ._places import _default_backend, check_device_ordinal, data_place, exec_place
+from .._errors import PlaceError
+from .places import _default_backend, check_device_ordinal, data_place, exec_place
 
 __all__ = ["SM_SPLITS", "locality_domain_count", "locality_domain_places"]
 
@@ -45,7 +45,7 @@ def locality_domain_count(dev_id: int = 0) -> int:
     backend = _default_backend()
     check_device_ordinal(device, "locality_domain_count", backend.device_count)
     if backend.cuda_contexts:
-        from .backends import _cuda_green
+        from ..backends import _cuda_green
         return _cuda_green.locality_domain_count(device)
     return 1
 

@@ -36,10 +36,10 @@ import itertools
 import weakref
 from typing import Any
 
-from ._errors import BackendUnavailableError, NegativeIndexError, PlaceError
-from ._locality import locality_domain_count, locality_domain_places
-from ._places import _default_backend, check_device_ordinal, data_place, exec_place
-from ._stream_partitions import StreamPartition
+from .._errors import BackendUnavailableError, NegativeIndexError, PlaceError
+from .locality import locality_domain_count, locality_domain_places
+from .places import _default_backend, check_device_ordinal, data_place, exec_place
+from .stream_partitions import StreamPartition
 
 __all__ = ["EMULATED_SM_COUNT", "EMULATED_SM_GRANULARITY", "EmulatedContext",
            "green_context_helper", "green_ctx_view", "green_places",
@@ -151,7 +151,7 @@ class green_context_helper:
         self._device = device
         self._sm_count = sm_count
         if backend.cuda_contexts:
-            from .backends import _cuda_green
+            from ..backends import _cuda_green
             try:
                 contexts = _cuda_green.split_device(device, sm_count, None, 0)
             except BackendUnavailableError as exc:      # API.md 3.28: RuntimeError
@@ -271,7 +271,7 @@ class _partition_place(exec_place):
     def __enter__(self) -> exec_place:
         super().__enter__()
         if self._native_context:            # CUDA: make the partition's context current
-            from .backends import _cuda_green
+            from ..backends import _cuda_green
             _cuda_green.set_current(self._native_context)
         return self
 
@@ -347,7 +347,7 @@ def place_from_context(ctx: Any, dev_id: int = -1) -> exec_place:
                          "give an ordinal, or -1 to derive it from the context")
     backend = _default_backend()
     if backend.cuda_contexts:
-        from .backends import _cuda_green
+        from ..backends import _cuda_green
         device, primary = _cuda_green.context_device(handle)
         if dev_id != -1 and dev_id != device:
             raise PlaceError(f"exec_place.from_context: the context belongs to device "
@@ -425,7 +425,7 @@ def green_places(sms_per_place: int, n_places: int | None = None, device_id: int
                          f"{coscheduled_sm_count}")
     backend, device = _checked_device(device_id, "green_places")
     if backend.cuda_contexts:
-        from .backends import _cuda_green
+        from ..backends import _cuda_green
         contexts = _cuda_green.split_device(device, sms_per_place, n_places,
                                             coscheduled_sm_count)
         return [place_from_context(ctx, device) for ctx, _ in contexts]

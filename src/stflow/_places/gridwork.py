@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import PlaceError
-from ._partition import chunk_owners, chunk_size
-from ._places import COMPOSITE, layout_place
+from .._errors import PlaceError
+from .partition import chunk_owners, chunk_size
+from .places import COMPOSITE, layout_place
 
 if TYPE_CHECKING:
-    from ._places import exec_place_grid
-    from ._streams import StreamPools
-    from .backends._base import Backend, CompositeAllocation, Stream
+    from .places import exec_place_grid
+    from .._streams import StreamPools
+    from ..backends._base import Backend, CompositeAllocation, Stream
 
 __all__ = ["allocate_composite", "fork", "join"]
 
