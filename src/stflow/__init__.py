@@ -8,9 +8,9 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_logical_data``  logical_data, dep, read/write/rw, AccessMode
 - ``_coherence``     instances per place and their states (pure)
 - ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
-- ``_places``        data_place, exec_place, exec_place_grid
+- ``_places/``       places: data_place, exec_place, exec_place_grid, green contexts,
+                     locality domains, partition mappers
 - ``_resources``     exec_place_resources, async_resources (stream pools, graph cache)
-- ``_green``         green contexts and locality domains
 - ``_views``         CudaStream, stf_cai
 - ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
 - ``_dlpack``        DLPack capsules: dlpack_export, reading producers' capsules
@@ -94,7 +94,7 @@ _LOCATIONS = {
     "green_places": "._places.green",
     "IncludePaths": ".paths",
     "LaunchableGraph": "._stackable",
-    "locality_domain_count": "._places.green",
+    "locality_domain_count": "._places.locality",
     "logical_data": "._logical_data",
     "machine_init": ".backends",
     "read": "._logical_data",
@@ -146,7 +146,7 @@ if TYPE_CHECKING:
     from ._places.green import green_context_helper as green_context_helper
     from ._places.green import green_ctx_view as green_ctx_view
     from ._places.green import green_places as green_places
-    from ._places.green import locality_domain_count as locality_domain_count
+    from ._places.locality import locality_domain_count as locality_domain_count
     from ._kernel import cuda_kernel as cuda_kernel
     from ._logical_data import AccessMode as AccessMode
     from ._logical_data import dep as dep

@@ -1,6 +1,6 @@
 """Ready-made partition mappers for ``data_place.composite(grid, mapper)``.
 
-Each is a mapper under the reference's contract (``stflow._partition`` explains it:
+Each is a mapper under the reference's contract (``stflow._places.partition`` explains it:
 native-order 4-tuples, the data seen as bytes), so it can be passed wherever a
 hand-written mapper can::
 

@@ -62,7 +62,7 @@ TIER3 = {
     "green_context_helper": "stflow._places.green",
     "green_ctx_view": "stflow._places.green",
     "green_places": "stflow._places.green",
-    "locality_domain_count": "stflow._places.green",
+    "locality_domain_count": "stflow._places.locality",
 }
 
 

@@ -1,34 +1,98 @@
-"""Locality domains: the parts of a device with their own memory and SMs.
+"""What places ask the default backend: its devices, locality domains and contexts.
 
-Recent GPUs may expose several locality domains per device (CUDA 13.4 drivers report
-them as ``CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT``). A locality-domain execution
-place runs on a domain's SMs and a locality-domain data place allocates memory local
-to it. Where the driver (or the bindings) cannot answer, as with CUDA 13.3 and on a
-backend without CUDA contexts (``backend.cuda_contexts``: the emulated backend), every
-valid device is **one** domain, the whole device: the places then behave exactly like
-``exec_place.device(d)`` / ``data_place.device(d)`` (same streams, same memory) while
-keeping their domain ordinal in ``kind`` and ``repr``, so code written for several
-domains runs everywhere.
+A factory checks its ordinals at once (I-8), against the *default* backend
+(``STFLOW_BACKEND``): a device ordinal against its device count
+(:func:`check_device_ordinal`, :func:`default_device_count`), a locality domain
+against :func:`locality_domain_count`. A context that uses the place checks again,
+against its own backend.
 
-Known limit: with a driver that reports several domains, stflow still runs a domain
-place on the whole device and allocates plain device memory (the placement is a
-label, not yet an SM or memory partition).
+Locality domains are the parts of a device with their own memory and SMs (CUDA 13.4
+drivers report them); a backend that cannot tell reports one domain per device, the
+whole device, so domain places then behave exactly like device places. Known limit:
+with several domains, stflow still runs a domain place on the whole device and
+allocates plain device memory (the placement is a label, not yet a partition).
 
-Ordinals are checked when a factory is called (I-8): the device against the default
-backend's device count, the domain against :func:`locality_domain_count`.
+Contexts: :func:`context_partition` resolves what ``exec_place.from_context`` is
+given (a ``CUcontext``, a ``cuda.core`` Context, an emulated context) through the
+backend's ``context_partition``, and keeps one :class:`StreamPartition` per live
+context, so places of the same context share its streams.
+
+Every question goes to a method of the backend contract (``backends/_base.py``);
+nothing here knows which backend answers.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, Protocol, runtime_checkable
 
-from .._errors import PlaceError
-from .places import _default_backend, check_device_ordinal, data_place, exec_place
+from .. import _config
+from .._errors import DeviceOrdinalError, PlaceError
+from ..backends._base import Backend
+from .stream_partitions import StreamPartition
 
-__all__ = ["SM_SPLITS", "locality_domain_count", "locality_domain_places"]
+__all__ = ["HasHandle", "SM_SPLITS", "check_device_ordinal", "check_domain",
+           "check_split", "checked_device", "context_partition", "default_backend",
+           "default_device_count", "locality_domain_count"]
 
 SM_SPLITS = ("backfill", "aligned", "fine")
 """How the SMs of a device are shared between its domains' execution places."""
+
+
+def default_backend() -> Backend:
+    """The configured default backend (``STFLOW_BACKEND``), for the factories that
+    check or resolve a device now."""
+    from ..backends import default_backend as configured
+    return configured(notify=False)
+
+
+_known_count: tuple[Any, int] | None = None
+
+
+def default_device_count() -> int:
+    """The number of devices of the default backend (cached per configuration)."""
+    global _known_count
+    settings = _config.config()
+    known = _known_count
+    if known is not None and known[0] is settings:
+        return known[1]
+    count = default_backend().device_count
+    _known_count = (settings, count)
+    return count
+
+
+def check_device_ordinal(dev_id: Any, what: str, device_count: int | None = None) -> int:
+    """Validate a device ordinal and return it as an ``int``.
+
+    Without ``device_count`` only its type and sign are checked (a context checks
+    the rest when it uses the place, against its own backend).
+
+    Raises
+    ------
+    TypeError
+        ``dev_id`` is not an ``int``.
+    PlaceError
+        ``dev_id`` is negative, or not below ``device_count``.
+    """
+    if isinstance(dev_id, bool) or not isinstance(dev_id, int):
+        raise TypeError(f"{what}: the device ordinal must be an int, got "
+                        f"{type(dev_id).__name__}")
+    dev_id = int(dev_id)
+    if dev_id < 0:
+        raise DeviceOrdinalError(f"{what}: invalid device id {dev_id}: device ordinals "
+                                 "are 0 or more")
+    if device_count is not None and dev_id >= device_count:
+        raise DeviceOrdinalError(
+            f"{what}: invalid device id {dev_id}: device {dev_id} does not exist; valid "
+            f"ordinals are 0..{device_count - 1} ({device_count} device(s))")
+    return dev_id
+
+
+def checked_device(dev_id: Any, what: str) -> tuple[Backend, int]:
+    """The default backend and ``dev_id`` checked against its device count."""
+    device = check_device_ordinal(dev_id, what)
+    backend = default_backend()
+    return backend, check_device_ordinal(device, what, backend.device_count)
 
 
 def locality_domain_count(dev_id: int = 0) -> int:
@@ -41,16 +105,12 @@ def locality_domain_count(dev_id: int = 0) -> int:
     PlaceError
         ``dev_id`` is not a device of the default backend (a ``ValueError``).
     """
-    device = check_device_ordinal(dev_id, "locality_domain_count")
-    backend = _default_backend()
-    check_device_ordinal(device, "locality_domain_count", backend.device_count)
-    if backend.cuda_contexts:
-        from ..backends import _cuda_green
-        return _cuda_green.locality_domain_count(device)
-    return 1
+    backend, device = checked_device(dev_id, "locality_domain_count")
+    return backend.locality_domain_count(device)
 
 
-def _check_domain(dev_id: Any, domain_id: Any, what: str) -> tuple[int, int]:
+def check_domain(dev_id: Any, domain_id: Any, what: str) -> tuple[int, int]:
+    """``(device, domain)`` checked against the default backend."""
     device = check_device_ordinal(dev_id, what)
     count = locality_domain_count(device)
     if isinstance(domain_id, bool) or not isinstance(domain_id, int):
@@ -63,68 +123,74 @@ def _check_domain(dev_id: Any, domain_id: Any, what: str) -> tuple[int, int]:
     return device, int(domain_id)
 
 
-def _check_split(sm_split: Any) -> str:
+def check_split(sm_split: Any) -> str:
+    """``sm_split`` when it is one of :data:`SM_SPLITS`."""
     if sm_split not in SM_SPLITS:
         raise ValueError(f"sm_split must be one of {', '.join(map(repr, SM_SPLITS))}, "
                          f"got {sm_split!r}")
     return str(sm_split)
 
 
-class _domain_exec_place(exec_place):
-    """An execution place of one locality domain (the whole device without driver
-    support: it shares the device's streams)."""
-
-    __slots__ = ("_domain", "_sm_split")
-    _domain: int
-    _sm_split: str
-
-    def __repr__(self) -> str:
-        return (f"exec_place(locality_domain(dev={self._device},id={self._domain}), "
-                f"sm_split={self._sm_split!r})")
+_context_partitions: weakref.WeakValueDictionary[int, StreamPartition] = \
+    weakref.WeakValueDictionary()
+"""The partition of each context handle that a live place (or stream) names."""
 
 
-class _domain_data_place(data_place):
-    """Memory local to one locality domain (plain device memory without driver
-    support)."""
+@runtime_checkable
+class HasHandle(Protocol):
+    """A context object: a ``cuda.core`` Context, an ``EmulatedContext``."""
 
-    __slots__ = ("_domain",)
-    _domain: int
-
-    @property
-    def kind(self) -> str:
-        return f"locality_domain(dev={self._device},id={self._domain})"
-
-    def __repr__(self) -> str:
-        return f"data_place({self.kind!r})"
+    handle: Any
+    """Its ``CUcontext`` (or an ``int`` convertible handle)."""
 
 
-def domain_data_place(dev_id: int, domain_id: int) -> data_place:
-    """``data_place.locality_domain(dev_id, domain_id)``."""
-    device, domain = _check_domain(dev_id, domain_id, "data_place.locality_domain")
-    place = _domain_data_place._make(device)
-    assert isinstance(place, _domain_data_place)
-    place._domain = domain
-    return place
+def _context_handle(ctx: Any) -> int:
+    """The handle of ``ctx``: an ``int`` ``CUcontext`` or an object with ``.handle``."""
+    if ctx is None or isinstance(ctx, (bool, str, bytes, float)):
+        raise TypeError(f"exec_place.from_context expects a CUcontext (int) or an object "
+                        f"with .handle (a cuda.core Context), got {type(ctx).__name__}")
+    handle_source = ctx.handle if isinstance(ctx, HasHandle) else ctx
+    try:
+        handle = int(handle_source)
+    except (TypeError, ValueError):
+        raise TypeError(f"exec_place.from_context expects a CUcontext (int) or an object "
+                        f"with .handle (a cuda.core Context), got {type(ctx).__name__}"
+                        ) from None
+    if handle == 0:
+        raise ValueError("exec_place.from_context: the context handle is NULL (0); pass "
+                         "a live CUcontext or cuda.core Context")
+    return handle
 
 
-def domain_exec_place(dev_id: int, domain_id: int, sm_split: str = "backfill"
-                      ) -> exec_place:
-    """``exec_place.locality_domain(dev_id, domain_id, sm_split)``."""
-    split = _check_split(sm_split)
-    device, domain = _check_domain(dev_id, domain_id, "exec_place.locality_domain")
-    place = _domain_exec_place._make(device)
-    assert isinstance(place, _domain_exec_place)
-    place._domain = domain
-    place._sm_split = split
-    place._affine = domain_data_place(device, domain)
-    return place
+def context_partition(ctx: Any, dev_id: int = -1) -> tuple[int, StreamPartition | None]:
+    """The device of context ``ctx`` and the partition its places' streams live in
+    (``None``: the device's own context, whose places are device places).
 
-
-def locality_domain_places(dev_id: int = 0, sm_split: str = "backfill"
-                           ) -> list[exec_place]:
-    """One execution place per locality domain of device ``dev_id``, in domain order
-    (what ``exec_place_grid.locality_domains`` arranges in a rank-1 grid)."""
-    split = _check_split(sm_split)
-    device = check_device_ordinal(dev_id, "exec_place_grid.locality_domains")
-    return [domain_exec_place(device, domain, split)
-            for domain in range(locality_domain_count(device))]
+    Raises
+    ------
+    TypeError, ValueError
+        ``ctx`` is no context handle, or a NULL one; ``dev_id`` is not an ``int``.
+    PlaceError
+        ``ctx`` is not a context of the default backend, or it belongs to another
+        device than ``dev_id`` (``-1``: derive the device).
+    """
+    handle = _context_handle(ctx)
+    if isinstance(dev_id, bool) or not isinstance(dev_id, int):
+        raise TypeError(f"dev_id must be an int, got {type(dev_id).__name__}")
+    if dev_id < -1:
+        raise PlaceError(f"exec_place.from_context: device {dev_id} does not exist; "
+                         "give an ordinal, or -1 to derive it from the context")
+    backend = default_backend()
+    device, native = backend.context_partition(ctx, handle)
+    check_device_ordinal(device, "exec_place.from_context", backend.device_count)
+    if dev_id != -1 and dev_id != device:
+        raise PlaceError(f"exec_place.from_context: the context belongs to device "
+                         f"{device}, not {dev_id}; pass dev_id={device} or -1")
+    if native is None:
+        return device, None
+    partition = _context_partitions.get(handle)
+    if partition is None:
+        partition = StreamPartition(device, native,
+                                    f"context(dev={device}, 0x{handle:x})")
+        _context_partitions[handle] = partition
+    return device, partition
