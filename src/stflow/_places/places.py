@@ -28,16 +28,17 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from .._errors import NegativeIndexError, PlaceAllocationError, PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
+from .locality import (check_device_ordinal, check_domain, check_split, context_partition,
+                       default_backend, default_device_count, locality_domain_count)
 from .numbering import (COMPOSITE, LAYOUT_DEVICE_ID, MAX_GRID_PLACES, REPLICATED,
                         check_extents, from_handle, handle_of, next_handle,
                         next_layout_number, place_name, product, register_handle)
-from .locality import (check_device_ordinal, check_domain, check_split, context_partition,
-                       default_backend, default_device_count, locality_domain_count)
 from .partition import blocked
 from .stream_partitions import StreamPartition
 
 __all__ = ["ExecPlaceConvertible", "StreamResources", "data_place", "exec_place",
            "exec_place_grid", "green_ctx_view", "locality_domain_places"]
+
 
 class StreamResources(abc.ABC):
     """What :meth:`exec_place.pick_stream` takes: pools that lend the streams of a
