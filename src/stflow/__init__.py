@@ -8,9 +8,9 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_logical_data``  logical_data, dep, read/write/rw, AccessMode
 - ``_coherence``     instances per place and their states (pure)
 - ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
-- ``_places``        data_place, exec_place, exec_place_grid
+- ``_places/``       places: data_place, exec_place, exec_place_grid, green contexts,
+                     locality domains, partition mappers
 - ``_resources``     exec_place_resources, async_resources (stream pools, graph cache)
-- ``_green``         green contexts and locality domains
 - ``_views``         CudaStream, stf_cai
 - ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
 - ``_dlpack``        DLPack capsules: dlpack_export, reading producers' capsules
@@ -78,23 +78,23 @@ _LOCATIONS = {
     "context": "._context",
     "cuda_kernel": "._kernel",
     "CudaStream": "._views",
-    "data_place": "._places",
+    "data_place": "._places.places",
     "dep": "._logical_data",
     "DeviceArray": "._device_array",
     "dlpack_export": "._dlpack",
-    "exec_place": "._places",
-    "exec_place_grid": "._places",
+    "exec_place": "._places.places",
+    "exec_place_grid": "._places.places",
     "exec_place_resources": "._resources",
     "get_include_paths": ".paths",
     "get_library_dir": ".paths",
     "get_library_path": ".paths",
     "get_stf_include_dir": ".paths",
-    "green_context_helper": "._green",
-    "green_ctx_view": "._green",
-    "green_places": "._green",
+    "green_context_helper": "._places.green",
+    "green_ctx_view": "._places.green",
+    "green_places": "._places.green",
     "IncludePaths": ".paths",
     "LaunchableGraph": "._stackable",
-    "locality_domain_count": "._green",
+    "locality_domain_count": "._places.locality",
     "logical_data": "._logical_data",
     "machine_init": ".backends",
     "read": "._logical_data",
@@ -143,10 +143,10 @@ if TYPE_CHECKING:
     from ._context import context as context
     from ._device_array import DeviceArray as DeviceArray
     from ._dlpack import dlpack_export as dlpack_export
-    from ._green import green_context_helper as green_context_helper
-    from ._green import green_ctx_view as green_ctx_view
-    from ._green import green_places as green_places
-    from ._green import locality_domain_count as locality_domain_count
+    from ._places.green import green_context_helper as green_context_helper
+    from ._places.green import green_ctx_view as green_ctx_view
+    from ._places.green import green_places as green_places
+    from ._places.locality import locality_domain_count as locality_domain_count
     from ._kernel import cuda_kernel as cuda_kernel
     from ._logical_data import AccessMode as AccessMode
     from ._logical_data import dep as dep
@@ -155,9 +155,9 @@ if TYPE_CHECKING:
     from ._logical_data import reduce as reduce
     from ._logical_data import rw as rw
     from ._logical_data import write as write
-    from ._places import data_place as data_place
-    from ._places import exec_place as exec_place
-    from ._places import exec_place_grid as exec_place_grid
+    from ._places.places import data_place as data_place
+    from ._places.places import exec_place as exec_place
+    from ._places.places import exec_place_grid as exec_place_grid
     from ._distributed import distributed_context as distributed_context
     from ._progress import ProgressBar as ProgressBar
     from ._resources import async_resources as async_resources

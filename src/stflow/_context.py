@@ -40,7 +40,7 @@ from ._bundles import View as _View
 from ._bundles import bundle as _Bundle
 from ._bundles import live_check, local_field_check, make_bundle, state_key
 from ._logical_data import dep, logical_data
-from ._places import exec_place
+from ._places.places import exec_place
 from ._registry import check_empty_args, check_name
 from ._runtime import Runtime, RuntimeOwner
 from ._sources import check_dtype

@@ -39,7 +39,7 @@ import numpy as np
 
 from ._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
 from ._errors import DeviceOrdinalError, PlaceAllocationError
-from ._places import data_place
+from ._places.places import data_place
 from ._sources import check_dtype
 from ._views import stream_handle
 from .backends._base import HOST, MANAGED, Allocation, Backend, Stream

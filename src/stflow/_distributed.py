@@ -76,7 +76,7 @@ from ._errors import ContextFinalizedError, ScopeError, ShapeError
 from ._dist_handles import (Reduction, dist_data, dist_dep, dist_kernel, dist_task,
                             executed, one_place)
 from ._exchanges import Exchanges
-from ._places import exec_place
+from ._places.places import exec_place
 from ._reduce import REDUCE, ReduceOp, reduce_op
 from ._sources import describe_buffer
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from ._access import READ, RW, WRITE, AccessMode, is_mode, mode_name
 from ._errors import AccessModeError, ContextFinalizedError
-from ._places import LAYOUT_IDS, REPLICATED, data_place
+from ._places.numbering import LAYOUT_IDS, REPLICATED
+from ._places.places import data_place
 from ._reduce import REDUCE, reduce_mode, reduce_op, resolve_op
 from ._runtime import RuntimeOwner
 

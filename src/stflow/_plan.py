@@ -45,7 +45,7 @@ from ._access import READ, WRITE
 from ._coherence import INVALID, MODIFIED, DataState, Instance
 from ._deps import merge_events, needs_wait
 from ._errors import AccessModeError, DeviceOrdinalError, PlaceError
-from ._places import COMPOSITE, LAYOUT_IDS, layout_place, place_name
+from ._places.numbering import COMPOSITE, LAYOUT_IDS, layout_place, place_name
 from ._reduce import REDUCE
 from ._streams import Pool, choose_stream
 from .backends._base import AFFINE, HOST, MANAGED, NO_AFFINE

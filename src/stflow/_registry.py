@@ -40,7 +40,7 @@ import numpy as np
 from ._coherence import DataState
 from ._errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
 from ._layout import extent, region, regions_overlap
-from ._places import data_place
+from ._places.places import data_place
 from ._sources import Source, check_dtype, describe_buffer
 from .backends._base import (AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend,
                              pointer_array)

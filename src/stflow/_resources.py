@@ -33,7 +33,8 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ContextFinalizedError, PlaceError
-from ._places import _default_backend, exec_place
+from ._places.locality import default_backend
+from ._places.places import StreamResources, exec_place
 from ._streams import StreamPools
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class _Pools:
         _drain(self.backend, streams, "exec_place_resources")
 
 
-class exec_place_resources:
+class exec_place_resources(StreamResources):
     """A registry of per-place stream pools (see the module docstring).
 
     ``exec_place_resources()`` builds a standalone one on the default backend;
@@ -115,7 +116,7 @@ class exec_place_resources:
     _id: int
 
     def __init__(self) -> None:
-        self._setup(_Pools(_default_backend()))
+        self._setup(_Pools(default_backend()))
 
     def _setup(self, pools: _Pools) -> None:
         self._pools = pools

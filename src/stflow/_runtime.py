@@ -55,8 +55,9 @@ from ._errors import (BackendUnavailableError, ContextFinalizedError, ContextMis
 from ._instrument import Instrument, Instruments, Statistics, WorkRecord
 from ._layout import extent
 from ._memory import DeviceMemory, resolve_budgets
-from ._gridwork import allocate_composite
-from ._places import LAYOUT_IDS, exec_place_grid
+from ._places.gridwork import allocate_composite
+from ._places.numbering import LAYOUT_IDS
+from ._places.places import exec_place_grid
 from ._plan import Plan, acquire, held, hold, release, remember, resolve, retarget
 from ._registry import DataRegistry
 from ._streams import Pool, StreamPools, choose_stream

@@ -24,7 +24,7 @@ from ._bundles import View as _View
 from ._bundles import bundle as _Bundle
 from ._bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
 from ._logical_data import dep, logical_data
-from ._places import exec_place
+from ._places.places import exec_place
 from ._runtime import Runtime
 from ._scopes import Scope, ScopeKind, ScopeTracker
 from ._task import host_launch, task

@@ -16,8 +16,8 @@ device number for ordinary places, so that ``exec_place.device(0)`` and
 ``exec_place.current_device()`` share streams, and a key of its own
 (:data:`PARTITION_KEYS` or more) for a place whose streams must be created in an SM
 partition or a foreign CUDA context (green and ``from_context`` places). Such a key
-names a :class:`~stflow._stream_partitions.StreamPartition`, found with
-:func:`~stflow._stream_partitions.partition_of`; its streams are created with
+names a :class:`~stflow._places.stream_partitions.StreamPartition`, found with
+:func:`~stflow._places.stream_partitions.partition_of`; its streams are created with
 ``backend.create_stream(device, sink, partition)``.
 
 A level may borrow its streams from a *lender* (an ``async_resources``) instead of
@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ._deps import needs_wait
-from ._stream_partitions import PARTITION_KEYS, partition_of
+from ._places.stream_partitions import PARTITION_KEYS, partition_of
 
 if TYPE_CHECKING:
     from .backends._base import Backend, Event, Stream

@@ -21,9 +21,9 @@ from ._coherence import Instance
 from ._compile import mypyc_attr
 from ._errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
                       TokenArgumentError, add_note, work_ids)
-from ._gridwork import fork, join
+from ._places.gridwork import fork, join
 from ._logical_data import dep
-from ._places import exec_place, exec_place_grid
+from ._places.places import exec_place, exec_place_grid
 from ._plan import Access, Plan
 from ._runtime import Runtime, RuntimeOwner
 from ._views import CudaStream, ViewTuple

@@ -8,8 +8,8 @@ import numpy as np
 
 from ._errors import ContextMismatchError
 from ._logical_data import logical_data
-from ._places import data_place as data_place_type
-from ._places import exec_place as exec_place_type
+from ._places.places import data_place as data_place_type
+from ._places.places import exec_place as exec_place_type
 from ._runtime import RuntimeOwner
 from ._task import task
 

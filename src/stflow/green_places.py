@@ -2,7 +2,7 @@
 
 ``from stflow.green_places import green_places`` works as with
 ``cuda.stf._experimental.green_places``. The implementation lives in
-``stflow._green``, imported on first use (this module imports nothing heavy).
+``stflow._places.green``, imported on first use (this module imports nothing heavy).
 
 This module is callable (``stflow._submodules``): importing it rebinds the package
 attribute ``stflow.green_places`` to this module, and calling the module calls
@@ -20,17 +20,17 @@ __all__ = ["green_places"]
 
 
 def _function() -> Callable[..., Any]:
-    from ._green import green_places
+    from ._places.green import green_places
     return green_places
 
 
 def __getattr__(name: str) -> Any:
     # ``green_places`` resolves to the implementation itself (the same object as
-    # ``stflow._green.green_places``); ``exec_place`` as the reference's module has it.
+    # ``stflow._places.green.green_places``); ``exec_place`` as the reference's module has it.
     if name == "green_places":
         value = _function()
     elif name == "exec_place":
-        from ._places import exec_place
+        from ._places.places import exec_place
         value = exec_place
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

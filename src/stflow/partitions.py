@@ -1,6 +1,6 @@
 """Ready-made partition mappers for ``data_place.composite(grid, mapper)``.
 
-Each is a mapper under the reference's contract (``stflow._partition`` explains it:
+Each is a mapper under the reference's contract (``stflow._places.partition`` explains it:
 native-order 4-tuples, the data seen as bytes), so it can be passed wherever a
 hand-written mapper can::
 
@@ -15,6 +15,6 @@ hand-written mapper can::
 
 from __future__ import annotations
 
-from ._partition import blocked, cyclic, tiled
+from ._places.partition import blocked, cyclic, tiled
 
 __all__ = ["blocked", "cyclic", "tiled"]

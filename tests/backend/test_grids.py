@@ -421,7 +421,7 @@ def test_the_c_order_form_of_the_mapper_contract_with_data_rank(backend):
 
 
 def test_data_rank_merges_leading_axes():
-    from stflow._partition import chunk_owners
+    from stflow._places.partition import chunk_owners
     seen = []
 
     def record(coords, shape, grid_dims):

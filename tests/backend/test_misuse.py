@@ -509,8 +509,8 @@ def test_places_are_checked_against_the_context_using_them(backend, monkeypatch)
     # A place valid on the default backend may not exist on the context's backend:
     # the context that uses it says so.
     import stflow._config
-    import stflow._places
-    monkeypatch.setattr(stflow._places, "_known_count", (stflow._config.config(), 100))
+    import stflow._places.locality
+    monkeypatch.setattr(stflow._places.locality, "_known_count", (stflow._config.config(), 100))
     exec_place = stf.exec_place.device(99)
     data_place = stf.data_place.device(99)
     assert exec_place.device_id == 99 and data_place.device_id == 99

@@ -108,7 +108,7 @@ def test_locality_domain_allocation_roundtrip(default):
 
 
 def test_tasks_on_each_locality_domain(default):
-    from stflow._locality import locality_domain_places
+    from stflow._places.places import locality_domain_places
     places = locality_domain_places(0)
     assert len(places) == stf.locality_domain_count(0)
     X = np.zeros(64)
@@ -257,7 +257,7 @@ def test_partitions_follow_the_cuda_contexts_capability_not_the_name(monkeypatch
     """A backend called "cuda" without ``cuda_contexts`` gets emulated green contexts
     and one locality domain per device: nothing asks the CUDA driver."""
     import stflow.backends as backends
-    from stflow._green import EmulatedContext
+    from stflow.backends._emulated_green import EmulatedContext
     from stflow.backends.null import NullBackend
 
     class Renamed(NullBackend):

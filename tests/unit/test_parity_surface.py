@@ -56,13 +56,13 @@ REFERENCE_BINDINGS_ALL = {
 
 # Tier-3 names and the private module that defines each.
 TIER3 = {
-    "exec_place_grid": "stflow._places",
+    "exec_place_grid": "stflow._places.places",
     "async_resources": "stflow._resources",
     "exec_place_resources": "stflow._resources",
-    "green_context_helper": "stflow._green",
-    "green_ctx_view": "stflow._green",
-    "green_places": "stflow._green",
-    "locality_domain_count": "stflow._green",
+    "green_context_helper": "stflow._places.green",
+    "green_ctx_view": "stflow._places.green",
+    "green_places": "stflow._places.green",
+    "locality_domain_count": "stflow._places.locality",
 }
 
 
@@ -195,7 +195,7 @@ def test_green_places_module_imports_without_its_implementation():
 def test_green_places_module_reexports_the_implementation():
     _skip_if_pending("green_places")
     from stflow.green_places import green_places
-    assert green_places is importlib.import_module("stflow._green").green_places
+    assert green_places is importlib.import_module("stflow._places.green").green_places
     assert list(inspect.signature(green_places).parameters) == [
         "sms_per_place", "n_places", "device_id", "coscheduled_sm_count"]
 
@@ -209,13 +209,13 @@ def test_interop_imports_neither_numba_nor_torch():
 # -- I-16: task_graph and green_places stay callable ----------------------------------
 
 _FAKE_GREEN = ("import sys, types\n"
-               "fake = types.ModuleType('stflow._green')\n"
+               "fake = types.ModuleType('stflow._places.green')\n"
                "def green_places(sms_per_place, n_places=None, device_id=0,\n"
                "                 coscheduled_sm_count=0):\n"
                "    return ('called', sms_per_place, n_places, device_id,\n"
                "            coscheduled_sm_count)\n"
                "fake.green_places = green_places\n"
-               "sys.modules['stflow._green'] = fake\n")
+               "sys.modules['stflow._places.green'] = fake\n")
 
 
 @pytest.mark.parametrize("order", ["function-first", "submodule-first", "from-import"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stflow import partitions
-from stflow._partition import MAX_CHUNKS, chunk_owners, chunk_size, native_grid_dims
+from stflow._places.partition import MAX_CHUNKS, chunk_owners, chunk_size, native_grid_dims
 
 
 def test_grid_dims_reach_the_mapper_in_native_order_padded_with_one():

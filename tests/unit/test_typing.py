@@ -83,7 +83,7 @@ def test_mypy_sees_the_public_types(mypy_output):
         11: "stflow._kernel.cuda_kernel",
         12: "numpy.ndarray",
         13: "stflow._stackable.stackable_task",
-        14: "stflow._places.exec_place",
+        14: "stflow._places.places.exec_place",
         15: "stflow._errors.ShapeError",
     }
     assert set(revealed) == set(expected), output

@@ -17,6 +17,8 @@ device work         ``launch_host_func`` (a Python callable in stream order),
                     ``launch_kernel`` (a ``cuda_kernel`` launch)
 foreign producers   ``synchronize_producer`` (a CUDA Array Interface ``stream``)
 views               ``task_view`` (what a task body sees), ``host_array``
+SM partitions       ``split_device``, ``context_partition``, ``enter_partition``,
+                    ``locality_domain_count`` (green and ``from_context`` places)
 timestamps          ``timestamp``, ``timestamp_seconds`` (traces only)
 graphs              ``graphs``: a ``_graphs.GraphSupport`` or ``None``
 ==================  ===============================================================
@@ -112,8 +114,8 @@ class Stream:
         mode gives such a stream to no other work until they end).
     partition : StreamPartition or None
         The SM partition or foreign CUDA context it was created in (green and
-        ``from_context`` places, ``_stream_partitions.StreamPartition``); ``None`` for the
-        device's own context.
+        ``from_context`` places, ``_places.stream_partitions.StreamPartition``);
+        ``None`` for the device's own context.
     """
 
     __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
@@ -264,12 +266,10 @@ class Backend(abc.ABC):
     Interface, DLPack CUDA devices) can be registered, and task views are CUDA Array
     Interface objects."""
     cuda_contexts: bool = False
-    """True when devices are the CUDA driver's, with its contexts: green contexts (SM
-    partitions), places bound to a ``CUcontext`` (``exec_place.from_context``) and
-    locality domains then come from the driver (``backends/_cuda_green``), and
-    ``create_stream`` accepts their partitions. Otherwise ``stflow._green`` and
-    ``stflow._locality`` emulate them (SM partitions as labels, one domain a
-    device)."""
+    """True when devices are the CUDA driver's, with its contexts (for messages and
+    tests: what places do with SM partitions and contexts goes through
+    :meth:`split_device`, :meth:`context_partition`, :meth:`enter_partition` and
+    :meth:`locality_domain_count`, which every backend answers)."""
     nvtx_ranges: bool = False
     """True when NVTX ranges mean something here (a profiler can see the work)."""
     guards_reads: bool = False
@@ -314,9 +314,9 @@ class Backend(abc.ABC):
         """Create a stream on ``device`` (``HOST``: a stream for host work) whose
         asynchronous failures go to ``error_sink``.
 
-        ``partition`` (a ``_stream_partitions.StreamPartition`` of ``device``, or ``None``)
-        asks for a stream in that SM partition or foreign context: its work is
-        limited to the partition's SMs. The stream's ``partition`` names it."""
+        ``partition`` (a ``_places.stream_partitions.StreamPartition`` of ``device``,
+        or ``None``) asks for a stream in that SM partition or foreign context: its
+        work is limited to the partition's SMs. The stream's ``partition`` names it."""
 
     @abc.abstractmethod
     def destroy_stream(self, stream: Stream) -> None:
@@ -345,6 +345,64 @@ class Backend(abc.ABC):
     def synchronize_producer(self, handle: int) -> None:
         """Block until the foreign stream ``handle`` is idle (a CUDA Array Interface
         producer's pending work; only backends with :attr:`gpu_memory` get one)."""
+
+    # -- SM partitions and locality domains (green and from_context places) -----
+    # What ``stflow._places`` asks to split a device or to bind a place to a
+    # context; it never asks which backend it talks to. A partition's ``native`` is
+    # the backend's own object, handed back in ``StreamPartition.native`` to
+    # :meth:`create_stream` and :meth:`enter_partition`.
+    def locality_domain_count(self, device: int) -> int:
+        """The locality domains of ``device`` (parts with their own SMs and memory),
+        at least 1. The default: the whole device is one domain."""
+        return 1
+
+    def split_device(self, device: int, sm_count: int, n_places: int | None,
+                     coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+        """Partition the SMs of ``device`` into groups of ``sm_count`` SMs (rounded
+        up to the backend's granularity): exactly ``n_places`` groups, or as many as
+        fit when ``None``; ``coscheduled_sm_count`` (``0``: none) is a co-scheduling
+        constraint on every group.
+
+        Returns
+        -------
+        list of (context, int)
+            One context per group and its SM count. The context keeps the group
+            alive (users get it as ``backing_context``); its ``handle`` is accepted
+            by :meth:`context_partition`.
+
+        Raises
+        ------
+        RuntimeError
+            Fewer than ``n_places`` groups fit, or the device cannot be split so.
+        GreenContextUnavailableError
+            This backend has no SM partitions (the default), or lacks what it needs
+            for them (a ``BackendUnavailableError`` naming the extra).
+        """
+        from .._errors import GreenContextUnavailableError
+        raise GreenContextUnavailableError(
+            f"the {self.name} backend cannot partition device {device}'s SMs (green "
+            "contexts); use the cuda or the emulated backend")
+
+    def context_partition(self, context: Any, handle: int) -> tuple[int, Any]:
+        """The device of the existing context ``context`` (``handle`` is its handle
+        as an int: a ``CUcontext``, or a context of :meth:`split_device`) and the
+        ``native`` of a stream partition in it, ``None`` when it is the device's own
+        (primary) context: a place bound to it is then a plain device place.
+
+        Raises
+        ------
+        PlaceError
+            ``handle`` is not a context of this backend.
+        """
+        from .._errors import PlaceError
+        raise PlaceError(f"exec_place.from_context: 0x{handle:x} is not a context of "
+                         f"the {self.name} backend, which has none; use the cuda or "
+                         "the emulated backend")
+
+    def enter_partition(self, native: Any) -> None:
+        """Make the partition of ``native`` current on the calling thread (what
+        ``with place:`` does for a green or ``from_context`` place after setting
+        the current device). The default does nothing."""
 
     # -- memory ------------------------------------------------------------------
     @abc.abstractmethod

@@ -13,8 +13,9 @@ Locality domains are read from ``CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT`` (CU
 13.4 drivers and bindings); without it, or when the driver cannot answer, a device
 is one domain.
 
-Everything here runs only after the CUDA backend has loaded the driver
-(``_cuda_driver.load``).
+:class:`CudaPartitions` implements the contract's SM-partition methods
+(``backends/_base.py``) for the CUDA backend. Everything here runs only after the
+CUDA backend has loaded the driver (``_cuda_driver.load``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 from .._errors import GreenContextUnavailableError, PlaceError
 from . import _cuda_driver as _cu
 
-__all__ = ["ContextPartition", "context_device", "locality_domain_count",
-           "partition_stream", "set_current", "split_device"]
+__all__ = ["ContextPartition", "CudaPartitions", "context_device",
+           "locality_domain_count", "partition_stream", "set_current", "split_device"]
 
 _CORE_EXTRA = ("green contexts on the CUDA backend need cuda.core 1.0 or later "
                "(pip install 'cuda-core>=1.0', or stflow[cu13])")
@@ -162,3 +163,31 @@ def locality_domain_count(device: int) -> int:
     if result[0]:
         return 1
     return max(1, int(result[1]))
+
+
+class CudaPartitions:
+    """The contract's SM-partition methods on the CUDA backend: green contexts
+    through ``cuda.core``, contexts through the driver."""
+
+    __slots__ = ()
+
+    def locality_domain_count(self, device: int) -> int:
+        """``CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT`` (1 without support)."""
+        return locality_domain_count(device)
+
+    def split_device(self, device: int, sm_count: int, n_places: int | None,
+                     coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+        """Green ``cuda.core`` Contexts (:func:`split_device`)."""
+        return split_device(device, sm_count, n_places, coscheduled_sm_count)
+
+    def context_partition(self, context: Any, handle: int) -> tuple[int, Any]:
+        """The device of ``CUcontext`` ``handle`` and a :class:`ContextPartition`
+        keeping ``context`` alive (``None`` for the device's primary context)."""
+        device, primary = context_device(handle)
+        return device, None if primary else ContextPartition(context, handle)
+
+    def enter_partition(self, native: Any) -> None:
+        """Make the partition's ``CUcontext`` current (a partition made for another
+        backend has none: nothing to do; its streams are refused on creation)."""
+        if isinstance(native, ContextPartition):
+            set_current(native.context)

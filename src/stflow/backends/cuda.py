@@ -61,6 +61,7 @@ from . import _cuda_driver as _cu
 from ._base import Allocation, Backend, KernelLaunch, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError
 from ._cuda_graphs import CudaGraphSupport
+from ._cuda_green import CudaPartitions
 from ._cuda_kernels import KernelCache, combine_source, kernel_params
 from ._cuda_memory import CudaMemory
 from ._cuda_streams import CudaStreams, DriverStream
@@ -70,7 +71,7 @@ __all__ = ["CudaBackend", "CudaOutOfMemoryError", "get_backend"]
 _HOST_FN_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
-class CudaBackend(CudaStreams, CudaMemory, Backend):
+class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
     """The backend contract on the CUDA driver (see the module docstring).
 
     Build it with :func:`get_backend`, never directly.

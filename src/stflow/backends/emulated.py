@@ -48,6 +48,7 @@ from .._access import READ
 from .._errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state, pointer_array)
+from ._emulated_green import EmulatedPartitions
 from ._host_memory import (HostMemory, HostView, combine_at, copy_elements,
                            element_array, poison, python_kernel)
 
@@ -201,7 +202,7 @@ def _report(stream: Stream, exc: BaseException) -> None:
                       RuntimeWarning, stacklevel=1)
 
 
-class EmulatedBackend(Backend):
+class EmulatedBackend(EmulatedPartitions, Backend):
     """K virtual devices driven by one seeded random scheduler thread."""
 
     name = "emulated"

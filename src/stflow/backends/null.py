@@ -32,12 +32,13 @@ import numpy as np
 
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state)
+from ._emulated_green import EmulatedPartitions
 from ._host_memory import HostMemory, HostView, combine_at, copy_elements, python_kernel
 
 __all__ = ["NullBackend", "get_backend"]
 
 
-class NullBackend(Backend):
+class NullBackend(EmulatedPartitions, Backend):
     """``devices`` virtual devices; every operation completes when enqueued."""
 
     name = "null"

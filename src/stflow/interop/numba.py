@@ -27,7 +27,7 @@ from .._dist_handles import dist_dep
 from .._distributed import distributed_context
 from .._errors import BackendUnavailableError
 from .._logical_data import dep
-from .._places import exec_place
+from .._places.places import exec_place
 from ._common import TaskScope, import_framework, recorded_into_a_graph, views_of
 
 __all__ = ["get_arg_numba", "jit", "numba_arguments", "numba_task",

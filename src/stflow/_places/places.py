@@ -9,159 +9,65 @@ again, against its own backend, when it uses the place.
 
 Grids (:class:`exec_place_grid`) arrange places in C-order dims; composite and
 replicated data places (``data_place.composite`` / ``.replicated``) spread a data over
-a grid — ``_partition.py`` holds the mapper contract, ``_gridwork.py`` what the
+a grid — ``partition.py`` holds the mapper contract, ``gridwork.py`` what the
 runtime does with them.
+
+Locality-domain, green-context and context places are places of this module too
+(labelled, and holding the ``StreamPartition`` their streams are created in); what
+they need of the backend — domain counts, the device and partition of a context —
+comes from ``locality.py`` below, and the splitting of a device into green contexts
+(``green_context_helper``, ``green_places``) from ``green.py`` above, which builds
+its places with the factories here.
 """
 
 from __future__ import annotations
 
-import itertools
+import abc
 import threading
-import weakref
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
-from . import _config
-from ._errors import (DeviceOrdinalError, NegativeIndexError, PlaceAllocationError,
-                      PlaceError)
-from .backends._base import AFFINE, HOST, MANAGED
+from .._errors import NegativeIndexError, PlaceAllocationError, PlaceError
+from ..backends._base import AFFINE, HOST, MANAGED
+from .locality import (check_device_ordinal, check_domain, check_split, context_partition,
+                       default_backend, default_device_count, locality_domain_count)
+from .numbering import (COMPOSITE, LAYOUT_DEVICE_ID, MAX_GRID_PLACES, REPLICATED,
+                        check_extents, from_handle, handle_of, next_handle,
+                        next_layout_number, place_name, product, register_handle)
+from .partition import blocked
+from .stream_partitions import StreamPartition
 
-__all__ = ["data_place", "exec_place", "exec_place_grid", "AFFINE", "LAYOUT_IDS",
-           "check_device_ordinal", "check_extents", "layout_place", "place_name"]
-
-_handles = itertools.count(1)
-
-COMPOSITE = "composite"
-REPLICATED = "replicated"
-LAYOUT_DEVICE_ID = -5
-"""``device_id`` of composite and replicated places (the reference's sentinel)."""
-LAYOUT_IDS = -64
-"""Composite and replicated places get place numbers at or below this one, one per
-place object, so the runtime tells them apart like device ordinals
-(:func:`layout_place` finds the place again)."""
-MAX_GRID_PLACES = 64
-
-_layout_numbers = itertools.count(-LAYOUT_IDS)
-_layouts: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+__all__ = ["ExecPlaceConvertible", "StreamResources", "data_place", "exec_place",
+           "exec_place_grid", "green_ctx_view", "locality_domain_places"]
 
 
-def layout_place(number: int) -> Any:
-    """The composite or replicated place of place number ``number``
-    (``<= LAYOUT_IDS``), or ``None`` once it is gone."""
-    return _layouts.get(number)
+class StreamResources(abc.ABC):
+    """What :meth:`exec_place.pick_stream` takes: pools that lend the streams of a
+    place (``exec_place_resources``, in ``_resources.py``, which places do not
+    import)."""
+
+    __slots__ = ()
+
+    @abc.abstractmethod
+    def _pick_stream(self, place: exec_place, for_computation: bool) -> Any:
+        """The next stream of ``place``'s pool, as a ``CudaStream``: a computation
+        stream, or with ``for_computation=False`` a transfer stream."""
 
 
-def check_extents(dims: Any, what: str) -> tuple[int, ...]:
-    """Validate C-order extents (1 to 4 positive ``int``; an ``int`` is a 1-tuple).
+@runtime_checkable
+class ExecPlaceConvertible(Protocol):
+    """An object of another library that names an execution place (the reference's
+    conversion protocol, accepted where a list of places is)."""
 
-    Raises
-    ------
-    TypeError
-        An element, or ``dims``, that is not a Python ``int`` (``bool`` refused).
-    ValueError
-        A length outside 1..4, or an element ``<= 0``.
-    """
-    if isinstance(dims, int) and not isinstance(dims, bool):
-        dims = (dims,)
-    if not isinstance(dims, (tuple, list)):
-        raise TypeError(f"{what}: extents must be an int or a tuple of ints, got "
-                        f"{type(dims).__name__}")
-    for extent in dims:
-        if isinstance(extent, bool) or not isinstance(extent, int):
-            raise TypeError(f"{what}: extents must be Python ints, got "
-                            f"{type(extent).__name__} in {tuple(dims)!r}")
-    if not 1 <= len(dims) <= 4:
-        raise ValueError(f"{what}: a grid has 1 to 4 axes, got {len(dims)} "
-                         f"({tuple(dims)!r})")
-    if any(extent <= 0 for extent in dims):
-        raise ValueError(f"{what}: extents must be positive, got {tuple(dims)!r}")
-    return tuple(int(extent) for extent in dims)
+    def _as_stf_exec_place(self) -> exec_place:
+        """The execution place this object stands for."""
 
 
-def _default_backend() -> Any:
-    """The configured default backend (``STFLOW_BACKEND``), for the factories that
-    resolve the current device now."""
-    from .backends import default_backend
-    return default_backend(notify=False)
+class _SavedDevices(threading.local):
+    """The current devices that the open ``with place:`` blocks of one place
+    replaced, innermost last (per thread)."""
 
-
-_known_count: tuple[Any, int] | None = None
-
-
-def default_device_count() -> int:
-    """The number of devices of the default backend (cached per configuration)."""
-    global _known_count
-    settings = _config.config()
-    known = _known_count
-    if known is not None and known[0] is settings:
-        return known[1]
-    count = _default_backend().device_count
-    _known_count = (settings, count)
-    return count
-
-
-def check_device_ordinal(dev_id: Any, what: str, device_count: int | None = None) -> int:
-    """Validate a device ordinal and return it as an ``int``.
-
-    Without ``device_count`` only its type and sign are checked (a context checks
-    the rest when it uses the place, against its own backend).
-
-    Raises
-    ------
-    TypeError
-        ``dev_id`` is not an ``int``.
-    PlaceError
-        ``dev_id`` is negative, or not below ``device_count``.
-    """
-    if isinstance(dev_id, bool) or not isinstance(dev_id, int):
-        raise TypeError(f"{what}: the device ordinal must be an int, got "
-                        f"{type(dev_id).__name__}")
-    dev_id = int(dev_id)
-    if dev_id < 0:
-        raise DeviceOrdinalError(f"{what}: invalid device id {dev_id}: device ordinals "
-                                 "are 0 or more")
-    if device_count is not None and dev_id >= device_count:
-        raise DeviceOrdinalError(
-            f"{what}: invalid device id {dev_id}: device {dev_id} does not exist; valid "
-            f"ordinals are 0..{device_count - 1} ({device_count} device(s))")
-    return dev_id
-
-
-def place_name(device: int) -> str:
-    """How a data place of device number ``device`` prints (``data_place('dev0')``)."""
-    if device >= 0:
-        return f"data_place('dev{device}')"
-    kind = {HOST: "host", MANAGED: "managed", AFFINE: "affine"}.get(device, str(device))
-    return f"data_place({kind!r})"
-
-
-_registered: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-"""Places whose ``_handle_int`` was asked for, by handle (``from_handle``)."""
-_data_handles: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-
-def _handle_of(place: data_place) -> int:
-    """The handle of a data place (given on first request, then stable)."""
-    handle = _data_handles.get(place)
-    if handle is None:
-        handle = _data_handles[place] = next(_handles)
-        _registered[handle] = place
-    return handle
-
-
-def _from_handle(h: Any, cls: type) -> Any:
-    """The live place of class ``cls`` whose ``_handle_int`` is ``h``."""
-    what = f"{cls.__name__}.from_handle"
-    if isinstance(h, bool) or not isinstance(h, int):
-        raise TypeError(f"{what} expects an int handle, got {type(h).__name__}")
-    if h == 0:
-        raise ValueError(f"{what}: the handle is NULL (0); pass place._handle_int of a "
-                         "live place")
-    place = _registered.get(int(h))
-    if place is None or not isinstance(place, cls):
-        raise PlaceError(f"{what}: {h} is not the handle of a live {cls.__name__}; "
-                         f"handles come from {cls.__name__}._handle_int and name "
-                         "places of this process while they are alive")
-    return place
+    def __init__(self) -> None:
+        self.stack: list[int] = []
 
 
 class data_place:
@@ -210,7 +116,7 @@ class data_place:
     def composite(grid: exec_place, mapper: Any, *,
                   data_rank: int | None = None) -> data_place:
         """Data spread over the members of ``grid``: ``mapper`` says which member's
-        memory holds each part (the partition mapper contract, ``stflow._partition``;
+        memory holds each part (the partition mapper contract, ``partition.py``;
         ``stflow.partitions`` has ready-made ones).
 
         Notes
@@ -251,21 +157,24 @@ class data_place:
     @staticmethod
     def current_device() -> data_place:
         """The current device's memory, resolved now."""
-        return data_place._make(_default_backend().current_device())
+        return data_place._make(default_backend().current_device())
 
     @staticmethod
     def locality_domain(dev_id: int, domain_id: int) -> data_place:
         """Memory local to locality domain ``domain_id`` of device ``dev_id`` (plain
-        device memory where the driver reports no domains; ``stflow._locality``)."""
-        from ._locality import domain_data_place
-        return domain_data_place(dev_id, domain_id)
+        device memory where the driver reports no domains; ``locality.py``)."""
+        device, domain = check_domain(dev_id, domain_id, "data_place.locality_domain")
+        return _domain_memory(device, domain)
 
     @staticmethod
     def green_ctx(view: Any) -> data_place:
         """The memory of the green context ``view`` (a ``green_ctx_view``): its
         device's memory."""
-        from ._green import green_data_place
-        return green_data_place(view)
+        if not isinstance(view, green_ctx_view):
+            raise TypeError(f"data_place.green_ctx expects a green_ctx_view, got "
+                            f"{type(view).__name__}")
+        return _labelled_data_place._labelled(
+            view.device_id, f"green_ctx(dev={view.device_id}, ctx={view.index})")
 
     @staticmethod
     def from_handle(h: int) -> data_place:
@@ -280,12 +189,12 @@ class data_place:
         PlaceError
             ``h`` names no live data place.
         """
-        return _from_handle(h, data_place)
+        return from_handle(h, data_place)
 
     @property
     def _handle_int(self) -> int:
         """An opaque ``int`` id of this place, accepted by :meth:`from_handle`."""
-        return _handle_of(self)
+        return handle_of(self)
 
     @property
     def kind(self) -> str:
@@ -310,12 +219,12 @@ class data_place:
         Stream-ordered on ``stream`` for device places; ``stream`` is ignored for host
         and managed memory. Free with :meth:`deallocate`.
         """
-        from .backends import place_allocator
+        from ..backends import place_allocator
         return place_allocator().allocate(self, nbytes, stream)
 
     def deallocate(self, ptr: int, nbytes: int, stream: Any = None) -> None:
         """Free memory returned by :meth:`allocate`; ``ptr == 0`` does nothing."""
-        from .backends import place_allocator
+        from ..backends import place_allocator
         place_allocator().deallocate(self, ptr, nbytes, stream)
 
     def __repr__(self) -> str:
@@ -332,7 +241,7 @@ class exec_place:
     _device: int
     _affine: data_place | None
     _handle: int
-    _saved: threading.local | None
+    _saved: _SavedDevices | None
     _stream_key: int
     """Which stream pool serves the place: its device number, or the key of its
     green context or foreign CUDA context (``_stream_partitions.StreamPartition``)."""
@@ -346,7 +255,7 @@ class exec_place:
         place = cls.__new__(cls)
         place._device = device
         place._affine = None
-        place._handle = next(_handles)
+        place._handle = next_handle()
         place._saved = None
         place._stream_key = device
         return place
@@ -365,38 +274,51 @@ class exec_place:
     @staticmethod
     def current_device() -> exec_place:
         """The current device, resolved now."""
-        return exec_place._make(_default_backend().current_device())
+        return exec_place._make(default_backend().current_device())
 
     @staticmethod
     def locality_domain(dev_id: int, domain_id: int, sm_split: str = "backfill"
                         ) -> exec_place:
         """The SMs of locality domain ``domain_id`` of device ``dev_id``; ``sm_split``
-        is ``"backfill"``, ``"aligned"`` or ``"fine"`` (``stflow._locality``)."""
-        from ._locality import domain_exec_place
-        return domain_exec_place(dev_id, domain_id, sm_split)
+        is ``"backfill"``, ``"aligned"`` or ``"fine"`` (``locality.py``)."""
+        split = check_split(sm_split)
+        device, domain = check_domain(dev_id, domain_id, "exec_place.locality_domain")
+        place = _partition_place._new(
+            device, None, None, f"locality_domain(dev={device},id={domain}), "
+            f"sm_split={split!r}")
+        place._affine = _domain_memory(device, domain)
+        return place
 
     @staticmethod
     def green_ctx(view: Any, use_green_ctx_data_place: bool = False) -> exec_place:
         """The SM partition of the green context ``view`` (a ``green_ctx_view``); with
         ``use_green_ctx_data_place`` its affine data place is
-        ``data_place.green_ctx(view)`` (``stflow._green``)."""
-        from ._green import green_exec_place
-        return green_exec_place(view, use_green_ctx_data_place)
+        ``data_place.green_ctx(view)`` (``green.py``)."""
+        if not isinstance(view, green_ctx_view):
+            raise TypeError(f"exec_place.green_ctx expects a green_ctx_view, got "
+                            f"{type(view).__name__}")
+        partition = view._partition
+        place = _partition_place._new(partition.device, partition, view, partition.label)
+        if use_green_ctx_data_place:       # the view keeps the helper's contexts alive
+            place._affine = data_place.green_ctx(view)
+        return place
 
     @staticmethod
     def from_context(ctx: Any, dev_id: int = -1) -> exec_place:
         """A place bound to an existing CUDA context: an ``int`` ``CUcontext`` or an
         object with ``.handle`` (a ``cuda.core`` Context, green ones included), kept
         alive and returned by :attr:`backing_context`. ``dev_id=-1`` derives the
-        device (``stflow._green``)."""
-        from ._green import place_from_context
-        return place_from_context(ctx, dev_id)
+        device (``locality.context_partition``)."""
+        device, partition = context_partition(ctx, dev_id)
+        if partition is None:               # the device's own context: a device place
+            return _partition_place._new(device, None, ctx, f"device={device}")
+        return _partition_place._new(device, partition, ctx, partition.label)
 
     @staticmethod
     def from_handle(h: int) -> exec_place:
         """The execution place whose ``_handle_int`` is ``h`` (``0`` → ``ValueError``,
         unknown → ``PlaceError``)."""
-        return _from_handle(h, exec_place)
+        return from_handle(h, exec_place)
 
     def pick_stream(self, resources: Any, for_computation: bool = True) -> Any:
         """A stream of this place from the pools of ``resources`` (an
@@ -413,12 +335,11 @@ class exec_place:
         No ``with place:`` block is needed. Separate resource objects give separate
         streams (``stflow._resources``).
         """
-        pick = getattr(resources, "_pick_stream", None)
-        if pick is None:
+        if not isinstance(resources, StreamResources):
             raise TypeError(f"pick_stream expects an exec_place_resources (e.g. "
                             f"exec_place_resources() or ctx.place_resources), got "
                             f"{type(resources).__name__}")
-        return pick(self, for_computation)
+        return resources._pick_stream(self, for_computation)
 
     @property
     def kind(self) -> str:
@@ -443,7 +364,7 @@ class exec_place:
 
     @property
     def _handle_int(self) -> int:
-        _registered[self._handle] = self          # so that from_handle finds it
+        register_handle(self._handle, self)       # so that from_handle finds it
         return self._handle
 
     @property
@@ -492,9 +413,9 @@ class exec_place:
         ``grid_dims`` (whose product must be :attr:`size`)."""
         dims = check_extents(grid_dims, "reshape")
         members = self._members()
-        if _product(dims) != len(members):
+        if product(dims) != len(members):
             raise ValueError(f"cannot reshape a grid of {len(members)} places into "
-                             f"grid dims {dims}, which hold {_product(dims)} places; "
+                             f"grid dims {dims}, which hold {product(dims)} places; "
                              f"give dims whose product is {len(members)}")
         return exec_place_grid._grid(members, dims, self._affine)
 
@@ -509,38 +430,28 @@ class exec_place:
         if not 0 <= first_axis <= last_axis < len(dims):
             raise ValueError(f"collapse_axes({first_axis}, {last_axis}): need "
                              f"0 <= first <= last < {len(dims)} for dims {dims}")
-        merged = _product(dims[first_axis:last_axis + 1])
+        merged = product(dims[first_axis:last_axis + 1])
         new_dims = dims[:first_axis] + (merged,) + dims[last_axis + 1:]
         return exec_place_grid._grid(self._members(), new_dims, self._affine)
 
     def __enter__(self) -> exec_place:
-        backend = _default_backend()
+        backend = default_backend()
         saved = self._saved
         if saved is None:
-            saved = self._saved = threading.local()
-        stack = getattr(saved, "stack", None)
-        if stack is None:
-            stack = saved.stack = []
-        stack.append(backend.current_device())
+            saved = self._saved = _SavedDevices()
+        saved.stack.append(backend.current_device())
         if self._device >= 0:
             backend.set_current_device(self._device)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         assert self._saved is not None
-        _default_backend().set_current_device(self._saved.stack.pop())
+        default_backend().set_current_device(self._saved.stack.pop())
 
     def __repr__(self) -> str:
         if self._device == HOST:
             return "exec_place(host)"
         return f"exec_place(device={self._device})"
-
-
-def _product(dims: Sequence[int]) -> int:
-    count = 1
-    for extent in dims:
-        count *= extent
-    return count
 
 
 class exec_place_grid(exec_place):
@@ -610,9 +521,9 @@ class exec_place_grid(exec_place):
                             f"got {type(places).__name__}") from None
         members: list[exec_place] = []
         for place in given:
-            if not isinstance(place, exec_place):
-                convert = getattr(place, "_as_stf_exec_place", None)
-                place = convert() if callable(convert) else place
+            if not isinstance(place, exec_place) and \
+                    isinstance(place, ExecPlaceConvertible):
+                place = place._as_stf_exec_place()
             if not isinstance(place, exec_place):
                 raise TypeError(f"exec_place_grid.create: places must be exec_place "
                                 f"objects, got {type(place).__name__}")
@@ -624,9 +535,9 @@ class exec_place_grid(exec_place):
                              f"{MAX_GRID_PLACES}")
         dims = ((len(members),) if grid_dims is None
                 else check_extents(grid_dims, "exec_place_grid.create"))
-        if _product(dims) != len(members):
+        if product(dims) != len(members):
             raise ValueError(f"exec_place_grid.create: grid dims {dims} hold "
-                             f"{_product(dims)} places, {len(members)} were given")
+                             f"{product(dims)} places, {len(members)} were given")
         grid = exec_place_grid._grid(members, dims)
         if mapper is not None:
             grid._affine = data_place.composite(grid, mapper, data_rank=data_rank)
@@ -640,19 +551,17 @@ class exec_place_grid(exec_place):
         if granularity not in ("device", "locality_domain"):
             raise ValueError(f"exec_place_grid.machine: granularity must be 'device' or "
                              f"'locality_domain', got {granularity!r}")
-        count = _default_backend().device_count
+        count = default_backend().device_count
         if count < 1:
             raise PlaceError("exec_place_grid.machine: this machine has no device")
         if granularity == "device":
             places: list[exec_place] = [exec_place.device(i) for i in range(count)]
         else:
-            from ._green import locality_domain_places
             places = []
             for device in range(count):
                 places.extend(locality_domain_places(device, "backfill"))
         if len(places) == 1:
             return places[0]
-        from ._partition import blocked
         grid = exec_place_grid._grid(places, (len(places),))
         grid._affine = data_place.composite(grid, blocked())
         return grid
@@ -661,9 +570,8 @@ class exec_place_grid(exec_place):
     def locality_domains(dev_id: int = 0, sm_split: str = "backfill") -> exec_place_grid:
         """A 1-D grid of device ``dev_id``'s locality domains (one whole-device place
         where the driver reports none)."""
-        from ._green import locality_domain_places
-        return exec_place_grid._grid(locality_domain_places(dev_id, sm_split),
-                                     (len(locality_domain_places(dev_id, sm_split)),))
+        places = locality_domain_places(dev_id, sm_split)
+        return exec_place_grid._grid(places, (len(places),))
 
     @property
     def grid_rank(self) -> int:
@@ -715,12 +623,11 @@ class _LayoutPlace(data_place):
     @classmethod
     def _layout(cls, kind: str, grid: exec_place | None, mapper: Any) -> _LayoutPlace:
         place = cls.__new__(cls)
-        place._device = -next(_layout_numbers)
         place._layout_kind = kind
         place._grid = grid
         place._mapper = mapper
         place._data_rank = None
-        _layouts[place._device] = place
+        place._device = next_layout_number(place)
         return place
 
     @property
@@ -759,3 +666,117 @@ class _LayoutPlace(data_place):
 
     def __repr__(self) -> str:
         return f"data_place({self.kind!r})"
+
+
+def locality_domain_places(dev_id: int = 0, sm_split: str = "backfill"
+                           ) -> list[exec_place]:
+    """One execution place per locality domain of device ``dev_id``, in domain order
+    (what ``exec_place_grid.locality_domains`` arranges in a rank-1 grid)."""
+    split = check_split(sm_split)
+    device = check_device_ordinal(dev_id, "exec_place_grid.locality_domains")
+    return [exec_place.locality_domain(device, domain, split)
+            for domain in range(locality_domain_count(device))]
+
+
+class green_ctx_view:
+    """One green context of a ``green_context_helper`` (which it keeps alive).
+
+    Get one with ``helper.get_view(idx)``.
+    """
+
+    __slots__ = ("_helper", "_index", "_partition")
+    _helper: Any
+    _index: int
+    _partition: StreamPartition
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("green_ctx_view cannot be constructed directly; use "
+                        "green_context_helper(sm_count, dev_id).get_view(idx)")
+
+    @classmethod
+    def _make(cls, helper: Any, index: int, partition: StreamPartition) -> green_ctx_view:
+        view = cls.__new__(cls)
+        view._helper = helper
+        view._index = index
+        view._partition = partition
+        return view
+
+    @property
+    def helper(self) -> Any:
+        """The ``green_context_helper`` this view belongs to."""
+        return self._helper
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def device_id(self) -> int:
+        return self._partition.device
+
+    def __repr__(self) -> str:
+        return f"green_ctx_view(device_id={self.device_id}, index={self._index})"
+
+
+class _partition_place(exec_place):
+    """An execution place with a label: a locality domain's (the device's streams),
+    or one whose streams live in a green context or a foreign context
+    (``_partition``); ``_backing`` is what keeps that context alive."""
+
+    __slots__ = ("_partition", "_backing", "_label")
+    _partition: StreamPartition | None
+    _backing: Any
+    _label: str
+
+    @classmethod
+    def _new(cls, device: int, partition: StreamPartition | None, backing: Any,
+             label: str) -> _partition_place:
+        place = cls._make(device)
+        assert isinstance(place, _partition_place)
+        place._partition = partition
+        if partition is not None:
+            place._stream_key = partition.key
+        place._backing = backing
+        place._label = label
+        return place
+
+    @property
+    def backing_context(self) -> Any:
+        return self._backing
+
+    def __enter__(self) -> exec_place:
+        super().__enter__()
+        if self._partition is not None:     # CUDA: make the partition's context current
+            default_backend().enter_partition(self._partition.native)
+        return self
+
+    def __repr__(self) -> str:
+        return f"exec_place({self._label})"
+
+
+class _labelled_data_place(data_place):
+    """A device's memory under another name: a locality domain's or a green
+    context's."""
+
+    __slots__ = ("_label",)
+    _label: str
+
+    @classmethod
+    def _labelled(cls, device: int, label: str) -> _labelled_data_place:
+        place = cls._make(device)
+        assert isinstance(place, _labelled_data_place)
+        place._label = label
+        return place
+
+    @property
+    def kind(self) -> str:
+        return self._label
+
+    def __repr__(self) -> str:
+        return f"data_place({self._label!r})"
+
+
+def _domain_memory(device: int, domain: int) -> data_place:
+    """``data_place.locality_domain(device, domain)`` of checked ordinals."""
+    return _labelled_data_place._labelled(device,
+                                          f"locality_domain(dev={device},id={domain})")

@@ -6,8 +6,9 @@ their stream key (``exec_place._stream_key``), so the runtime keeps a separate s
 pool for it (``_streams.StreamPools``) and creates that pool's streams in the
 partition. Keys start at :data:`PARTITION_KEYS`, above every device number.
 
-This module is not compiled (``_compile.COMPILED_MODULES``): partitions are weakly
-referenced, which compiled classes do not support.
+This module imports nothing of stflow (``_streams`` imports it) and is not compiled
+(``_compile.COMPILED_MODULES``): partitions are weakly referenced, which compiled
+classes do not support.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ class StreamPartition:
     device : int
         The device the partition belongs to.
     native : object
-        What the backend needs: on CUDA a ``_cuda_green.ContextPartition`` (the
-        ``CUcontext`` and the object keeping it alive), on the emulated
-        backend ``None`` (the partition is a label of streams of a virtual device).
+        What the backend needs to create streams in it, from its
+        ``context_partition``: on CUDA a ``_cuda_green.ContextPartition`` (the
+        ``CUcontext`` and the object keeping it alive), on the emulated backend the
+        ``EmulatedContext`` (the partition labels streams of a virtual device).
     label : str
         How it prints (``green_ctx(dev=0, ctx=1)``).
     sm_count : int

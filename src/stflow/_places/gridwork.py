@@ -3,7 +3,7 @@
 Composite instances (``data_place.composite(grid, mapper)``)
     :func:`allocate_composite` asks the backend for its chunk size (on CUDA the
     virtual-memory granularity of the grid's devices), runs the mapper once per chunk
-    (``_partition.chunk_owners``) and has the backend map each chunk in the memory of
+    (``partition.chunk_owners``) and has the backend map each chunk in the memory of
     the member that owns it. The instance is then one address range: a task body
     sees the whole array, and each member's part lives in its own memory.
 
@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._errors import PlaceError
-from ._partition import chunk_owners, chunk_size
-from ._places import COMPOSITE, layout_place
+from .._errors import PlaceError
+from .partition import chunk_owners, chunk_size
+from .numbering import COMPOSITE, layout_place
 
 if TYPE_CHECKING:
-    from ._places import exec_place_grid
-    from ._streams import StreamPools
-    from .backends._base import Backend, CompositeAllocation, Stream
+    from .places import exec_place_grid
+    from .._streams import StreamPools
+    from ..backends._base import Backend, CompositeAllocation, Stream
 
 __all__ = ["allocate_composite", "fork", "join"]
 
