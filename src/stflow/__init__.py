@@ -81,7 +81,7 @@ _LOCATIONS = {
     "data_place": "._places",
     "dep": "._logical_data",
     "DeviceArray": "._device_array",
-    "dlpack_export": "._dlpack",
+    "dlpack_export": ".interop._dlpack",
     "exec_place": "._places",
     "exec_place_grid": "._places",
     "exec_place_resources": "._resources",
@@ -142,7 +142,7 @@ if TYPE_CHECKING:
     from ._cond import cond as cond
     from ._context import context as context
     from ._device_array import DeviceArray as DeviceArray
-    from ._dlpack import dlpack_export as dlpack_export
+    from .interop._dlpack import dlpack_export as dlpack_export
     from ._green import green_context_helper as green_context_helper
     from ._green import green_ctx_view as green_ctx_view
     from ._green import green_places as green_places

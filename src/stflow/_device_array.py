@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
+from .interop._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
 from ._errors import DeviceOrdinalError, PlaceAllocationError
 from ._places import data_place
 from ._sources import check_dtype

@@ -161,7 +161,7 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
     The capsule stays unconsumed and is kept alive with the producer, so the producer
     releases the tensor when both are dropped.
     """
-    from ._dlpack import CUDA, CUDA_HOST, CUDA_MANAGED, read_capsule, request_capsule
+    from .interop._dlpack import CUDA, CUDA_HOST, CUDA_MANAGED, read_capsule, request_capsule
     if device[0] not in (CUDA, CUDA_HOST, CUDA_MANAGED):
         raise TypeError(f"cannot register a {type(buf).__name__} on DLPack device "
                         f"{device}: stflow reads CPU and CUDA memory only")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow import _dlpack
+from stflow.interop import _dlpack
 from stflow.backends import default_backend
 from stflow.errors import BackendUnavailableError, PlaceError, ShapeError
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ShapeError
+from .._errors import ShapeError
 
 __all__ = ["CPU", "CUDA", "CUDA_HOST", "CUDA_MANAGED", "DLPackTensor", "dlpack_export",
            "dtype_code", "export_capsule", "numpy_dtype", "read_capsule",
