@@ -13,9 +13,9 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_green``         green contexts and locality domains
 - ``_views``         CudaStream, stf_cai
 - ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
-- ``_dlpack``        DLPack capsules: dlpack_export, reading producers' capsules
 - ``_kernel``        cuda_kernel: tasks whose body describes kernel launches
-- ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports)
+- ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports);
+                     ``interop/_dlpack``: dlpack_export, the DLPack exporter
 - ``backends/``      the backend contract, the emulated and CUDA backends
 - ``testing``        random task programs and their sequential NumPy oracle
 
