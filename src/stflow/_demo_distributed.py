@@ -116,7 +116,6 @@ def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
     x_full = np.zeros_like(b)
     b_full = np.array(b, dtype=np.float64, order="C")
     b_full.setflags(write=False)
-    tasks = executed = 0
     comm.Barrier()
     started = time.perf_counter()
     with stf.distributed_context(comm, backend=backend, use_graph=graph) as ctx:
@@ -124,69 +123,97 @@ def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
         local_devices = available if devices is None else min(devices, available)
         # A rank's blocks go round its devices, in the order it owns them.
         device = [owner[:k].count(owner[k]) % local_devices for k in range(blocks)]
+        cg = _DistributedCG(stf, ctx, owner, device, strips, x_full, b_full)
+        cg.start()
+        for it in range(1, iterations + 1):
+            cg.iteration()
+            if report_every and (it % report_every == 0 or it == iterations):
+                cg.report(rank, out)
+    seconds = time.perf_counter() - started
+    from mpi4py import MPI
+    whole = np.empty_like(x_full)
+    comm.Allreduce(x_full, whole, op=MPI.SUM)       # each rank holds its own strips
+    return DistributedSolveResult(whole, cg.tasks, cg.executed, seconds, ranks_used,
+                                  blocks)
 
-        def task(k: int | None, kernel: Callable[..., None], *deps: Any) -> None:
-            """``kernel(xp, *arrays)`` on the owner of block ``k`` (rank 0 and its
-            first device for ``None``)."""
-            nonlocal tasks, executed
-            tasks += 1
-            where = 0 if k is None else device[k]
-            with ctx.task(*deps, rank=0 if k is None else owner[k],
-                          place=stf.exec_place.device(where)) as t:
-                executed += t.runs_here
-                t.run(kernel)
+
+class _DistributedCG:
+    """The logical data of one distributed CG solve in ``ctx`` (block ``k`` owned by
+    rank ``owner[k]``, on its device ``device[k]``) and the tasks of its steps,
+    counted (``tasks``: all of them, ``executed``: those this rank ran)."""
+
+    def __init__(self, stf: Any, ctx: Any, owner: list[int], device: list[int],
+                 strips: list[tuple[int, int]], x_full: np.ndarray,
+                 b_full: np.ndarray) -> None:
+        self.stf, self.ctx, self.owner, self.device = stf, ctx, owner, device
+        self.tasks = self.executed = 0
+        n = b_full.shape[0]
+        blocks = self.blocks = len(strips)
 
         def piece(name: str, k: int, shape: tuple[int, ...]) -> Any:
             return ctx.logical_data_empty(shape, np.float64, owner=owner[k],
                                           name=f"{name}[{k}]")
 
         rows = [z - a for a, z in strips]
-        x = [ctx.logical_data(x_full[a:z], owner=owner[k], name=f"x[{k}]")
-             for k, (a, z) in enumerate(strips)]
-        rhs = [ctx.logical_data(b_full[a:z], owner=owner[k], name=f"b[{k}]")
-               for k, (a, z) in enumerate(strips)]
-        r = [piece("r", k, (rows[k], n)) for k in range(blocks)]
-        p = [piece("p", k, (rows[k], n)) for k in range(blocks)]
-        ap = [piece("Ap", k, (rows[k], n)) for k in range(blocks)]
-        top = [piece("top", k, (n,)) for k in range(blocks)]
-        bottom = [piece("bottom", k, (n,)) for k in range(blocks)]
-        rr_part = [piece("rr", k, (1,)) for k in range(blocks)]
+        self.x = [ctx.logical_data(x_full[a:z], owner=owner[k], name=f"x[{k}]")
+                  for k, (a, z) in enumerate(strips)]
+        self.rhs = [ctx.logical_data(b_full[a:z], owner=owner[k], name=f"b[{k}]")
+                    for k, (a, z) in enumerate(strips)]
+        self.r = [piece("r", k, (rows[k], n)) for k in range(blocks)]
+        self.p = [piece("p", k, (rows[k], n)) for k in range(blocks)]
+        self.ap = [piece("Ap", k, (rows[k], n)) for k in range(blocks)]
+        self.top = [piece("top", k, (n,)) for k in range(blocks)]
+        self.bottom = [piece("bottom", k, (n,)) for k in range(blocks)]
+        self.rr_part = [piece("rr", k, (1,)) for k in range(blocks)]
         # The dot products of one iteration: every block reduces its share into them.
-        pap = ctx.logical_data(np.zeros(1), owner=0, name="pAp")
-        rr = ctx.logical_data(np.zeros(1), owner=0, name="rr")
-        scalars = ctx.logical_data_empty((5,), np.float64, owner=0, name="scalars")
+        self.pap = ctx.logical_data(np.zeros(1), owner=0, name="pAp")
+        self.rr = ctx.logical_data(np.zeros(1), owner=0, name="rr")
+        self.scalars = ctx.logical_data_empty((5,), np.float64, owner=0,
+                                              name="scalars")
 
+    def task(self, k: int | None, kernel: Callable[..., None], *deps: Any) -> None:
+        """``kernel(xp, *arrays)`` on the owner of block ``k`` (rank 0 and its first
+        device for ``None``)."""
+        self.tasks += 1
+        where = 0 if k is None else self.device[k]
+        with self.ctx.task(*deps, rank=0 if k is None else self.owner[k],
+                           place=self.stf.exec_place.device(where)) as t:
+            self.executed += t.runs_here
+            t.run(kernel)
+
+    def start(self) -> None:
+        """``r = p = b`` and ``r·r`` (``x`` starts at 0)."""
+        for k in range(self.blocks):
+            self.task(k, _start, self.rhs[k].read(), self.r[k].write(),
+                      self.p[k].write(), self.rr_part[k].write())
+        self.task(None, _init_scalars, self.scalars.write(),
+                  *(part.read() for part in self.rr_part))
+
+    def iteration(self) -> None:
+        """One CG step."""
+        blocks, task, scalars, p, r = self.blocks, self.task, self.scalars, self.p, self.r
         for k in range(blocks):
-            task(k, _start, rhs[k].read(), r[k].write(), p[k].write(),
-                 rr_part[k].write())
-        task(None, _init_scalars, scalars.write(), *(part.read() for part in rr_part))
+            task(k, _copy_edges, p[k].read(), self.top[k].write(), self.bottom[k].write())
+        for k in range(blocks):
+            halos = halo_reads(k, self.top, self.bottom)
+            # The kernel writes the block's p·Ap into its view of pAp, which holds 0
+            # under reduce("sum"): the share to add.
+            task(k, _matvec_kernel(k > 0, k < blocks - 1), p[k].read(), *halos,
+                 self.ap[k].write(), self.pap.reduce("sum"))
+        task(None, _consume(_alpha), scalars.rw(), self.pap.rw())
+        for k in range(blocks):
+            task(k, _update, scalars.read(), p[k].read(), self.ap[k].read(),
+                 self.x[k].rw(), r[k].rw(), self.rr.reduce("sum"))
+        task(None, _consume(_beta), scalars.rw(), self.rr.rw())
+        for k in range(blocks):
+            task(k, _direction, scalars.read(), r[k].read(), p[k].rw())
 
-        for it in range(1, iterations + 1):
-            for k in range(blocks):
-                task(k, _copy_edges, p[k].read(), top[k].write(), bottom[k].write())
-            for k in range(blocks):
-                halos = halo_reads(k, top, bottom)
-                # The kernel writes the block's p·Ap into its view of pAp, which
-                # holds 0 under reduce("sum"): the share to add.
-                task(k, _matvec_kernel(k > 0, k < blocks - 1), p[k].read(), *halos,
-                     ap[k].write(), pap.reduce("sum"))
-            task(None, _consume(_alpha), scalars.rw(), pap.rw())
-            for k in range(blocks):
-                task(k, _update, scalars.read(), p[k].read(), ap[k].read(), x[k].rw(),
-                     r[k].rw(), rr.reduce("sum"))
-            task(None, _consume(_beta), scalars.rw(), rr.rw())
-            for k in range(blocks):
-                task(k, _direction, scalars.read(), r[k].read(), p[k].rw())
-            if report_every and (it % report_every == 0 or it == iterations):
-                tasks += 1
-                executed += rank == 0
-                ctx.host_launch(scalars.read(), rank=0,
-                                fn=lambda values: _report(values, out))
-    seconds = time.perf_counter() - started
-    from mpi4py import MPI
-    whole = np.empty_like(x_full)
-    comm.Allreduce(x_full, whole, op=MPI.SUM)       # each rank holds its own strips
-    return DistributedSolveResult(whole, tasks, executed, seconds, ranks_used, blocks)
+    def report(self, rank: int, out: Callable[[str], Any]) -> None:
+        """Rank 0 prints the relative residual (a host callback)."""
+        self.tasks += 1
+        self.executed += rank == 0
+        self.ctx.host_launch(self.scalars.read(), rank=0,
+                             fn=lambda values: _report(values, out))
 
 
 def main(args: argparse.Namespace, configure_stflow: bool) -> int:

@@ -420,26 +420,11 @@ def transitive_reduction(edges: Iterable[tuple[int, int]],
     far: dict[int, int] = {}             # bit landmark[a]: the landmark a is an ancestor
     reduced: set[tuple[int, int]] = set()
     for node in order:
-        here = position[node]
-        near_bits = far_bits = 0
         sources = predecessors.get(node)
+        near_bits = far_bits = 0
         if sources:
-            sources.sort(key=position.__getitem__, reverse=True)
-            for source in dict.fromkeys(sources):          # nearest first, once each
-                distance = here - position[source]
-                if distance <= window:
-                    own = 1 << (window - distance)
-                    if near_bits & own:
-                        continue                           # implied by a nearer one
-                else:
-                    if far_bits >> landmark[source] & 1:
-                        continue
-                    own = 0
-                reduced.add((source, node))
-                near_bits |= (near.get(source, 0) >> distance) | own
-                far_bits |= far.get(source, 0)
-                if source in landmark:
-                    far_bits |= 1 << landmark[source]
+            near_bits, far_bits = _keep_edges_into(node, sources, position, window,
+                                                   landmark, near, far, reduced)
             for source in sources:
                 successors_left[source] -= 1
                 if successors_left[source] == 0:
@@ -451,6 +436,34 @@ def transitive_reduction(edges: Iterable[tuple[int, int]],
             if far_bits:
                 far[node] = far_bits
     return reduced
+
+
+def _keep_edges_into(node: int, sources: list[int], position: dict[int, int],
+                     window: int, landmark: dict[int, int], near: dict[int, int],
+                     far: dict[int, int], reduced: set[tuple[int, int]]
+                     ) -> tuple[int, int]:
+    """Add to ``reduced`` the edges into ``node`` that no nearer predecessor implies
+    (see :func:`transitive_reduction`); return ``node``'s ancestor bits, within the
+    window and among the landmarks. Sorts ``sources`` nearest first."""
+    here = position[node]
+    near_bits = far_bits = 0
+    sources.sort(key=position.__getitem__, reverse=True)
+    for source in dict.fromkeys(sources):          # nearest first, once each
+        distance = here - position[source]
+        if distance <= window:
+            own = 1 << (window - distance)
+            if near_bits & own:
+                continue                           # implied by a nearer one
+        else:
+            if far_bits >> landmark[source] & 1:
+                continue
+            own = 0
+        reduced.add((source, node))
+        near_bits |= (near.get(source, 0) >> distance) | own
+        far_bits |= far.get(source, 0)
+        if source in landmark:
+            far_bits |= 1 << landmark[source]
+    return near_bits, far_bits
 
 
 def _spans(edges: Collection[tuple[int, int]], order: Sequence[int]

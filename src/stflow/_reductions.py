@@ -230,7 +230,6 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
     op = pending.op
     dtype = state.dtype
     assert dtype is not None
-    count = state.nbytes // dtype.itemsize
     backend = rt.backend
     pools = rt.current_pools()
     if device is None:
@@ -246,24 +245,10 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
                      *(source.ready.values() if source is not None else ()),
                      *(event for _, event in heads)]
     stream = rt.stream_on(pools, device, prerequisites)
-    moved: list[Instance] = []
-    scratch: Instance | None = None
     try:
-        if target.allocation is None:
-            rt.allocate(state, target, stream, None, None, what)
-        assert target.allocation is not None
-        if target.allocation.strides is not None:  # a strided user buffer: combine
-            scratch = Instance(device)              # densely, then copy it back
-            rt.allocate(state, scratch, stream, None, None, what, private=True)
-            moved.append(scratch)
-        for instance, _ in heads:
-            if instance.device != device:
-                copy = Instance(device)
-                rt.allocate(state, copy, stream, None, None, what, private=True)
-                moved.append(copy)
+        moved, scratch = _allocate_for_combining(rt, state, heads, target, device,
+                                                 stream, what)
     except OutOfMemoryError:
-        for copy in moved:
-            free_private(rt, copy, state.nbytes, stream)
         if device == HOST:
             raise
         # The device is full (of these partial results, maybe): combine on the
@@ -287,15 +272,8 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
                      stream)
     elif scratch is not None:
         rt.copy_instance(state, scratch, target, stream, None)
-    copies = iter(moved[1:] if scratch is not None else moved)
-    for instance, _ in heads:
-        if instance.device != device:         # another device's result, moved first
-            copy = next(copies)
-            rt.copy_instance(state, copy, instance, stream, None)
-            instance = copy
-        assert instance.allocation is not None
-        backend.combine(accumulator.allocation.ptr, instance.allocation.ptr, count,
-                        dtype, op.name, stream)
+    _combine_heads(rt, state, pending, accumulator,
+                   moved[1:] if scratch is not None else moved, device, stream)
     if scratch is not None:
         rt.copy_instance(state, target, scratch, stream, None)
     event = backend.record(stream)
@@ -307,6 +285,56 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
         free_private(rt, instance, state.nbytes, stream)
     state.pending = None
     rt.wake()
+
+
+def _allocate_for_combining(rt: Owner, state: DataState,
+                            heads: list[tuple[Instance, Any]], target: Instance,
+                            device: int, stream: Stream, what: Any
+                            ) -> tuple[list[Instance], Instance | None]:
+    """The memory :func:`_combine_into` needs at ``device``, all allocated before
+    anything is enqueued: ``target``'s, a dense scratch instance when ``target`` is
+    a strided user buffer, and a copy of each other device's result. Returns the
+    private instances (the scratch first) and the scratch. On ``OutOfMemoryError``
+    the private ones are freed before it propagates."""
+    moved: list[Instance] = []
+    scratch: Instance | None = None
+    try:
+        if target.allocation is None:
+            rt.allocate(state, target, stream, None, None, what)
+        assert target.allocation is not None
+        if target.allocation.strides is not None:  # a strided user buffer: combine
+            scratch = Instance(device)              # densely, then copy it back
+            rt.allocate(state, scratch, stream, None, None, what, private=True)
+            moved.append(scratch)
+        for instance, _ in heads:
+            if instance.device != device:
+                copy = Instance(device)
+                rt.allocate(state, copy, stream, None, None, what, private=True)
+                moved.append(copy)
+    except OutOfMemoryError:
+        for copy in moved:
+            free_private(rt, copy, state.nbytes, stream)
+        raise
+    return moved, scratch
+
+
+def _combine_heads(rt: Owner, state: DataState, pending: Reduction,
+                   accumulator: Instance, copies: list[Instance], device: int,
+                   stream: Stream) -> None:
+    """Combine every partial result of ``pending`` into ``accumulator`` on
+    ``stream``; another device's result is first moved into the next of ``copies``."""
+    dtype = state.dtype
+    assert dtype is not None and accumulator.allocation is not None
+    count = state.nbytes // dtype.itemsize
+    spare = iter(copies)
+    for instance, _ in pending.partials:
+        if instance.device != device:         # another device's result, moved first
+            copy = next(spare)
+            rt.copy_instance(state, copy, instance, stream, None)
+            instance = copy
+        assert instance.allocation is not None
+        rt.backend.combine(accumulator.allocation.ptr, instance.allocation.ptr, count,
+                           dtype, pending.op.name, stream)
 
 
 def _combine_per_device(rt: Owner, state: DataState, pending: Reduction,

@@ -160,9 +160,31 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
     with opened as ctx:
         devices, blocks = layout(n, get_backend(ctx.backend).device_count, devices,
                                  blocks)
-        strips = row_blocks(n, blocks)
-        home = [k % devices for k in range(blocks)]
-        submit = _Submitter(ctx)
+        cg = _CG(ctx, _Submitter(ctx), x_full, b_full, row_blocks(n, blocks), devices,
+                 out)
+        cg.start()
+        done = 0
+        if graph and iterations:
+            launches, done = cg.run_as_graph(iterations, report_every)
+        for it in range(done + 1, iterations + 1):
+            cg.iteration(bool(report_every)
+                         and (it % report_every == 0 or it == iterations))
+    seconds = time.perf_counter() - started
+    return SolveResult(x_full, cg.submit.tasks, seconds, ctx.statistics(), launches)
+
+
+class _CG:
+    """The logical data of one blocked CG solve in ``ctx`` and the tasks of its
+    steps (block ``k`` on device ``k % devices``)."""
+
+    def __init__(self, ctx: Any, submit: _Submitter, x_full: np.ndarray,
+                 b_full: np.ndarray, strips: list[tuple[int, int]], devices: int,
+                 out: Callable[[str], Any]) -> None:
+        n = b_full.shape[0]
+        blocks = len(strips)
+        self.ctx, self.submit, self.devices, self.out = ctx, submit, devices, out
+        self.blocks = blocks
+        self.home = [k % devices for k in range(blocks)]
 
         def vector(name: str, k: int) -> Any:
             rows = strips[k][1] - strips[k][0]
@@ -174,75 +196,78 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
         def row(name: str, k: int) -> Any:
             return ctx.logical_data_empty((n,), np.float64, name=f"{name}[{k}]")
 
-        x = [ctx.logical_data(x_full[a:z], name=f"x[{k}]")
-             for k, (a, z) in enumerate(strips)]
-        rhs = [ctx.logical_data(b_full[a:z], name=f"b[{k}]")
-               for k, (a, z) in enumerate(strips)]
-        r = [vector("r", k) for k in range(blocks)]
-        p = [vector("p", k) for k in range(blocks)]
-        ap = [vector("Ap", k) for k in range(blocks)]
-        top = [row("top", k) for k in range(blocks)]
-        bottom = [row("bottom", k) for k in range(blocks)]
-        rr = [scalar("rr", k) for k in range(blocks)]
-        pap = [scalar("pAp", k) for k in range(blocks)]
-        scalars = ctx.logical_data_empty((5,), np.float64, name="scalars")
+        self.x = [ctx.logical_data(x_full[a:z], name=f"x[{k}]")
+                  for k, (a, z) in enumerate(strips)]
+        self.rhs = [ctx.logical_data(b_full[a:z], name=f"b[{k}]")
+                    for k, (a, z) in enumerate(strips)]
+        self.r = [vector("r", k) for k in range(blocks)]
+        self.p = [vector("p", k) for k in range(blocks)]
+        self.ap = [vector("Ap", k) for k in range(blocks)]
+        self.top = [row("top", k) for k in range(blocks)]
+        self.bottom = [row("bottom", k) for k in range(blocks)]
+        self.rr = [scalar("rr", k) for k in range(blocks)]
+        self.pap = [scalar("pAp", k) for k in range(blocks)]
+        self.scalars = ctx.logical_data_empty((5,), np.float64, name="scalars")
 
+    def start(self) -> None:
+        """``r = p = b`` and ``r·r`` (``x`` starts at 0)."""
+        submit, home = self.submit, self.home
+        for k in range(self.blocks):
+            submit.task(home[k], _start, self.rhs[k].read(), self.r[k].write(),
+                        self.p[k].write(), self.rr[k].write(), symbol=f"start[{k}]")
+        submit.task(0, _init_scalars, self.scalars.write(),
+                    *(part.read() for part in self.rr), symbol="init")
+
+    def iteration(self, report: bool) -> None:
+        """One CG step; ``report``: then print the residual from a host callback."""
+        submit, home, blocks, scalars = self.submit, self.home, self.blocks, self.scalars
+        r, p, rr, pap = self.r, self.p, self.rr, self.pap
         for k in range(blocks):
-            submit.task(home[k], _start, rhs[k].read(), r[k].write(), p[k].write(),
-                        rr[k].write(), symbol=f"start[{k}]")
-        submit.task(0, _init_scalars, scalars.write(), *(part.read() for part in rr),
-                    symbol="init")
+            submit.task(home[k], _copy_edges, p[k].read(), self.top[k].write(),
+                        self.bottom[k].write(), symbol=f"halo[{k}]")
+        for k in range(blocks):
+            submit.task(home[k], _matvec_kernel(k > 0, k < blocks - 1),
+                        p[k].read(), *halo_reads(k, self.top, self.bottom),
+                        self.ap[k].write(), pap[k].write(), symbol=f"matvec[{k}]")
+        submit.task(0, _alpha, scalars.rw(), *(part.read() for part in pap),
+                    symbol="alpha")
+        for k in range(blocks):
+            submit.task(home[k], _update, scalars.read(), p[k].read(),
+                        self.ap[k].read(), self.x[k].rw(), r[k].rw(), rr[k].write(),
+                        symbol=f"update[{k}]")
+        submit.task(0, _beta, scalars.rw(), *(part.read() for part in rr),
+                    symbol="beta")
+        for k in range(blocks):
+            submit.task(home[k], _direction, scalars.read(), r[k].read(),
+                        p[k].rw(), symbol=f"direction[{k}]")
+        if report:
+            submit.host(_report, scalars.read(), args=(self.out,), symbol="report")
 
-        def iteration(report: bool) -> None:
-            for k in range(blocks):
-                submit.task(home[k], _copy_edges, p[k].read(), top[k].write(),
-                            bottom[k].write(), symbol=f"halo[{k}]")
-            for k in range(blocks):
-                submit.task(home[k], _matvec_kernel(k > 0, k < blocks - 1),
-                            p[k].read(), *halo_reads(k, top, bottom), ap[k].write(),
-                            pap[k].write(), symbol=f"matvec[{k}]")
-            submit.task(0, _alpha, scalars.rw(), *(part.read() for part in pap),
-                        symbol="alpha")
-            for k in range(blocks):
-                submit.task(home[k], _update, scalars.read(), p[k].read(),
-                            ap[k].read(), x[k].rw(), r[k].rw(), rr[k].write(),
-                            symbol=f"update[{k}]")
-            submit.task(0, _beta, scalars.rw(), *(part.read() for part in rr),
-                        symbol="beta")
-            for k in range(blocks):
-                submit.task(home[k], _direction, scalars.read(), r[k].read(),
-                            p[k].rw(), symbol=f"direction[{k}]")
-            if report:
-                submit.host(_report, scalars.read(), args=(out,), symbol="report")
-
-        done = 0
-        if graph and iterations:
-            # Record `chunk` iterations and the report that ends them once; launch
-            # the graph until fewer than `chunk` iterations are left. On one device
-            # the chunk is a device-side `repeat` of one recorded iteration (a CUDA
-            # loop body stays on one device); over several it is unrolled.
-            chunk = min(report_every or iterations, iterations)
-            launches = iterations // chunk
-            before = submit.tasks
-            with ctx.launchable_graph_scope() as recorded:
-                if devices == 1:
-                    with ctx.repeat(chunk):
-                        iteration(False)
-                    submit.tasks += (submit.tasks - before) * (chunk - 1)
-                else:
-                    for _ in range(chunk):
-                        iteration(False)
-                if report_every:
-                    submit.host(_report, scalars.read(), args=(out,), symbol="report")
-                for _ in range(launches):
-                    recorded.launch()
-            submit.tasks += (submit.tasks - before) * (launches - 1)
-            done = launches * chunk
-        for it in range(done + 1, iterations + 1):
-            iteration(bool(report_every)
-                      and (it % report_every == 0 or it == iterations))
-    seconds = time.perf_counter() - started
-    return SolveResult(x_full, submit.tasks, seconds, ctx.statistics(), launches)
+    def run_as_graph(self, iterations: int, report_every: int) -> tuple[int, int]:
+        """Record ``chunk`` iterations and the report that ends them once; launch the
+        graph until fewer than ``chunk`` iterations are left. On one device the
+        chunk is a device-side ``repeat`` of one recorded iteration (a CUDA loop body
+        stays on one device); over several it is unrolled. Returns the launches and
+        the iterations done."""
+        submit = self.submit
+        chunk = min(report_every or iterations, iterations)
+        launches = iterations // chunk
+        before = submit.tasks
+        with self.ctx.launchable_graph_scope() as recorded:
+            if self.devices == 1:
+                with self.ctx.repeat(chunk):
+                    self.iteration(False)
+                submit.tasks += (submit.tasks - before) * (chunk - 1)
+            else:
+                for _ in range(chunk):
+                    self.iteration(False)
+            if report_every:
+                submit.host(_report, self.scalars.read(), args=(self.out,),
+                            symbol="report")
+            for _ in range(launches):
+                recorded.launch()
+        submit.tasks += (submit.tasks - before) * (launches - 1)
+        return launches, launches * chunk
 
 
 # -- the command line --------------------------------------------------------------

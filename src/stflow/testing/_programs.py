@@ -146,6 +146,52 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
     composite and replicated places, see ``_grids.py``; ``views``: some user arrays
     strided views of parent arrays, see :func:`add_views`)."""
     rng = random.Random(seed)
+    data = _draw_data(rng, devices, max_data)
+    if views:
+        data = add_views(seed, data)
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    dropped: set[int] = set()
+    ops: list[Any] = []
+    for _ in range(rng.randint(4, max_ops)):
+        roll = rng.random()
+        alive = [i for i in range(len(data)) if i not in dropped]
+        if not alive:
+            break
+        if roll < 0.08:
+            ops.append(Op("fence"))
+            continue
+        with_memory = [i for i in alive if data[i].origin != "token" and i in initialised]
+        if roll < 0.18 and with_memory:
+            ops.append(Op("wait", rng.choice(with_memory)))
+            continue
+        if roll < 0.21 and drops and with_memory:
+            victim = rng.choice(with_memory)
+            dropped.add(victim)
+            ops.append(Op("drop", victim))
+            continue
+        kind = "host_launch" if host_callbacks and roll < 0.33 else "task"
+        ops.append(_draw_task(rng, kind, data, alive, initialised, devices))
+    if reductions:
+        ops = _add_reductions(random.Random(seed * 7919 + 17), data, ops, devices,
+                              host_callbacks)
+        initialised.update(i for i, spec in enumerate(data) if spec.accumulator)
+    grid_specs: list[GridSpec] = []
+    if grids:
+        ops = add_grids(random.Random(seed * 104729 + 3), ops, devices, grid_specs)
+    if bundles:
+        ops = add_bundles(random.Random(seed * 15485863 + 5), data, ops)
+    # Observe every surviving data without a user buffer at the end.
+    for i, spec in enumerate(data):
+        if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
+            ops.append(Op("wait", i))
+    program = Program(seed, data, ops, devices, grids=grid_specs)
+    program.initial = initial_arrays(program)
+    return program
+
+
+def _draw_data(rng: random.Random, devices: int, max_data: int) -> list[DataSpec]:
+    """The data of a program: tokens, user arrays (some 0-d or empty, some
+    read-only), data filled at a place and data without an initial value."""
     data: list[DataSpec] = []
     for _ in range(rng.randint(2, max_data)):
         roll = rng.random()
@@ -165,82 +211,50 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
                                  fill_place=fill_place))
         else:
             data.append(DataSpec(shape, dtype, "empty"))
+    return data
 
-    if views:
-        data = add_views(seed, data)
-    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
-    dropped: set[int] = set()
-    ops: list[Any] = []
-    exec_places = ["host", *range(devices)]
-    for _ in range(rng.randint(4, max_ops)):
-        roll = rng.random()
-        alive = [i for i in range(len(data)) if i not in dropped]
-        if not alive:
-            break
-        if roll < 0.08:
-            ops.append(Op("fence"))
-            continue
-        with_memory = [i for i in alive if data[i].origin != "token" and i in initialised]
-        if roll < 0.18 and with_memory:
-            ops.append(Op("wait", rng.choice(with_memory)))
-            continue
-        if roll < 0.21 and drops and with_memory:
-            victim = rng.choice(with_memory)
-            dropped.add(victim)
-            ops.append(Op("drop", victim))
-            continue
-        kind = "host_launch" if host_callbacks and roll < 0.33 else "task"
-        chosen = rng.sample(alive, rng.randint(1, min(4, len(alive))))
-        initialised_before = set(initialised)
-        deps = []
-        for index in chosen:
-            spec = data[index]
-            if spec.readonly:
-                mode = READ
-            elif index not in initialised:
-                mode = WRITE
-            else:
-                mode = rng.choice([READ, READ, RW, RW, WRITE])
-            if spec.origin == "token":
-                place = None
-            elif kind == "host_launch":
-                place = rng.choice([None, None, "host", "managed"])
-            else:
-                place = rng.choice([None, None, None, "host", "managed",
-                                    *range(devices)])
-            deps.append((index, mode, place))
-            if mode & WRITE:
-                initialised.add(index)
-        if deps and rng.random() < 0.15:
-            # The same data twice: read again elsewhere, or read + rw at one place.
-            index, mode, place = rng.choice(deps)
-            spec = data[index]
-            if spec.origin != "token" and index in initialised_before:
-                if mode == READ:
-                    again = rng.choice([None, "host", "managed", *range(devices)]) \
-                        if kind == "task" else rng.choice([None, "host", "managed"])
-                    deps.append((index, READ, again))
-                elif not spec.readonly:
-                    deps.append((index, READ, place))
-        place_of_exec = "host" if kind == "host_launch" else rng.choice(exec_places)
-        ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
-                          launch=kind == "task" and rng.random() < 0.4))
-    if reductions:
-        ops = _add_reductions(random.Random(seed * 7919 + 17), data, ops, devices,
-                              host_callbacks)
-        initialised.update(i for i, spec in enumerate(data) if spec.accumulator)
-    grid_specs: list[GridSpec] = []
-    if grids:
-        ops = add_grids(random.Random(seed * 104729 + 3), ops, devices, grid_specs)
-    if bundles:
-        ops = add_bundles(random.Random(seed * 15485863 + 5), data, ops)
-    # Observe every surviving data without a user buffer at the end.
-    for i, spec in enumerate(data):
-        if i not in dropped and spec.origin in ("full", "empty") and i in initialised:
-            ops.append(Op("wait", i))
-    program = Program(seed, data, ops, devices, grids=grid_specs)
-    program.initial = initial_arrays(program)
-    return program
+
+def _draw_task(rng: random.Random, kind: str, data: list[DataSpec], alive: list[int],
+               initialised: set[int], devices: int) -> TaskOp:
+    """A task or host callback (``kind``) on some of the ``alive`` data: modes that
+    write what is not ``initialised`` yet (which it then is), places, sometimes the
+    same data twice."""
+    chosen = rng.sample(alive, rng.randint(1, min(4, len(alive))))
+    initialised_before = set(initialised)
+    deps = []
+    for index in chosen:
+        spec = data[index]
+        if spec.readonly:
+            mode = READ
+        elif index not in initialised:
+            mode = WRITE
+        else:
+            mode = rng.choice([READ, READ, RW, RW, WRITE])
+        if spec.origin == "token":
+            place = None
+        elif kind == "host_launch":
+            place = rng.choice([None, None, "host", "managed"])
+        else:
+            place = rng.choice([None, None, None, "host", "managed",
+                                *range(devices)])
+        deps.append((index, mode, place))
+        if mode & WRITE:
+            initialised.add(index)
+    if deps and rng.random() < 0.15:
+        # The same data twice: read again elsewhere, or read + rw at one place.
+        index, mode, place = rng.choice(deps)
+        spec = data[index]
+        if spec.origin != "token" and index in initialised_before:
+            if mode == READ:
+                again = rng.choice([None, "host", "managed", *range(devices)]) \
+                    if kind == "task" else rng.choice([None, "host", "managed"])
+                deps.append((index, READ, again))
+            elif not spec.readonly:
+                deps.append((index, READ, place))
+    place_of_exec = "host" if kind == "host_launch" else rng.choice(["host",
+                                                                     *range(devices)])
+    return TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
+                  launch=kind == "task" and rng.random() < 0.4)
 
 
 def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],

@@ -238,13 +238,7 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
             segments.append(Segment(ops, turn, scoped))
         per_thread.append(segments)
 
-    # The turn order: every thread's turns in its own order, interleaved at random.
-    queues = [[(t, s) for s, segment in enumerate(segments) if segment.turn]
-              for t, segments in enumerate(per_thread)]
-    turns = []
-    while any(queues):
-        queue = rng.choice([q for q in queues if q])
-        turns.append(queue.pop(0))
+    turns = _turn_order(rng, per_thread)
     grid_specs: list[GridSpec] = []
     if grids:
         places = random.Random(seed * 104729 + 5)
@@ -255,13 +249,7 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
     mixed: list[int] = []
     fills: dict[int, float] = {}
     if reductions and extra.random() < 0.7:
-        for _ in range(extra.randint(1, 2)):
-            shape = (1,) if extra.random() < 0.4 else (extra.randint(2, 48),)
-            data.append(DataSpec(shape, extra.choice(["float32", "float64"]), "array",
-                                 accumulator="mixed"))
-            mixed.append(len(data) - 1)
-            fills[len(data) - 1] = extra.choice([0.0, 1.0, -1.0])
-        _add_mixed_reductions(extra, data, mixed, fills, per_thread, devices)
+        _add_accumulators(extra, data, mixed, fills, per_thread, devices)
     if registrations and extra.random() < 0.7:
         _add_registrations(extra, shared, per_thread, devices)
     if bundles:       # some deps as one bundle (NONE fields: the thread's own data)
@@ -277,6 +265,34 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
         program.initial[index] = np.full(data[index].shape or (), fill,
                                          dtype=data[index].dtype)
     return program
+
+
+def _turn_order(rng: random.Random, per_thread: list[list[Segment]]
+                ) -> list[tuple[int, int]]:
+    """The turn order: every thread's turns in its own order, interleaved at
+    random."""
+    queues = [[(t, s) for s, segment in enumerate(segments) if segment.turn]
+              for t, segments in enumerate(per_thread)]
+    turns = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        turns.append(queue.pop(0))
+    return turns
+
+
+def _add_accumulators(rng: random.Random, data: list[DataSpec], mixed: list[int],
+                      fills: dict[int, float], per_thread: list[list[Segment]],
+                      devices: int) -> None:
+    """One or two accumulators reduced into with mixed ops (appended to ``data``,
+    their indices to ``mixed``, their initial values to ``fills``), and the
+    reductions into them."""
+    for _ in range(rng.randint(1, 2)):
+        shape = (1,) if rng.random() < 0.4 else (rng.randint(2, 48),)
+        data.append(DataSpec(shape, rng.choice(["float32", "float64"]), "array",
+                             accumulator="mixed"))
+        mixed.append(len(data) - 1)
+        fills[len(data) - 1] = rng.choice([0.0, 1.0, -1.0])
+    _add_mixed_reductions(rng, data, mixed, fills, per_thread, devices)
 
 
 # Contributions of mixed reductions (``_programs._fold`` with ``base = coef``, a task
@@ -445,10 +461,8 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
     turn = [0]
     handover = threading.Condition()
     failed = threading.Event()          # a thread raised: the others stop waiting
-    if mode == "scopes":
-        ctx: Any = stf.stackable_context(backend=backend)
-    else:
-        ctx = stf.context(backend=backend, use_graph=mode == "graph")
+    ctx: Any = (stf.stackable_context(backend=backend) if mode == "scopes" else
+                stf.context(backend=backend, use_graph=mode == "graph"))
     waits: list[list[np.ndarray]] = [[] for _ in program.threads]
     scratch: list[list[np.ndarray]] = [[] for _ in program.threads]
     try:
@@ -492,15 +506,12 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                     raise
             return run
 
-        interval = sys.getswitchinterval()
-        sys.setswitchinterval(1e-4)     # threads switch often: tight interleavings
         try:
-            run_threads([worker(t) for t in range(len(program.threads))], timeout)
+            _run_switching_often([worker(t) for t in range(len(program.threads))],
+                                 timeout)
         except Hang:
             ctx = None                  # threads are stuck in it: leave it be
             raise
-        finally:
-            sys.setswitchinterval(interval)
     finally:
         if ctx is not None:
             ctx.finalize()
@@ -508,6 +519,16 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
     for t, arrays in enumerate(scratch):
         final.update(((t, number), array) for number, array in enumerate(arrays))
     return waits, final
+
+
+def _run_switching_often(workers: list[Callable[[], None]], timeout: float) -> None:
+    """:func:`run_threads`, with threads that switch often: tight interleavings."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    try:
+        run_threads(workers, timeout)
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def _jitter(seed: int) -> Callable[[], None]:
