@@ -14,9 +14,10 @@ The pieces
     piece of one block row's bytes is what its first tile needs; a buffer whose bytes
     cross a boundary needs every piece it meets.
 Where the locking runs
-    The first piece is locked on the registering thread (a refusal there, read-only
-    or foreign-registered memory, leaves the array to the runtime's unpinned path, as
-    whole-array page-locking does). The others are locked by one thread of the pins,
+    The first and the last piece, one page each (the pages the array may share with
+    neighbouring memory), are locked on the registering thread: a refusal there
+    (read-only memory, a page registered by other code) leaves the array to the
+    runtime's unpinned path, as a refused whole-array page-locking does. The others are locked by one thread of the pins,
     which runs ahead in address order and takes first the pieces a copy is waiting for
     (:meth:`PiecePins.wait`). A copy is enqueued only once every piece its host bytes
     meet is locked: the runtime calls :meth:`PiecePins.wait` on the submitting thread
@@ -57,17 +58,35 @@ class HostPinningError(STFError, RuntimeError):
     """Page-locking a piece of a host array failed (``STFLOW_PIN_PIECE``)."""
 
 
-def piece_bounds(ptr: int, nbytes: int, piece: int, page: int = PAGE
+def piece_bounds(ptr: int, nbytes: int, piece: int, page: int | None = None
                  ) -> list[tuple[int, int]]:
     """The page-aligned byte ranges ``(start, end)`` of the pieces of ``[ptr, ptr +
-    nbytes)``: consecutive, disjoint, each ``piece`` bytes (rounded up to pages)
-    except the last, together covering every page the range touches."""
+    nbytes)``: consecutive and disjoint, together covering every page the range
+    touches (``page``: :data:`PAGE` by default, read at each call).
+
+    The first and the last page are pieces of their own (they may be shared with
+    neighbouring memory, which :meth:`PiecePins.start` checks at once); the pages
+    between are cut every ``piece`` bytes, rounded up to whole pages."""
+    if page is None:
+        page = PAGE
     if nbytes <= 0:
         return []
     step = max(page, -(-piece // page) * page)
     first = ptr - ptr % page
     end = -(-(ptr + nbytes) // page) * page
-    return [(start, min(start + step, end)) for start in range(first, end, step)]
+    if end - first <= 2 * page:
+        return [(start, start + page) for start in range(first, end, page)]
+    inner = [(start, min(start + step, end - page))
+             for start in range(first + page, end - page, step)]
+    return [(first, first + page), *inner, (end - page, end)]
+
+
+def _failed(what: str, failure: BaseException) -> HostPinningError:
+    error = HostPinningError(
+        f"page-locking {what} in pieces (STFLOW_PIN_PIECE) failed: {failure!r}; "
+        "unset STFLOW_PIN_PIECE to page-lock arrays whole, or fix the cause above")
+    error.__cause__ = failure
+    return error
 
 
 class PiecePins:
@@ -95,6 +114,7 @@ class PiecePins:
         self.complete = False
         """Every piece locked: :meth:`wait` returns at once."""
         self.failure: BaseException | None = None
+        self._reported = False
         self._cv = threading.Condition()
         self._wanted: deque[int] = deque()
         self._next = 0
@@ -102,11 +122,20 @@ class PiecePins:
         self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        """Lock the first piece here and start the thread for the others; False
-        (nothing locked, no thread) when the backend refuses the first piece."""
-        if not self._lock_piece(0):
+        """Lock the first and the last piece here (the pages the array may share
+        with other memory) and start the thread for the others; False (nothing
+        locked, no thread) when the backend refuses either."""
+        last = len(self.bounds) - 1
+        self.status[0] = self.status[last] = _LOCKING
+        try:
+            locked = self._lock_piece(0) and self._lock_piece(last)
+        except BaseException:
+            self.release()
+            raise
+        if not locked:
+            self.release()
             return False
-        if len(self.bounds) == 1:
+        if last <= 1:
             self.complete = True
             return True
         self._thread = threading.Thread(target=self._run, name="stflow-pin-pieces",
@@ -191,10 +220,8 @@ class PiecePins:
             failure = self.failure
             refused = [i for i in indices if status[i] != _LOCKED]
         if failure is not None:
-            raise HostPinningError(
-                f"page-locking the host array of logical data {label} in pieces "
-                f"(STFLOW_PIN_PIECE) failed: {failure!r}; unset STFLOW_PIN_PIECE to "
-                "page-lock arrays whole, or fix the cause above") from failure
+            self._reported = True
+            raise _failed(f"the host array of logical data {label}", failure)
         if refused:
             start, end = self.bounds[refused[0]]
             raise HostPinningError(
@@ -205,8 +232,8 @@ class PiecePins:
                 "staging buffers) or register a writable array of your own")
 
     def release(self) -> BaseException | None:
-        """Stop and join the thread, undo every locked piece; the thread's failure,
-        if any."""
+        """Stop and join the thread, undo every locked piece; the thread's failure
+        as a :class:`HostPinningError`, unless :meth:`wait` raised it already."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
@@ -218,7 +245,10 @@ class PiecePins:
             if token is not None:
                 self.backend.unregister_host(token)
         self.complete = False
-        return self.failure
+        if self.failure is None or self._reported:
+            return None
+        self._reported = True
+        return _failed(f"a host array of {self.array.nbytes} bytes", self.failure)
 
     def locked(self) -> list[tuple[int, int]]:
         """The byte ranges of the pieces locked so far (tests, statistics)."""
