@@ -43,19 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import STFError
+from ._errors import HostPinningError
 from .backends._base import Backend, pointer_array
 
-__all__ = ["HostPinningError", "PiecePins", "piece_bounds"]
+__all__ = ["PiecePins", "piece_bounds"]
 
 PAGE = mmap.PAGESIZE
 """The host page size: pieces start and end on its multiples."""
 
 _PENDING, _LOCKING, _LOCKED, _REFUSED = range(4)
-
-
-class HostPinningError(STFError, RuntimeError):
-    """Page-locking a piece of a host array failed (``STFLOW_PIN_PIECE``)."""
 
 
 def piece_bounds(ptr: int, nbytes: int, piece: int, page: int | None = None

@@ -143,7 +143,7 @@ def test_nothing_stays_pinned_after_an_exception(small_pages, monkeypatch):
 
 def test_a_failed_piece_is_a_clear_error_and_nothing_stays_pinned(small_pages,
                                                                   monkeypatch):
-    from stflow._pin_pieces import HostPinningError
+    from stflow.errors import HostPinningError
     monkeypatch.setenv("STFLOW_PIN_PIECE", str(4 * PAGE))
     register = small_pages.register
     calls = []

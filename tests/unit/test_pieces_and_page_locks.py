@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from stflow._pin_pieces import HostPinningError, PiecePins, piece_bounds
+from stflow._pin_pieces import PiecePins, piece_bounds
+from stflow.errors import HostPinningError
 from stflow.backends._page_locks import PageLocks
 
 
