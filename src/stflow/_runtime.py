@@ -365,8 +365,8 @@ class Runtime:
     def _acquire_plan(self, plan: Plan, stream_key: int, owner: Any, what: Any,
                       ident: int, kind: str) -> Plan:
         """:meth:`acquire` once the plan is known."""
-        if self.data.pieced and plan.device >= 0:    # before anything is acquired
-            for access in plan.accesses:              # (_pin_pieces.py)
+        if self.data.pieced:                  # before anything is acquired: device
+            for access in plan.accesses:      # work, and copies inside host tasks
                 if access.state.pin is not None:
                     self.data.await_pinned(access.state)
         scopes = self.scopes
