@@ -156,7 +156,8 @@ def tear_down(rt: Runtime, stream: Stream | None) -> None:
             instance.allocation = None
         state.instances.clear()
         state.reference = None
-    rt.data.clear()
+    for failure in rt.data.clear():            # of threads page-locking in pieces
+        rt.errors.capture(failure)
     rt.memory.clear()
     rt.releases.clear()
     rt.plans.clear()
