@@ -1,8 +1,7 @@
 """B8: the tiled Cholesky end to end, from a NumPy matrix to its NumPy factor.
 
     python benchmarks/b8_end_to_end.py [--sizes 8192 16384 32768] [--nb 2048]
-                                       [--repeats 3] [--piece BYTES] [--json out.json]
-    python benchmarks/b8_end_to_end.py --pin-only [--pin-bytes 8GiB] [--piece 512MiB]
+                                       [--repeats 3] [--json out.json]
 
 Everything a caller waits for is timed, in the same process, best of ``--repeats``
 after a warm-up of each variant at the smallest size:
@@ -14,11 +13,6 @@ after a warm-up of each variant at the smallest size:
 ``stflow in place``
     the same with ``overwrite_a=True`` (a copy of ``a`` made before the clock starts):
     one matrix page-locked and moved, as LAPACK's in-place ``potrf``.
-``stflow in place, pinned in pieces``
-    the same with ``STFLOW_PIN_PIECE`` set for the call (``--piece``, default one
-    block row of tiles, ``nb · n · 8`` bytes): ``a`` page-locked in pieces by a
-    thread, in the order the tiles are first needed, the first tiles moving while
-    later pieces are locked (``docs/cholesky.md``).
 ``stflow, budget n²·4 B``
     ``stflow`` within a device memory budget of half the matrix, where the libraries
     below cannot run at all (the tiles are evicted and brought back).
@@ -31,13 +25,6 @@ after a warm-up of each variant at the smallest size:
     device, the reference for the fraction of the device's rate end to end reaches.
 
 TFLOP/s count n³/3 flops. The factors are checked (8 rows of L Lᵀ against A).
-
-``--pin-only`` measures page-locking alone on CUDA, for an array of ``--pin-bytes``
-(default 8 GiB, its pages written first, as a user's matrix has them): whole (one
-``cuMemHostRegister``), then in pieces of ``--piece`` as ``STFLOW_PIN_PIECE`` does it
-(``_pin_pieces.PiecePins``: the time until the first interior piece is locked, which
-the first tile waits for, and until all are), then the same pieces one after the
-other on one thread. Unregistering is not timed (it is deferred).
 """
 
 from __future__ import annotations
@@ -45,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import pathlib
 import time
 from typing import Any, Callable
@@ -81,29 +67,14 @@ def _timed(fn: Callable[[], np.ndarray]) -> Callable[[], tuple[np.ndarray, float
     return run
 
 
-def variants(example: Any, a: np.ndarray, nb: int, piece: int | None = None
-             ) -> dict[str, Callable[[], Any]]:
-    """What is measured, each returning ``(factor, seconds)``; ``piece``: bytes per
-    piece of the pinned-in-pieces variant (default: one block row of tiles)."""
+def variants(example: Any, a: np.ndarray, nb: int) -> dict[str, Callable[[], Any]]:
+    """What is measured, each returning ``(factor, seconds)``."""
     import cupy
     import torch
 
     def in_place() -> tuple[np.ndarray, float]:
         copy = a.copy()                                  # before the clock starts
         return example.cholesky(copy, nb, "cuda", overwrite_a=True)
-
-    def in_place_in_pieces() -> tuple[np.ndarray, float]:
-        copy = a.copy()
-        size = piece if piece else nb * a.shape[1] * a.itemsize
-        before = os.environ.get("STFLOW_PIN_PIECE")
-        os.environ["STFLOW_PIN_PIECE"] = str(size)      # read by the context
-        try:
-            return example.cholesky(copy, nb, "cuda", overwrite_a=True)
-        finally:
-            if before is None:
-                del os.environ["STFLOW_PIN_PIECE"]
-            else:
-                os.environ["STFLOW_PIN_PIECE"] = before
 
     def cupy_call() -> np.ndarray:
         factor = cupy.asnumpy(cupy.linalg.cholesky(cupy.asarray(a)))
@@ -118,58 +89,12 @@ def variants(example: Any, a: np.ndarray, nb: int, piece: int | None = None
     return {
         "stflow": lambda: example.cholesky(a, nb, "cuda"),
         "stflow in place": in_place,
-        "stflow in place, pinned in pieces": in_place_in_pieces,
         "stflow, budget half the matrix":
             lambda: example.cholesky(a, nb, "cuda", memory_budget=budget),
         "CuPy": _timed(cupy_call),
         "PyTorch": _timed(torch_call),
         "device-resident": lambda: example.cholesky(a, nb, "cuda", devices=1),
     }
-
-
-def pin_only(nbytes: int, piece: int) -> None:
-    """Time page-locking ``nbytes`` whole, in pieces as ``STFLOW_PIN_PIECE`` does,
-    and piece by piece on one thread (see the module docstring)."""
-    from stflow._pin_pieces import PiecePins
-    from stflow.backends import get_backend
-    cuda = get_backend("cuda")
-    array = np.ones(nbytes // 8)                         # pages written, as a matrix's
-    ptr, size = array.ctypes.data, array.nbytes
-    gib = size / (1 << 30)
-
-    def report(what: str, seconds: float) -> None:
-        print(f"pin {gib:5.1f} GiB {what:44s} {seconds:7.3f} s "
-              f"{size / seconds / 1e9:6.1f} GB/s", flush=True)
-
-    cuda.unregister_host(cuda.register_host(array[:1 << 17]))   # set up the context
-    cuda.settle_host_registrations()
-    start = time.perf_counter()
-    token = cuda.register_host(array)
-    report("whole (one cuMemHostRegister)", time.perf_counter() - start)
-    assert token is not None, "the driver refused to page-lock the array"
-    cuda.unregister_host(token)
-    cuda.settle_host_registrations()
-    start = time.perf_counter()
-    pins = PiecePins(cuda, array, piece)
-    assert pins.start(), "the driver refused the edge pages"
-    first_start, first_end = pins.bounds[1]
-    pins.wait(first_start, first_end - first_start, "pin-only")
-    first = time.perf_counter() - start
-    pins.wait(ptr, size, "pin-only")
-    every = time.perf_counter() - start
-    print(f"pin {gib:5.1f} GiB in {len(pins.bounds)} pieces of {piece >> 20} MiB: "
-          f"first interior piece after {first:.3f} s", flush=True)
-    report("in pieces, thread of the pins (all locked)", every)
-    failure = pins.release()
-    assert failure is None, failure
-    cuda.settle_host_registrations()
-    views = [array.view(np.uint8)[max(a - ptr, 0):b - ptr] for a, b in pins.bounds]
-    start = time.perf_counter()
-    tokens = [cuda.register_host(view) for view in views]
-    report("in pieces, one after the other", time.perf_counter() - start)
-    for token in tokens:
-        cuda.unregister_host(token)
-    cuda.settle_host_registrations()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,26 +108,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="after the measurements, profile one call of each stflow "
                              "variant at the largest size (cProfile, top 20 cumulative)")
-    parser.add_argument("--piece", default=None,
-                        help="bytes per piece of the pinned-in-pieces variant and of "
-                             "--pin-only (512MiB works; default one block row of "
-                             "tiles, 512 MiB for --pin-only)")
-    parser.add_argument("--pin-only", action="store_true",
-                        help="only time page-locking an array whole and in pieces")
-    parser.add_argument("--pin-bytes", default="8GiB",
-                        help="the array size of --pin-only")
     args = parser.parse_args(argv)
-    from stflow._memory import parse_size
-    piece = parse_size(args.piece, "--piece") if args.piece else None
-    if args.pin_only:
-        pin_only(parse_size(args.pin_bytes, "--pin-bytes"), piece or 512 << 20)
-        return 0
     example = _example()
     warm = example.spd_matrix(min(args.sizes) // 4)
     results: list[dict[str, Any]] = []
     for n in args.sizes:
         a = example.spd_matrix(n)
-        runs = variants(example, a, min(args.nb, n), piece)
+        runs = variants(example, a, min(args.nb, n))
         if args.only:
             runs = {name: run for name, run in runs.items() if name in args.only}
         for name, run in variants(example, warm, min(args.nb, len(warm))).items():
@@ -223,11 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                   f" faster; in place {row['CuPy'] / row.get('stflow in place', np.nan):.2f}x",
                   flush=True)
         if "device-resident" in row and "stflow" in row:
-            for name in ("stflow", "stflow in place", "stflow in place, pinned in pieces"):
-                if name in row:
-                    print(f"n={n:6d} {name}: end to end reaches "
-                          f"{row['device-resident'] / row[name]:.2f} of the "
-                          "device-resident rate", flush=True)
+            print(f"n={n:6d} end to end reaches {row['device-resident'] / row['stflow']:.2f}"
+                  f" of the device-resident rate", flush=True)
         results.append(row)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
@@ -237,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         n = max(args.sizes)
         a = example.spd_matrix(n)
         for name, run in variants(example, a, min(args.nb, n)).items():
-            if name in ("stflow", "stflow in place", "stflow in place, pinned in pieces"):
+            if name in ("stflow", "stflow in place"):
                 print(f"== profile: {name}, n={n}")
                 profile = cProfile.Profile()
                 profile.runcall(run)

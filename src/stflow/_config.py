@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["Config", "LARGEST_SIZE", "OTHER_VARIABLES", "SETTINGS", "Setting", "config",
            "device_memory_budget", "distributed_check", "mpi_cuda_aware", "mpi_piece",
-           "mpi_send_ahead", "mpi_send_buffers", "mpi_send_limit", "parse_size", "pin_piece",
+           "mpi_send_ahead", "mpi_send_buffers", "mpi_send_limit", "parse_size",
            "pure_python_requested", "reload", "render_table", "set_environment",
            "setting_text", "write_docs"]
 
@@ -256,11 +256,6 @@ SETTINGS: tuple[Setting, ...] = (
             "what each device has", "each use", "The memory budget of every device "
             "of a context made without `memory_budget=`.",
             _size("STFLOW_DEVICE_MEMORY_BUDGET")),
-    Setting("STFLOW_PIN_PIECE", "size (`536870912`, `512MiB`; `0`: whole)", "`0`",
-            "each use", "Page-lock user host arrays larger than this in pieces of it, "
-            "on a thread, in the order their bytes are first needed, so the first "
-            "copies start before the whole array is locked (read at each context's "
-            "creation; `docs/cholesky.md`).", _size("STFLOW_PIN_PIECE")),
     Setting("STFLOW_DOT_FILE", "path", "none", "first use",
             "Every context writes its task graph there (Graphviz DOT) when it ends.",
             _path),
@@ -443,13 +438,6 @@ def device_memory_budget() -> int | None:
     context's creation)."""
     value: int | None = _setting("STFLOW_DEVICE_MEMORY_BUDGET").value()
     return value
-
-
-def pin_piece() -> int:
-    """``STFLOW_PIN_PIECE`` in bytes; 0 (unset or ``0``): page-lock arrays whole
-    (read at every context's creation)."""
-    value: int | None = _setting("STFLOW_PIN_PIECE").value()
-    return value or 0
 
 
 def distributed_check() -> bool:

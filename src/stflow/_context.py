@@ -357,11 +357,6 @@ class context(RuntimeOwner):
         assert runtime is not None
         return runtime.statistics()
 
-    def _finalize_waits(self) -> bool:
-        """Whether ``finalize()`` blocks until the work completed: not in a context
-        made with a caller ``stream=`` (``stf.tiles`` copies tiles back then)."""
-        return self._live().caller_stream is None
-
     def attach(self, instrument: Instrument) -> None:
         """Attach an instrument (``stflow.instrument.DotRecorder``, ...) that sees the
         work submitted from now on (stflow-only)."""

@@ -41,7 +41,6 @@ __all__ = [
     "ErrorLog",
     "GreenContextUnavailableError",
     "GridIndexError",
-    "HostPinningError",
     "NegativeCountError",
     "NegativeIndexError",
     "OutOfMemoryError",
@@ -131,10 +130,6 @@ class CudaError(STFError, RuntimeError):
         self.code = code
 
 
-class HostPinningError(STFError, RuntimeError):
-    """Page-locking a piece of a user's host array failed (``STFLOW_PIN_PIECE``)."""
-
-
 # -- where the reference raises another builtin: instances of both ------------------
 class DeviceOrdinalError(PlaceError, RuntimeError):
     """A device ordinal that does not exist (``data_place.device(99)``, ...).
@@ -222,7 +217,6 @@ for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, Sh
                 BackendUnavailableError, CudaError, DeviceOrdinalError,
                 PlaceAllocationError, NegativeIndexError, NegativeCountError,
                 GridIndexError, TokenArgumentError, GreenContextUnavailableError,
-                HostPinningError,
                 RemoteTaskError, DivergentProgramError, BundleFieldError, BackendNotice,
                 UnfinalizedContextWarning):
     _public.__module__ = "stflow.errors"

@@ -7,10 +7,7 @@ Registration of a user buffer
     The buffer is described (``_sources.py``), the place it claims is checked against
     where its memory really is, host memory is page-locked once per owning array (so
     that device work can reach it and copies run at full speed) and the buffer
-    becomes the data's *reference instance*. With ``STFLOW_PIN_PIECE`` set, an owning
-    array larger than one piece is page-locked in pieces, on a thread, in the order
-    its bytes are first needed (``_pin_pieces.py``); a copy of such data first waits
-    for its pieces (:meth:`DataRegistry.await_pinned`).
+    becomes the data's *reference instance*.
 Overlapping buffers
     The byte range of every registered buffer is kept (sorted by start): a new buffer
     overlapping a live one raises :class:`~stflow.errors.BufferOverlapError` unless
@@ -41,10 +38,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ._coherence import DataState
-from ._config import pin_piece
 from ._errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
 from ._layout import extent, region, regions_overlap
-from ._pin_pieces import PiecePins
 from ._places.places import data_place
 from ._sources import Source, check_dtype, describe_buffer
 from .backends._base import (AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend,
@@ -57,9 +52,7 @@ _keys = itertools.count(1)
 
 
 class _Pin:
-    """One page-locked user array, shared by the data registered from it: ``token``
-    is the backend's, or the :class:`~stflow._pin_pieces.PiecePins` of an array
-    page-locked in pieces."""
+    """One page-locked user array, shared by the data registered from it."""
 
     __slots__ = ("array", "token", "uses")
 
@@ -67,13 +60,6 @@ class _Pin:
         self.array = array
         self.token = token
         self.uses = 1
-
-    def undo(self, backend: Backend) -> BaseException | None:
-        """Undo the page-locking; the failure of a pinning thread, if any."""
-        if isinstance(self.token, PiecePins):
-            return self.token.release()
-        backend.unregister_host(self.token)
-        return None
 
 
 class DataRegistry:
@@ -86,24 +72,14 @@ class DataRegistry:
     may_pin : bool
         Whether user host buffers may be page-locked (not in a caller-stream context,
         which never synchronises and so could not undo it safely).
-    piece : int or None
-        Page-lock owning arrays larger than this many bytes in pieces of it
-        (``_pin_pieces.py``); ``None`` (default: ``STFLOW_PIN_PIECE``, read now) or
-        ``0``: whole.
     """
 
-    def __init__(self, backend: Backend, may_pin: bool, piece: int | None = None
-                 ) -> None:
+    def __init__(self, backend: Backend, may_pin: bool) -> None:
         self.backend = backend
         self.may_pin = may_pin
-        self.piece = pin_piece() if piece is None else piece
         self.states: dict[int, DataState] = {}
         self.retired: deque[int] = deque()
         self.pins: dict[int, _Pin] = {}
-        self.pieced = False
-        """Some pin is page-locked in pieces: copies call :meth:`await_pinned`."""
-        self.failures: list[BaseException] = []
-        """Failures of pinning threads found at an unpin, raised by ``finalize()``."""
         self.closed = False
         # Byte ranges of registered buffers: (start, end, key, readonly), sorted.
         self.ranges: list[tuple[int, int, int, bool]] = []
@@ -269,34 +245,11 @@ class DataRegistry:
             pin.uses += 1
             return key
         if self.may_pin:
-            token: Any = None
-            if self.piece and root.nbytes > self.piece:
-                pieces = PiecePins(self.backend, root, self.piece)
-                if pieces.start():
-                    token = pieces
-                    self.pieced = True
-            else:
-                token = self.backend.register_host(root)
+            token = self.backend.register_host(root)
             if token is not None:
                 self.pins[key] = _Pin(root, token)
                 return key
         return None
-
-    def await_pinned(self, state: DataState) -> None:
-        """Return once the host bytes of ``state`` are page-locked, when its array is
-        page-locked in pieces (before a copy from or into them is enqueued).
-
-        Raises
-        ------
-        HostPinningError
-            The pieces could not be page-locked (the pinning thread failed, or the
-            backend refused a piece).
-        """
-        pin = self.pins.get(state.pin) if state.pin is not None else None
-        if pin is not None and isinstance(pin.token, PiecePins):
-            entry = self.range_of.get(state.key)
-            if entry is not None:
-                pin.token.wait(entry[0], entry[1] - entry[0], state.label)
 
     def unpin(self, key: int | None) -> None:
         """Drop one use of a pin; the last one undoes the page-locking."""
@@ -307,9 +260,7 @@ class DataRegistry:
             pin.uses -= 1
             if pin.uses == 0:
                 del self.pins[key]
-                failure = pin.undo(self.backend)
-                if failure is not None:
-                    self.failures.append(failure)
+                self.backend.unregister_host(pin.token)
 
     # -- retirement and the end --------------------------------------------------------
     def retire(self, key: int) -> None:
@@ -332,23 +283,17 @@ class DataRegistry:
                 self.layouts.pop(key, None)
         return taken
 
-    def clear(self) -> list[BaseException]:
-        """Forget every state and undo every page-locking (at finalize); returns the
-        failures of pinning threads (``finalize()`` raises them)."""
+    def clear(self) -> None:
+        """Forget every state and undo every page-locking (at finalize)."""
         self.closed = True
         self.states.clear()
         self.retired.clear()
         self.ranges.clear()
         self.range_of.clear()
         self.layouts.clear()
-        failures, self.failures = self.failures, []
         for pin in self.pins.values():
-            failure = pin.undo(self.backend)
-            if failure is not None:
-                failures.append(failure)
+            self.backend.unregister_host(pin.token)
         self.pins.clear()
-        self.pieced = False
-        return failures
 
 
 def _span_of(array: np.ndarray) -> np.ndarray:

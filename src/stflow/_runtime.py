@@ -366,10 +366,6 @@ class Runtime:
     def _acquire_plan(self, plan: Plan, stream_key: int, owner: Any, what: Any,
                       ident: int, kind: str) -> Plan:
         """:meth:`acquire` once the plan is known."""
-        if self.data.pieced:                  # before anything is acquired: device
-            for access in plan.accesses:      # work, and copies inside host tasks
-                if access.state.pin is not None:
-                    self.data.await_pinned(access.state)
         scopes = self.scopes
         recording = False
         if scopes is None:
@@ -600,12 +596,9 @@ class Runtime:
     def copy_instance(self, state: DataState, target: Instance, source: Instance,
                       stream: Stream, record: WorkRecord | None) -> None:
         """Copy the value of ``source`` into ``target`` on ``stream`` (a pitched copy
-        when either is a strided user buffer). A user buffer page-locked in pieces
-        is waited for first (``_pin_pieces.py``)."""
+        when either is a strided user buffer)."""
         dst, src = target.allocation, source.allocation
         assert dst is not None and src is not None
-        if self.data.pieced and state.pin is not None:
-            self.data.await_pinned(state)
         if dst.strides is None and src.strides is None:
             self.backend.copy(dst.ptr, src.ptr, state.nbytes, stream)
         elif state.nbytes:

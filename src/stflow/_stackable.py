@@ -460,11 +460,6 @@ class stackable_context:
         self._pushes = threading.local()
         self._launchables: weakref.WeakSet[_Launchable] = weakref.WeakSet()
 
-    def _finalize_waits(self) -> bool:
-        """Whether ``finalize()`` blocks until the work completed (as
-        ``context._finalize_waits``)."""
-        return self._ctx._finalize_waits()
-
     # -- scopes ----------------------------------------------------------------------
     @property
     def _pushed(self) -> list[Scope]:

@@ -10,10 +10,7 @@ algorithms (a blocked Cholesky, a blocked matrix product) then submit one task p
 block operation and stflow orders them by the blocks they touch.
 
 The page-locking of ``A`` is shared by its tiles: the registry page-locks the whole
-array once, at the first tile, and undoes it when the last tile is retired. With
-``STFLOW_PIN_PIECE`` set, it page-locks ``A`` in pieces instead, on a thread, in the
-order the tiles are first needed, so the first tiles move while later pieces are
-still being locked (``_pin_pieces.py``).
+array once, at the first tile, and undoes it when the last tile is retired.
 
 An array whose rows are not contiguous (Fortran order, a view with a column step)
 would move element by element; its tiles are contiguous copies instead, copied back
@@ -177,9 +174,10 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     no host copy is made, a task on a device gets a dense C-ordered copy of the tile
     (one pitched copy), a host task the view itself, and ``finalize()`` writes every
     tile back into its block (nothing between the blocks is touched). Until then the
-    array belongs to the context: do not use it directly (``ctx.wait(grid[i, j])``
-    reads a tile). An array whose rows are not contiguous (Fortran order, a column
-    step) is tiled by contiguous copies instead, copied back at ``finalize()``.
+    array belongs to the context: do not read or write it directly (use
+    ``ctx.wait(grid[i, j])`` for a tile). An array whose rows are not contiguous
+    (Fortran order, a column step) is tiled by contiguous copies instead, copied back
+    at ``finalize()``.
 
     Parameters
     ----------
@@ -201,8 +199,9 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         With a :class:`~stflow.distributed_context` only: ``owner(i, j)`` is the rank
         owning tile ``(i, j)`` (default :meth:`block_cyclic.over` the communicator's
         size). Every rank passes an array of the same shape and dtype; a rank reads
-        and gets back only the blocks of the tiles it owns (the rest of its array,
-        left alone, may be ``np.broadcast_to(np.float64(0), shape)``: no memory).
+        and gets back only the blocks of the tiles it owns (the rest of its array is
+        left alone, and may be a placeholder such as
+        ``np.broadcast_to(np.float64(0), shape)``, which takes no memory).
 
     Returns
     -------
@@ -222,11 +221,6 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         A block of ``array`` is already registered in ``ctx`` (another grid of tiles
         over the same array, or the array itself).
 
-    Notes
-    -----
-    The array is page-locked for its tiles' copies: whole at the first tile, or in
-    pieces as the tiles are first needed (``STFLOW_PIN_PIECE``, ``docs/cholesky.md``).
-
     Examples
     --------
     >>> import numpy as np, stflow as stf
@@ -240,15 +234,6 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     >>> grid.shape, float(A[4, 5])
     ((3, 2), -29.0)
     """
-    _check_array(array)
-    mb, nb = _tile_sizes(tile_shape)
-    grid = _register_blocks(ctx, array, (mb, nb), _owners(ctx, owner),
-                            "tile" if name is None else name)
-    return TileGrid(grid, (mb, nb), (array.shape[0], array.shape[1]))
-
-
-def _check_array(array: Any) -> None:
-    """Refuse what ``stf.tiles()`` cannot tile in place or copy faithfully."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"stf.tiles() tiles a NumPy array, got "
                         f"{type(array).__name__}; convert it with np.asarray first "
@@ -264,10 +249,6 @@ def _check_array(array: Any) -> None:
                          "ctx.logical_data")
     if array.size == 0:
         raise ValueError(f"stf.tiles() got an empty array of shape {array.shape}")
-
-
-def _tile_sizes(tile_shape: Any) -> tuple[int, int]:
-    """``(mb, nb)`` from ``tile_shape``: two positive integers, or one for both."""
     shape: Any = tile_shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape), int(shape))
@@ -281,21 +262,14 @@ def _tile_sizes(tile_shape: Any) -> tuple[int, int]:
     if mb <= 0 or nb <= 0:
         raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be "
                          "positive")
-    return mb, nb
-
-
-def _register_blocks(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int],
-                     owner_of: Callable[[int, int], int] | None,
-                     prefix: str) -> list[list[Any]]:
-    """One logical data per block of ``array``, in C order of the blocks: a strided
-    view when the rows are contiguous, else a contiguous copy, copied back at
-    ``finalize()`` when ``array`` is writable. Another rank's block (``owner_of``)
-    registers its shape only."""
+    owner_of = _owners(ctx, owner)
     local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
-    in_place = _in_place(array, local)
-    mb, nb = tile_shape
-    rows, cols = array.shape
+    in_place = array.shape[1] == 1 or array.strides[1] == array.itemsize
+    if not in_place:
+        _refuse_caller_stream(local)
     writable = bool(array.flags.writeable)
+    rows, cols = array.shape
+    prefix = "tile" if name is None else name
     grid: list[list[Any]] = []
     copies: list[tuple[tuple[slice, slice], np.ndarray]] = []
     for i in range((rows + mb - 1) // mb):
@@ -321,23 +295,21 @@ def _register_blocks(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int],
         grid.append(row)
     if copies:
         local.attach(_WriteBack(array, copies))
-    return grid
+    return TileGrid(grid, (mb, nb), (rows, cols))
 
 
-def _in_place(array: np.ndarray, local: Any) -> bool:
-    """Whether the rows of ``array`` are contiguous, so that its tiles are registered
-    in place; the copies of the other tiles are copied back at ``finalize()``, which
-    must then wait (``local``, the context writing them back, has no caller stream).
-    """
-    if array.shape[1] == 1 or array.strides[1] == array.itemsize:
-        return True
-    if not local._finalize_waits():
+def _refuse_caller_stream(local: Any) -> None:
+    """Tiles copied back at ``finalize()`` need a context whose finalize waits."""
+    runtime = getattr(local, "_runtime", None)
+    inner = getattr(local, "_ctx", None)            # a stackable_context's context
+    if runtime is None and inner is not None:
+        runtime = getattr(inner, "_runtime", None)
+    if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
         raise ValueError("stf.tiles() of an array whose rows are not contiguous needs "
                          "a context without a caller stream: its tiles are copies, "
                          "copied back when finalize() completes, and finalize() of a "
                          "context made with stream= does not wait; tile a C-ordered "
                          "array (registered in place), or a context without stream=")
-    return False
 
 
 def _owners(ctx: Any, owner: Any) -> Callable[[int, int], int] | None:

@@ -9,7 +9,7 @@ working (``docs/errors.md``).
 from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
                       BufferOverlapError, BundleFieldError, ContextFinalizedError, ContextMismatchError, CudaError,
                       DeviceOrdinalError, DivergentProgramError,
-                      GreenContextUnavailableError, GridIndexError, HostPinningError,
+                      GreenContextUnavailableError, GridIndexError,
                       NegativeCountError, NegativeIndexError, OutOfMemoryError,
                       PlaceAllocationError, PlaceError, RemoteTaskError, ScopeError,
                       ShapeError, STFError, TokenArgumentError, UnfinalizedContextWarning)
@@ -27,7 +27,6 @@ __all__ = [
     "DivergentProgramError",
     "GreenContextUnavailableError",
     "GridIndexError",
-    "HostPinningError",
     "NegativeCountError",
     "NegativeIndexError",
     "OutOfMemoryError",

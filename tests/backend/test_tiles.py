@@ -132,21 +132,3 @@ def test_mistakes_are_refused_with_the_fix():
             grid[0]
         assert repr(grid) == ("<stflow.TileGrid 2x2 tiles of 2x2 over an array of "
                               "shape (3, 3)>")
-
-
-def test_tiles_copied_back_need_a_context_whose_finalize_waits(backend):
-    """Fortran-ordered tiles are copies written back once finalize() waited: a
-    context with a caller stream (whose finalize does not wait) refuses them; the
-    context is asked through its declared method, a stackable context too."""
-    A = np.asfortranarray(np.arange(12.0).reshape(3, 4))
-    with stf.context(backend=backend, stream=0) as ctx:
-        assert not ctx._finalize_waits()
-        with pytest.raises(ValueError, match="without a caller stream"):
-            stf.tiles(ctx, A, 2)
-        stf.tiles(ctx, np.ascontiguousarray(A), 2)     # in place: nothing copied back
-    with stf.stackable_context(backend=backend) as sctx:
-        assert sctx._finalize_waits()
-        grid = stf.tiles(sctx, A, 2)
-        with sctx.task(grid[0, 0].rw()) as t:
-            add_to(t, 0, 0, -2.0)
-    np.testing.assert_array_equal(A[:2, :2], -np.arange(12.0).reshape(3, 4)[:2, :2])

@@ -46,13 +46,11 @@ import numpy as np
 
 from .._access import READ
 from .._errors import AccessModeError, ScopeError, add_note, work_ids
-from .._layout import extent
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state, pointer_array)
 from ._emulated_green import EmulatedPartitions
 from ._host_memory import (HostMemory, HostView, combine_at, copy_elements,
                            element_array, poison, python_kernel)
-from ._page_locks import PageLocks
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
 
@@ -220,8 +218,6 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         self._streams: weakref.WeakValueDictionary[int, EmulatedStream] = \
             weakref.WeakValueDictionary()
         self._memory = HostMemory()
-        self.page_locks = PageLocks()
-        """The model of ``cuMemHostRegister`` behind :meth:`register_host`."""
         self._local = CurrentDevice()
         self._default_stream = self.create_stream(0)
 
@@ -335,22 +331,9 @@ class EmulatedBackend(EmulatedPartitions, Backend):
     def locate(self, ptr: int) -> int:
         return self._memory.locate(ptr)
 
-    # -- page-locking: registrations kept as the driver keeps them (_page_locks.py) ----
-    def register_host(self, array: np.ndarray) -> Any:
-        return self.page_locks.register(array)
-
-    def unregister_host(self, token: Any) -> None:
-        self.page_locks.unregister(token)
-
-    def is_pinned(self, ptr: int, nbytes: int) -> bool:
-        return self.page_locks.covers(ptr, nbytes)
-
     # -- copies and host work ----------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         if nbytes:
-            if self.page_locks.trace is not None:
-                self.page_locks.copied(src, nbytes)
-                self.page_locks.copied(dst, nbytes)
             def move() -> None:
                 ctypes.memmove(dst, src, nbytes)
 
@@ -360,9 +343,6 @@ class EmulatedBackend(EmulatedPartitions, Backend):
                      src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
                      itemsize: int, stream: Stream) -> None:
         if 0 not in shape:
-            if self.page_locks.trace is not None:
-                for ptr, strides in ((src, src_strides), (dst, dst_strides)):
-                    self.page_locks.copied(ptr, extent(shape, strides, itemsize))
             self.enqueue_call(stream, functools.partial(
                 copy_elements, dst, dst_strides, src, src_strides, shape, itemsize))
 
