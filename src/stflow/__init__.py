@@ -15,7 +15,7 @@ Layout (each name lives in one private module and is re-exported here lazily):
 - ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
 - ``_kernel``        cuda_kernel: tasks whose body describes kernel launches
 - ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports);
-                     ``interop/_dlpack``: dlpack_export, the DLPack exporter
+                     ``_dlpack``: dlpack_export, the DLPack exporter
 - ``backends/``      the backend contract, the emulated and CUDA backends
 - ``testing``        random task programs and their sequential NumPy oracle
 
@@ -81,7 +81,7 @@ _LOCATIONS = {
     "data_place": "._places.places",
     "dep": "._logical_data",
     "DeviceArray": "._device_array",
-    "dlpack_export": ".interop._dlpack",
+    "dlpack_export": "._dlpack",
     "exec_place": "._places.places",
     "exec_place_grid": "._places.places",
     "exec_place_resources": "._resources",
@@ -142,7 +142,7 @@ if TYPE_CHECKING:
     from ._cond import cond as cond
     from ._context import context as context
     from ._device_array import DeviceArray as DeviceArray
-    from .interop._dlpack import dlpack_export as dlpack_export
+    from ._dlpack import dlpack_export as dlpack_export
     from ._places.green import green_context_helper as green_context_helper
     from ._places.green import green_ctx_view as green_ctx_view
     from ._places.green import green_places as green_places

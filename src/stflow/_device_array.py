@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from .interop._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
+from ._dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
 from ._errors import DeviceOrdinalError, PlaceAllocationError
 from ._places.places import data_place
 from ._sources import check_dtype
@@ -412,10 +412,6 @@ class DeviceArray:
                               "Array Interface describes structured types)")
         versioned = _wants_versioned(max_version)
         self._handshake(stream)
-        return self._capsule(code, versioned)
-
-    def _capsule(self, code: tuple[int, int], versioned: bool) -> Any:
-        """The capsule of the memory, owning this array (the arguments checked)."""
         return export_capsule(self, self._ptr, self._shape, code[0], code[1],
                               self._device[0], self._device[1], versioned)
 
@@ -505,12 +501,6 @@ class _HostDeviceArray(DeviceArray):
     @staticmethod
     def _dlpack_device_of(device: int, backend: Backend) -> tuple[int, int]:
         return (CPU, 0)
-
-    def _capsule(self, code: tuple[int, int], versioned: bool) -> Any:
-        """NumPy's capsule of an array over the memory; the array's base is this
-        array, so the capsule owns it until the consumer releases the tensor."""
-        values = np.asarray(self)
-        return values.__dlpack__(max_version=(1, 0) if versioned else None)
 
     @property
     def __array_interface__(self) -> dict[str, Any]:

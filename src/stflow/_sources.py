@@ -4,14 +4,6 @@ The interfaces are tried in the order of the API: the CUDA Array Interface v3, t
 buffer protocol (NumPy arrays always take this path), then DLPack. A buffer need not
 be C-contiguous: positive strides whose elements do not overlap describe a *strided*
 buffer (``stflow._layout``), registered where it is.
-
-Who reads what: NumPy reads the buffer protocol, the array interface and CPU DLPack
-producers (``numpy.from_dlpack``); ``cuda.core``'s ``StridedMemoryView`` reads CUDA
-DLPack producers (the CUDA backend only; it takes the capsule over). The CUDA Array
-Interface, a dict, is read here: cuda.core's reader needs the driver, which the
-emulated backend must do without to refuse such buffers with its own error; it
-drops ``descr`` (a structured dtype arrives as ``|V8``) and answers a mask or stream
-0 without saying what to pass instead.
 """
 
 from __future__ import annotations
@@ -22,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ._errors import BackendUnavailableError, ShapeError
+from ._errors import ShapeError
 from ._layout import check_strides, extent
 
 __all__ = ["Source", "describe_buffer", "check_dtype"]
@@ -163,60 +155,27 @@ def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | N
                   dlpack_device=(1, 0), strides=_array_strides(buf, array, dtype))
 
 
-_CUDA_DEVICES = (2, 3, 13)
-"""The DLPack device types of CUDA memory: ``kDLCUDA``, ``kDLCUDAHost``,
-``kDLCUDAManaged``."""
-
-
-def _strided_memory_view() -> Any:
-    """``cuda.core``'s ``StridedMemoryView``, which reads CUDA producers' capsules."""
-    try:
-        from cuda.core.utils import StridedMemoryView
-    except ImportError:
-        try:                         # cuda.core before 0.4 kept it under experimental
-            from cuda.core.experimental.utils import StridedMemoryView
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                "registering a DLPack producer in GPU memory needs cuda.core, which "
-                "reads its capsule; install stflow[cu12] or stflow[cu13] (or pip "
-                "install cuda-core), or pass an object with __cuda_array_interface__"
-            ) from exc
-    return StridedMemoryView
-
-
 def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
-    """Read a CUDA producer's capsule through ``cuda.core``; its pending work is
-    ordered on ``stream``.
+    """Read a CUDA producer's capsule; its pending work is ordered on ``stream``.
 
-    The ``StridedMemoryView`` asks the producer for a capsule for ``stream`` (a
-    versioned one first, again without ``max_version`` for producers older than
-    DLPack 1.0), takes the tensor over and releases it when the view is collected:
-    the view is kept alive with the producer while the data is registered.
+    The capsule stays unconsumed and is kept alive with the producer, so the producer
+    releases the tensor when both are dropped.
     """
-    if device[0] not in _CUDA_DEVICES:
+    from ._dlpack import CUDA, CUDA_HOST, CUDA_MANAGED, read_capsule, request_capsule
+    if device[0] not in (CUDA, CUDA_HOST, CUDA_MANAGED):
         raise TypeError(f"cannot register a {type(buf).__name__} on DLPack device "
                         f"{device}: stflow reads CPU and CUDA memory only")
-    view_of = _strided_memory_view()
-    try:
-        view = view_of.from_dlpack(buf, stream_ptr=int(stream.handle))
-        dtype = view.dtype
-    except (AssertionError, BufferError, NotImplementedError, TypeError,
-            ValueError) as exc:      # cuda.core says AssertionError for a non-capsule
-        reason = str(exc) or f"{type(exc).__name__} in cuda.core"
-        raise TypeError(f"cannot import {type(buf).__name__} through DLPack: {reason}; "
-                        "pass a tensor of a NumPy dtype (convert bfloat16 and vector "
-                        "types, e.g. to float32) whose __dlpack__ returns a DLPack "
-                        "capsule") from exc
-    dtype = check_dtype(dtype, "logical_data")
-    shape = tuple(int(n) for n in view.shape)
+    capsule = request_capsule(buf, int(stream.handle))
+    tensor = read_capsule(capsule)
+    dtype = check_dtype(tensor.dtype, "logical_data")
     strides = None
-    if view.strides is not None:           # DLPack strides count elements
-        strides = check_strides(shape, tuple(int(s) * dtype.itemsize
-                                             for s in view.strides),
+    if tensor.strides is not None:         # DLPack strides count elements
+        strides = check_strides(tensor.shape,
+                                tuple(s * dtype.itemsize for s in tensor.strides),
                                 dtype.itemsize, f"the DLPack tensor of "
                                 f"{type(buf).__name__}")
-    return Source(int(view.ptr), shape, dtype, bool(view.readonly), "dlpack",
-                  (buf, view), dlpack_device=device, ordered_on=stream,
+    return Source(tensor.ptr, tensor.shape, dtype, tensor.readonly, "dlpack",
+                  (buf, capsule), dlpack_device=device, ordered_on=stream,
                   strides=strides)
 
 

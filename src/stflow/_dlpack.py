@@ -1,47 +1,46 @@
-"""DLPack export of memory that no library can describe: :func:`dlpack_export` and
-the CUDA backend's ``DeviceArray.__dlpack__``.
-
-What libraries do instead (nothing here for them)
-    Importing: CPU producers are read by ``numpy.from_dlpack`` and CUDA producers by
-    ``cuda.core``'s ``StridedMemoryView`` (``stflow._sources``). Exporting host memory
-    of the emulated backend: NumPy's own ``ndarray.__dlpack__`` (``_device_array``).
-
-Why this exporter stays
-    :func:`dlpack_export` (the reference's API) builds a capsule for any address,
-    DLPack device type and ordinal, type code and bit width -- bfloat16 included --
-    without a driver: NumPy exports CPU memory of NumPy dtypes only, and cuda.core
-    needs a ``Buffer`` whose device it asks the driver for. The CUDA backend's
-    ``DeviceArray`` uses the same exporter, so that one code path owns the lifetime
-    rules below (cuda.core 1.2 would also export it, checked on an H200: the device
-    types and the legacy/versioned choice agree).
+"""DLPack capsules, both ways: exporting memory and reading a producer's capsule.
 
 The ABI (``dlpack.h``, versions 0.x and 1.x) is declared here with ``ctypes``; no
-compiled code is involved. A capsule named ``"dltensor"`` (a ``DLManagedTensor``) or
-``"dltensor_versioned"`` (a ``DLManagedTensorVersioned``, DLPack 1.0) points at a
-structure that stflow keeps, together with a copy of the shape and a strong reference
-to the *owner* of the memory, in a registry keyed by the structure's address. Its
-``deleter`` is a ``ctypes`` callback that removes that entry: the structure, the shape
-and the owner reference go away together. A consumer renames the capsule
-(``"used_dltensor"`` / ``"used_dltensor_versioned"``) and calls the deleter when it no
-longer needs the memory, from any thread (the callback takes the GIL). A capsule never
-consumed calls the deleter when it is collected.
+compiled code is involved.
 
-Limitation: the deleter and the capsule destructor are Python callbacks. If C code
-drops a capsule, or a consumer releases a tensor, while a Python exception is being
-raised at C level (rare: Python frames hold their locals until the exception is
-handled), the callback cannot preserve that exception; Python then reports a
-``SystemError`` instead of it. The release itself still happens.
+Exporting (:func:`dlpack_export`)
+    A capsule named ``"dltensor"`` (a ``DLManagedTensor``) or ``"dltensor_versioned"``
+    (a ``DLManagedTensorVersioned``, DLPack 1.0) points at a structure that stflow
+    keeps, together with a copy of the shape and a strong reference to the *owner* of
+    the memory, in a registry keyed by the structure's address. Its ``deleter`` is a
+    ``ctypes`` callback that removes that entry: the structure, the shape and the
+    owner reference go away together. A consumer renames the capsule
+    (``"used_dltensor"`` / ``"used_dltensor_versioned"``) and calls the deleter when
+    it no longer needs the memory, from any thread (the callback takes the GIL). A
+    capsule never consumed calls the deleter when it is collected.
+
+    Limitation: the deleter and the capsule destructor are Python callbacks. If C
+    code drops a capsule, or a consumer releases a tensor, while a Python exception is
+    being raised at C level (rare: Python frames hold their locals until the exception
+    is handled), the callback cannot preserve that exception; Python then reports a
+    ``SystemError`` instead of it. The release itself still happens.
+
+Importing (:func:`read_capsule`)
+    The runtime asks a CUDA producer for a capsule, reads pointer, shape, strides,
+    dtype, device and the read-only flag from it, and keeps the capsule (unconsumed)
+    and the producer alive while the data is registered: when both are dropped, the
+    producer's own capsule destructor releases the tensor.
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CPU", "CUDA", "CUDA_HOST", "CUDA_MANAGED", "dlpack_export", "dtype_code",
-           "export_capsule"]
+from ._errors import ShapeError
+
+__all__ = ["CPU", "CUDA", "CUDA_HOST", "CUDA_MANAGED", "DLPackTensor", "dlpack_export",
+           "dtype_code", "export_capsule", "numpy_dtype", "read_capsule",
+           "request_capsule"]
 
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
 """DLPack device types used by stflow (``kDLCPU``, ``kDLCUDA``, ``kDLCUDAHost``,
@@ -51,6 +50,7 @@ _INT, _UINT, _FLOAT, _BFLOAT, _COMPLEX, _BOOL = 0, 1, 2, 4, 5, 6
 _CODES = {_INT: "int", _UINT: "uint", _FLOAT: "float", _BFLOAT: "bfloat",
           _COMPLEX: "complex", _BOOL: "bool"}
 _KIND_CODES = {"i": _INT, "u": _UINT, "f": _FLOAT, "c": _COMPLEX, "b": _BOOL}
+_CODE_KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 _READ_ONLY = 1
 """``DLPACK_FLAG_BITMASK_READ_ONLY``."""
 _VERSION = (1, 0)
@@ -92,6 +92,12 @@ class DLManagedTensorVersioned(ctypes.Structure):
 _api = ctypes.pythonapi
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
                                  ctypes.c_void_p)(("PyCapsule_New", _api))
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", _api))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api))
+_capsule_destructor = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(
+    ("PyCapsule_GetDestructor", _api))
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_IsValid", _api))
 _raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
@@ -275,3 +281,111 @@ def dtype_code(dtype: np.dtype) -> tuple[int, int] | None:
             np.finfo(dtype.type(0).real.dtype).nmant != 112:
         return None
     return code, dtype.itemsize * 8
+
+
+def numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype:
+    """The NumPy dtype of a DLPack data type.
+
+    Raises
+    ------
+    TypeError
+        The type has no NumPy equivalent (bfloat16, vector lanes, odd widths).
+    """
+    kind = _CODE_KINDS.get(code)
+    if kind is None or lanes != 1 or bits % 8 or (kind == "b" and bits != 8):
+        name = _CODES.get(code, f"code {code}")
+        raise TypeError(f"the DLPack data type {name}{bits} (lanes {lanes}) has no "
+                        "NumPy equivalent; convert the tensor (e.g. to float32) first")
+    try:
+        return np.dtype(f"{kind}{bits // 8}")
+    except TypeError as exc:
+        raise TypeError(f"the DLPack data type {_CODES[code]}{bits} has no NumPy "
+                        "equivalent") from exc
+
+
+@dataclass
+class DLPackTensor:
+    """What a producer's capsule describes."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] | None
+    """In elements, as DLPack gives them; ``None`` for compact C order."""
+    dtype: np.dtype
+    device: tuple[int, int]
+    readonly: bool
+
+    def is_compact(self) -> bool:
+        """True for C-contiguous memory (axes of extent 1 ignored)."""
+        if self.strides is None or 0 in self.shape:
+            return True
+        step = 1
+        for extent, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if extent != 1 and stride != step:
+                return False
+            step *= extent
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def request_capsule(producer: Any, stream: int) -> Any:
+    """Ask ``producer`` for a capsule whose data is ready for work on ``stream``.
+
+    A versioned capsule is asked for first; producers that predate DLPack 1.0 (no
+    ``max_version`` keyword) are asked again without it.
+    """
+    try:
+        return producer.__dlpack__(stream=stream, max_version=_VERSION)
+    except TypeError as exc:
+        if "max_version" not in str(exc):
+            raise
+    return producer.__dlpack__(stream=stream)
+
+
+def read_capsule(capsule: Any) -> DLPackTensor:
+    """Describe the tensor behind a producer's (unconsumed) capsule.
+
+    Raises
+    ------
+    TypeError
+        Not a DLPack capsule, an already consumed one, or a dtype without a NumPy
+        equivalent.
+    ShapeError
+        A versioned capsule of an unsupported major version.
+
+    Notes
+    -----
+    The capsule is left unconsumed: keep it alive as long as the memory is used, and
+    its producer's destructor releases the tensor when it is collected.
+    """
+    try:
+        name = _capsule_name(capsule)
+    except (ValueError, TypeError, ctypes.ArgumentError) as exc:
+        raise TypeError(f"__dlpack__() returned {type(capsule).__name__}, not a "
+                        "DLPack capsule") from exc
+    if name == _VERSIONED:
+        versioned = DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, name))
+        if versioned.version.major != 1:
+            raise ShapeError(f"the producer's DLPack version {versioned.version.major}."
+                             f"{versioned.version.minor} is not supported (stflow reads "
+                             "1.x)")
+        tensor = versioned.dl_tensor
+        readonly = bool(versioned.flags & _READ_ONLY)
+    elif name == _LEGACY:
+        tensor = DLManagedTensor.from_address(_capsule_pointer(capsule, name)).dl_tensor
+        readonly = False
+    else:
+        raise TypeError(f"expected a 'dltensor' or 'dltensor_versioned' capsule, got "
+                        f"{name!r} (a consumed capsule cannot be read again)")
+    ndim = int(tensor.ndim)
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim)) if ndim else ()
+    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
+               if ndim and tensor.strides else None)
+    dtype = numpy_dtype(int(tensor.dtype.code), int(tensor.dtype.bits),
+                        int(tensor.dtype.lanes))
+    ptr = int(tensor.data or 0) + int(tensor.byte_offset)
+    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    return DLPackTensor(ptr, shape, strides, dtype, device, readonly)
