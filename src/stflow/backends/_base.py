@@ -530,7 +530,7 @@ class Backend(abc.ABC):
         return pointer_array(allocation.ptr, shape, dtype, readonly, owner,
                              allocation.strides)
 
-    # -- declared capabilities (issue 28, item 3: nothing is probed by name) -------
+    # -- declared capabilities (nothing is probed by name) -----------------------------
     # Each has a default that is right for a backend without the capability, so the
     # runtime calls them unconditionally.
     def revalidate_contexts(self) -> bool:
@@ -585,7 +585,7 @@ def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
         buffer.view(dtype).fill(np.nan)
     else:
         buffer.fill(0xA5)
-# -- end of the declared capabilities (issue 28, item 3) ------------------------------
+# -- end of the declared capabilities -------------------------------------------------
 
 
 class _ArrayInterfaceHolder:
