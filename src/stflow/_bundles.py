@@ -33,7 +33,7 @@ from ._errors import (AccessModeError, BundleFieldError, ContextFinalizedError,
 from ._logical_data import dep, logical_data
 from ._reduce import REDUCE
 
-__all__ = ["Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
+__all__ = ["Regrouping", "Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
 
 View = TypeVar("View")
 
@@ -444,3 +444,45 @@ def check_conflicts(deps: list[Any], layout: list[Any], label: str) -> None:
                 "that do not merge (a task reduces into a data once and does nothing "
                 "else with it); leave the field out of the bundle "
                 f"(dep({owner[i][1]}=AccessMode.NONE)) or drop the other dependency")
+
+
+class Regrouping:
+    """``fn`` called with one argument per task argument: a bundle's named tuple of
+    its fields' arrays (``None`` for tokens) in place of its fields' arrays, for the
+    host callbacks of ``host_launch`` on bundles (local and distributed).
+
+    ``has_memory`` says, per expanded dependency, whether an array arrives for it;
+    the values after those are extra arguments, passed on after the grouped ones,
+    or dropped with ``extra=False`` (a distributed launch, whose tokens' local
+    arrays come after its data's).
+    A class rather than a closure: compiled callers' closure environments lost
+    their attributes when the callback ran on another thread."""
+
+    __slots__ = ("fn", "layout", "has_memory", "extra")
+
+    def __init__(self, fn: Any, layout: list[Any], has_memory: list[bool],
+                 extra: bool = True) -> None:
+        self.fn = fn
+        self.layout = layout
+        self.has_memory = has_memory
+        self.extra = extra
+
+    def __call__(self, *values: Any) -> Any:
+        has_memory = self.has_memory
+        by_dependency: list[Any] = []
+        k = 0
+        for present in has_memory:
+            if present:
+                by_dependency.append(values[k])
+                k += 1
+            else:
+                by_dependency.append(None)
+        extra = values[k:] if self.extra else ()
+        grouped: list[Any] = []
+        for entry in self.layout:
+            if isinstance(entry, Slot):
+                grouped.append(entry.dep.regroup(
+                    by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
+            elif has_memory[entry]:
+                grouped.append(by_dependency[entry])
+        return self.fn(*grouped, *extra)

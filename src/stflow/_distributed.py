@@ -70,7 +70,7 @@ import numpy.typing as npt
 
 from ._access import READ, WRITE
 from ._bundles import bundle as _Bundle
-from ._bundles import Slot, bundle_dep, expand, make_bundle
+from ._bundles import Regrouping, bundle_dep, expand, make_bundle
 from ._collective import agree, check_each_call
 from ._errors import ContextFinalizedError, ScopeError, ShapeError
 from ._dist_handles import (Reduction, dist_data, dist_dep, dist_kernel, dist_task,
@@ -378,25 +378,9 @@ class distributed_context:
                   if not data.is_token]
         tokens = [local for local, (data, _, _) in zip(local_deps, deps)
                   if data.is_token]
-        is_token = [data.is_token for data, _, _ in deps]
-        count = len(arrays)
-
-        def grouped(*values: Any) -> None:
-            by_dependency: list[Any] = []
-            k = 0
-            for token in is_token:
-                by_dependency.append(None if token else values[k])
-                k += 0 if token else 1
-            out: list[Any] = []
-            for entry in layout:
-                if isinstance(entry, Slot):
-                    out.append(entry.dep.regroup(
-                        by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
-                elif not is_token[entry]:
-                    out.append(by_dependency[entry])
-            fn(*out)
-        self.local.host_launch(*arrays, *tokens, fn=lambda *values: grouped(
-            *values[:count]))
+        has_memory = [not data.is_token for data, _, _ in deps]
+        self.local.host_launch(*arrays, *tokens,
+                               fn=Regrouping(fn, layout, has_memory, extra=False))
 
     # -- exchanges -------------------------------------------------------------------
     def _prepare(self, data: dist_data, mode: int, rank: int) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from ._access import READ
 from ._reduce import REDUCE
 from ._bodies import open_bodies
-from ._bundles import Slot, bundle_dep, check_conflicts, expand
+from ._bundles import Regrouping, Slot, bundle_dep, check_conflicts, expand
 from ._coherence import Instance
 from ._compile import mypyc_attr
 from ._errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
@@ -702,44 +702,41 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
                      for d, access in zip(checked, plan.per_dependency)
                      if access.instance is not None or id(access) in private]
         if layout is not None:
-            fn = _regrouping(fn, layout, [access.instance is not None
+            fn = Regrouping(fn, layout, [access.instance is not None
                                           or id(access) in private
                                           for access in plan.per_dependency])
-        capture = runtime.errors.capture
-
-        def callback() -> None:
-            try:
-                arrays = [backend.host_array(allocation, shape, dtype, readonly)
-                          for allocation, shape, dtype, readonly in arguments]
-                fn(*arrays, *extra)
-            except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
-                add_note(exc, f"raised by {label}")
-                capture(exc, ident)
-
+        callback = _HostCallback(backend, fn, arguments, extra, label, ident,
+                                 runtime.errors.capture)
         backend.launch_host_func(stream, callback)
         runtime.release(plan, stream, None, ident, plan.private)
 
 
 
-def _regrouping(fn: Any, layout: list[Any], has_memory: list[bool]) -> Any:
-    """``fn`` called with one argument per task argument: a bundle's named tuple of
-    its fields' arrays (``None`` for tokens) in place of its fields' arrays."""
-    def regrouped(*values: Any) -> Any:
-        by_dependency: list[Any] = []
-        k = 0
-        for present in has_memory:
-            if present:
-                by_dependency.append(values[k])
-                k += 1
-            else:
-                by_dependency.append(None)
-        extra = values[k:]
-        grouped: list[Any] = []
-        for entry in layout:
-            if isinstance(entry, Slot):
-                grouped.append(entry.dep.regroup(
-                    by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
-            elif has_memory[entry]:
-                grouped.append(by_dependency[entry])
-        return fn(*grouped, *extra)
-    return regrouped
+class _HostCallback:
+    """A ``host_launch`` callback: ``fn`` on host arrays of its arguments, a failure
+    noted with the launch's label and reported at the next sync point.
+
+    A class rather than a closure: the compiled build's
+    closure environments lost their attributes under concurrent host callbacks."""
+
+    __slots__ = ("backend", "fn", "arguments", "extra", "label", "ident", "capture")
+
+    def __init__(self, backend: Any, fn: Any, arguments: list[Any], extra: tuple,
+                 label: str, ident: int, capture: Callable[..., Any]) -> None:
+        self.backend = backend
+        self.fn = fn
+        self.arguments = arguments
+        self.extra = extra
+        self.label = label
+        self.ident = ident
+        self.capture = capture
+
+    def __call__(self) -> None:
+        try:
+            host_array = self.backend.host_array
+            arrays = [host_array(allocation, shape, dtype, readonly)
+                      for allocation, shape, dtype, readonly in self.arguments]
+            self.fn(*arrays, *self.extra)
+        except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+            add_note(exc, f"raised by {self.label}")
+            self.capture(exc, self.ident)
