@@ -335,14 +335,14 @@ def check_shape(shape: Any, what: str) -> tuple[int, ...]:
         raise TypeError(f"{what}: shape must be an iterable of integers such as (10,), "
                         f"got {shape!r}")
     result = []
-    for extent in shape:
-        if isinstance(extent, bool) or not hasattr(type(extent), "__index__"):
+    for size in shape:
+        if isinstance(size, bool) or not hasattr(type(size), "__index__"):
             raise TypeError(f"{what}: shape must be an iterable of integers; "
-                            f"{tuple(shape)!r} has the non-integer extent {extent!r}")
-        result.append(extent.__index__())
+                            f"{tuple(shape)!r} has the non-integer extent {size!r}")
+        result.append(size.__index__())
     if not result:
         raise ValueError(f"{what}: shape must contain at least one dimension")
-    if any(extent <= 0 for extent in result):
+    if any(size <= 0 for size in result):
         raise ValueError(f"{what}: all shape dimensions must be positive integers, got "
                          f"{tuple(result)}")
     return tuple(result)

@@ -25,6 +25,7 @@ import pytest
 
 import stflow as stf
 import stflow._config
+import stflow._places.locality
 import stflow.emulated
 from stflow.errors import (AccessModeError, BackendUnavailableError,
                            ContextFinalizedError, ContextMismatchError, PlaceError,
@@ -508,8 +509,6 @@ def test_device_factories_check_the_ordinal_at_once():
 def test_places_are_checked_against_the_context_using_them(backend, monkeypatch):
     # A place valid on the default backend may not exist on the context's backend:
     # the context that uses it says so.
-    import stflow._config
-    import stflow._places.locality
     monkeypatch.setattr(stflow._places.locality, "_known_count", (stflow._config.config(), 100))
     exec_place = stf.exec_place.device(99)
     data_place = stf.data_place.device(99)

@@ -275,7 +275,7 @@ def test_the_state_of_data_keeps_the_imports_of_a_discarded_body(sctx, outer):
     last = stf.exec_place.device(sctx._runtime.backend.device_count - 1)
     x = sctx.logical_data(np.arange(8.0), name="x")
 
-    def body():
+    def body(x):
         with sctx.repeat(0):
             with sctx.task(last, x.read(stf.data_place.host())) as t:
                 _run(t, lambda xp, a: None, 0)
@@ -284,10 +284,10 @@ def test_the_state_of_data_keeps_the_imports_of_a_discarded_body(sctx, outer):
 
     if outer == "repeat":
         with sctx.repeat(1):
-            body()
+            body(x)
     else:
         with sctx.launchable_graph_scope() as lg:
-            body()
+            body(x)
             for _ in range(2):
                 lg.launch()
     assert x._state.uses(), "nothing orders later writers, or a retirement, after it"
@@ -493,7 +493,7 @@ def test_set_read_only_refuses_data_in_use_by_an_open_scope(sctx):
     x.set_read_only()                           # once the scope closed
     with sctx.graph_scope():
         with sctx.graph_scope():
-            with sctx.task(x.read()) as t:
+            with sctx.task(x.read()):
                 pass
     np.testing.assert_array_equal(sctx._ctx.wait(x), 1.0)
 
