@@ -411,9 +411,8 @@ class distributed_context:
         data too)."""
         if data.partial is None:
             data.partial = self._private(data.shape, data.dtype, f"{data.name}.partial")
-        identity = op.identity(data.dtype)
         with self.local.task(data.partial.write()) as t:
-            t.run(lambda xp, view: view.fill(identity))
+            t.run(_Fill(op.identity(data.dtype)))
 
     def _combine(self, data: dist_data, rank: int) -> None:
         """Combine the pending reductions into ``data`` on ``rank`` (collective): its
@@ -451,18 +450,9 @@ class distributed_context:
                 exchanges.land(arrived, incoming)
                 deps.append(arrived.read())
                 order.append(source)
-            ufunc = reduction.op.ufunc
             identity = reduction.op.identity(data.dtype) if fresh else None
-
-            def combine(xp: Any, value: Any, *partials: Any) -> None:
-                if identity is not None:
-                    value.fill(identity)
-                by_rank = dict(zip(order, partials))
-                for source in ranks:          # rank order: the same result anywhere
-                    ufunc(value, by_rank[source], out=value)
-
             with self.local.task(*deps) as t:
-                t.run(combine)
+                t.run(_Combine(reduction.op.ufunc, identity, order, ranks))
         data.holders = {rank}
         data.version += 1
 
@@ -626,3 +616,40 @@ def _field_dep(data: Any, mode: int, dplace: Any) -> Any:
     if mode == WRITE:
         return data.write(dplace)
     return data.rw(dplace)
+
+
+# Task bodies of the reductions' combining steps, as objects rather than closures: the
+# body runs later, on another thread where the backend runs task bodies there, and the
+# compiled build's closure environments have not survived that (see _task._HostCallback).
+
+class _Fill:
+    """Body filling a partial with its operator's identity."""
+
+    __slots__ = ("identity",)
+
+    def __init__(self, identity: Any) -> None:
+        self.identity = identity
+
+    def __call__(self, xp: Any, view: Any) -> None:
+        view.fill(self.identity)
+
+
+class _Combine:
+    """Body combining the partials into the value, in rank order (the same result on
+    every rank and in every run): ``partials`` come in ``order``; ``identity`` first
+    fills a value that was never written."""
+
+    __slots__ = ("ufunc", "identity", "order", "ranks")
+
+    def __init__(self, ufunc: Any, identity: Any, order: list[int], ranks: list[int]) -> None:
+        self.ufunc = ufunc
+        self.identity = identity
+        self.order = order
+        self.ranks = ranks
+
+    def __call__(self, xp: Any, value: Any, *partials: Any) -> None:
+        if self.identity is not None:
+            value.fill(self.identity)
+        by_rank = dict(zip(self.order, partials))
+        for source in self.ranks:
+            self.ufunc(value, by_rank[source], out=value)
