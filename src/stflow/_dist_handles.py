@@ -286,7 +286,7 @@ class dist_task:
                 indices = tuple(i for i, (data, _, _) in enumerate(self._deps)
                                 if not data.is_token)
                 if not indices:                    # tokens only: no arrays
-                    self.local.run(lambda xp, *_: fn(xp), 0)
+                    self.local.run(_XpOnly(fn), 0)
                     return
             self.local.run(fn, *indices)
 
@@ -316,12 +316,9 @@ class dist_task:
         argument, tokens left out as in :meth:`run`."""
         chosen = list(indices) if indices else self._slots_with_memory()
         if not chosen:
-            self.local.run(lambda xp, *_: fn(xp), 0)
+            self.local.run(_XpOnly(fn), 0)
             return
-
-        def body(xp: Any, *arrays: Any) -> None:
-            fn(xp, *[self._without_tokens(i, a) for i, a in zip(chosen, arrays)])
-        self.local.run(body, *chosen)
+        self.local.run(_SlotsBody(self, fn, chosen), *chosen)
 
     def _refuse(self, what: str) -> None:
         raise RemoteTaskError(
@@ -469,3 +466,35 @@ def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
                 f"a distributed task reduces into {data.name} and accesses it again; "
                 "a task reduces into a data once and does nothing else with it "
                 "(reduce in one task, read in a later one)")
+
+
+# Task bodies as objects rather than closures: a body runs later, on another thread
+# where the backend runs bodies there, and the compiled build's closure environments
+# have not survived that (see _task._HostCallback).
+
+class _XpOnly:
+    """The body of a task whose dependencies are all tokens: ``fn(xp)``."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, xp: Any, *_: Any) -> None:
+        self.fn(xp)
+
+
+class _SlotsBody:
+    """The body of a task with bundles: ``fn`` on the ``chosen`` arguments, each with
+    its token fields ``None``."""
+
+    __slots__ = ("task", "fn", "chosen")
+
+    def __init__(self, task: Any, fn: Callable[..., Any], chosen: list[int]) -> None:
+        self.task = task
+        self.fn = fn
+        self.chosen = chosen
+
+    def __call__(self, xp: Any, *arrays: Any) -> None:
+        task = self.task
+        self.fn(xp, *[task._without_tokens(i, a) for i, a in zip(self.chosen, arrays)])

@@ -365,8 +365,7 @@ class distributed_context:
             tokens = [local for local, (data, _, _) in zip(local_deps, deps)
                       if data.is_token]
             count = len(arrays)          # the tokens' bytes are not the callback's
-            self.local.host_launch(*arrays, *tokens,
-                                   fn=lambda *values: fn(*values[:count]))
+            self.local.host_launch(*arrays, *tokens, fn=_FirstArguments(fn, count))
         executed(deps, t.rank)
 
     def _bundle_host_launch(self, local_deps: list[Any], deps: tuple[Any, ...],
@@ -621,6 +620,20 @@ def _field_dep(data: Any, mode: int, dplace: Any) -> Any:
 # Task bodies of the reductions' combining steps, as objects rather than closures: the
 # body runs later, on another thread where the backend runs task bodies there, and the
 # compiled build's closure environments have not survived that (see _task._HostCallback).
+
+class _FirstArguments:
+    """A host callback ``fn`` on its first ``count`` arguments (the tokens' bytes
+    that follow are not the callback's)."""
+
+    __slots__ = ("fn", "count")
+
+    def __init__(self, fn: Callable[..., Any], count: int) -> None:
+        self.fn = fn
+        self.count = count
+
+    def __call__(self, *values: Any) -> None:
+        self.fn(*values[:self.count])
+
 
 class _Fill:
     """Body filling a partial with its operator's identity."""
