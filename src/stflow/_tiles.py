@@ -170,14 +170,12 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
           owner: Callable[[int, int], int] | None = None) -> TileGrid:
     """Register the tiles of a 2-D array as a grid of logical data.
 
-    Each tile is registered in place, as a strided view of its block of ``array``:
-    no host copy is made, a task on a device gets a dense C-ordered copy of the tile
-    (one pitched copy), a host task the view itself, and ``finalize()`` writes every
-    tile back into its block (nothing between the blocks is touched). Until then the
-    array belongs to the context: do not read or write it directly (use
-    ``ctx.wait(grid[i, j])`` for a tile). An array whose rows are not contiguous
-    (Fortran order, a column step) is tiled by contiguous copies instead, copied back
-    at ``finalize()``.
+    Each tile is registered in place, a strided view of its block of ``array`` (no
+    host copy): a task on a device gets a dense copy of it (one pitched copy), a host
+    task the view itself, and ``finalize()`` writes every tile back into its block,
+    touching nothing between the blocks. Until then the array belongs to the context
+    (``ctx.wait(grid[i, j])`` reads a tile). An array whose rows are not contiguous
+    (Fortran order, a column step) is tiled by copies, copied back at ``finalize()``.
 
     Parameters
     ----------
@@ -193,8 +191,7 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
         Rows and columns of a tile (an ``int`` for square tiles). Tiles of the last
         row and column of tiles are smaller when the shape does not divide evenly.
     name : str, optional
-        Prefix of the tiles' names (``"A[0,1]"``...), shown in errors, DOT graphs and
-        traces.
+        Prefix of the tiles' names (``"A[0,1]"``...) in errors, DOT graphs and traces.
     owner : callable, optional
         With a :class:`~stflow.distributed_context` only: ``owner(i, j)`` is the rank
         owning tile ``(i, j)`` (default :meth:`block_cyclic.over` the communicator's
@@ -234,6 +231,24 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     >>> grid.shape, float(A[4, 5])
     ((3, 2), -29.0)
     """
+    _check_array(array)
+    mb, nb = _tile_sizes(tile_shape)
+    owner_of = _owners(ctx, owner)
+    local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
+    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None = None
+    if array.shape[1] != 1 and array.strides[1] != array.itemsize:  # rows not contiguous
+        _refuse_caller_stream(local)
+        copies = []
+    prefix = "tile" if name is None else name
+    grid = [[_tile(ctx, array, (i, j), (mb, nb), f"{prefix}[{i},{j}]", owner_of, copies)
+             for j in range(-(-array.shape[1] // nb))] for i in range(-(-array.shape[0] // mb))]
+    if copies:
+        local.attach(_WriteBack(array, copies))
+    return TileGrid(grid, (mb, nb), array.shape)
+
+
+def _check_array(array: Any) -> None:
+    """Refuse what ``stf.tiles`` cannot tile: not a plain NumPy array, not 2-D, empty."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"stf.tiles() tiles a NumPy array, got "
                         f"{type(array).__name__}; convert it with np.asarray first "
@@ -249,6 +264,10 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
                          "ctx.logical_data")
     if array.size == 0:
         raise ValueError(f"stf.tiles() got an empty array of shape {array.shape}")
+
+
+def _tile_sizes(tile_shape: Any) -> tuple[int, int]:
+    """Rows and columns of a tile from ``(mb, nb)`` or one integer."""
     shape: Any = tile_shape
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (int(shape), int(shape))
@@ -262,49 +281,38 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     if mb <= 0 or nb <= 0:
         raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be "
                          "positive")
-    owner_of = _owners(ctx, owner)
-    local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
-    in_place = array.shape[1] == 1 or array.strides[1] == array.itemsize
-    if not in_place:
-        _refuse_caller_stream(local)
-    writable = bool(array.flags.writeable)
+    return mb, nb
+
+
+def _tile(ctx: Any, array: np.ndarray, index: tuple[int, int], tile_shape: tuple[int, int],
+          label: str, owner_of: Callable[[int, int], int] | None,
+          copies: list[tuple[tuple[slice, slice], np.ndarray]] | None) -> Any:
+    """The logical data of tile ``index``: its block of ``array`` registered in place,
+    or (``copies`` given: rows not contiguous) a C-ordered copy of it, noted in
+    ``copies`` to be written back; another rank's tile is its shape alone."""
+    (i, j), (mb, nb) = index, tile_shape
     rows, cols = array.shape
-    prefix = "tile" if name is None else name
-    grid: list[list[Any]] = []
-    copies: list[tuple[tuple[slice, slice], np.ndarray]] = []
-    for i in range((rows + mb - 1) // mb):
-        row = []
-        for j in range((cols + nb - 1) // nb):
-            where = (slice(i * mb, min((i + 1) * mb, rows)),
-                     slice(j * nb, min((j + 1) * nb, cols)))
-            label = f"{prefix}[{i},{j}]"
-            if owner_of is not None:
-                rank = _owner(ctx, owner_of, i, j)
-                if rank != ctx.rank:     # another rank's tile: only its shape is read
-                    row.append(ctx.logical_data(array[where], owner=rank, name=label))
-                    continue
-            block = array[where]
-            if not in_place:
-                block = np.array(block, order="C", copy=True)
-                if not writable:
-                    block.flags.writeable = False
-                else:
-                    copies.append((where, block))
-            row.append(ctx.logical_data(block, name=label) if owner_of is None
-                       else ctx.logical_data(block, owner=ctx.rank, name=label))
-        grid.append(row)
-    if copies:
-        local.attach(_WriteBack(array, copies))
-    return TileGrid(grid, (mb, nb), (rows, cols))
+    where = (slice(i * mb, min((i + 1) * mb, rows)), slice(j * nb, min((j + 1) * nb, cols)))
+    if owner_of is not None:
+        rank = _owner(ctx, owner_of, i, j)
+        if rank != ctx.rank:             # another rank's tile: only its shape is read
+            return ctx.logical_data(array[where], owner=rank, name=label)
+    block = array[where]
+    if copies is not None:
+        block = np.array(block, order="C", copy=True)
+        if not array.flags.writeable:
+            block.flags.writeable = False
+        else:
+            copies.append((where, block))
+    if owner_of is None:
+        return ctx.logical_data(block, name=label)
+    return ctx.logical_data(block, owner=ctx.rank, name=label)
 
 
 def _refuse_caller_stream(local: Any) -> None:
     """Tiles copied back at ``finalize()`` need a context whose finalize waits."""
-    runtime = getattr(local, "_runtime", None)
-    inner = getattr(local, "_ctx", None)            # a stackable_context's context
-    if runtime is None and inner is not None:
-        runtime = getattr(inner, "_runtime", None)
-    if runtime is not None and getattr(runtime, "caller_stream", None) is not None:
+    runtime = local._runtime          # a context's (None once finalized), a stackable's
+    if runtime is not None and runtime.caller_stream is not None:
         raise ValueError("stf.tiles() of an array whose rows are not contiguous needs "
                          "a context without a caller stream: its tiles are copies, "
                          "copied back when finalize() completes, and finalize() of a "

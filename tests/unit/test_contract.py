@@ -81,9 +81,6 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("_stackable.py", "_home"): "pending: graph-seam branch",
     ("_stackable.py", "_state"): "pending: graph-seam branch",
     ("_stackable.py", "getPtr"): "pending: graph-seam branch",
-    ("_tiles.py", "_runtime"): "pending: pin-pieces branch",
-    ("_tiles.py", "_ctx"): "pending: pin-pieces branch",
-    ("_tiles.py", "caller_stream"): "pending: pin-pieces branch",
 }
 
 # -- imports of backend modules from outside backends/: (importer, imported) -----------
