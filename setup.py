@@ -37,7 +37,7 @@ def compiled_modules() -> list[str]:
     start = text.index("COMPILED_MODULES = ")
     end = text.index(")", start) + 1
     exec(text[start:end], namespace)                      # a literal tuple of names
-    return [str(Path("src") / "stflow" / f"{name}.py")
+    return [str(Path("src", "stflow", *name.split(".")).with_suffix(".py"))
             for name in namespace["COMPILED_MODULES"]]
 
 
@@ -63,7 +63,7 @@ class OptionalBuildExt(build_ext):
         date, and ``stflow._compile.stale`` would then prefer the sources)."""
         outputs = [Path(output) for output in self.get_outputs()]
         if self.inplace:
-            outputs += [*PACKAGE.glob("*.so"), *(HERE / "src").glob("stflow__mypyc*.so")]
+            outputs += [*PACKAGE.rglob("*.so"), *(HERE / "src").glob("stflow__mypyc*.so")]
         for output in outputs:
             if output.exists():
                 os.utime(output)
@@ -74,7 +74,7 @@ class OptionalBuildExt(build_ext):
         for output in self.get_outputs():
             Path(output).unlink(missing_ok=True)
         for pattern in ("*.so", "*.pyd"):
-            for built in PACKAGE.glob(pattern):
+            for built in PACKAGE.rglob(pattern):
                 built.unlink()
             for built in (HERE / "src").glob(f"stflow__mypyc*{pattern[1:]}"):
                 built.unlink()

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 import stflow as stf
-from stflow._plan import acquire, release
+from stflow._core.plan import acquire, release
 
 
 def best_us(run: Callable[[int], None], tasks: int, repeats: int = 7) -> float:

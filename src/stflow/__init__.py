@@ -1,23 +1,8 @@
 """stflow: a Sequential Task Flow runtime for Python on CUDA GPUs.
 
-Layout (each name lives in one private module and is re-exported here lazily):
-
-- ``_context``       context: data creation, tasks, fence/wait/finalize
-- ``_task``          task and host_launch: acquire -> body -> release
-- ``_runtime``       the machinery behind a context (streams, prologue/epilogue)
-- ``_logical_data``  logical_data, dep, read/write/rw, AccessMode
-- ``_coherence``     instances per place and their states (pure)
-- ``_deps``          ordering rules: RAW/WAR/WAW from access modes (pure)
-- ``_places/``       places: data_place, exec_place, exec_place_grid, green contexts,
-                     locality domains, partition mappers
-- ``_resources``     exec_place_resources, async_resources (stream pools, graph cache)
-- ``_views``         CudaStream, stf_cai
-- ``_device_array``  DeviceArray (CAI / array interface and DLPack exports)
-- ``_kernel``        cuda_kernel: tasks whose body describes kernel launches
-- ``interop/``       adapters for Numba, PyTorch, CuPy and Warp (lazy imports);
-                     ``_dlpack``: dlpack_export, the DLPack exporter
-- ``backends/``      the backend contract, the emulated and CUDA backends
-- ``testing``        random task programs and their sequential NumPy oracle
+Each public name lives in one private module of a part (a folder: ``_handles``,
+``_engine``, ``_graph``, ``_places``, ...; docs/architecture.md draws them) and is
+re-exported here lazily, from the table ``_LOCATIONS`` below.
 
 Public submodules under the reference's paths: ``paths``, ``fill_utils``, ``errors``,
 ``device_array``, ``task_graph`` and ``green_places`` (the last two are callable, so
@@ -38,7 +23,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from . import _compile, _config
+from . import _compile
+from ._core import config as _config
 
 if _config.pure_python_requested() or _compile.stale():
     _compile.use_sources()
@@ -65,26 +51,26 @@ __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW
 # Where each lazily resolved name is defined. ``IncludePaths`` resolves too (as in
 # the reference's ``paths`` module) but is not part of ``__all__``.
 _LOCATIONS = {
-    "AccessMode": "._logical_data",
-    "ProgressBar": "._progress",
-    "distributed_context": "._distributed",
-    "TileGrid": "._tiles",
-    "block_cyclic": "._tiles",
-    "bundle": "._bundles",
-    "constant": "._bundles",
-    "tiles": "._tiles",
-    "async_resources": "._resources",
-    "cond": "._cond",
-    "context": "._context",
-    "cuda_kernel": "._kernel",
-    "CudaStream": "._views",
+    "AccessMode": "._handles.logical_data",
+    "ProgressBar": "._instruments.progress",
+    "distributed_context": "._dist.context",
+    "TileGrid": "._handles.tiles",
+    "block_cyclic": "._handles.tiles",
+    "bundle": "._handles.bundles",
+    "constant": "._handles.bundles",
+    "tiles": "._handles.tiles",
+    "async_resources": "._engine.resources",
+    "cond": "._graph.cond",
+    "context": "._handles.context",
+    "cuda_kernel": "._handles.kernel",
+    "CudaStream": "._interchange.views",
     "data_place": "._places.places",
-    "dep": "._logical_data",
-    "DeviceArray": "._device_array",
-    "dlpack_export": "._dlpack",
+    "dep": "._handles.logical_data",
+    "DeviceArray": "._interchange.device_array",
+    "dlpack_export": "._interchange.dlpack",
     "exec_place": "._places.places",
     "exec_place_grid": "._places.places",
-    "exec_place_resources": "._resources",
+    "exec_place_resources": "._engine.resources",
     "get_include_paths": ".paths",
     "get_library_dir": ".paths",
     "get_library_path": ".paths",
@@ -93,21 +79,21 @@ _LOCATIONS = {
     "green_ctx_view": "._places.green",
     "green_places": "._places.green",
     "IncludePaths": ".paths",
-    "LaunchableGraph": "._stackable",
+    "LaunchableGraph": "._graph.stackable",
     "locality_domain_count": "._places.locality",
-    "logical_data": "._logical_data",
+    "logical_data": "._handles.logical_data",
     "machine_init": ".backends",
-    "read": "._logical_data",
-    "reduce": "._logical_data",
-    "rw": "._logical_data",
-    "stackable_context": "._stackable",
-    "stackable_logical_data": "._stackable",
-    "stackable_task": "._stackable",
-    "stf_cai": "._views",
-    "task": "._task",
-    "task_graph": "._task_graph",
-    "TaskGraph": "._task_graph",
-    "write": "._logical_data",
+    "read": "._handles.logical_data",
+    "reduce": "._handles.logical_data",
+    "rw": "._handles.logical_data",
+    "stackable_context": "._graph.stackable",
+    "stackable_logical_data": "._graph.stackable",
+    "stackable_task": "._graph.stackable",
+    "stf_cai": "._interchange.views",
+    "task": "._handles.task",
+    "task_graph": "._graph.task_graph",
+    "TaskGraph": "._graph.task_graph",
+    "write": "._handles.logical_data",
 }
 
 # Submodules that are attributes of the package without a separate import (the
@@ -137,43 +123,43 @@ if TYPE_CHECKING:
     from . import interop as interop
     from . import partitions as partitions
     from . import paths as paths
-    from ._bundles import bundle as bundle
-    from ._bundles import constant as constant
-    from ._cond import cond as cond
-    from ._context import context as context
-    from ._device_array import DeviceArray as DeviceArray
-    from ._dlpack import dlpack_export as dlpack_export
+    from ._handles.bundles import bundle as bundle
+    from ._handles.bundles import constant as constant
+    from ._graph.cond import cond as cond
+    from ._handles.context import context as context
+    from ._interchange.device_array import DeviceArray as DeviceArray
+    from ._interchange.dlpack import dlpack_export as dlpack_export
     from ._places.green import green_context_helper as green_context_helper
     from ._places.green import green_ctx_view as green_ctx_view
     from ._places.green import green_places as green_places
     from ._places.locality import locality_domain_count as locality_domain_count
-    from ._kernel import cuda_kernel as cuda_kernel
-    from ._logical_data import AccessMode as AccessMode
-    from ._logical_data import dep as dep
-    from ._logical_data import logical_data as logical_data
-    from ._logical_data import read as read
-    from ._logical_data import reduce as reduce
-    from ._logical_data import rw as rw
-    from ._logical_data import write as write
+    from ._handles.kernel import cuda_kernel as cuda_kernel
+    from ._handles.logical_data import AccessMode as AccessMode
+    from ._handles.logical_data import dep as dep
+    from ._handles.logical_data import logical_data as logical_data
+    from ._handles.logical_data import read as read
+    from ._handles.logical_data import reduce as reduce
+    from ._handles.logical_data import rw as rw
+    from ._handles.logical_data import write as write
     from ._places.places import data_place as data_place
     from ._places.places import exec_place as exec_place
     from ._places.places import exec_place_grid as exec_place_grid
-    from ._distributed import distributed_context as distributed_context
-    from ._progress import ProgressBar as ProgressBar
-    from ._resources import async_resources as async_resources
-    from ._resources import exec_place_resources as exec_place_resources
-    from ._tiles import TileGrid as TileGrid
-    from ._tiles import block_cyclic as block_cyclic
-    from ._tiles import tiles as tiles
-    from ._stackable import LaunchableGraph as LaunchableGraph
-    from ._stackable import stackable_context as stackable_context
-    from ._stackable import stackable_logical_data as stackable_logical_data
-    from ._stackable import stackable_task as stackable_task
-    from ._task import task as task
-    from ._task_graph import TaskGraph as TaskGraph
-    from ._task_graph import task_graph as task_graph
-    from ._views import CudaStream as CudaStream
-    from ._views import stf_cai as stf_cai
+    from ._dist.context import distributed_context as distributed_context
+    from ._instruments.progress import ProgressBar as ProgressBar
+    from ._engine.resources import async_resources as async_resources
+    from ._engine.resources import exec_place_resources as exec_place_resources
+    from ._handles.tiles import TileGrid as TileGrid
+    from ._handles.tiles import block_cyclic as block_cyclic
+    from ._handles.tiles import tiles as tiles
+    from ._graph.stackable import LaunchableGraph as LaunchableGraph
+    from ._graph.stackable import stackable_context as stackable_context
+    from ._graph.stackable import stackable_logical_data as stackable_logical_data
+    from ._graph.stackable import stackable_task as stackable_task
+    from ._handles.task import task as task
+    from ._graph.task_graph import TaskGraph as TaskGraph
+    from ._graph.task_graph import task_graph as task_graph
+    from ._interchange.views import CudaStream as CudaStream
+    from ._interchange.views import stf_cai as stf_cai
     from .backends import machine_init as machine_init
     from .paths import IncludePaths as IncludePaths
     from .paths import get_include_paths as get_include_paths

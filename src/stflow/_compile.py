@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 __all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
 
-COMPILED_MODULES = ("_access", "_deps", "_coherence", "_streams", "_plan", "_runtime",
-                    "_task", "_instrument", "_registry", "_distributed", "_dist_handles",
-                    "_exchanges")
+COMPILED_MODULES = ("_core.access", "_core.deps", "_core.coherence", "_core.streams",
+                    "_core.plan", "_engine.runtime", "_handles.task", "_instruments.seam",
+                    "_engine.registry", "_dist.context", "_dist.handles", "_dist.exchanges")
 """The modules of ``stflow`` that the compiled build compiles (the hot path)."""
 
 if TYPE_CHECKING:
@@ -39,11 +39,17 @@ else:
             return lambda cls: cls
 
 
+def source(directory: Path, name: str) -> Path:
+    """The source file of compiled module ``name`` (``"_core.plan"``) under the
+    package ``directory``."""
+    return directory.joinpath(*name.split(".")).with_suffix(".py")
+
+
 class _Sources(importlib.abc.MetaPathFinder):
     """Finds the ``.py`` source of a compiled module before the extension."""
 
     def __init__(self, package: str, directory: Path) -> None:
-        self.names = {f"{package}.{name}": directory / f"{name}.py"
+        self.names = {f"{package}.{name}": source(directory, name)
                       for name in COMPILED_MODULES}
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
@@ -72,10 +78,10 @@ def stale(directory: Path | None = None) -> bool:
     library = max((path.stat().st_mtime for path in
                    directory.parent.glob(f"{directory.name}__mypyc.*.so")), default=0.0)
     for name in COMPILED_MODULES:
-        source = directory / f"{name}.py"
-        for built in directory.glob(f"{name}.*.so"):
+        python = source(directory, name)
+        for built in python.parent.glob(f"{python.stem}.*.so"):
             try:
-                if source.stat().st_mtime > max(built.stat().st_mtime, library) + 2.0:
+                if python.stat().st_mtime > max(built.stat().st_mtime, library) + 2.0:
                     return True
             except OSError:
                 continue

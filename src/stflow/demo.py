@@ -46,7 +46,7 @@ than NumPy's 0.04 s. The demo prints its speed-up over the reference.
 
 Task bodies
 -----------
-Each kernel (in ``stflow._demo_core``, shared with the version over MPI ranks) is
+Each kernel (in ``stflow._demos.core``, shared with the version over MPI ranks) is
 written once against an array module ``xp`` and run with
 ``t.run(kernel)``: on the emulated backend it is enqueued on the task stream and runs
 with NumPy on the emulated device; on CUDA it launches CuPy kernels on the task stream
@@ -64,7 +64,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ._demo_core import (_TINY, DEFAULT_SIZE, SIZES, TOLERANCE, _alpha, _beta,
+from ._demos.core import (_TINY, DEFAULT_SIZE, SIZES, TOLERANCE, _alpha, _beta,
                          _copy_edges, _direction, _init_scalars, _matvec_kernel,
                          _report, _select_backend, _size, _start, _update, halo_reads,
                          layout, poisson_matvec, poisson_rhs, reference_cg, row_blocks)
@@ -377,8 +377,8 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
         many devices of the running backend are used.
     """
     args = _parse(argv)
-    if args.distributed:                 # over MPI ranks: stflow/_demo_distributed.py
-        from ._demo_distributed import main as main_distributed
+    if args.distributed:                 # over MPI ranks: stflow/_demos/distributed.py
+        from ._demos.distributed import main as main_distributed
         return main_distributed(args, configure_stflow)
     try:
         native, note = _select_backend(args, configure_stflow)

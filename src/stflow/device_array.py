@@ -2,11 +2,11 @@
 
 ``from stflow.device_array import DeviceArray`` works as with
 ``cuda.stf._experimental.device_array``; the class is the same object as
-``stflow.DeviceArray`` (implemented in ``stflow._device_array``).
+``stflow.DeviceArray`` (implemented in ``stflow._interchange.device_array``).
 """
 
 from __future__ import annotations
 
-from ._device_array import DeviceArray
+from ._interchange.device_array import DeviceArray
 
 __all__ = ["DeviceArray"]

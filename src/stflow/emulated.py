@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._task import body_label
-from ._views import stream_handle
+from ._handles.task import body_label
+from ._interchange.views import stream_handle
 from .backends import get_backend
 
 __all__ = ["launch", "set_conditional"]

@@ -6,7 +6,7 @@ reference raises at the same call, so ``except`` clauses written for the referen
 working (``docs/errors.md``).
 """
 
-from ._errors import (AccessModeError, BackendNotice, BackendUnavailableError,
+from ._core.errors import (AccessModeError, BackendNotice, BackendUnavailableError,
                       BufferOverlapError, BundleFieldError, ContextFinalizedError, ContextMismatchError, CudaError,
                       DeviceOrdinalError, DivergentProgramError,
                       GreenContextUnavailableError, GridIndexError,

@@ -6,12 +6,12 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import ContextMismatchError
-from ._logical_data import logical_data
+from ._core.errors import ContextMismatchError
+from ._handles.logical_data import logical_data
 from ._places.places import data_place as data_place_type
 from ._places.places import exec_place as exec_place_type
-from ._runtime import RuntimeOwner
-from ._task import task
+from ._engine.runtime import RuntimeOwner
+from ._handles.task import task
 
 __all__ = ["init_logical_data"]
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow._kernel import _pack
+from stflow._handles.kernel import _pack
 from stflow.backends._base import HOST
 from stflow.errors import BackendUnavailableError, ContextFinalizedError, ScopeError
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow import _dlpack
+from stflow._interchange import dlpack as _dlpack
 from stflow.backends import default_backend
 from stflow.errors import BackendUnavailableError, PlaceError, ShapeError
 
@@ -536,7 +536,7 @@ class _FakeStream:
 
 
 def test_gpu_producer_import_logic_on_host_memory():
-    from stflow._sources import _from_gpu_dlpack
+    from stflow._interchange.sources import _from_gpu_dlpack
     values = np.arange(12, dtype=np.int32).reshape(3, 4)
     producer = _Producer(_dlpack.export_capsule(values, values.ctypes.data, (3, 4),
                                                 0, 32, 2, 0, True, readonly=True),

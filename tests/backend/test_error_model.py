@@ -26,7 +26,7 @@ import pytest
 
 import stflow as stf
 import stflow.emulated
-from stflow._views import TaskView
+from stflow._interchange.views import TaskView
 from stflow.errors import (AccessModeError, ContextFinalizedError, ContextMismatchError,
                            DeviceOrdinalError, NegativeCountError, NegativeIndexError,
                            PlaceAllocationError, PlaceError, ShapeError, STFError,
@@ -189,7 +189,7 @@ def test_reference_raise_sites(backend, monkeypatch, site, stflow_class, builtin
             with pytest.raises(builtin, match=phrase) as info:
                 site(ctx, backend)
         assert isinstance(info.value, stflow_class)
-        if stflow_class.__module__ == "stflow._errors":
+        if stflow_class.__module__ == "stflow._core.errors":
             assert isinstance(info.value, STFError)
         gc.collect()
 
@@ -269,7 +269,7 @@ def test_deferred_errors_are_raised_one_per_call_oldest_first(backend):
 
 
 def test_error_log_raises_in_submission_order_not_capture_order():
-    from stflow._errors import ErrorLog
+    from stflow._core.errors import ErrorLog
     log = ErrorLog()
     log.capture(KeyError("submitted late"), order=5)      # captured first
     log.capture(ValueError("submitted early"), order=2)

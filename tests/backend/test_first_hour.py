@@ -241,7 +241,7 @@ def test_the_backend_notice_points_at_the_users_line(tmp_path):
 
 
 def test_warn_user_skips_every_stflow_frame():
-    from stflow._errors import warn_user
+    from stflow._core.errors import warn_user
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_user("notice", UserWarning); line = _line()  # noqa: E702

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 import stflow as stf
-import stflow._config
+import stflow._core.config
 import stflow._places.locality
 import stflow.emulated
 from stflow.errors import (AccessModeError, BackendUnavailableError,
@@ -509,7 +509,7 @@ def test_device_factories_check_the_ordinal_at_once():
 def test_places_are_checked_against_the_context_using_them(backend, monkeypatch):
     # A place valid on the default backend may not exist on the context's backend:
     # the context that uses it says so.
-    monkeypatch.setattr(stflow._places.locality, "_known_count", (stflow._config.config(), 100))
+    monkeypatch.setattr(stflow._places.locality, "_known_count", (stflow._core.config.config(), 100))
     exec_place = stf.exec_place.device(99)
     data_place = stf.data_place.device(99)
     assert exec_place.device_id == 99 and data_place.device_id == 99
@@ -1072,18 +1072,18 @@ def test_context_usable_after_wait_errors(backend):
 @pytest.mark.parametrize("text", ["abc", "0", "-2", "1.5"])
 def test_bad_emulated_device_count(backend, monkeypatch, text):
     # keep the process configuration (and its seed) for the tests that follow
-    monkeypatch.setattr(stflow._config, "_config", stflow._config.config())
+    monkeypatch.setattr(stflow._core.config, "_config", stflow._core.config.config())
     monkeypatch.setenv("STFLOW_EMULATED_DEVICES", text)
     with pytest.raises(ValueError, match=rf"STFLOW_EMULATED_DEVICES={text!r} is not a "
                                          r"positive integer; set it to the number"):
-        stflow._config.reload().emulated_devices
+        stflow._core.config.reload().emulated_devices
 
 
 def test_bad_backend_variable(backend, monkeypatch):
-    monkeypatch.setattr(stflow._config, "_config", stflow._config.config())
+    monkeypatch.setattr(stflow._core.config, "_config", stflow._core.config.config())
     monkeypatch.setenv("STFLOW_BACKEND", "tpu")
     with pytest.raises(ValueError, match=r"STFLOW_BACKEND='tpu' is not one of auto"):
-        stflow._config.reload()
+        stflow._core.config.reload()
 
 
 def test_bad_emulated_device_count_fails_the_first_context(backend):

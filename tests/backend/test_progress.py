@@ -136,7 +136,7 @@ def test_integral_totals_and_long_intervals_are_accepted():
 
 
 def test_missing_library_is_named(monkeypatch):
-    import stflow._progress as progress
+    import stflow._instruments.progress as progress
     monkeypatch.setattr(progress, "_importable", lambda name: False)
     with pytest.raises(ImportError, match="pip install rich"):
         stf.ProgressBar(style="rich")

@@ -177,7 +177,7 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
     # (write-back when collected). run_program keeps the dropped data alive through
     # its locals `deps` and `t`, so a drop after a task using the data retires nothing
     # before finalize() and drain_retired is never tested by such programs.
-    from stflow._registry import DataRegistry
+    from stflow._engine.registry import DataRegistry
     from stflow.testing import _programs as programs
     retired_live = []
     original = DataRegistry.retire

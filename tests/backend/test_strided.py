@@ -177,7 +177,7 @@ def test_tiles_are_registered_in_place():
 
 
 def test_page_locking_covers_the_span_of_a_view_without_a_contiguous_owner():
-    from stflow._registry import _span_of
+    from stflow._engine.registry import _span_of
     fortran = np.asfortranarray(np.arange(20.0).reshape(4, 5))
     assert _span_of(fortran) is fortran                  # contiguous: itself
     rows = fortran[1:3]                                  # strided, owner F-contiguous

@@ -340,7 +340,7 @@ def test_registration_is_one_step_against_another_threads_retirement(backend,
     between the two shifted the scan onto a range past the new buffer: a spurious
     BufferOverlapError. The retirement here falls right after the scan's bisection:
     it must wait until the registration is done."""
-    import stflow._registry as registry
+    import stflow._engine.registry as registry
 
     if stf.__compiled__:
         pytest.skip("compiled, _registry does not look its bisect module up at run "

@@ -22,7 +22,7 @@ def cuda_unavailable_reason() -> str | None:
 
 
 def emulation_seed() -> int:
-    from stflow._config import config
+    from stflow._core.config import config
     return config().emulation_seed
 
 
@@ -31,7 +31,7 @@ def make_default(monkeypatch, name: str) -> None:
     backend of ``DeviceArray`` and ``data_place.allocate``, which have no context."""
     import dataclasses
 
-    import stflow._config as configuration
+    import stflow._core.config as configuration
     monkeypatch.setattr(configuration, "_config",
                         dataclasses.replace(configuration.config(), backend=name))
 

@@ -27,7 +27,7 @@ def test_the_distributed_demo_passes_on_every_rank(comm, capsys, blocks, graph):
 def test_the_blocks_are_owned_block_wise_and_execute_on_their_owner(comm):
     import numpy as np
 
-    from stflow._demo_distributed import solve_distributed
+    from stflow._demos.distributed import solve_distributed
     size = comm.Get_size()
     b = demo.poisson_rhs(12)
     result = solve_distributed(comm, b, 10, backend="emulated", blocks=2 * size)
@@ -43,7 +43,7 @@ def test_the_distributed_demo_in_graph_mode_matches_stream_mode(comm):
     """--graph with --distributed: every rank's local context records graphs."""
     import numpy as np
 
-    from stflow._demo_distributed import solve_distributed
+    from stflow._demos.distributed import solve_distributed
     b = demo.poisson_rhs(16)
     stream = solve_distributed(comm, b, 12, backend="emulated", blocks=3)
     graph = solve_distributed(comm, b, 12, backend="emulated", blocks=3, graph=True,

@@ -331,7 +331,7 @@ def test_message_buffers_are_pooled_and_freed_at_finalize(comm, backend, monkeyp
     few buffers, and finalize frees them all."""
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
     monkeypatch.delenv("STFLOW_MPI_SEND_LIMIT", raising=False)   # spares are kept
-    from stflow._staging import PinnedStaging
+    from stflow._dist.staging import PinnedStaging
     size = comm.Get_size()
     with stf.distributed_context(comm, backend=backend) as ctx:
         staging = ctx._exchanges.staging
@@ -373,7 +373,7 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
     programs reduce into 0-d, empty and never-written data too."""
     if backend != "emulated":
         pytest.skip("device buffers to a CUDA-aware MPI only")
-    from stflow._staging import DirectStaging
+    from stflow._dist.staging import DirectStaging
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     with stf.distributed_context(comm, backend=backend) as ctx:
         assert isinstance(ctx._exchanges.staging, DirectStaging)

@@ -24,7 +24,7 @@ def test_device_buffers_on_cuda_match_the_oracle(comm, monkeypatch, reductions):
     reason = cuda_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from stflow._staging import DirectStaging, mpi_cuda_aware
+    from stflow._dist.staging import DirectStaging, mpi_cuda_aware
     from helpers.mpi_cuda import CudaAwareStandIn
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     cuda_comm = comm if mpi_cuda_aware() else CudaAwareStandIn(comm)

@@ -1,6 +1,6 @@
 """Ranks whose programs diverge get a DivergentProgramError naming each rank's call,
 not a hang: at wait()/fence()/finalize() always, at the first differing call with
-STFLOW_DISTRIBUTED_CHECK=1 (stflow._collective)."""
+STFLOW_DISTRIBUTED_CHECK=1 (stflow._dist.collective)."""
 
 from __future__ import annotations
 

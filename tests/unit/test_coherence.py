@@ -1,9 +1,9 @@
-"""Coherence of _coherence.py, with stand-in events (no backend)."""
+"""Coherence of _core/coherence.py, with stand-in events (no backend)."""
 
 from __future__ import annotations
 
-from stflow._access import READ, RW, WRITE
-from stflow._coherence import INVALID, MODIFIED, SHARED, DataState
+from stflow._core.access import READ, RW, WRITE
+from stflow._core.coherence import INVALID, MODIFIED, SHARED, DataState
 
 from helpers.standins import FakeStream, buffer
 

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from stflow import _config
+from stflow._core import config as _config
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "src" / "stflow"
 PAGE = ROOT / "docs" / "configuration.md"
 
-READERS = {"_config.py", "_compile.py"}
+READERS = {"_core/config.py", "_compile.py"}
 """May read stflow variables: ``_compile`` runs first at import (it does not, today:
 ``__init__`` asks ``_config.pure_python_requested()``)."""
 
@@ -36,7 +36,7 @@ def test_the_docs_page_shows_the_table_as_rendered():
     shown = _config.rendered_section(page)
     assert shown is not None, f"{PAGE} lost its {_config.BEGIN_MARK!r} marks"
     assert shown == _config.render_table(), (
-        "docs/configuration.md is stale: run python -c 'import stflow._config as c; "
+        "docs/configuration.md is stale: run python -c 'import stflow._core.config as c; "
         "c.write_docs(\"docs/configuration.md\")'")
     index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     assert re.search(r"^configuration$", index, re.M), "docs/index.md: not in a toctree"

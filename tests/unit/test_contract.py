@@ -9,7 +9,7 @@
 - Nothing outside ``backends/`` imports a backend module other than ``backends`` and
   ``backends._base``.
 - No import circle (imports under ``TYPE_CHECKING`` included: arrows only go down).
-- Only ``_config.py`` reads the environment; the variables of other programs that
+- Only ``_core/config.py`` reads the environment; the variables of other programs that
   stflow reads are listed in ``_config.OTHER_VARIABLES``.
 
 Each allow-list has a section "owned by other branches, pending merge": what other
@@ -24,7 +24,7 @@ import functools
 from pathlib import Path
 
 import stflow
-import stflow._config as config
+import stflow._core.config as config
 
 SOURCE = Path(stflow.__file__).parent
 
@@ -33,7 +33,7 @@ _THIRD_PARTY = "an attribute of a third-party module or object, absent in some v
 _USER = "a protocol of objects the user passes in"
 ALLOWED_PROBES: dict[tuple[str, str], str] = {
     # third-party modules and objects
-    ("_staging.py", "Query_cuda_support"): f"{_THIRD_PARTY} (mpi4py)",
+    ("_dist/staging.py", "Query_cuda_support"): f"{_THIRD_PARTY} (mpi4py)",
     ("backends/_cuda_driver.py", "name"): f"{_THIRD_PARTY} (a cuda.bindings CUresult)",
     ("backends/_cuda_graphs.py", "name"): f"{_THIRD_PARTY} (a cuda.bindings CUresult)",
     ("backends/_cuda_graphs.py", "cuGraphAddNode_v2"): f"{_THIRD_PARTY} (cuda.bindings)",
@@ -64,44 +64,44 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
         "the mark stflow leaves on the Numba simulator functions it wrapped",
     ("paths.py", "libcudacxx"): f"{_THIRD_PARTY} (cuda.cccl)",
     # protocols of user objects
-    ("_errors.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
+    ("_core/errors.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
     ("interop/_common.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
-    ("_bundles.py", "_fields"): f"{_USER} (named tuples: the view type of a bundle)",
-    ("_task.py", "name"): f"{_USER} (_as_stf_exec_place: the reference's conversion "
+    ("_handles/bundles.py", "_fields"): f"{_USER} (named tuples: the view type of a bundle)",
+    ("_handles/task.py", "name"): f"{_USER} (_as_stf_exec_place: the reference's conversion "
                           "to exec_place)",
-    ("_distributed.py", "name"): f"{_USER} (an mpi4py-like communicator's methods)",
-    ("_progress.py", "write"): f"{_USER} (a file)",
+    ("_dist/context.py", "name"): f"{_USER} (an mpi4py-like communicator's methods)",
+    ("_instruments/progress.py", "write"): f"{_USER} (a file)",
     ("linalg.py", "shape"): f"{_USER} (arrays)",
     ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("_eviction.py", "_plan"): "pending: graph-seam branch",
-    ("_eviction.py", "scope"): "pending: graph-seam branch",
-    ("_eviction.py", "_private"): "pending: graph-seam branch",
-    ("_resources.py", "real"): "pending: graph-seam branch",
-    ("_stackable.py", "_home"): "pending: graph-seam branch",
-    ("_stackable.py", "_state"): "pending: graph-seam branch",
-    ("_stackable.py", "getPtr"): "pending: graph-seam branch",
+    ("_engine/eviction.py", "_plan"): "pending: graph-seam branch",
+    ("_engine/eviction.py", "scope"): "pending: graph-seam branch",
+    ("_engine/eviction.py", "_private"): "pending: graph-seam branch",
+    ("_engine/resources.py", "real"): "pending: graph-seam branch",
+    ("_graph/stackable.py", "_home"): "pending: graph-seam branch",
+    ("_graph/stackable.py", "_state"): "pending: graph-seam branch",
+    ("_graph/stackable.py", "getPtr"): "pending: graph-seam branch",
 }
 
 # -- imports of backend modules from outside backends/: (importer, imported) -----------
 ALLOWED_BACKEND_IMPORTS: dict[tuple[str, str], str] = {
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("_progress.py", "backends.recording"): "pending: graph-seam branch",
-    ("_context.py", "backends.recording"): "pending: graph-seam branch",
-    ("_runtime.py", "backends.recording"): "pending: graph-seam branch",
-    ("_scopes.py", "backends.recording"): "pending: graph-seam branch",
-    ("_stackable.py", "backends.recording"): "pending: graph-seam branch",
+    ("_instruments/progress.py", "backends.recording"): "pending: graph-seam branch",
+    ("_handles/context.py", "backends.recording"): "pending: graph-seam branch",
+    ("_engine/runtime.py", "backends.recording"): "pending: graph-seam branch",
+    ("_graph/scopes.py", "backends.recording"): "pending: graph-seam branch",
+    ("_graph/stackable.py", "backends.recording"): "pending: graph-seam branch",
 }
 
 # -- import circles (module sets, names under stflow) ------------------------------------
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    frozenset({"_endings", "_runtime"}):
+    frozenset({"_engine.endings", "_engine.runtime"}):
         "pending: _endings annotates Runtime under TYPE_CHECKING (not in this "
         "branch's share; the lead's layout work)",
 }
 
-# -- readers of the environment besides _config.py: module -> the variables it reads ----
+# -- readers of the environment besides _core/config.py: module -> the variables it reads ----
 ALLOWED_ENVIRONMENT: dict[str, tuple[str, ...]] = {
     "paths.py": ("CUDA_HOME", "CUDA_PATH"),            # where the CUDA toolkit is
     "demo.py": ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"),
@@ -261,9 +261,9 @@ def _environment_readers() -> dict[str, list[int]]:
 
 def test_settings_are_read_in_config_only():
     readers = {m: lines for m, lines in _environment_readers().items()
-               if m != "_config.py" and m not in ALLOWED_ENVIRONMENT}
+               if m != "_core/config.py" and m not in ALLOWED_ENVIRONMENT}
     assert not readers, (
-        "the environment is read outside _config.py: "
+        "the environment is read outside _core/config.py: "
         + "; ".join(f"stflow/{m}:{lines}" for m, lines in readers.items())
         + ". Add the variable to _config.SETTINGS and call its accessor")
 
@@ -295,8 +295,8 @@ def test_the_allow_lists_hold_no_stale_entries():
 def test_the_checks_see_what_they_look_for():
     """The scanners find a probe, a backend import and a circle where there is one
     (a check that finds nothing proves nothing)."""
-    assert ("_staging.py", "Query_cuda_support") in {(m, a) for m, a, _ in _probes()}
+    assert ("_dist/staging.py", "Query_cuda_support") in {(m, a) for m, a, _ in _probes()}
     assert ("backends/emulated.py", "backends._host_memory") in {
         (m, t) for m, t, _ in _imports()}
-    assert ("_context.py", "backends") in {(m, t) for m, t, _ in _imports()}
+    assert ("_handles/context.py", "backends") in {(m, t) for m, t, _ in _imports()}
     assert "paths.py" in _environment_readers()

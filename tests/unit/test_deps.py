@@ -1,9 +1,9 @@
-"""Ordering rules of _deps.py, with stand-in streams and events (no backend)."""
+"""Ordering rules of _core/deps.py, with stand-in streams and events (no backend)."""
 
 from __future__ import annotations
 
-from stflow._access import READ, RW, WRITE
-from stflow._deps import AccessTracker, merge_events, needs_wait
+from stflow._core.access import READ, RW, WRITE
+from stflow._core.deps import AccessTracker, merge_events, needs_wait
 
 from helpers.standins import FakeStream
 

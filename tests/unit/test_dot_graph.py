@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-import stflow._config
-from stflow._instrument import WorkRecord
-from stflow._recorders import _reduction_width
+import stflow._core.config
+from stflow._instruments.seam import WorkRecord
+from stflow._instruments.recorders import _reduction_width
 from stflow.instrument import DotRecorder, transitive_reduction
 
 READ, WRITE, RW = 1, 2, 3
@@ -241,17 +241,17 @@ def test_recorder_arguments_are_checked():
 
 
 def test_the_threshold_comes_from_the_environment(monkeypatch):
-    monkeypatch.setattr(stflow._config, "_config", stflow._config.config())
+    monkeypatch.setattr(stflow._core.config, "_config", stflow._core.config.config())
     monkeypatch.setenv("STFLOW_DOT_MAX_NODES", "20")
-    stflow._config.reload()
+    stflow._core.config.reload()
     assert DotRecorder().max_nodes == 20 and DotRecorder(max_nodes=7).max_nodes == 7
     assert "summary of 30 nodes" in _recorder(_chain(30)).to_dot()
     monkeypatch.setenv("STFLOW_DOT_MAX_NODES", "0")
-    stflow._config.reload()
+    stflow._core.config.reload()
     assert "summary" not in _recorder(_chain(3_000)).to_dot()
     monkeypatch.delenv("STFLOW_DOT_MAX_NODES")
-    assert stflow._config.reload().dot_max_nodes == 500
+    assert stflow._core.config.reload().dot_max_nodes == 500
     monkeypatch.setenv("STFLOW_DOT_MAX_NODES", "lots")
     with pytest.raises(ValueError, match=r"STFLOW_DOT_MAX_NODES='lots' is not an "
                                          r"integer >= 0; set it to the largest"):
-        stflow._config.reload().dot_max_nodes
+        stflow._core.config.reload().dot_max_nodes

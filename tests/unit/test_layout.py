@@ -1,11 +1,11 @@
-"""The arithmetic of strided layouts (stflow._layout): pure, no backend."""
+"""The arithmetic of strided layouts (stflow._core.layout): pure, no backend."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from stflow._layout import (check_strides, dense_strides, extent, pitched, region,
+from stflow._core.layout import (check_strides, dense_strides, extent, pitched, region,
                             regions_overlap)
 from stflow.errors import ShapeError
 

@@ -108,9 +108,9 @@ def test_bad_backend_names():
 
 def _probe(env_extra: dict) -> str:
     import os
-    code = ("import stflow, stflow._runtime, stflow._plan; "
-            "print(stflow.__compiled__, stflow._runtime.__file__.endswith('.py'), "
-            "stflow._plan.__file__.endswith('.py'))")
+    code = ("import stflow, stflow._engine.runtime, stflow._core.plan; "
+            "print(stflow.__compiled__, stflow._engine.runtime.__file__.endswith('.py'), "
+            "stflow._core.plan.__file__.endswith('.py'))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env={**os.environ, **env_extra})
     assert result.returncode == 0, result.stderr
@@ -123,7 +123,7 @@ def test_pure_python_switch_runs_the_sources_of_every_compiled_module():
 
 def test_compiled_flag_tells_what_runs():
     from stflow import _compile
-    from stflow import _runtime
+    from stflow._engine import runtime as _runtime
     assert stflow.__compiled__ is _compile.compiled()
     assert stflow.__compiled__ is (not _runtime.__file__.endswith(".py"))
     compiled = _probe({"STFLOW_PURE_PYTHON": "0"})
@@ -133,9 +133,9 @@ def test_compiled_flag_tells_what_runs():
 def test_the_compiled_modules_list_names_real_modules():
     from pathlib import Path
 
-    from stflow._compile import COMPILED_MODULES
+    from stflow._compile import COMPILED_MODULES, source
     package = Path(stflow.__file__).parent
-    assert all((package / f"{name}.py").exists() for name in COMPILED_MODULES)
+    assert all(source(package, name).exists() for name in COMPILED_MODULES)
 
 
 @pytest.mark.skipif(__import__("os").environ.get("STFLOW_EXPECT_COMPILED") != "1",
@@ -149,7 +149,7 @@ def test_cuda_task_views_expire_with_their_task():
     import copy
     import pickle
 
-    from stflow._views import TaskView, stf_cai
+    from stflow._interchange.views import TaskView, stf_cai
     from stflow.errors import ScopeError
     view = TaskView(0x1000, (4,), np.float64)
     assert isinstance(view, stf_cai)

@@ -57,8 +57,8 @@ REFERENCE_BINDINGS_ALL = {
 # Tier-3 names and the private module that defines each.
 TIER3 = {
     "exec_place_grid": "stflow._places.places",
-    "async_resources": "stflow._resources",
-    "exec_place_resources": "stflow._resources",
+    "async_resources": "stflow._engine.resources",
+    "exec_place_resources": "stflow._engine.resources",
     "green_context_helper": "stflow._places.green",
     "green_ctx_view": "stflow._places.green",
     "green_places": "stflow._places.green",
@@ -180,7 +180,7 @@ def test_submodule_classes_are_the_package_objects():
     from stflow.task_graph import TaskGraph, task_graph
     assert DeviceArray is stf.DeviceArray
     assert TaskGraph is stf.TaskGraph
-    assert task_graph is importlib.import_module("stflow._task_graph").task_graph
+    assert task_graph is importlib.import_module("stflow._graph.task_graph").task_graph
 
 
 def test_green_places_module_imports_without_its_implementation():
@@ -285,9 +285,9 @@ def test_bindings_alias_refuses_other_names():
 
 def test_bindings_alias_imports_lazily():
     out = _run("import sys, stflow._stf_bindings as b\n"
-               "before = 'stflow._context' in sys.modules\n"
+               "before = 'stflow._handles.context' in sys.modules\n"
                "from stflow._stf_bindings import context, stackable_task\n"
-               "print(before, 'stflow._context' in sys.modules)")
+               "print(before, 'stflow._handles.context' in sys.modules)")
     assert out == "False True"
 
 

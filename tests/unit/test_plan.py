@@ -1,15 +1,15 @@
-"""Planning (_plan.py): resolution and acquisition over data states and stand-in
+"""Planning (_core/plan.py): resolution and acquisition over data states and stand-in
 streams, without a backend."""
 
 from __future__ import annotations
 
 import pytest
 
-from stflow._access import READ, RW, WRITE
-from stflow._coherence import INVALID, MODIFIED, DataState
-from stflow._errors import AccessModeError, PlaceError
-from stflow._plan import acquire, held, hold, release, remember, resolve, retarget
-from stflow._streams import Pool
+from stflow._core.access import READ, RW, WRITE
+from stflow._core.coherence import INVALID, MODIFIED, DataState
+from stflow._core.errors import AccessModeError, PlaceError
+from stflow._core.plan import acquire, held, hold, release, remember, resolve, retarget
+from stflow._core.streams import Pool
 
 from helpers.standins import FakeStream, always, buffer, never
 

@@ -1,4 +1,4 @@
-"""How the distributed layer cuts a value into messages (stflow._staging)."""
+"""How the distributed layer cuts a value into messages (stflow._dist.staging)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from stflow._staging import BufferPool, piece_bounds, piece_size, send_limit
+from stflow._dist.staging import BufferPool, piece_bounds, piece_size, send_limit
 from stflow.backends._base import HOST
 
 
@@ -56,7 +56,7 @@ def test_the_send_limit_defaults_to_512_mib_and_reads_the_environment(monkeypatc
 
 
 def test_device_direct_follows_the_setting_then_asks_mpi(monkeypatch):
-    from stflow import _staging
+    from stflow._dist import staging as _staging
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     assert _staging.device_direct(False) and _staging.device_direct(True)
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
@@ -72,7 +72,7 @@ def test_device_direct_follows_the_setting_then_asks_mpi(monkeypatch):
 
 def test_mpi_is_asked_through_mpi4py_when_it_can_answer(monkeypatch):
     MPI = pytest.importorskip("mpi4py.MPI")
-    from stflow._staging import mpi_cuda_aware
+    from stflow._dist.staging import mpi_cuda_aware
     answer = mpi_cuda_aware()                 # Open MPI's extension, or False
     assert answer in (True, False)
     monkeypatch.setattr(MPI, "Query_cuda_support", lambda: True, raising=False)
@@ -171,7 +171,7 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
     to allocate as to send); other sizes and spare buffers never make it wait."""
     import numpy as np
 
-    from stflow._staging import BUFFERS_PER_SIZE, PinnedStaging
+    from stflow._dist.staging import BUFFERS_PER_SIZE, PinnedStaging
     if buffers is None:
         monkeypatch.delenv("STFLOW_MPI_SEND_BUFFERS", raising=False)
     else:
@@ -198,7 +198,7 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
 
 @pytest.mark.parametrize("text", ["0", "-1", "two", "1.5"])
 def test_a_bad_send_buffer_count_names_the_variable(monkeypatch, text):
-    from stflow._staging import send_buffers
+    from stflow._dist.staging import send_buffers
     monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", text)
     with pytest.raises(ValueError, match="STFLOW_MPI_SEND_BUFFERS must be a positive "
                                          "number of buffers per message size"):
@@ -211,7 +211,7 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
     NumPy arrays over the same bytes."""
     import numpy as np
 
-    from stflow._staging import DirectStaging, PinnedStaging
+    from stflow._dist.staging import DirectStaging, PinnedStaging
     backend, _ = emulated
 
     class OnAGpu:                          # the emulated backend, claiming GPU memory
@@ -246,7 +246,7 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
 
 
 def test_send_ahead_is_off_unless_asked(monkeypatch):
-    from stflow._exchanges import _send_ahead
+    from stflow._dist.exchanges import _send_ahead
     monkeypatch.delenv("STFLOW_MPI_SEND_AHEAD", raising=False)
     assert _send_ahead() is False
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", "1")

@@ -1,9 +1,9 @@
-"""Stream choice (_streams.py): pure, with stand-in streams; and the pools of a level
+"""Stream choice (_core/streams.py): pure, with stand-in streams; and the pools of a level
 on the null backend."""
 
 from __future__ import annotations
 
-from stflow._streams import STREAMS_PER_PLACE, Pool, StreamPools, choose_stream
+from stflow._core.streams import STREAMS_PER_PLACE, Pool, StreamPools, choose_stream
 from stflow.backends.null import NullBackend
 
 from helpers.standins import FakeStream

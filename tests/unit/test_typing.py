@@ -76,15 +76,15 @@ def test_mypy_sees_the_public_types(mypy_output):
     output = mypy_output
     revealed = _revealed(output)
     expected = {
-        5: "stflow._context.context",
-        7: "stflow._logical_data.logical_data",
-        9: "stflow._task.task",
+        5: "stflow._handles.context.context",
+        7: "stflow._handles.logical_data.logical_data",
+        9: "stflow._handles.task.task",
         10: "tuple[Any, ...]",
-        11: "stflow._kernel.cuda_kernel",
+        11: "stflow._handles.kernel.cuda_kernel",
         12: "numpy.ndarray",
-        13: "stflow._stackable.stackable_task",
+        13: "stflow._graph.stackable.stackable_task",
         14: "stflow._places.places.exec_place",
-        15: "stflow._errors.ShapeError",
+        15: "stflow._core.errors.ShapeError",
     }
     assert set(revealed) == set(expected), output
     for line, kind in expected.items():
@@ -214,11 +214,11 @@ def test_mypy_sees_typed_bundle_views(tmp_path):
     so editors know a slot's fields (``a.colind``) and flag misspelt ones."""
     output = _mypy(tmp_path, BUNDLE_PROGRAM)
     revealed = _revealed(output)
-    assert revealed[13].startswith("stflow._bundles.bundle[") and \
+    assert revealed[13].startswith("stflow._handles.bundles.bundle[") and \
         "fallback=user_program.CSR" in revealed[13], output
     assert revealed[14].startswith("type[") and \
         "fallback=user_program.CSR" in revealed[14], output
-    assert revealed[15] == "stflow._bundles.bundle_dep", output
-    assert revealed[16] == "stflow._bundles.bundle[Any]", output
+    assert revealed[15] == "stflow._handles.bundles.bundle_dep", output
+    assert revealed[16] == "stflow._handles.bundles.bundle[Any]", output
     assert revealed[19] == "Any", output
     assert re.search(r':20: error: "CSR" has no attribute "values"', output), output

@@ -17,8 +17,8 @@ Modules, each importing only those above it in this list:
                          ``split_device``), as places
 - ``gridwork``           composite allocations, one stream per grid member
 
-Outside the package it imports ``_errors``, ``_config``, ``backends`` (the contract
-``_base`` and ``default_backend``) and, for types only, ``_streams``. Splitting and
+Outside the package it imports ``_core.errors``, ``_core.config``, ``backends`` (the contract
+``_base`` and ``default_backend``) and, for types only, ``_core.streams``. Splitting and
 contexts are methods of the backend contract: nothing here imports a backend
 module or asks which backend it has. Re-exports nothing.
 """

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import BackendUnavailableError, NegativeIndexError
+from .._core.errors import BackendUnavailableError, NegativeIndexError
 from .locality import checked_device, locality_domain_count
 from .places import exec_place, green_ctx_view, locality_domain_places
 from .stream_partitions import StreamPartition

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import PlaceError
+from .._core.errors import PlaceError
 from .partition import chunk_owners, chunk_size
 from .numbering import COMPOSITE, layout_place
 
 if TYPE_CHECKING:
     from .places import exec_place_grid
-    from .._streams import StreamPools
+    from .._core.streams import StreamPools
     from ..backends._base import Backend, CompositeAllocation, Stream
 
 __all__ = ["allocate_composite", "fork", "join"]

@@ -26,8 +26,8 @@ from __future__ import annotations
 import weakref
 from typing import Any, Protocol, runtime_checkable
 
-from .. import _config
-from .._errors import DeviceOrdinalError, PlaceError
+from .._core import config as _config
+from .._core.errors import DeviceOrdinalError, PlaceError
 from ..backends._base import Backend
 from .stream_partitions import StreamPartition
 

@@ -14,7 +14,7 @@ import itertools
 import weakref
 from typing import Any, Sequence
 
-from .._errors import PlaceError
+from .._core.errors import PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
 
 __all__ = ["COMPOSITE", "LAYOUT_DEVICE_ID", "LAYOUT_IDS", "MAX_GRID_PLACES",

@@ -26,7 +26,7 @@ import abc
 import threading
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from .._errors import NegativeIndexError, PlaceAllocationError, PlaceError
+from .._core.errors import NegativeIndexError, PlaceAllocationError, PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
 from .locality import (check_device_ordinal, check_domain, check_split, context_partition,
                        default_backend, default_device_count, locality_domain_count)
@@ -42,7 +42,7 @@ __all__ = ["ExecPlaceConvertible", "StreamResources", "data_place", "exec_place"
 
 class StreamResources(abc.ABC):
     """What :meth:`exec_place.pick_stream` takes: pools that lend the streams of a
-    place (``exec_place_resources``, in ``_resources.py``, which places do not
+    place (``exec_place_resources``, in ``_engine/resources.py``, which places do not
     import)."""
 
     __slots__ = ()
@@ -333,7 +333,7 @@ class exec_place:
         Notes
         -----
         No ``with place:`` block is needed. Separate resource objects give separate
-        streams (``stflow._resources``).
+        streams (``stflow._engine.resources``).
         """
         if not isinstance(resources, StreamResources):
             raise TypeError(f"pick_stream expects an exec_place_resources (e.g. "

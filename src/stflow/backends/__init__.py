@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._errors import BackendNotice, BackendUnavailableError, PlaceAllocationError, warn_user
+from .._core.errors import BackendNotice, BackendUnavailableError, PlaceAllocationError, warn_user
 from ._base import HOST, MANAGED, Allocation, Backend
 
 __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
@@ -87,7 +87,7 @@ def _resolve_auto(notify: bool) -> Backend:
 
 def default_backend(*, notify: bool = True) -> Backend:
     """The backend that ``STFLOW_BACKEND`` (default ``"auto"``) selects."""
-    from .._config import config
+    from .._core.config import config
     return get_backend(config().backend, notify=notify)
 
 
@@ -138,7 +138,7 @@ class _PlaceAllocator:
 
 
 def _stream(backend: Backend, stream: Any) -> Any:
-    from .._views import stream_handle
+    from .._interchange.views import stream_handle
     return backend.stream_from_handle(stream_handle(stream))
 
 

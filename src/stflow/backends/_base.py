@@ -30,7 +30,7 @@ Capabilities are plain attributes or methods with a default, never probed by nam
 host-memory backends).
 
 Streams and events are small objects with the attributes the ordering layer reads
-(``_deps.py``): a stream knows its handle, its device, how many events were recorded on
+(``_core/deps.py``): a stream knows its handle, its device, how many events were recorded on
 it and which events of other streams it already waited for; an event knows its stream
 and its position in that stream. Device numbers double as places (:data:`HOST`,
 :data:`MANAGED`, :data:`AFFINE`, :data:`USER_PAGEABLE`, or an ordinal).
@@ -46,7 +46,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._views import CudaStream, ViewLifetime
+from .._interchange.views import CudaStream, ViewLifetime
 
 __all__ = ["AFFINE", "Allocation", "Backend", "CompositeAllocation", "CurrentDevice",
            "Event", "HOST",
@@ -160,7 +160,7 @@ class Allocation:
 
     ``owner`` keeps whatever backs the memory alive (a NumPy buffer on the emulated
     backend, the user's array for registered memory). ``strides`` are the byte
-    strides of a user buffer that is not C-contiguous (``stflow._layout``): its
+    strides of a user buffer that is not C-contiguous (``stflow._core.layout``): its
     ``nbytes`` data bytes then lie between ``ptr`` and ``ptr + extent``. Memory the
     runtime allocates is always dense (``strides`` is ``None``).
     """
@@ -378,7 +378,7 @@ class Backend(abc.ABC):
             This backend has no SM partitions (the default), or lacks what it needs
             for them (a ``BackendUnavailableError`` naming the extra).
         """
-        from .._errors import GreenContextUnavailableError
+        from .._core.errors import GreenContextUnavailableError
         raise GreenContextUnavailableError(
             f"the {self.name} backend cannot partition device {device}'s SMs (green "
             "contexts); use the cuda or the emulated backend")
@@ -394,7 +394,7 @@ class Backend(abc.ABC):
         PlaceError
             ``handle`` is not a context of this backend.
         """
-        from .._errors import PlaceError
+        from .._core.errors import PlaceError
         raise PlaceError(f"exec_place.from_context: 0x{handle:x} is not a context of "
                          f"the {self.name} backend, which has none; use the cuda or "
                          "the emulated backend")
@@ -432,7 +432,7 @@ class Backend(abc.ABC):
 
     def composite_granularity(self, devices: Sequence[int]) -> int:
         """The chunk size, in bytes, of composite allocations over ``devices``."""
-        from .._errors import PlaceError
+        from .._core.errors import PlaceError
         raise PlaceError(f"the {self.name} backend has no composite data places")
 
     def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
@@ -442,7 +442,7 @@ class Backend(abc.ABC):
         ``chunk_devices[i]`` (an ordinal, or ``HOST``), accessible from every device.
         Not stream-ordered: usable at once. :meth:`free` releases it once the work
         enqueued on its stream so far has completed."""
-        from .._errors import PlaceError
+        from .._core.errors import PlaceError
         raise PlaceError(f"the {self.name} backend has no composite data places")
 
     @abc.abstractmethod
@@ -472,7 +472,7 @@ class Backend(abc.ABC):
                      itemsize: int, stream: Stream) -> None:
         """Copy the elements of ``shape`` (``itemsize`` bytes each) from the layout
         at ``src`` to the layout at ``dst`` in stream order; strides are in bytes,
-        ``None`` for C-contiguous (``stflow._layout.pitched`` decomposes the copy into
+        ``None`` for C-contiguous (``stflow._core.layout.pitched`` decomposes the copy into
         2-D pitched copies). Only the elements' bytes are written: the gaps of a
         strided destination keep their values."""
 
@@ -485,7 +485,7 @@ class Backend(abc.ABC):
                 stream: Stream) -> None:
         """``dst[i] = op(dst[i], src[i])`` for ``count`` elements of ``dtype``, in
         stream order (both addresses reachable from the stream's device). ``op`` is a
-        name of ``stflow._reduce.OPS``; reductions combine partial results with it."""
+        name of ``stflow._core.reduce.OPS``; reductions combine partial results with it."""
 
     @abc.abstractmethod
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
@@ -499,7 +499,7 @@ class Backend(abc.ABC):
         BackendUnavailableError
             This backend cannot run kernels of that kind.
         """
-        from .._errors import BackendUnavailableError
+        from .._core.errors import BackendUnavailableError
         raise BackendUnavailableError(f"{launch.label}: the {self.name} backend cannot "
                                       "launch kernels")
 
@@ -520,7 +520,7 @@ class Backend(abc.ABC):
     def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
                   dtype: np.dtype, readonly: bool) -> ViewLifetime:
         """The view a task body gets of an instance (CAI on CUDA): a
-        :class:`~stflow._views.ViewLifetime`, which the task invalidates when it ends
+        :class:`~stflow._interchange.views.ViewLifetime`, which the task invalidates when it ends
         and graph mode may refuse host access to."""
 
     def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
@@ -554,7 +554,7 @@ class Backend(abc.ABC):
         BackendUnavailableError
             The backend's device work is not Python (CUDA: launch a kernel).
         """
-        from .._errors import BackendUnavailableError
+        from .._core.errors import BackendUnavailableError
         raise BackendUnavailableError(
             f"{source}: the {self.name} backend cannot run Python callables as device "
             "work; launch a kernel (ctx.cuda_kernel) or use t.run(fn), which gives "
@@ -570,7 +570,7 @@ class Backend(abc.ABC):
             The backend's conditions are set from device code (CUDA:
             ``cudaGraphSetConditional`` in a kernel).
         """
-        from .._errors import BackendUnavailableError
+        from .._core.errors import BackendUnavailableError
         raise BackendUnavailableError(
             f"the {self.name} backend sets loop conditions from device code "
             "(cudaGraphSetConditional(handle, value) in a kernel), not from Python")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import BackendUnavailableError, CudaError, OutOfMemoryError
+from .._core.errors import BackendUnavailableError, CudaError, OutOfMemoryError
 
 __all__ = ["CudaOutOfMemoryError", "EXTRAS", "check", "driver", "error", "load",
            "releases_gil"]

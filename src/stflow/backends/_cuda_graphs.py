@@ -77,7 +77,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import ScopeError
+from .._core.errors import ScopeError
 from . import _cuda_driver as _cu
 from ._base import Allocation, Stream
 from ._cuda_kernels import kernel_params as _kernel_params

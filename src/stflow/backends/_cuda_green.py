@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._errors import GreenContextUnavailableError, PlaceError
+from .._core.errors import GreenContextUnavailableError, PlaceError
 from . import _cuda_driver as _cu
 
 __all__ = ["ContextPartition", "CudaPartitions", "context_device",

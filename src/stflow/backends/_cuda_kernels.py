@@ -13,7 +13,7 @@ import ctypes
 import threading
 from typing import Any
 
-from .._errors import CudaError
+from .._core.errors import CudaError
 from . import _cuda_driver as _cu
 
 __all__ = ["KernelCache", "combine_source", "compile_source", "kernel_params"]

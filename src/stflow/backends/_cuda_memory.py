@@ -52,8 +52,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import PlaceError, ScopeError
-from .._layout import pitched
+from .._core.errors import PlaceError, ScopeError
+from .._core.layout import pitched
 from . import _cuda_driver as _cu
 from ._base import HOST, MANAGED, Allocation, CompositeAllocation, Stream
 from ._host_memory import copy_elements
@@ -489,7 +489,7 @@ class CudaMemory:
         Notes
         -----
         Device-accessible memory on both sides: one ``cuMemcpy2DAsync`` per 2-D piece
-        of :func:`~stflow._layout.pitched` (one for a tile of a matrix). Pageable
+        of :func:`~stflow._core.layout.pitched` (one for a tile of a matrix). Pageable
         memory against device memory: the host side is gathered into (or scattered
         from) a dense pinned staging buffer with NumPy in a host callback; host
         memory on both sides: NumPy in a host callback. Only the elements' bytes of

@@ -44,7 +44,7 @@ import time
 import weakref
 from typing import Any, Callable
 
-from .._errors import ScopeError
+from .._core.errors import ScopeError
 from . import _cuda_driver as _cu
 from ._base import HOST, Event, Stream, callback_state
 

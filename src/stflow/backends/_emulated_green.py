@@ -16,7 +16,7 @@ import itertools
 import weakref
 from typing import Any
 
-from .._errors import PlaceError
+from .._core.errors import PlaceError
 
 __all__ = ["EMULATED_SM_COUNT", "EMULATED_SM_GRANULARITY", "EmulatedContext",
            "EmulatedPartitions", "split_sizes"]

@@ -20,9 +20,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import BackendUnavailableError, ScopeError
-from .._layout import dense_strides
-from .._views import ViewLifetime
+from .._core.errors import BackendUnavailableError, ScopeError
+from .._core.layout import dense_strides
+from .._interchange.views import ViewLifetime
 from ._base import (HOST, Allocation, CompositeAllocation, KernelLaunch, describable,
                     pointer_array, poison)
 
@@ -58,7 +58,7 @@ class HostView(ViewLifetime):
         self.shape = shape
         self.dtype = dtype
         self.readonly = readonly
-        self.strides = strides          # bytes; None: C order (see stflow._layout)
+        self.strides = strides          # bytes; None: C order (see stflow._core.layout)
         self.stream = 0
         self._invalid: str | None = None
         self._host_refused: str | None = None
@@ -190,7 +190,7 @@ class HostMemory:
 
 def combine_at(dst: int, src: int, count: int, dtype: np.dtype, op: str) -> None:
     """``dst[i] = op(dst[i], src[i])`` on host-addressable memory (now)."""
-    from .._reduce import OPS
+    from .._core.reduce import OPS
     if not count:
         return
     nbytes = count * np.dtype(dtype).itemsize

@@ -55,8 +55,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._errors import BackendUnavailableError, DeviceOrdinalError
-from .._views import TaskView
+from .._core.errors import BackendUnavailableError, DeviceOrdinalError
+from .._interchange.views import TaskView
 from . import _cuda_driver as _cu
 from ._base import Allocation, Backend, KernelLaunch, Stream, callback_state
 from ._cuda_driver import CudaOutOfMemoryError

@@ -44,8 +44,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._access import READ
-from .._errors import AccessModeError, ScopeError, add_note, work_ids
+from .._core.access import READ
+from .._core.errors import AccessModeError, ScopeError, add_note, work_ids
 from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
                     KernelLaunch, Stream, callback_state, pointer_array)
 from ._emulated_green import EmulatedPartitions
@@ -581,7 +581,7 @@ def get_backend() -> EmulatedBackend:
     if _backend is None:
         with _backend_lock:
             if _backend is None:
-                from .._config import config
+                from .._core.config import config
                 cfg = config()
                 _backend = EmulatedBackend(cfg.emulated_devices, cfg.emulation_seed)
     return _backend

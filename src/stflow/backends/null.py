@@ -182,6 +182,6 @@ def get_backend() -> NullBackend:
     if _backend is None:
         with _backend_lock:
             if _backend is None:
-                from .._config import config
+                from .._core.config import config
                 _backend = NullBackend(config().emulated_devices)
     return _backend

@@ -41,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._errors import ScopeError
+from .._core.errors import ScopeError
 from ._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
 from ._recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
@@ -89,7 +89,7 @@ class GraphRecorder(Backend):
     def __init__(self, real: Backend, launch_stream: Stream | None = None) -> None:
         graphs = real.graphs
         if graphs is None:
-            from .._errors import BackendUnavailableError
+            from .._core.errors import BackendUnavailableError
             raise BackendUnavailableError(f"the {real.name} backend has no graph support")
         self.real = real
         self.graphs = graphs

@@ -7,9 +7,9 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from .._dist_handles import dist_task
-from .._errors import BackendUnavailableError, RemoteTaskError
-from .._views import ViewLifetime
+from .._dist.handles import dist_task
+from .._core.errors import BackendUnavailableError, RemoteTaskError
+from .._interchange.views import ViewLifetime
 
 __all__ = ["Elsewhere", "TaskScope", "add_note", "backend_of", "gpu_memory",
            "import_framework", "local_task", "recorded_into_a_graph", "task_label",

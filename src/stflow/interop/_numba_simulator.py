@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._errors import ScopeError
+from .._core.errors import ScopeError
 from ._common import task_label
 
 __all__ = ["RecordedArray", "emulated_stream_handle", "install", "recorded_array"]
@@ -37,7 +37,7 @@ _INSTALLED: dict[str, Any] = {}
 def emulated_stream_handle(stream: Any) -> int | None:
     """The raw handle of ``stream`` when it is a (non-default) stream of the emulated
     backend, else ``None``."""
-    from .._views import stream_handle
+    from .._interchange.views import stream_handle
     try:
         handle = stream_handle(stream)
     except TypeError:

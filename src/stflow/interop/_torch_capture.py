@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ScopeError
+from .._core.errors import ScopeError
 from ..backends._base import pointer_array
 from ._common import task_label
 

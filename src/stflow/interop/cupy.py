@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import BackendUnavailableError
-from .._layout import extent
-from .._views import CudaStream
+from .._core.errors import BackendUnavailableError
+from .._core.layout import extent
+from .._interchange.views import CudaStream
 from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
                       views_of)
 

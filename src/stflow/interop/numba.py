@@ -22,11 +22,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .._context import context
-from .._dist_handles import dist_dep
-from .._distributed import distributed_context
-from .._errors import BackendUnavailableError
-from .._logical_data import dep
+from .._handles.context import context
+from .._dist.handles import dist_dep
+from .._dist.context import distributed_context
+from .._core.errors import BackendUnavailableError
+from .._handles.logical_data import dep
 from .._places.places import exec_place
 from ._common import TaskScope, import_framework, recorded_into_a_graph, views_of
 

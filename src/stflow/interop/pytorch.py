@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ScopeError
-from .._views import stf_cai
+from .._core.errors import ScopeError
+from .._interchange.views import stf_cai
 from ..backends._base import pointer_array
 from ._common import (TaskScope, gpu_memory, import_framework, recorded_into_a_graph,
                       task_device, views_of)

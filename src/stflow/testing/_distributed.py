@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
+from .._core.reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
 from ._programs import (Program, _host_fn, _place, _same, flatten_bundles,
                         generate_program, parent_problems, run_oracle, task_body,

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._reduce import OPS, REDUCE, reduce_mode, reduce_op
+from .._core.reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ..backends._base import poison
 from ._grids import Built, GridSpec, add_grids
 from ._ops import READ, RW, WRITE, BundleSpec, DataSpec, Op, TaskOp, _same
@@ -493,7 +493,7 @@ def _task_views(t: Any, op: TaskOp) -> list[Any]:
 def flatten_bundles(values: Any) -> list[Any]:
     """``values`` with each bundle's named tuple replaced by its fields' values
     (fields without memory, ``None``, left out)."""
-    from .._bundles import is_view
+    from .._handles.bundles import is_view
     flat: list[Any] = []
     for value in values:
         if is_view(value):

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._access import READ, WRITE
+from .._core.access import READ, WRITE
 from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
                         declare_data, emulated_graph_body, generate_program, run_oracle,
                         parent_problems, smallest_budget, submit, tight_budget,

@@ -47,7 +47,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .._reduce import OPS, reduce_mode, reduce_op
+from .._core.reduce import OPS, reduce_mode, reduce_op
 from ._grids import GridSpec, add_grids
 from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
                         _same, add_bundles, add_views, cupy_body, declare_data,

@@ -1,0 +1,167 @@
+"""The synchronisation points: ``fence``, ``wait`` on one data, and the end of a
+runtime (``quiesce``, ``finalize``, ``tear_down``).
+
+Functions of a :class:`~stflow._engine.runtime.Runtime` (its methods of the same names call
+them), apart from the hot path: each runs once per synchronisation point, takes the
+runtime's lock itself where it says so, and blocks outside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import reductions as reductions
+from . import threads as threads
+from .._core.access import READ
+from .._core.coherence import DataState, Instance
+from .._core.deps import merge_events
+from .._core.errors import ScopeError
+from ..backends._base import HOST, Allocation, Stream, callback_state, poison
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+    from .._graph.scopes import ScopeTracker
+
+__all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
+
+
+def _boundary(rt: Runtime, what: str) -> ScopeTracker | None:
+    """The start of a synchronisation point ``what`` (lock held): refused after
+    finalize, the epoch closed in graph mode (returns the scope tracker, to begin the
+    next epoch with), collected data retired."""
+    rt.check_submit(what)
+    scopes = rt.scopes
+    if scopes is not None:
+        threads.settle_epoch(rt, what)
+        scopes.epoch_boundary()
+    rt.drain_retired()
+    return scopes
+
+
+def fence(rt: Runtime) -> int:
+    """A stream that completes once everything submitted so far has completed."""
+    with rt.lock:
+        scopes = _boundary(rt, "fence()")
+        stream = rt.fence_stream
+        if stream is None:
+            stream = rt.fence_stream = rt.root_pools.new_stream(
+                max(rt.backend.current_device(), 0))
+        rt.order_after(stream, merge_events(rt.outstanding_events()))
+        rt.instruments.fence()
+        if scopes is not None:
+            scopes.epoch_begin()
+    return int(stream.handle)           # never raises deferred errors (API I-7)
+
+
+def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
+         label: str) -> np.ndarray:
+    """Block until the data of ``state`` can be read; return a host copy."""
+    event = None
+    with rt.lock:
+        scopes = _boundary(rt, "wait()")
+        if state.writing is not None:
+            rt.wait_for_conflicts([(state, READ)], "wait()")
+        if state.pending is not None:
+            reductions.flush(rt, state, None, "wait()")
+        result: np.ndarray = np.empty(shape, dtype)
+        source = state.valid_source()
+        if source is None:
+            poison(result.reshape(-1).view(np.uint8), dtype)
+        elif state.nbytes:
+            prerequisites = [*state.tracker.prerequisites(READ),
+                             *source.ready.values()]
+            target = Instance(HOST, Allocation(
+                result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
+                result))
+            event = rt.copy_into(state, target, source, prerequisites, label,
+                                   keep=False)
+        retiring = [entry.done for entry in rt.releases]
+        if scopes is not None:
+            scopes.epoch_begin()
+    backend = rt.backend
+    if event is not None:
+        backend.synchronize(event)
+    for done in retiring:               # collected data is written back by now
+        backend.synchronize(done)
+    if retiring:
+        with rt.lock:
+            rt.release_completed()
+    rt.errors.raise_pending("wait()")
+    return result
+
+
+def quiesce(rt: Runtime) -> None:
+    """Close the runtime to new work, then wait until no work of another thread
+    is held (the lock must be held)."""
+    me = threading.get_ident()
+    for holder, thread in rt.started.items():
+        if thread == me:
+            raise ScopeError(f"finalize() while {holder._label()} is started but "
+                             "not ended; end the task first")
+    scopes = rt.scopes
+    while scopes is not None and scopes.open_tops:     # other threads' scopes close
+        rt.block(None, "finalize()")
+    rt.closing = True                 # submissions waiting on a conflict give up
+    rt._await_no_started()
+
+
+def finalize(rt: Runtime) -> None:
+    """Complete all work, write results back, free everything (idempotent)."""
+    with rt.lock:
+        if rt.finalized:
+            return
+        if callback_state.active:
+            raise ScopeError("finalize() called from a host callback or launched "
+                             "function")
+        scopes = rt.scopes
+        if scopes is not None and scopes.user_scopes():
+            raise ScopeError(f"finalize() with {scopes.user_scopes()} graph "
+                             "scope(s) still open; close them first")
+        quiesce(rt)
+        if scopes is not None:
+            scopes.epoch_boundary()
+        rt.drain_retired()
+        for state in rt.data.states.values():
+            rt.writeback(state)
+        backend = rt.backend
+        caller = rt.caller_stream
+        events = merge_events(rt.outstanding_events())
+        if caller is not None:
+            # No ordering state on a stream the runtime does not own: plain waits.
+            for event in events:
+                backend.wait(caller, event)
+    if caller is None:
+        for event in events:
+            backend.synchronize(event)
+    with rt.lock:
+        tear_down(rt, caller)
+    for failure in rt.instruments.finalized():
+        rt.errors.capture(failure)
+    rt.errors.raise_pending("finalize()")
+
+
+def tear_down(rt: Runtime, stream: Stream | None) -> None:
+    """The end of :func:`finalize` (or of an abandoned context): free every
+    instance the runtime allocated (stream-ordered on ``stream``; ``None`` once
+    the work has completed), forget all data, plans and streams, and mark the
+    runtime finalized. The lock must be held."""
+    backend = rt.backend
+    for state in rt.data.states.values():
+        for instance in state.instances.values():
+            if instance.allocation is not None and not instance.is_reference:
+                backend.free(instance.allocation, stream)
+            instance.allocation = None
+        state.instances.clear()
+        state.reference = None
+    rt.data.clear()
+    rt.memory.clear()
+    rt.releases.clear()
+    rt.plans.clear()
+    rt.root_pools.destroy()
+    rt.fence_stream = None
+    if rt.scopes is not None:
+        rt.scopes.finalized()
+    rt.finalized = True

@@ -1,0 +1,742 @@
+"""Graph scopes of a runtime: epochs of graph mode, graph scopes, loops, launchables.
+
+A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
+:class:`ScopeTracker`, the one part a stream-mode runtime does not have. It keeps a
+stack of :class:`Scope` objects over the runtime's backend, a
+:class:`~stflow.backends.recording.GraphRecorder`. The outermost scope records a
+top-level graph with a set of streams of its own (so that stream order inside a graph
+never stands in for an order the graph does not have); nested ones record the body of a
+loop node (a ``graph_scope`` nested in a loop is a loop that runs once). A
+``graph_scope`` that no loop encloses is *inline*: it records into the top-level graph
+itself, so it may hold host callbacks, and discarding it removes what it added.
+
+Two duties come with scopes:
+
+Discarding
+    A scope whose block raises is discarded: nothing of it runs. The first time a
+    scope's work touches a logical data, the data's ordering and coherence state is
+    snapshotted; discarding restores the snapshots, so later work sees the data as if
+    the scope had never been recorded. A launchable graph closed without any launch is
+    restored the same way.
+
+Repeating
+    The body of a loop, or a launchable graph, runs many times from one recording. Its
+    work assumes the instances it reads first (valid when the scope opened, not
+    written in it) are still valid when it runs again. When the scope closes, every
+    such instance that the recording left invalid is brought up to date by a copy at
+    the end of the body, so every iteration starts where the recording assumed. And an
+    access of a repeated body that would copy data in from outside gets that copy at
+    the enclosing level instead, once (*hoisting*).
+
+When a top-level scope closes, its streams forget what they waited for, and the
+recorder drops a launched graph once it has run: nothing of an epoch keeps earlier
+epochs alive.
+
+Threads
+    In a stackable context every host thread has scopes of its own (a
+    :class:`Recording` per thread): its graphs, streams and scope stack. Data that a
+    thread's open top-level scope touched is marked (``DataState.scope``) until the
+    scope closes: another thread's work on it waits until then (the runtime blocks
+    it), since it could only be ordered after work that has not run yet. Graph mode's
+    epochs are one recording shared by every thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from typing import TYPE_CHECKING, Iterator, Protocol
+
+from .._core.access import READ, WRITE
+from .._core.coherence import INVALID, DataState, Instance, Snapshot
+from .._core.errors import ScopeError
+from .._core.streams import StreamPools
+
+if TYPE_CHECKING:
+    from .._core.errors import ErrorLog
+    from .._core.plan import Plan
+    from ..backends._base import Event, Stream
+    from ..backends.recording import Graph, GraphRecorder, InlineScope
+
+__all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+
+EPOCH_TASKS = 4096
+"""Graph mode launches an epoch once it holds this many tasks (at the next release with
+no task started), as if ``fence()`` had been called: the driver's cost of
+instantiating a graph grows faster than its size, and earlier launches overlap the
+recording of what follows."""
+
+
+class ScopeOwner(Protocol):
+    """What a :class:`ScopeTracker` uses of the runtime that owns it."""
+
+    errors: ErrorLog
+    finalized: bool
+
+    def wake(self) -> None:
+        """Wake the threads waiting for held data (a scope released its data)."""
+
+    def copy_into(self, state: DataState, target: Instance, source: Instance,
+                  prerequisites: list[Event], label: str, keep: bool = True,
+                  copy_title: str | None = None) -> Event:
+        """An internal copy (hoisted imports, refreshes of assumed instances)."""
+
+
+class ScopeKind(enum.Enum):
+    """What a scope records."""
+
+    EPOCH = "epoch"            # graph mode: the work between two sync points
+    GRAPH = "graph"            # graph_scope() / push()
+    WHILE = "while"            # while_loop()
+    REPEAT = "repeat"          # repeat(count)
+    LAUNCHABLE = "launchable"  # launchable_graph_scope(), pop_prologue_shared()
+
+
+_LOOPS = (ScopeKind.WHILE, ScopeKind.REPEAT)
+
+
+class Scope:
+    """One open scope of a runtime.
+
+    Attributes
+    ----------
+    kind : ScopeKind
+    count : int or None
+        How often a ``repeat`` body runs.
+    graph : Graph
+        The recorder's graph of this scope (a top-level graph, or a loop body; an
+        inline scope's is its top-level graph).
+    top : bool
+        An outermost scope: it records a top-level graph with streams of its own.
+    pools : StreamPools or None
+        The streams of a top scope; ``None`` for nested ones (they use their top's).
+    outer_pools : StreamPools or None
+        What the runtime used before a top scope opened.
+    hoist_pools : StreamPools or None
+        Streams for imports hoisted out of a nested repeated scope.
+    snapshots : dict or None
+        ``id(state) -> (state, Snapshot)`` for a scope that can be discarded.
+    touched : dict
+        ``id(state) -> state``: the data a top scope's work touched.
+    repeatable : bool
+        Its recording may run many times (loops; top scopes that may become
+        launchable).
+    assumed : dict
+        ``(id(state), device) -> state``: instances the body reads as valid on entry.
+    fresh : set
+        ``(id(state), device)``: instances written or copied into in the scope.
+    condition_set : bool
+        A while loop's condition was given (``continue_while``).
+    closed : bool
+    wrapper : Scope or None
+        The graph scope opened to hold a root-level loop.
+    work : int
+        Tasks and host callbacks acquired in it.
+    thread : int
+        The host thread that opened it.
+    inline : InlineScope or None
+        A nested graph scope that no loop encloses: recorded into the top-level
+        graph itself (it may hold host work), not as a loop node.
+    locals : set
+        ``id(state)`` of the data created in it with ``no_export=True``: it lives
+        only in the scope and its value is not carried from one iteration of a
+        loop to the next (no hoisted import, no refresh).
+    lent : list
+        ``(scope, place)``: places its work (or that of scopes closed in it) added
+        to the ``fresh`` of an enclosing scope. Discarding it takes them back: work
+        that never runs wrote nothing (else an enclosing loop would skip refreshing
+        what it reads, or hoisting what it imports).
+    """
+
+    __slots__ = ("kind", "count", "graph", "top", "pools", "outer_pools", "hoist_pools",
+                 "snapshots", "touched", "repeatable", "assumed", "fresh",
+                 "condition_set", "closed", "wrapper", "work", "thread", "inline",
+                 "locals", "lent")
+    graph: Graph          # set when the scope is opened
+
+    def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool,
+                 count: int | None = None) -> None:
+        self.kind = kind
+        self.count = count
+        self.top = False
+        self.pools: StreamPools | None = None
+        self.outer_pools: StreamPools | None = None
+        self.hoist_pools: StreamPools | None = None
+        self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = \
+            {} if discardable else None
+        self.touched: dict[int, DataState] = {}
+        self.repeatable = repeatable
+        self.assumed: dict[tuple[int, int], DataState] = {}
+        self.fresh: set[tuple[int, int]] = set()
+        self.condition_set = False
+        self.closed = False
+        self.wrapper: Scope | None = None
+        self.work = 0
+        self.thread = threading.get_ident()
+        self.inline: InlineScope | None = None
+        self.locals: set[int] = set()
+        self.lent: list[tuple[Scope, tuple[int, int]]] = []
+
+    def held_data(self) -> list[DataState]:
+        """The data a launchable graph holds: what its recording touched, read-only
+        data aside (reading it again at every launch conflicts with nothing)."""
+        return [state for state in self.touched.values() if not state.readonly]
+
+    def _label(self) -> str:
+        """How conflict messages name the scope holding the data."""
+        return f"a {self.kind.value} scope of another thread, still open"
+
+    def __repr__(self) -> str:
+        return f"<Scope {self.kind.value}{' top' if self.top else ''}>"
+
+
+class Recording:
+    """One stack of scopes and the streams it records with: shared by every thread
+    in graph mode's epochs, one per host thread in a stackable context.
+
+    Attributes
+    ----------
+    stack : list of Scope
+        The open scopes, outermost first.
+    pools : StreamPools or None
+        The streams work is given at this level (``None``: the runtime's own).
+    bodies : int
+        Task bodies of this recording in progress (no scope opens or closes then).
+    """
+
+    __slots__ = ("stack", "pools", "bodies")
+
+    def __init__(self) -> None:
+        self.stack: list[Scope] = []
+        self.pools: StreamPools | None = None
+        self.bodies = 0
+
+
+class ScopeTracker:
+    """The scopes of one graph-mode runtime (see the module docstring).
+
+    Parameters
+    ----------
+    runtime : ScopeOwner
+        The owner: its current stream pools and its internal copies are used.
+    recorder : GraphRecorder
+        The runtime's backend.
+    epochs : bool
+        ``context(use_graph=True)``: the root level is itself recorded, as epochs
+        that close at every synchronisation point.
+    """
+
+    def __init__(self, runtime: ScopeOwner, recorder: GraphRecorder, epochs: bool
+                 ) -> None:
+        self.runtime = runtime
+        self.recorder = recorder
+        self.epochs = epochs
+        self.per_thread = not epochs
+        recorder.per_thread = self.per_thread
+        recorder.error_sink = runtime.errors.capture
+        self._shared = Recording()
+        self._local = threading.local()
+        self.open_tops: dict[Scope, int] = {}     # per thread: open top scopes -> thread
+        self.submitter: int | None = None         # epochs: the first submitting thread
+        self.arrivals: set[int] = set()            # epochs: the other threads so far
+
+    # -- the calling thread's recording ---------------------------------------------
+    def here(self) -> Recording:
+        """The recording of the calling thread."""
+        if not self.per_thread:
+            return self._shared
+        try:
+            recording: Recording = self._local.recording
+        except AttributeError:
+            recording = self._local.recording = Recording()
+        return recording
+
+    @property
+    def stack(self) -> list[Scope]:
+        """The calling thread's open scopes, outermost first."""
+        return self.here().stack
+
+    def pools(self) -> StreamPools | None:
+        """The streams of the calling thread's level (``None``: the runtime's)."""
+        return self.here().pools
+
+    def arrived(self, thread: int) -> bool:
+        """Note that ``thread`` submits (epochs); True the first time each thread but
+        the first does. From the first such arrival on, task bodies capture on their
+        own (see the recorder); a body started before shares its capture with events
+        other threads may depend on, so every newly arriving thread waits until no
+        task is started (not only the second one: a third may arrive while such a
+        body is still in progress)."""
+        if self.submitter is None:
+            self.submitter = thread
+            return False
+        if thread == self.submitter or thread in self.arrivals:
+            return False
+        self.arrivals.add(thread)
+        self.recorder.split_bodies = True
+        return True
+
+    def foreign(self, state: DataState) -> Scope | None:
+        """The open top scope of another thread that touched ``state``, if any."""
+        scope = state.scope
+        if scope is not None and scope.thread != threading.get_ident():
+            return scope
+        return None
+
+    # -- opening and closing (the runtime's lock is held) ----------------------------
+    def open(self, kind: ScopeKind, count: int | None = None) -> Scope:
+        """Open a scope of ``kind`` inside the innermost one."""
+        recorder = self.recorder
+        here = self.here()
+        stack = here.stack
+        self._check_no_body(here, "open")
+        if not stack and kind in _LOOPS:
+            wrapper = self.open(ScopeKind.GRAPH)      # a loop node needs a graph
+            scope = self.open(kind, count)
+            scope.wrapper = wrapper
+            return scope
+        # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
+        repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not stack)
+        scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH, count)
+        runtime = self.runtime
+        if not stack:
+            scope.top = True
+            scope.graph = recorder.open_graph()
+            scope.outer_pools = here.pools
+            scope.pools = here.pools = StreamPools(recorder, runtime.errors.capture)
+            if self.per_thread:
+                self.open_tops[scope] = scope.thread
+        elif kind is ScopeKind.GRAPH and recorder.current is not None and \
+                recorder.current.parent is None:
+            # No loop encloses it: record into the top-level graph itself.
+            scope.inline = recorder.open_inline()
+            scope.graph = scope.inline.graph
+        else:
+            loop_count = (count if kind is ScopeKind.REPEAT
+                          else None if kind is ScopeKind.WHILE else 1)
+            scope.graph = recorder.open_loop(loop_count)
+        stack.append(scope)
+        return scope
+
+    @staticmethod
+    def _check_no_body(here: Recording, what: str) -> None:
+        if here.bodies:
+            raise ScopeError(f"a scope cannot {what} inside the body of a task recorded "
+                             "in a graph (its work is being captured); end the task "
+                             "first")
+
+    def close(self, scope: Scope, launch: bool = True) -> None:
+        """Close the innermost scope ``scope``; a top-level one is launched when
+        ``launch`` (else it is kept, for a launchable graph). A body that never runs
+        (``repeat(0)``) has no effect at all: it is discarded."""
+        self._check_innermost(scope)
+        self._check_no_body(self.here(), "close")
+        if scope.kind is ScopeKind.REPEAT and scope.count == 0:
+            self.discard(scope)
+            return
+        recorder = self.recorder
+        if scope.kind in _LOOPS or (scope.top and not launch):
+            self._refresh_assumed(scope)
+        self.stack.pop()
+        scope.closed = True
+        if self.stack:
+            self.stack[-1].lent.extend(scope.lent)   # discarded with the parent
+        if scope.inline is not None:
+            recorder.close_inline(scope.inline)
+            return
+        if not scope.top:
+            recorder.close_loop(scope.graph)
+            if scope.wrapper is not None:
+                self.close(scope.wrapper)
+            return
+        recorder.close_graph(scope.graph)
+        self._leave_top(scope)
+        if launch:
+            if scope.graph.used:
+                recorder.launch(scope.graph)
+                self.lower(scope)
+            else:
+                recorder.discard_graph(scope.graph)
+
+    def lower(self, scope: Scope) -> None:
+        """After the last launch of top scope ``scope``: the events recorded in its
+        graph, wherever data states hold them, become the launch's completion event,
+        so that nothing later refers to the recording (or keeps it alive)."""
+        graph = scope.graph
+        done = graph.done
+        if done is None:
+            return
+        recorded_in = self.recorder.recorded_in
+
+        def stand_in(event: Event) -> Event:
+            return done if recorded_in(event, graph) else event
+
+        for state in scope.touched.values():
+            state.substitute(stand_in)
+            pending = state.pending
+            if pending is not None:
+                pending.partials = [(instance, stand_in(event))
+                                    for instance, event in pending.partials]
+
+    def discard(self, scope: Scope) -> None:
+        """Drop the innermost scope ``scope``: nothing it recorded runs."""
+        self._check_innermost(scope)
+        recorder = self.recorder
+        self.stack.pop()
+        scope.closed = True
+        self.restore(scope)
+        for outer, place in scope.lent:
+            outer.fresh.discard(place)
+        if scope.top:
+            recorder.discard_graph(scope.graph)
+            self._forget_reads(scope)
+            self._leave_top(scope)
+        else:
+            if scope.inline is not None:
+                recorder.discard_inline(scope.inline)
+            else:
+                recorder.discard_loop(scope.graph)
+            here = self.here()
+            top = here.stack[0] if here.stack else None
+            if top is not None and top.pools is not None:
+                # Stream order no longer holds: the streams recorded nodes that are gone.
+                top.pools = here.pools = StreamPools(recorder, self.runtime.errors.capture)
+            if scope.wrapper is not None:
+                self.discard(scope.wrapper)
+
+    def _forget_reads(self, scope: Scope) -> None:
+        """Read-only data is not restored (other threads may have read it meanwhile):
+        drop the reads the discarded top scope ``scope`` recorded instead."""
+        graph = scope.graph
+        recorded_in = self.recorder.recorded_in
+        for state in scope.touched.values():
+            tracker = state.tracker
+            if state.readonly and tracker.readers:
+                tracker.readers = {stream: event
+                                   for stream, event in tracker.readers.items()
+                                   if not recorded_in(event, graph)}
+
+    def discard_all(self) -> None:
+        """Drop every open scope, innermost first."""
+        while self.stack:
+            self.discard(self.stack[-1])
+
+    def _leave_top(self, scope: Scope) -> None:
+        """Back at the root: the root's streams; the data is other threads' again."""
+        assert scope.pools is not None
+        self.here().pools = scope.outer_pools
+        scope.pools.forget_order()
+        if self.open_tops.pop(scope, None) is not None:
+            for state in scope.touched.values():
+                if state.scope is scope:
+                    state.scope = None
+            self.runtime.wake()
+
+    def restore(self, scope: Scope) -> None:
+        """Give every data the scope touched its state from before the scope."""
+        for state, snapshot in (scope.snapshots or {}).values():
+            state.restore(snapshot)
+
+    def _check_innermost(self, scope: Scope) -> None:
+        if not self.stack or self.stack[-1] is not scope:
+            raise ScopeError("scopes must be closed innermost first")
+
+    @property
+    def innermost(self) -> Scope | None:
+        return self.stack[-1] if self.stack else None
+
+    def in_nested_scope(self) -> bool:
+        """True inside a loop body or a graph scope nested in one: a conditional
+        graph node's body, which holds no host work. (A graph scope that no loop
+        encloses is recorded inline, into the top-level graph.)"""
+        return any(not scope.top and scope.inline is None for scope in self.stack)
+
+    def user_scopes(self) -> int:
+        """Open scopes other than graph mode's epoch."""
+        return sum(1 for scope in self.stack if scope.kind is not ScopeKind.EPOCH)
+
+    # -- graph mode's epochs ------------------------------------------------------------
+    def epoch_boundary(self) -> None:
+        """Launch what the current epoch recorded (fence, wait and finalize then run
+        at the root, between epochs)."""
+        if self.stack and self.stack[0].kind is ScopeKind.EPOCH:
+            self.close(self.stack[0])
+
+    def epoch_full(self) -> bool:
+        """True when the current epoch should be launched (:data:`EPOCH_TASKS`)."""
+        stack = self.stack
+        return bool(stack) and stack[0].kind is ScopeKind.EPOCH and \
+            stack[0].work >= EPOCH_TASKS
+
+    def epoch_begin(self) -> None:
+        """Record the next epoch."""
+        if self.epochs and not self.stack and not self.runtime.finalized:
+            self.open(ScopeKind.EPOCH)
+
+    def retirement_allowed(self) -> bool:
+        """Retired data is written back at the root level (or in an epoch) only, and
+        while no thread has a scope open."""
+        if self.per_thread:
+            return not self.open_tops
+        stack = self._shared.stack
+        return not stack or stack[0].kind is ScopeKind.EPOCH
+
+    # -- what the runtime tells us about work -------------------------------------------
+    def before_acquire(self, plan: Plan) -> None:
+        """Hoist the imports of the innermost repeated scope, and those of read-only
+        data (before planning)."""
+        self._hoist_imports(self.stack[-1], plan)
+
+    def noted(self, plan: Plan) -> None:
+        """Note an acquisition (after planning) in every open scope."""
+        sources = {id(access): source for access, source in plan.moves or ()}
+        outermost = self.stack[0]
+        outermost.work += 1
+        touched = outermost.touched
+        for access in plan.reductions:            # combined (read, written) later
+            touched[id(access.state)] = access.state
+            self.snapshot(access.state)
+        for access in plan.accesses:
+            state = access.state
+            touched[id(state)] = state
+            self.snapshot(state)
+            instance = access.instance
+            if instance is None or self.is_local(state):
+                continue
+            source = sources.get(id(access))
+            used = source if source is not None else (
+                instance if access.mode & READ else None)
+            if used is None:
+                continue
+            place = (id(state), used.device)
+            for scope in self.stack:
+                if scope.repeatable and place not in scope.fresh:
+                    scope.assumed[place] = state
+
+    def released(self, plan: Plan) -> None:
+        """Note the writes of ended work."""
+        for access in plan.accesses:
+            if access.mode & WRITE and access.instance is not None:
+                self.wrote(access.state, access.instance)
+
+    def snapshot(self, state: DataState) -> None:
+        """Snapshot ``state`` in every open scope that has not seen it yet (and, with
+        scopes per thread, mark it as the open top scope's)."""
+        if state.readonly and state.scope is None:
+            return          # only read from now on: nothing to restore, nobody to wait
+        key = id(state)
+        stack = self.stack
+        for scope in stack:
+            snapshots = scope.snapshots
+            if snapshots is not None and key not in snapshots:
+                snapshots[key] = (state, state.snapshot())
+        if self.per_thread and stack and state.scope is None:
+            top = stack[0]
+            state.scope = top
+            top.touched[key] = state
+
+    def read_at(self, state: DataState, device: int) -> None:
+        """Work of the open scopes reads ``state``'s instance at ``device``: unless
+        the scopes wrote it, a repeated body assumes it valid on entry."""
+        if self.is_local(state):
+            return
+        place = (id(state), device)
+        for scope in self.stack:
+            if scope.repeatable and place not in scope.fresh:
+                scope.assumed[place] = state
+
+    def wrote(self, state: DataState, instance: Instance) -> None:
+        """``instance`` was written or copied into inside the open scopes."""
+        place = (id(state), instance.device)
+        stack = self.stack
+        if not stack:
+            return
+        inner = stack[-1]
+        for scope in stack:
+            if scope.repeatable and place not in scope.fresh:
+                scope.fresh.add(place)
+                if scope is not inner:
+                    inner.lent.append((scope, place))
+
+    def begin_body(self, stream: Stream) -> None:
+        """A task body is about to enqueue work on ``stream``: capture it (until
+        :meth:`end_body`)."""
+        self.recorder.begin_body(stream)
+        self.here().bodies += 1
+
+    def end_body(self, stream: Stream) -> None:
+        """The body of a :meth:`begin_body` ended."""
+        self.recorder.end_body(stream)
+        here = self.here()
+        if here.bodies:
+            here.bodies -= 1
+
+    def copy_device(self) -> int | None:
+        """The device internal copies must run on (a loop body's), or ``None``."""
+        return self.recorder.loop_device()
+
+    # -- repeated bodies --------------------------------------------------------------
+    def _hoist_imports(self, scope: Scope, plan: Plan) -> None:
+        """Copy data a repeated scope reads from outside it *before* the scope.
+
+        An access of the innermost scope (a loop body, a launchable graph) that reads
+        an instance it would fill by copying from an instance valid before the scope
+        gets that copy at the enclosing level instead (the root for a launchable
+        graph), once, rather than in the body at every iteration or launch.
+
+        Read-only data that no open scope wrote is imported at the root level, from
+        any scope: the copy is then real work that other threads' scopes, reading
+        the same data meanwhile, can rely on.
+        """
+        for access in plan.accesses:
+            instance = access.instance
+            if not access.mode & READ or instance is None or \
+                    instance.state is not INVALID:
+                continue
+            state = access.state
+            if self.is_local(state):
+                continue                    # no_export data: fresh in every iteration
+            at_root = state.readonly and state.scope is None and self.per_thread
+            if not at_root and not scope.repeatable:
+                continue
+            source = state.valid_source(access.device)
+            if source is None:
+                continue
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            if at_root:
+                with self.root_level():
+                    self.runtime.copy_into(state, instance, source, prerequisites,
+                                           state.label,
+                                           copy_title="copy before scope")
+                continue
+            if (id(state), source.device) in scope.fresh:
+                continue
+            with self._enclosing_level(scope):
+                self._note_import(state, instance, source)    # in enclosing scopes
+                event = self.runtime.copy_into(state, instance, source, prerequisites,
+                                               state.label,
+                                               copy_title="copy before scope")
+            # The import is work of the enclosing level, which runs even if this
+            # scope is discarded: the scope's snapshot must keep it (its copy, and
+            # the event later users of the instance, or writers of the source, wait
+            # for). Snapshotted only now, or, when the scope's work touched the data
+            # before, the snapshot taken then gets the import.
+            self._keep_import(scope, state, instance, source, event)
+
+    def _keep_import(self, scope: Scope, state: DataState, target: Instance,
+                     source: Instance, event: Event) -> None:
+        """Make the snapshot of ``state`` that discarding ``scope`` restores hold an
+        import made for it at the enclosing level (``source`` copied into ``target``,
+        complete at ``event``)."""
+        snapshots = scope.snapshots
+        entry = None if snapshots is None else snapshots.get(id(state))
+        if snapshots is None or entry is None:
+            self.snapshot(state)
+            return
+        now = state.snapshot()
+        state.restore(entry[1])
+        if source.state is not INVALID:         # as the copy did (``copy_into``)
+            state.copied(target, source, event)
+        state.tracker.release(READ, event)
+        snapshots[id(state)] = (state, state.snapshot())
+        state.restore(now)
+
+    def _note_import(self, state: DataState, instance: Instance,
+                     source: Instance) -> None:
+        self.snapshot(state)
+        place = (id(state), source.device)
+        for scope in self.stack:
+            if scope.repeatable and place not in scope.fresh:
+                scope.assumed[place] = state
+
+    def make_local(self, state: DataState) -> Scope | None:
+        """``state`` was created with ``no_export=True``: it belongs to the innermost
+        open scope (returned; ``None`` at the root, where it is ordinary data)."""
+        scope = self.innermost
+        if scope is not None:
+            scope.locals.add(id(state))
+        return scope
+
+    def is_local(self, state: DataState) -> bool:
+        """True when ``state`` is ``no_export`` data of an open scope."""
+        key = id(state)
+        return any(scope.locals and key in scope.locals for scope in self.stack)
+
+    def touch(self, state: DataState) -> None:
+        """Work on ``state`` was recorded outside a task (an eviction): the
+        outermost scope lowers its events when it closes."""
+        stack = self.stack
+        if stack:
+            stack[0].touched[id(state)] = state
+
+    @contextlib.contextmanager
+    def root_level(self) -> Iterator[None]:
+        """Run at the root level (real streams), from inside the open scopes."""
+        here = self.here()
+        stack, pools = here.stack, here.pools
+        here.stack = []
+        here.pools = stack[0].outer_pools
+        previous = self.recorder.enter_level(None)
+        try:
+            yield
+        finally:
+            self.recorder.enter_level(previous)
+            here.stack = stack
+            here.pools = pools
+
+    @contextlib.contextmanager
+    def _enclosing_level(self, scope: Scope) -> Iterator[None]:
+        """Record (or, outside any graph, run) at the level enclosing ``scope``."""
+        runtime = self.runtime
+        recorder = self.recorder
+        here = self.here()
+        saved = here.pools
+        here.stack.pop()
+        if scope.top:
+            here.pools = scope.outer_pools
+        else:
+            # Streams of their own: the scope's streams carry the body's nodes, which
+            # would order the copy after the loop node it must precede.
+            if scope.hoist_pools is None:
+                scope.hoist_pools = StreamPools(recorder, runtime.errors.capture)
+            here.pools = scope.hoist_pools
+        parent = scope.graph.parent
+        previous = recorder.enter_level(
+            None if scope.top or parent is None else parent.graph)
+        try:
+            yield
+        finally:
+            recorder.enter_level(previous)
+            here.pools = saved
+            here.stack.append(scope)
+
+    def _refresh_assumed(self, scope: Scope) -> None:
+        """Copy into the assumed instances the recording left invalid (in the body)."""
+        for (_, device), state in scope.assumed.items():
+            instance = state.instances.get(device)
+            if instance is None or instance.state is not INVALID:
+                continue
+            source = state.valid_source(device)
+            if source is None:
+                continue
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            self.runtime.copy_into(state, instance, source, prerequisites, state.label,
+                                   copy_title="copy in scope")
+
+    # -- the recorder, seen from the runtime ---------------------------------------------
+    def pending_events(self) -> list[Event]:
+        """Launches a fence or finalize must wait for."""
+        return self.recorder.pending_events()
+
+    def finalized(self) -> None:
+        """Release what the recorder holds (cached executables, streams)."""
+        self.recorder.context_finalized()
+
+    def statistics(self) -> tuple[int, int]:
+        """``(graph instantiations, executable updates)`` so far."""
+        return self.recorder.graph_instantiations, self.recorder.graph_updates
+
+    def __repr__(self) -> str:
+        return f"<ScopeTracker {self.stack}>"
+

@@ -1,0 +1,118 @@
+"""Backend-neutral task bodies: ``task.run(fn)``.
+
+``fn(xp, *arrays)`` receives the array module of the backend and one array per
+dependency: NumPy arrays on the emulated backend, CuPy arrays on CUDA. The call is in
+the task's stream order on both:
+
+- on CUDA, ``fn`` runs at once with the task stream as CuPy's current stream (and the
+  task's device current), so the CuPy kernels it launches are enqueued on it;
+- on the emulated backend, ``fn`` is enqueued on the task stream
+  (``Backend.launch_callable``, as ``stflow.emulated.launch`` does) and runs when the
+  stream reaches it, which is also what a graph-mode body must do.
+
+A bundle argument arrives as its named tuple of arrays (``None`` for fields left
+out and tokens).
+
+So one body serves both backends, in stream and graph mode::
+
+    with ctx.task(x.rw(), y.read()) as t:
+        t.run(lambda xp, x, y: x.__iadd__(2 * y))
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from .bundles import is_view
+from ..backends import get_backend
+
+__all__ = ["open_bodies", "run_body"]
+
+
+class _OpenBodies(threading.local):
+    """Per thread: the tasks whose bodies it started and did not end, innermost last
+    (``_task``, which is compiled: a ``threading.local`` subclass must live in a
+    Python module)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Any] = []
+
+
+open_bodies = _OpenBodies()
+
+
+def _flatten(views: list[Any]) -> tuple[list[Any], Callable[[Any], list[Any]]]:
+    """The views with each bundle's named tuple replaced by its fields' views, and
+    the function that puts the arrays made of them back into named tuples."""
+    flat: list[Any] = []
+    shapes: list[Any] = []                 # per view: None, or (named tuple, fields)
+    for view in views:
+        if is_view(view):
+            present = [field is not None for field in view]
+            flat.extend(field for field in view if field is not None)
+            shapes.append((type(view), present))
+        else:
+            flat.append(view)
+            shapes.append(None)
+
+    def rebuild(arrays: Any) -> list[Any]:
+        out: list[Any] = []
+        k = 0
+        for shape in shapes:
+            if shape is None:
+                out.append(arrays[k])
+                k += 1
+                continue
+            kind, present = shape
+            fields = []
+            for got in present:
+                fields.append(arrays[k] if got else None)
+                k += int(got)
+            out.append(kind(*fields))
+        return out
+    return flat, rebuild
+
+
+def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
+    """``task.run(fn, *indices)`` (see the module docstring)."""
+    if not callable(fn):
+        raise TypeError(f"run expects a callable fn(xp, *arrays), got "
+                        f"{type(fn).__name__}")
+    if indices:
+        views = [task.get_arg_cai(i) for i in indices]
+    else:
+        views = list(task.views())
+    backend = task._runtime.backend
+    bundles = task._layout is not None and any(map(is_view, views))
+    if not backend.gpu_memory:
+        import numpy as np
+
+        emulated = get_backend("emulated")     # what stflow.emulated.launch uses
+        stream = emulated.stream_from_handle(int(task.stream_ptr()))
+        source = f"work launched from {task._label()}"
+        if bundles:
+            flat, rebuild = _flatten(views)
+            emulated.launch_callable(stream, lambda *arrays: fn(np, *rebuild(arrays)),
+                                     tuple(flat), source)
+            return
+        emulated.launch_callable(stream, lambda *arrays: fn(np, *arrays), tuple(views),
+                                 source)
+        return
+    from ..interop.cupy import _CUPY, _load_cupy, body_array, body_stream
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
+    with body_stream(int(task.stream_ptr())):
+        try:
+            if bundles:
+                flat, rebuild = _flatten(views)
+                fn(cupy, *rebuild([body_array(view) for view in flat]))
+            else:
+                fn(cupy, *[body_array(view) for view in views])
+        except NotImplementedError as error:
+            if "stream capture" not in str(error):
+                raise
+            raise NotImplementedError(
+                f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, "
+                f"cupy.linalg) while a graph is recorded (graph mode, scopes, "
+                f"task_graph); stflow.linalg (gemm, gemv, dot, syrk, trsm, potrf) "
+                f"makes the same calls in a capturable way") from error
