@@ -32,7 +32,10 @@ Streams
     A CUDA DLPack producer is asked for its capsule with ``stream=`` one of stflow's
     streams (never 0, which DLPack forbids for CUDA: the legacy default stream is 1):
     the producer makes that stream wait for its pending work, and the runtime records
-    an event on it that every use of the data waits for.
+    an event on it that every use of the data waits for. A CAI export of version 2
+    cannot say on which stream its data is pending; when its object also exports
+    DLPack (PyTorch), it is read through DLPack on the CUDA backend for that
+    handshake.
 """
 
 from __future__ import annotations
@@ -129,6 +132,15 @@ def _from_cai(buf: Any, interface: dict) -> Source:
     ptr, readonly = interface["data"]
     return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream,
                   strides=strides)
+
+
+def _unordered(interface: Any) -> bool:
+    """A CUDA Array Interface of version 2 or older: it has no ``stream`` to tell
+    which work on the data is pending."""
+    if not isinstance(interface, dict):
+        return False
+    version = interface.get("version", 0)
+    return isinstance(version, int) and version < 3
 
 
 def _from_buffer(buf: Any, view: memoryview) -> Source:
@@ -334,7 +346,9 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
 
     ``producer_stream(dlpack_device)`` gives the stream a DLPack producer in GPU
     memory is asked to order its pending work on (``None``: GPU memory is not
-    usable, as on the emulated backend).
+    usable, as on the emulated backend). With it, an object whose CUDA Array
+    Interface is older than version 3 (no ``stream`` field) and that also exports
+    DLPack is read through DLPack, whose handshake orders its pending work.
 
     Raises
     ------
@@ -352,6 +366,9 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
                         "initial value")
     interface = getattr(buf, "__cuda_array_interface__", None)
     if interface is not None:
+        if producer_stream is not None and _unordered(interface) and \
+                hasattr(buf, "__dlpack__") and hasattr(buf, "__dlpack_device__"):
+            return _from_dlpack(buf, producer_stream)       # for the stream handshake
         return _from_cai(buf, interface)
     if isinstance(buf, np.ndarray):
         if type(buf) is not np.ndarray:

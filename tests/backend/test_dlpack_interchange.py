@@ -218,6 +218,40 @@ def test_a_cuda_core_that_drops_the_byte_offset_is_not_used(monkeypatch):
     assert _sources._find_strided_memory_view() is KeepsOffset
 
 
+# -- CUDA Array Interface v2 with DLPack: read through DLPack on GPU backends -----------
+class _Both(_Producer):
+    """A CUDA tensor exporting CAI of some version and DLPack (as PyTorch does)."""
+
+    def __init__(self, values, version):
+        super().__init__(values.__dlpack__())
+        self.values = values
+        self.version = version
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.values.shape, "typestr": self.values.dtype.str,
+                "data": (self.values.ctypes.data, False), "version": self.version}
+
+
+def test_cai_version_2_with_dlpack_is_read_through_dlpack(reader):
+    values = np.arange(6.0)
+    streams = []
+
+    def producer_stream(device):
+        streams.append(device)
+        return _Stream(0xABC)
+
+    old = _Both(values, version=2)
+    source = _sources.describe_buffer(old, producer_stream)
+    assert source.interface == "dlpack" and streams == [(2, 0)]
+    assert [call["stream"] for call in old.calls] == [0xABC]
+    assert source.ptr == values.ctypes.data and source.ordered_on.handle == 0xABC
+    new = _Both(values, version=3)                   # v3 can name its stream: CAI
+    source = _sources.describe_buffer(new, producer_stream)
+    assert source.interface == "cai" and new.calls == []
+    assert _sources.describe_buffer(old, None).interface == "cai"     # emulated
+
+
 # -- CPU producers and the emulated export ----------------------------------------------
 def test_torch_cpu_tensor_registered_in_place_is_written_back():
     torch = pytest.importorskip("torch")
