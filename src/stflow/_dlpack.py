@@ -53,7 +53,6 @@ Importing (:func:`read_capsule`)
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -336,21 +335,6 @@ class DLPackTensor:
     dtype: np.dtype
     device: tuple[int, int]
     readonly: bool
-
-    def is_compact(self) -> bool:
-        """True for C-contiguous memory (axes of extent 1 ignored)."""
-        if self.strides is None or 0 in self.shape:
-            return True
-        step = 1
-        for extent, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if extent != 1 and stride != step:
-                return False
-            step *= extent
-        return True
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def request_capsule(producer: Any, stream: int) -> Any:
