@@ -58,6 +58,8 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("backends/cuda.py", "handle"): f"{_THIRD_PARTY} (a cuda.core or CuPy kernel)",
     ("backends/cuda.py", "kernel"): f"{_THIRD_PARTY} (a Numba CUDA dispatcher)",
     ("interop/cupy.py", "from_external"): f"{_THIRD_PARTY} (CuPy)",
+    ("_interchange/sources.py", "from_dlpack"):
+        f"{_THIRD_PARTY} (cuda.core's StridedMemoryView, from 0.5)",
     ("interop/numba.py", "ENABLE_CUDASIM"): f"{_THIRD_PARTY} (numba.core.config)",
     ("interop/_numba_simulator.py", "external_stream"): f"{_THIRD_PARTY} (numba.cuda)",
     ("interop/_numba_simulator.py", "_stflow"):

@@ -13,6 +13,11 @@ Protocols
     cleanly. ``DeviceArray(...)`` builds the subclass that fits the backend;
     ``isinstance(a, DeviceArray)`` holds for both.
 
+DLPack capsules
+    The emulated backend's arrays export NumPy's capsule of an array over their
+    memory (``ndarray.__dlpack__``); the CUDA backend's use stflow's exporter
+    (``stflow._interchange.dlpack``), which no library replaces (see there).
+
 Ownership
     The memory is freed exactly once, on the allocation stream, when the array, its
     slices and every DLPack consumer are gone (a ``weakref.finalize`` of the root
@@ -412,6 +417,11 @@ class DeviceArray:
                               "Array Interface describes structured types)")
         versioned = _wants_versioned(max_version)
         self._handshake(stream)
+        return self._capsule(code, versioned)
+
+    def _capsule(self, code: tuple[int, int], versioned: bool) -> Any:
+        """The capsule of the memory, owning this array (the arguments checked):
+        stflow's exporter, which says ``(13, n)`` for managed memory."""
         return export_capsule(self, self._ptr, self._shape, code[0], code[1],
                               self._device[0], self._device[1], versioned)
 
@@ -501,6 +511,15 @@ class _HostDeviceArray(DeviceArray):
     @staticmethod
     def _dlpack_device_of(device: int, backend: Backend) -> tuple[int, int]:
         return (CPU, 0)
+
+    def _capsule(self, code: tuple[int, int], versioned: bool) -> Any:
+        """NumPy's capsule of an array over the emulated memory. The array's base is
+        this ``DeviceArray`` (NumPy keeps the object whose ``__array_interface__``
+        it read), so the capsule owns this array until the consumer releases it."""
+        values = np.asarray(self)
+        if values.base is not self:        # not NumPy's documented behaviour: ours
+            return super()._capsule(code, versioned)
+        return values.__dlpack__(max_version=(1, 0) if versioned else None)
 
     @property
     def __array_interface__(self) -> dict[str, Any]:

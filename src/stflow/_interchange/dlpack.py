@@ -1,7 +1,29 @@
-"""DLPack capsules, both ways: exporting memory and reading a producer's capsule.
+"""DLPack capsules in ``ctypes``: the exporter no library offers, and the reader for
+hosts without a suitable ``cuda.core``.
 
-The ABI (``dlpack.h``, versions 0.x and 1.x) is declared here with ``ctypes``; no
-compiled code is involved.
+Who does what (``stflow._interchange.sources`` and ``stflow._interchange.device_array`` choose)
+    Importing CPU producers: ``numpy.from_dlpack``. Importing CUDA producers: ``cuda.core``'s
+    ``StridedMemoryView.from_dlpack`` where ``cuda.core`` is installed and reads the
+    tensor fully; :func:`read_capsule` here otherwise. Exporting the emulated backend's
+    ``DeviceArray``: NumPy's ``ndarray.__dlpack__`` (a CPU capsule of the memory).
+
+Why the exporter stays
+    :func:`dlpack_export` (the reference's API) builds a capsule for any address,
+    DLPack device type and ordinal, type code and bit width (bfloat16 included)
+    without a driver: NumPy exports CPU memory of NumPy dtypes only, and ``cuda.core``
+    exports a view of a ``Buffer`` it asks the driver about, says CUDA host for
+    managed memory, and only in recent releases. The CUDA backend's ``DeviceArray``
+    uses the same exporter, so one code path owns the lifetime rules below and its
+    managed memory is ``(13, n)``.
+
+Why the reader stays
+    The CUDA backend needs ``cuda.bindings`` only; ``cuda.core`` is optional. Without
+    it (or with a release whose ``from_dlpack`` reads ``data`` without
+    ``byte_offset``, or that has only the deprecated constructor), CUDA producers are
+    read here.
+
+The ABI (``dlpack.h``, versions 0.x and 1.x) is declared with ``ctypes``; no compiled
+code is involved.
 
 Exporting (:func:`dlpack_export`)
     A capsule named ``"dltensor"`` (a ``DLManagedTensor``) or ``"dltensor_versioned"``
@@ -21,16 +43,16 @@ Exporting (:func:`dlpack_export`)
     ``SystemError`` instead of it. The release itself still happens.
 
 Importing (:func:`read_capsule`)
-    The runtime asks a CUDA producer for a capsule, reads pointer, shape, strides,
-    dtype, device and the read-only flag from it, and keeps the capsule (unconsumed)
-    and the producer alive while the data is registered: when both are dropped, the
-    producer's own capsule destructor releases the tensor.
+    The runtime asks a CUDA producer for a capsule, reads pointer (``data`` plus
+    ``byte_offset``), shape, strides, dtype, device and the read-only flag from it,
+    and keeps the capsule (unconsumed) and the producer alive while the data is
+    registered: when both are dropped, the producer's own capsule destructor releases
+    the tensor.
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +118,6 @@ _capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
     ("PyCapsule_GetName", _api))
 _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", _api))
-_capsule_destructor = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(
-    ("PyCapsule_GetDestructor", _api))
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_IsValid", _api))
 _raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
@@ -235,8 +255,9 @@ def dlpack_export(owner: Any, data_ptr: int, shape: Any, dtype_code: int, dtype_
 
 def export_capsule(owner: Any, data_ptr: int, shape: tuple[int, ...], code: int,
                    bits: int, device_type: int, device_id: int, versioned: bool,
-                   readonly: bool = False) -> Any:
-    """:func:`dlpack_export` without the argument checks (see there)."""
+                   readonly: bool = False, byte_offset: int = 0) -> Any:
+    """:func:`dlpack_export` without the argument checks (see there); the tensor
+    starts ``byte_offset`` bytes after ``data_ptr``."""
     ndim = len(shape)
     extents = (ctypes.c_int64 * max(ndim, 1))(*shape)
     managed: DLManagedTensor | DLManagedTensorVersioned
@@ -255,7 +276,7 @@ def export_capsule(owner: Any, data_ptr: int, shape: tuple[int, ...], code: int,
     tensor.ndim = ndim
     tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = code, bits, 1
     tensor.shape = ctypes.cast(extents, ctypes.POINTER(ctypes.c_int64))
-    tensor.byte_offset = 0
+    tensor.byte_offset = byte_offset
     address = ctypes.addressof(managed)
     managed.manager_ctx = address
     managed.deleter = _DELETER_ADDRESS
@@ -314,21 +335,6 @@ class DLPackTensor:
     dtype: np.dtype
     device: tuple[int, int]
     readonly: bool
-
-    def is_compact(self) -> bool:
-        """True for C-contiguous memory (axes of extent 1 ignored)."""
-        if self.strides is None or 0 in self.shape:
-            return True
-        step = 1
-        for extent, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if extent != 1 and stride != step:
-                return False
-            step *= extent
-        return True
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def request_capsule(producer: Any, stream: int) -> Any:

@@ -4,6 +4,38 @@ The interfaces are tried in the order of the API: the CUDA Array Interface v3, t
 buffer protocol (NumPy arrays always take this path), then DLPack. A buffer need not
 be C-contiguous: positive strides whose elements do not overlap describe a *strided*
 buffer (``stflow._core.layout``), registered where it is.
+
+Who reads what
+    NumPy reads the buffer protocol, the array interface and CPU DLPack producers
+    (``numpy.from_dlpack``). CUDA DLPack producers are read by ``cuda.core``'s
+    ``StridedMemoryView.from_dlpack`` where ``cuda.core`` is installed (the CUDA
+    backend only; it takes the capsule over and releases it when the view is
+    collected, so the view is kept with the producer while the data is registered),
+    else by ``stflow._interchange.dlpack.read_capsule``.
+
+What stays here, and why
+    The CUDA Array Interface, a dict of a few fields, is read here. ``cuda.core``'s
+    reader (``from_cuda_array_interface``) refuses version 2, which PyTorch still
+    exports; takes the dtype from ``typestr`` alone (a structured dtype given by
+    ``descr`` arrives as ``|V8``); divides byte strides by the item size; answers a
+    mask or stream 0 without saying what to pass; and asks the driver for the device,
+    which the emulated backend must do without to refuse GPU buffers with its own
+    error.
+
+    ``cuda.core`` is used only when its ``from_dlpack`` exists and adds the tensor's
+    ``byte_offset`` to ``data`` (checked once on a CPU capsule,
+    :func:`strided_memory_view`): releases that have only the constructor, or whose
+    ``from_dlpack`` drops the offset, would give a wrong pointer for producers that
+    set one.
+
+Streams
+    A CUDA DLPack producer is asked for its capsule with ``stream=`` one of stflow's
+    streams (never 0, which DLPack forbids for CUDA: the legacy default stream is 1):
+    the producer makes that stream wait for its pending work, and the runtime records
+    an event on it that every use of the data waits for. A CAI export of version 2
+    cannot say on which stream its data is pending; when its object also exports
+    DLPack (PyTorch), it is read through DLPack on the CUDA backend for that
+    handshake.
 """
 
 from __future__ import annotations
@@ -14,10 +46,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .dlpack import (CPU, CUDA, CUDA_HOST, CUDA_MANAGED, DLPackTensor, export_capsule,
+                      read_capsule, request_capsule)
 from .._core.errors import ShapeError
 from .._core.layout import check_strides, extent
 
-__all__ = ["Source", "describe_buffer", "check_dtype"]
+__all__ = ["Source", "describe_buffer", "check_dtype", "strided_memory_view"]
 
 
 @dataclass
@@ -100,6 +134,15 @@ def _from_cai(buf: Any, interface: dict) -> Source:
                   strides=strides)
 
 
+def _unordered(interface: Any) -> bool:
+    """A CUDA Array Interface of version 2 or older: it has no ``stream`` to tell
+    which work on the data is pending."""
+    if not isinstance(interface, dict):
+        return False
+    version = interface.get("version", 0)
+    return isinstance(version, int) and version < 3
+
+
 def _from_buffer(buf: Any, view: memoryview) -> Source:
     try:
         array = np.asarray(view)
@@ -156,17 +199,24 @@ def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | N
 
 
 def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
-    """Read a CUDA producer's capsule; its pending work is ordered on ``stream``.
+    """Read a CUDA producer's tensor; its pending work is ordered on ``stream``.
 
-    The capsule stays unconsumed and is kept alive with the producer, so the producer
-    releases the tensor when both are dropped.
+    The source keeps the producer and what owns the tensor (the ``cuda.core`` view,
+    or the unconsumed capsule) alive while the data is registered: the pointer is the
+    producer's own memory, and it is released only when stflow drops both.
     """
-    from .dlpack import CUDA, CUDA_HOST, CUDA_MANAGED, read_capsule, request_capsule
     if device[0] not in (CUDA, CUDA_HOST, CUDA_MANAGED):
         raise TypeError(f"cannot register a {type(buf).__name__} on DLPack device "
                         f"{device}: stflow reads CPU and CUDA memory only")
-    capsule = request_capsule(buf, int(stream.handle))
-    tensor = read_capsule(capsule)
+    handle = int(stream.handle) or 1        # DLPack: 0 is not a CUDA stream
+    view_type = strided_memory_view()
+    tensor: DLPackTensor
+    if view_type is None:
+        owner: Any = request_capsule(buf, handle)
+        tensor = read_capsule(owner)
+    else:
+        owner = _view_with_cuda_core(view_type, buf, handle)
+        tensor = _tensor_of_view(owner, buf, device)
     dtype = check_dtype(tensor.dtype, "logical_data")
     strides = None
     if tensor.strides is not None:         # DLPack strides count elements
@@ -175,8 +225,89 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
                                 dtype.itemsize, f"the DLPack tensor of "
                                 f"{type(buf).__name__}")
     return Source(tensor.ptr, tensor.shape, dtype, tensor.readonly, "dlpack",
-                  (buf, capsule), dlpack_device=device, ordered_on=stream,
+                  (buf, owner), dlpack_device=device, ordered_on=stream,
                   strides=strides)
+
+
+def _view_with_cuda_core(view_type: Any, buf: Any, handle: int) -> Any:
+    """``cuda.core``'s view of a CUDA producer, asked for ``stream=handle``."""
+    try:
+        return view_type.from_dlpack(buf, stream_ptr=handle)
+    except (AssertionError, BufferError, NotImplementedError, ValueError) as exc:
+        raise TypeError(_refusal(buf, exc)) from exc  # AssertionError: not a capsule
+
+
+def _tensor_of_view(view: Any, buf: Any, device: tuple[int, int]) -> DLPackTensor:
+    """What a ``StridedMemoryView`` describes, as :class:`DLPackTensor`."""
+    try:
+        dtype = np.dtype(view.dtype)
+    except (NotImplementedError, TypeError, ValueError) as exc:
+        raise TypeError(_refusal(buf, exc)) from exc
+    shape = tuple(int(n) for n in view.shape)
+    strides = None if view.strides is None else tuple(int(s) for s in view.strides)
+    return DLPackTensor(int(view.ptr), shape, strides, dtype, device,
+                        bool(view.readonly))
+
+
+def _refusal(buf: Any, exc: BaseException) -> str:
+    reason = str(exc) or f"{type(exc).__name__} in cuda.core"
+    return (f"cannot import {type(buf).__name__} through DLPack: {reason}; pass a "
+            "tensor of a NumPy dtype (convert bfloat16 and vector types, e.g. to "
+            "float32) whose __dlpack__ returns a DLPack capsule")
+
+
+class _OneCapsule:
+    """A DLPack producer on the CPU that hands out one prepared capsule."""
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (CPU, 0)
+
+
+_UNKNOWN = object()
+_view_type: Any = _UNKNOWN
+
+
+def strided_memory_view() -> Any:
+    """``cuda.core``'s ``StridedMemoryView`` when it can read CUDA producers for
+    stflow, else ``None`` (decided once per process).
+
+    It must import (``cuda.core.utils``, or ``cuda.core.experimental.utils`` in
+    older releases), have ``from_dlpack`` (the constructor that came before it is
+    deprecated) and add ``byte_offset`` to the tensor's ``data``, which is checked on
+    a capsule over host memory (no driver involved).
+    """
+    global _view_type
+    if _view_type is _UNKNOWN:
+        _view_type = _find_strided_memory_view()
+    return _view_type
+
+
+def _find_strided_memory_view() -> Any:
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:
+        try:
+            from cuda.core.experimental.utils import StridedMemoryView
+        except ImportError:
+            return None
+    if not hasattr(StridedMemoryView, "from_dlpack"):
+        return None
+    values = np.zeros(2, np.int64)
+    capsule = export_capsule(values, int(values.ctypes.data), (1,), 0, 64, CPU, 0,
+                             True, byte_offset=values.itemsize)
+    try:
+        view = StridedMemoryView.from_dlpack(_OneCapsule(capsule), stream_ptr=-1)
+        honoured = int(view.ptr) == int(values.ctypes.data) + values.itemsize
+    except Exception:  # noqa: BLE001 - any failure: stflow reads capsules itself
+        return None
+    del view
+    return StridedMemoryView if honoured else None
 
 
 _PLAIN_SUBCLASSES = (np.memmap, np.recarray)
@@ -215,7 +346,9 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
 
     ``producer_stream(dlpack_device)`` gives the stream a DLPack producer in GPU
     memory is asked to order its pending work on (``None``: GPU memory is not
-    usable, as on the emulated backend).
+    usable, as on the emulated backend). With it, an object whose CUDA Array
+    Interface is older than version 3 (no ``stream`` field) and that also exports
+    DLPack is read through DLPack, whose handshake orders its pending work.
 
     Raises
     ------
@@ -233,6 +366,9 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
                         "initial value")
     interface = getattr(buf, "__cuda_array_interface__", None)
     if interface is not None:
+        if producer_stream is not None and _unordered(interface) and \
+                hasattr(buf, "__dlpack__") and hasattr(buf, "__dlpack_device__"):
+            return _from_dlpack(buf, producer_stream)       # for the stream handshake
         return _from_cai(buf, interface)
     if isinstance(buf, np.ndarray):
         if type(buf) is not np.ndarray:
