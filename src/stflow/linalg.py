@@ -96,7 +96,7 @@ def _batch_layout(name: str, shape: tuple[int, ...], dtype: np.dtype,
     matrices (``batch × rows × cols``), or ``ValueError``."""
     if len(shape) != 3:
         raise ValueError(f"{name} must be 3-D, got shape {shape}")
-    count, rows, cols = shape
+    _, rows, cols = shape
     ld, _ = _layout(name, shape[1:], dtype, None if strides is None else strides[1:], 2)
     if strides is None:
         return ld, rows * cols
