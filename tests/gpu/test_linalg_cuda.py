@@ -83,17 +83,17 @@ def test_info_reports_what_cusolver_found(cupy):
 
 
 def test_one_pair_of_handles_per_stream(cupy):
-    a = cupy.asarray(_spd(8, 3))
-    first, second = cupy.cuda.Stream(non_blocking=True), \
-        cupy.cuda.Stream(non_blocking=True)
-    linalg.potrf(a.copy(), stream=first.ptr)
+    copies = [cupy.asarray(_spd(8, 3)) for _ in range(8)]
+    cupy.cuda.Device().synchronize()
+    first, second = cupy.cuda.Stream(), cupy.cuda.Stream()
+    linalg.potrf(copies[0], stream=first.ptr)
     count = len(_linalg_cuda._HANDLES)
-    for _ in range(3):
-        linalg.potrf(a.copy(), stream=first.ptr)
+    for i in range(3):
+        linalg.potrf(copies[1 + i], stream=first.ptr)
         with first:
-            linalg.trtri(a.copy())                    # CuPy's current stream: first
+            linalg.trtri(copies[4 + i])               # CuPy's current stream: first
     assert len(_linalg_cuda._HANDLES) == count
-    linalg.potrf(a.copy(), stream=second)
+    linalg.potrf(copies[7], stream=second)            # a CuPy stream object
     assert len(_linalg_cuda._HANDLES) == count + 1
     first.synchronize()
     second.synchronize()
