@@ -443,3 +443,44 @@ def test_checks_come_before_any_library_call(fake):
     with pytest.raises(TypeError, match="lower must be True or False"):
         linalg.trtri(DeviceArray((2, 2)), lower="L")
     assert fake.calls == []
+
+
+def test_empty_operands_call_nothing(fake):
+    linalg.gemm(DeviceArray((0, 3)), DeviceArray((3, 4)), DeviceArray((0, 4)), stream=1)
+    linalg.gemm_batched(DeviceArray((0, 2, 2)), DeviceArray((2, 2)),
+                        DeviceArray((0, 2, 2)), stream=1)
+    linalg.trsm(DeviceArray((3, 3)), DeviceArray((3, 0)), stream=1)
+    linalg.potrf(DeviceArray((0, 0)), stream=1)
+    linalg.trtri(DeviceArray((0, 0)), stream=1)
+    linalg.lauum(DeviceArray((0, 0)), stream=1)
+    assert fake.calls == []
+
+
+def test_without_cupy_the_stream_must_be_given(fake, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    a = DeviceArray((2, 2))
+    with pytest.raises(BackendUnavailableError, match="pass stream="):
+        linalg.lauum(a)
+    linalg.lauum(a, stream=4)                           # no CuPy needed
+    assert fake.last("cusolver.set_stream")[1] == 4
+
+
+def test_routines_without_info_share_the_handle_word(fake):
+    a = DeviceArray((3, 3))
+    linalg.potrf(a, stream=1)
+    linalg.trtri(a, stream=1)
+    linalg.lauum(a, stream=1)
+    words = {fake.last("cusolver.dpotrf")[-1], fake.last("cusolver.xtrtri")[-1],
+             fake.last("cusolver.dlauum")[-1]}
+    assert len(words) == 1 and 0 not in words
+
+
+def test_importing_linalg_loads_no_cuda_module():
+    import subprocess
+    code = ("import sys, numpy as np, stflow.linalg as l; a = np.eye(2); "
+            "l.trtri(a); l.gemm(a, a, a); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('nvmath', 'cupy', 'cuda')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
