@@ -6,8 +6,9 @@ Small tiles, so that the host side is what is measured: the same GEMM update
 ``c -= a @ bᵀ`` called directly (CuPy's ``@``, ``stflow.linalg.gemm``), and as stflow
 tasks (no body, an empty ``t.run`` body, a ``t.run`` body calling
 ``stflow.linalg.gemm``), in microseconds per call or task, the device synchronised at
-the end of each loop. The tiled Cholesky's small-tile speed (B5) is bounded by the last
-line.
+the end of each loop; and 16 such products, as 16 ``gemm`` calls against one
+``gemm_batched`` call. The tiled Cholesky's small-tile speed (B5) is bounded by the
+``t.run + linalg.gemm`` line.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def main() -> None:
 
     def cupy_gemm() -> None:
         c.__isub__(a @ b.T)
+
+    batch_a, batch_c = (cupy.ones((16, args.tile, args.tile)) for _ in range(2))
+
+    def sixteen_gemms() -> None:
+        for i in range(16):
+            linalg.gemm(batch_a[i], b, batch_c[i], alpha=-1.0, beta=1.0, trans_b=True)
+
+    def one_batched() -> None:
+        linalg.gemm_batched(batch_a, b, batch_c, alpha=-1.0, beta=1.0, trans_b=True)
     rows = {
         "cupy a @ b.T": _per_call(cupy_gemm, args.count, sync),
         "linalg.gemm": _per_call(lambda: linalg.gemm(a, b, c, alpha=-1.0, beta=1.0,
@@ -71,6 +81,8 @@ def main() -> None:
         "task, no body": _tasks(cupy, args.tile, args.count, None),
         "task, empty t.run": _tasks(cupy, args.tile, args.count, _empty_body),
         "task, t.run + linalg.gemm": _tasks(cupy, args.tile, args.count, _gemm_body),
+        "16 x linalg.gemm": _per_call(sixteen_gemms, args.count // 16 or 1, sync),
+        "linalg.gemm_batched of 16": _per_call(one_batched, args.count, sync),
     }
     for name, micros in rows.items():
         print(f"{name:28s} {micros:8.1f} us")

@@ -28,8 +28,10 @@ The three stages are submitted one after the other with no barrier: stflow infer
 dependency from the tiles each task reads and writes, so the inversion of the first
 columns starts while the factorisation of the last ones is still running, and the tasks
 of each step overlap as their tiles become ready. Bodies are ``t.run(fn)``:
-``fn(xp, *tiles)`` with NumPy on the emulated backend and CuPy on CUDA, the products
-and solves through ``stflow.linalg`` (cuBLAS on CUDA, capturable in graph mode).
+``fn(xp, *tiles)`` with NumPy on the emulated backend and CuPy on CUDA, every step
+through ``stflow.linalg`` (``trsm``, ``gemm``, ``syrk``, ``trmm``, and ``trtri`` and
+``lauum`` for the diagonal tiles; cuBLAS and cuSOLVER on CUDA through nvmath-python,
+``pip install 'stflow[linalg]'``, capturable in graph mode).
 ``--graph`` records each epoch as a graph (``context(use_graph=True)``). The lower
 triangle of the result, mirrored, is checked against ``numpy.linalg.inv``.
 """
@@ -65,8 +67,9 @@ spd_matrix = cholesky_example.spd_matrix
 
 
 # Tile bodies: fn(xp, *tiles), enqueued in the task's stream order by t.run.
-# stflow.linalg makes the same call on both backends (NumPy; cuBLAS on the task stream,
-# capturable in graph mode); only the triangle of a diagonal tile is read.
+# stflow.linalg makes the same call on both backends (NumPy; cuBLAS and cuSOLVER on the
+# task stream, capturable in graph mode); only the lower triangle of a diagonal tile is
+# read and written, in place: no scratch array.
 def _trsm_right(xp: Any, l: Any, b: Any) -> None:      # b = -b · tril(l)⁻¹
     linalg.trsm(l, b, side="right", alpha=-1.0)
 
@@ -75,10 +78,8 @@ def _trsm_left(xp: Any, l: Any, b: Any) -> None:       # b = tril(l)⁻¹ · b
     linalg.trsm(l, b, side="left")
 
 
-def _trtri(xp: Any, l: Any) -> None:                   # l = tril(l)⁻¹
-    inverse = xp.eye(l.shape[0], dtype=l.dtype)
-    linalg.trsm(l, inverse, side="left")
-    l[...] = inverse
+def _trtri(xp: Any, l: Any) -> None:                   # tril(l) = tril(l)⁻¹
+    linalg.trtri(l)
 
 
 def _gemm_nn(xp: Any, a: Any, b: Any, c: Any) -> None:  # c += a · b
@@ -97,10 +98,8 @@ def _trmm_t(xp: Any, l: Any, b: Any) -> None:           # b = tril(l)ᵀ · b
     linalg.trmm(l, b, side="left", trans=True)
 
 
-def _lauum(xp: Any, l: Any) -> None:                    # l = tril(l)ᵀ · tril(l)
-    lower = xp.tril(l)
-    linalg.trmm(l, lower, side="left", trans=True)
-    l[...] = lower
+def _lauum(xp: Any, l: Any) -> None:                    # tril(l) = tril(tril(l)ᵀ · tril(l))
+    linalg.lauum(l)
 
 
 def trtri(ctx: Any, tiles: dict[tuple[int, int], Any], count: int) -> None:

@@ -172,3 +172,104 @@ def test_trmm(backend, use_graph, side, lower, trans):
                                       alpha=-1.0),
          "read", "rw")
     np.testing.assert_allclose(b, expected, rtol=1e-12)
+
+
+@MODES
+@DTYPES
+@pytest.mark.parametrize("lower,unit", [(True, False), (False, False), (True, True)])
+def test_trtri(backend, use_graph, dtype, lower, unit):
+    rng = np.random.default_rng(9)
+    n = 6
+    a = (rng.standard_normal((n, n)) + 4 * np.eye(n)).astype(dtype)
+    before = a.copy()
+    triangle = np.tril(a) if lower else np.triu(a)
+    if unit:
+        np.fill_diagonal(triangle, 1.0)
+    expected = np.linalg.inv(triangle.astype(np.float64))
+    info = np.full(1, -1, dtype=np.int32)
+    _run(backend, use_graph, [a, info],
+         lambda xp, a, info: linalg.trtri(a, lower=lower, unit_diagonal=unit,
+                                          info=info), "rw", "rw")
+    mine = np.tril(a, -1 if unit else 0) if lower else np.triu(a, 1 if unit else 0)
+    want = np.tril(expected, -1 if unit else 0) if lower else \
+        np.triu(expected, 1 if unit else 0)
+    np.testing.assert_allclose(mine, want, **_tol(dtype))
+    kept = np.triu_indices(n, 0 if unit else 1) if lower else \
+        np.tril_indices(n, 0 if unit else -1)
+    np.testing.assert_array_equal(a[kept], before[kept])
+    assert info[0] == 0
+
+
+@MODES
+@DTYPES
+@pytest.mark.parametrize("lower", [True, False])
+def test_lauum(backend, use_graph, dtype, lower):
+    rng = np.random.default_rng(10)
+    n = 7
+    a = rng.standard_normal((n, n)).astype(dtype)
+    before = a.copy()
+    triangle = np.tril(a) if lower else np.triu(a)
+    product = triangle.T @ triangle if lower else triangle @ triangle.T
+    _run(backend, use_graph, [a], lambda xp, a: linalg.lauum(a, lower=lower), "rw")
+    where = np.tril_indices(n) if lower else np.triu_indices(n)
+    other = np.triu_indices(n, 1) if lower else np.tril_indices(n, -1)
+    np.testing.assert_allclose(a[where], product[where], **_tol(dtype))
+    np.testing.assert_array_equal(a[other], before[other])
+
+
+@MODES
+@DTYPES
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+def test_gemm_batched(backend, use_graph, dtype, trans_a, trans_b):
+    rng = np.random.default_rng(11)
+    count, m, n, k = 6, 4, 3, 5
+    a = rng.standard_normal((count, k, m) if trans_a else (count, m, k)).astype(dtype)
+    b = rng.standard_normal((count, n, k) if trans_b else (count, k, n)).astype(dtype)
+    c = rng.standard_normal((count, m, n)).astype(dtype)
+    op_a = np.swapaxes(a, 1, 2) if trans_a else a
+    op_b = np.swapaxes(b, 1, 2) if trans_b else b
+    expected = 2.0 * (op_a @ op_b) + 0.5 * c
+    _run(backend, use_graph, [a, b, c],
+         lambda xp, a, b, c: linalg.gemm_batched(a, b, c, alpha=2.0, beta=0.5,
+                                                 trans_a=trans_a, trans_b=trans_b),
+         "read", "read", "rw")
+    np.testing.assert_allclose(c, expected, **_tol(dtype))
+
+
+@MODES
+def test_gemm_batched_on_views_with_a_shared_matrix(backend, use_graph):
+    """Batches cut from bigger arrays (a batch stride and a row pitch of their own)
+    and one matrix for every product."""
+    rng = np.random.default_rng(12)
+    whole = rng.standard_normal((5, 6, 7))
+    shared = rng.standard_normal((3, 3))
+    expected = whole.copy()
+    expected[:, :3, 3:6] = shared @ whole[:, 3:6, :3] - whole[:, :3, 3:6]
+
+    def body(xp, whole, shared):                 # the two views do not overlap
+        linalg.gemm_batched(shared, whole[:, 3:6, :3], whole[:, :3, 3:6], beta=-1.0)
+    _run(backend, use_graph, [whole, shared], body, "rw", "read")
+    np.testing.assert_allclose(whole, expected, rtol=1e-12)
+
+
+def test_potri_of_one_tile_in_a_loop_scope(backend):
+    """potrf, trtri and lauum of one tile (LAPACK's potri), repeated in a recorded
+    loop: each needs a cuSOLVER workspace, none may allocate in the loop's graph."""
+    rng = np.random.default_rng(13)
+    r = rng.standard_normal((12, 12))
+    spd = r @ r.T + 12 * np.eye(12)
+    out = np.zeros_like(spd)
+    with stf.stackable_context(backend=backend) as sctx:
+        src, a = sctx.logical_data(spd), sctx.logical_data(out)
+        with sctx.repeat(3):
+            with sctx.task(src.read(), a.write()) as t:
+                t.run(lambda xp, s, a: a.__setitem__(Ellipsis, s))
+            with sctx.task(a.rw()) as t:
+                def potri(xp, a):
+                    linalg.potrf(a)
+                    linalg.trtri(a)
+                    linalg.lauum(a)
+                t.run(potri)
+    lower = np.tril(out)
+    np.testing.assert_allclose(lower + np.tril(lower, -1).T, np.linalg.inv(spd),
+                               rtol=1e-10, atol=1e-12)

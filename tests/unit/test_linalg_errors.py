@@ -50,3 +50,45 @@ def test_layout_checks_of_device_operands():
         linalg.gemm(Fake((4, 4), (8, 32)), Fake((4, 4), None), Fake((4, 4), None))
     with pytest.raises(ValueError, match="positive element stride"):
         linalg.dot(Fake((4,), (-8,)), Fake((4,), None), Fake((1,), None))
+
+
+def test_the_new_routines_check_their_operands():
+    with pytest.raises(ValueError, match="square"):
+        linalg.trtri(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="square"):
+        linalg.lauum(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="one-element int32"):
+        linalg.trtri(np.eye(2), info=np.zeros(1))
+    with pytest.raises(TypeError, match="float32 and float64"):
+        linalg.lauum(np.eye(2, dtype=np.int64))
+    with pytest.raises(TypeError, match="all NumPy arrays or all CUDA arrays"):
+        linalg.trtri([[1.0]])
+
+
+def test_batched_shapes():
+    with pytest.raises(ValueError, match="c must be 3-D"):
+        linalg.gemm_batched(np.ones((2, 2)), np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="with 3 matrices"):
+        linalg.gemm_batched(np.ones((2, 2, 2)), np.ones((2, 2)), np.ones((3, 2, 2)))
+    with pytest.raises(ValueError, match="does not fit"):
+        linalg.gemm_batched(np.ones((3, 2, 4)), np.ones((3, 2, 2)), np.ones((3, 2, 2)))
+    with pytest.raises(TypeError, match="share a dtype"):
+        linalg.gemm_batched(np.ones((3, 2, 2), np.float32), np.ones((2, 2)),
+                            np.ones((3, 2, 2)))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: linalg.gemm(np.eye(2), np.eye(2), np.eye(2), trans_a="T"),
+    lambda: linalg.gemm_batched(np.ones((1, 2, 2)), np.eye(2), np.ones((1, 2, 2)),
+                                trans_b=1),
+    lambda: linalg.gemv(np.eye(2), np.ones(2), np.ones(2), trans="N"),
+    lambda: linalg.syrk(np.eye(2), np.eye(2), trans=None),
+    lambda: linalg.trsm(np.eye(2), np.eye(2), lower="U"),
+    lambda: linalg.trmm(np.eye(2), np.eye(2), unit_diagonal="N"),
+    lambda: linalg.trtri(np.eye(2), lower="L"),
+    lambda: linalg.lauum(np.eye(2), lower=0),
+], ids=["gemm", "gemm_batched", "gemv", "syrk", "trsm", "trmm", "trtri", "lauum"])
+def test_flags_must_be_bools(call):
+    """A LAPACK-style letter ("U", "T") would otherwise count as True."""
+    with pytest.raises(TypeError, match="must be True or False"):
+        call()

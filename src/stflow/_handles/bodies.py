@@ -114,5 +114,6 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
             raise NotImplementedError(
                 f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, "
                 f"cupy.linalg) while a graph is recorded (graph mode, scopes, "
-                f"task_graph); stflow.linalg (gemm, gemv, dot, syrk, trsm, potrf) "
+                f"task_graph); stflow.linalg (gemm, gemm_batched, gemv, dot, syrk, trsm, "
+                f"trmm, potrf, trtri, lauum) "
                 f"makes the same calls in a capturable way") from error
