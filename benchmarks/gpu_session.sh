@@ -2,7 +2,8 @@
 # One device session, run from the repository root on the GPU machine:
 #   OUT=/some/dir bash benchmarks/gpu_session.sh STEP...
 # Steps (in the order given):
-#   build   compile the hot modules in place (mypyc; needs mypy, e.g. carried wheels
+#   build   install the carried wheels (.whl/*.whl, .whl/nvmath/*.whl) to /tmp/site and
+#           compile the hot modules in place (mypyc; needs mypy, e.g. carried wheels
 #           in .whl/, installed to /tmp/site); without it everything runs as Python
 #   tests   the GPU test suite ("gpu and not slow"; PYTEST_EXTRA="-n 8 -p no:benchmark"
 #           runs it on 8 workers, then the device_memory tests alone)
@@ -27,18 +28,21 @@
 #           the first pays for the libraries' setup), and the layer's cost for local
 #           tasks
 set -u
-export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+# Packages carried as wheels (nvmath-python for stflow.linalg, mypy for the build) are
+# installed to /tmp/site by the build step and found from there by every later step.
+export PYTHONPATH=$PWD/src:/tmp/site PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/stflow-gpu}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in "$@"; do
   case $step in
   build)
-    if ls .whl/*.whl >/dev/null 2>&1; then
+    wheels=$(ls .whl/*.whl .whl/nvmath/*.whl 2>/dev/null)
+    if [ -n "$wheels" ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --upgrade --target /tmp/site .whl/*.whl
+        --upgrade --target /tmp/site $wheels
     fi
-    PYTHONPATH=/tmp/site:$PYTHONPATH timeout 200 python3 setup.py -q build_ext --inplace \
+    timeout 200 python3 setup.py -q build_ext --inplace \
       > "$OUT/build.log" 2>&1
     echo "build exit $?"; tail -n 3 "$OUT/build.log"
     python3 -c "import stflow; print('compiled build:', stflow.__compiled__)" ;;

@@ -51,7 +51,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from ._errors import BackendUnavailableError, CudaError, OutOfMemoryError
+from ._core.errors import BackendUnavailableError, CudaError, OutOfMemoryError
 
 __all__ = ["CUBLAS_WORKSPACE", "EXTRA", "Operand", "dot", "gemm", "gemm_batched",
            "gemv", "lauum", "potrf", "syrk", "trmm", "trsm", "trtri"]
