@@ -79,11 +79,14 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
     if not callable(fn):
         raise TypeError(f"run expects a callable fn(xp, *arrays), got "
                         f"{type(fn).__name__}")
+    backend = task._runtime.backend
+    if backend.gpu_memory and task._layout is None:
+        _run_on_cuda(task, fn, indices)
+        return
     if indices:
         views = [task.get_arg_cai(i) for i in indices]
     else:
         views = list(task.views())
-    backend = task._runtime.backend
     bundles = task._layout is not None and any(map(is_view, views))
     if not backend.gpu_memory:
         import numpy as np
@@ -109,11 +112,32 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
             else:
                 fn(cupy, *[body_array(view) for view in views])
         except NotImplementedError as error:
-            if "stream capture" not in str(error):
-                raise
-            raise NotImplementedError(
-                f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, "
-                f"cupy.linalg) while a graph is recorded (graph mode, scopes, "
-                f"task_graph); stflow.linalg (gemm, gemm_batched, gemv, dot, syrk, trsm, "
-                f"trmm, potrf, trtri, lauum) "
-                f"makes the same calls in a capturable way") from error
+            _explain_capture(error)
+
+
+def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
+    """A body on CUDA of a task without bundles: CuPy arrays straight from the
+    instances (each a view of an array made once per allocation and device), the
+    task stream current."""
+    from ..interop.cupy import _CUPY, _load_cupy, allocation_array, body_stream
+    cupy = _CUPY[0] if _CUPY else _load_cupy()
+    instances = task._body_instances(indices)
+    device = cupy.cuda.runtime.getDevice()
+    arrays = [allocation_array(cupy, allocation, shape, dtype, device)
+              for allocation, shape, dtype in instances]
+    with body_stream(int(task.stream_ptr())):
+        try:
+            fn(cupy, *arrays)
+        except NotImplementedError as error:
+            _explain_capture(error)
+
+
+def _explain_capture(error: NotImplementedError) -> None:
+    """Re-raise CuPy's refusal of a library call under capture with what to use."""
+    if "stream capture" not in str(error):
+        raise error
+    raise NotImplementedError(
+        f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, cupy.linalg) "
+        "while a graph is recorded (graph mode, scopes, task_graph); stflow.linalg "
+        "(gemm, gemm_batched, gemv, dot, syrk, trsm, trmm, potrf, trtri, lauum) makes "
+        "the same calls in a capturable way") from error

@@ -481,6 +481,19 @@ class task:
     def _dep_arg(self, index: Any) -> int:
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
+    def _body_instances(self, indices: tuple[int, ...]) -> list[tuple[Any, Any, Any]]:
+        """``(allocation, shape, dtype)`` of the dependencies ``indices`` (default:
+        every non-token one) of a task without bundles: what a ``run`` body gets an
+        array of, without making a view of each."""
+        deps = self._deps
+        chosen = indices or [i for i in range(len(deps)) if not deps[i].ld._is_token]
+        out = []
+        for index in chosen:
+            ld = deps[index].ld
+            out.append((_allocation(self._access_at(index, "run()")), ld._shape,
+                        ld._dtype))
+        return out
+
     def get_arg_cai(self, index: Any) -> Any:
         """A view of argument ``index`` (CUDA Array Interface on CUDA); for a bundle,
         the named tuple of its fields' views (``None`` for fields left out and

@@ -15,6 +15,7 @@ The emulated backend has no GPU memory for CuPy: every function here raises
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,34 @@ def body_stream(handle: int) -> Any:
             _body_streams.clear()
         stream = _body_streams[handle] = cupy_stream(handle)
     return stream
+
+
+_allocation_arrays: weakref.WeakKeyDictionary[Any, dict[int, Any]] = \
+    weakref.WeakKeyDictionary()
+"""Per allocation (weakly: the entry goes with it), per device: the CuPy array of a
+task body over that memory."""
+
+
+def allocation_array(cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: Any,
+                     device: int) -> Any:
+    """A CuPy array over ``allocation`` (an instance's memory) for a ``task.run``
+    body on ``device``: a fresh ``view()`` of an array made once per allocation and
+    device, so a body costs no CAI dictionary, memory object or view of the task
+    (the array does not keep the allocation alive: a body must not keep its arrays
+    beyond the task)."""
+    per_device = _allocation_arrays.get(allocation)
+    if per_device is None:
+        per_device = _allocation_arrays[allocation] = {}
+    base = per_device.get(device)
+    if base is None or base.shape != shape or base.dtype != dtype:
+        dtype = np.dtype(dtype)
+        strides = allocation.strides
+        memory = cupy.cuda.UnownedMemory(allocation.ptr,
+                                         extent(shape, strides, dtype.itemsize), None,
+                                         device_id=device)
+        base = per_device[device] = cupy.ndarray(
+            shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=strides)
+    return base.view()
 
 
 def body_array(view: Any) -> Any:
