@@ -9,7 +9,7 @@ dependency (plus 1 or 3 ``read`` ones), each launching one empty kernel on its s
 graph, instantiated and launched by ``finalize()``. Reported: µs per task from the
 first submission to the end of ``finalize()`` (``total``), of which recording
 (``record``); the stream-mode run of the same chain in the same process for reference.
-Graph mode launches a long epoch in parts of ``stflow._scopes.EPOCH_TASKS`` tasks
+Graph mode launches a long epoch in parts of ``stflow._graph.scopes.EPOCH_TASKS`` tasks
 (``--epoch-tasks`` sets it). Target: ≤ 10 µs per task, flat as the epoch grows.
 """
 
@@ -74,11 +74,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--epoch-tasks", type=int, default=None,
-                        help="launch an epoch every N tasks (stflow._scopes.EPOCH_TASKS)")
+                        help="launch an epoch every N tasks (stflow._graph.scopes.EPOCH_TASKS)")
     args = parser.parse_args(argv)
     if args.epoch_tasks is not None:
-        import stflow._scopes
-        stflow._scopes.EPOCH_TASKS = args.epoch_tasks
+        import stflow._graph.scopes
+        stflow._graph.scopes.EPOCH_TASKS = args.epoch_tasks
     body = kernel_launcher(args.backend)
     if args.profile:
         import cProfile

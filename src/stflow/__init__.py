@@ -74,7 +74,7 @@ _LOCATIONS = {
     "constant": "._bundles",
     "tiles": "._tiles",
     "async_resources": "._resources",
-    "cond": "._cond",
+    "cond": "._graph.cond",
     "context": "._context",
     "cuda_kernel": "._kernel",
     "CudaStream": "._views",
@@ -93,20 +93,20 @@ _LOCATIONS = {
     "green_ctx_view": "._places.green",
     "green_places": "._places.green",
     "IncludePaths": ".paths",
-    "LaunchableGraph": "._stackable",
+    "LaunchableGraph": "._graph.stackable",
     "locality_domain_count": "._places.locality",
     "logical_data": "._logical_data",
     "machine_init": ".backends",
     "read": "._logical_data",
     "reduce": "._logical_data",
     "rw": "._logical_data",
-    "stackable_context": "._stackable",
-    "stackable_logical_data": "._stackable",
-    "stackable_task": "._stackable",
+    "stackable_context": "._graph.stackable",
+    "stackable_logical_data": "._graph.stackable",
+    "stackable_task": "._graph.stackable",
     "stf_cai": "._views",
     "task": "._task",
-    "task_graph": "._task_graph",
-    "TaskGraph": "._task_graph",
+    "task_graph": "._graph.task_graph",
+    "TaskGraph": "._graph.task_graph",
     "write": "._logical_data",
 }
 
@@ -139,7 +139,7 @@ if TYPE_CHECKING:
     from . import paths as paths
     from ._bundles import bundle as bundle
     from ._bundles import constant as constant
-    from ._cond import cond as cond
+    from ._graph.cond import cond as cond
     from ._context import context as context
     from ._device_array import DeviceArray as DeviceArray
     from ._dlpack import dlpack_export as dlpack_export
@@ -165,13 +165,13 @@ if TYPE_CHECKING:
     from ._tiles import TileGrid as TileGrid
     from ._tiles import block_cyclic as block_cyclic
     from ._tiles import tiles as tiles
-    from ._stackable import LaunchableGraph as LaunchableGraph
-    from ._stackable import stackable_context as stackable_context
-    from ._stackable import stackable_logical_data as stackable_logical_data
-    from ._stackable import stackable_task as stackable_task
+    from ._graph.stackable import LaunchableGraph as LaunchableGraph
+    from ._graph.stackable import stackable_context as stackable_context
+    from ._graph.stackable import stackable_logical_data as stackable_logical_data
+    from ._graph.stackable import stackable_task as stackable_task
     from ._task import task as task
-    from ._task_graph import TaskGraph as TaskGraph
-    from ._task_graph import task_graph as task_graph
+    from ._graph.task_graph import TaskGraph as TaskGraph
+    from ._graph.task_graph import task_graph as task_graph
     from ._views import CudaStream as CudaStream
     from ._views import stf_cai as stf_cai
     from .backends import machine_init as machine_init

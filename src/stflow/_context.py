@@ -468,7 +468,7 @@ def _graph_backend(native: Backend, caller: Stream | None) -> Backend:
     if native.graphs is None:
         raise BackendUnavailableError(f"graph mode (use_graph=True) needs graph support, "
                                       f"which the {native.name} backend lacks")
-    from .backends.recording import GraphRecorder
+    from ._graph.recording import GraphRecorder
     return GraphRecorder(native, launch_stream=caller)
 
 

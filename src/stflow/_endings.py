@@ -23,7 +23,7 @@ from .backends._base import HOST, Allocation, Stream, callback_state, poison
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
-    from ._scopes import ScopeTracker
+    from ._graph.scopes import ScopeTracker
 
 __all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
 

@@ -105,7 +105,7 @@ class ProgressBar(Instrument):
                              "make one bar per context")
         self._runtime = runtime
         try:
-            from .backends.recording import RecordingStream
+            from ._graph.recording import RecordingStream
             self._recording_stream = RecordingStream
         except ImportError:  # pragma: no cover - part of the package
             self._recording_stream = None

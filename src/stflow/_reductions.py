@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ._instrument import WorkRecord
     from ._memory import DeviceMemory
     from ._plan import Plan
-    from ._scopes import ScopeTracker
+    from ._graph.scopes import ScopeTracker
     from ._streams import StreamPools
     from .backends._base import Backend, Event, Stream
 

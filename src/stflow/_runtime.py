@@ -11,7 +11,7 @@ parts, each in its own module and usable alone:
 ``plans``          plans of the dependency patterns seen (``_plan.remember``)
 ``errors``         :class:`~stflow._errors.ErrorLog`: asynchronous failures
 ``instruments``    :class:`~stflow._instrument.Instruments`: counters and listeners
-``scopes``         :class:`~stflow._scopes.ScopeTracker` in graph mode, else ``None``:
+``scopes``         :class:`~stflow._graph.scopes.ScopeTracker` in graph mode, else ``None``:
                    stream mode never calls it
 =================  ================================================================
 
@@ -65,8 +65,8 @@ from .backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
                              callback_state)
 
 if TYPE_CHECKING:
-    from ._scopes import ScopeTracker
-    from .backends.recording import GraphRecorder
+    from ._graph.scopes import ScopeTracker
+    from ._graph.recording import GraphRecorder
 
 __all__ = ["Runtime", "RuntimeOwner"]
 
@@ -173,7 +173,7 @@ class Runtime:
         self.context_type: Any = None              # builds borrowed contexts
         self.scopes: ScopeTracker | None = None
         if graph_mode is not None:
-            from ._scopes import ScopeTracker
+            from ._graph.scopes import ScopeTracker
             recorder = cast("GraphRecorder", backend)
             self.scopes = ScopeTracker(self, recorder, epochs=graph_mode == "epochs")
         self._attach_configured_instruments()

@@ -2,7 +2,7 @@
 
 Code written for ``cuda.stf._experimental.task_graph`` imports from here unchanged
 (``from stflow.task_graph import TaskGraph, task_graph``). The implementation lives in
-``stflow._task_graph``.
+``stflow._graph.task_graph``.
 
 This module is callable (``stflow._submodules``): importing it rebinds the package
 attribute ``stflow.task_graph`` to this module, and calling the module calls
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._submodules import make_callable
-from ._task_graph import TaskGraph, task_graph
+from ._graph.task_graph import TaskGraph, task_graph
 
 __all__ = ["TaskGraph", "task_graph"]
 

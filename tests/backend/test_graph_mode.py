@@ -111,7 +111,7 @@ def test_graph_mode_on_a_caller_stream(backend):
 
 
 def test_long_epochs_are_launched_in_parts(backend, monkeypatch):
-    import stflow._scopes as scopes
+    import stflow._graph.scopes as scopes
     monkeypatch.setattr(scopes, "EPOCH_TASKS", 50)
     with stf.context(backend=backend, use_graph=True) as ctx:
         ld = ctx.logical_data(np.zeros(4))

@@ -18,7 +18,7 @@ import pytest
 
 import stflow as stf
 from stflow.backends import get_backend
-from stflow.backends.recording import Graph
+from stflow._graph.recording import Graph
 
 from helpers.bodies import add_to
 

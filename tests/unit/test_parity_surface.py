@@ -180,7 +180,7 @@ def test_submodule_classes_are_the_package_objects():
     from stflow.task_graph import TaskGraph, task_graph
     assert DeviceArray is stf.DeviceArray
     assert TaskGraph is stf.TaskGraph
-    assert task_graph is importlib.import_module("stflow._task_graph").task_graph
+    assert task_graph is importlib.import_module("stflow._graph.task_graph").task_graph
 
 
 def test_green_places_module_imports_without_its_implementation():

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._errors import ScopeError
-from ._scopes import ScopeKind
-from ._stackable import LaunchableGraph, _Launchable, stackable_context
+from .._errors import ScopeError
+from .scopes import ScopeKind
+from .stackable import LaunchableGraph, _Launchable, stackable_context
 
 __all__ = ["TaskGraph", "task_graph"]
 

@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._errors import ScopeError
-from ._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
-from ._recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
+from ..backends._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
+from .recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
 __all__ = ["Graph", "GraphEvent", "GraphRecorder", "InlineScope", "Node",
            "RecordingStream"]

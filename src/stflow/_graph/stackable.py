@@ -6,7 +6,7 @@ The root level of a stackable context runs in stream mode. ``graph_scope()`` (or
 closes; ``while_loop()`` and ``repeat(count)`` record a body that the device runs many
 times; ``launchable_graph_scope()`` and ``pop_prologue_shared()`` keep a recording that
 ``launch()`` runs as often as asked. The machinery is the runtime's scopes
-(``_scopes.py``) over the graph recorder (``backends/recording.py``).
+(``scopes.py``) over the graph recorder (``recording.py``).
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ import threading
 import weakref
 from typing import Any, Callable, cast, overload
 
-from ._cond import Comparable, cond, condition_terms
-from ._context import context
-from ._errors import (ContextMismatchError, NegativeCountError, ScopeError,
+from .cond import Comparable, cond, condition_terms
+from .._context import context
+from .._errors import (ContextMismatchError, NegativeCountError, ScopeError,
                       warn_user)
-from ._bundles import View as _View
-from ._bundles import bundle as _Bundle
-from ._bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
-from ._logical_data import dep, logical_data
-from ._places.places import exec_place
-from ._runtime import Runtime
-from ._scopes import Scope, ScopeKind, ScopeTracker
-from ._task import host_launch, task
-from .backends.recording import GraphRecorder
+from .._bundles import View as _View
+from .._bundles import bundle as _Bundle
+from .._bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
+from .._logical_data import dep, logical_data
+from .._places.places import exec_place
+from .._runtime import Runtime
+from .scopes import Scope, ScopeKind, ScopeTracker
+from .._task import host_launch, task
+from .recording import GraphRecorder
 
 __all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
            "stackable_task"]

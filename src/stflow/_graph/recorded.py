@@ -1,10 +1,10 @@
-"""What a recording is made of (:mod:`stflow.backends.recording`): graphs being
+"""What a recording is made of (:mod:`stflow._graph.recording`): graphs being
 recorded and their nodes, inline scopes, the streams of a scope and their events.
 
 A :class:`Graph` is a top-level graph or the body of a loop node; its :class:`Node`
 objects are the leaves of one capture (or a loop node), kept as the *frontier* of the
 :class:`RecordingStream` that captured them; a :class:`GraphEvent` is a snapshot of a
-stream's frontier. The recorder (:class:`~stflow.backends.recording.GraphRecorder`)
+stream's frontier. The recorder (:class:`~stflow._graph.recording.GraphRecorder`)
 holds the algorithm; these classes hold its state.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import Allocation, Event, Stream
+from ..backends._base import Allocation, Event, Stream
 
 __all__ = ["Graph", "GraphEvent", "InlineScope", "Node", "RecordingStream"]
 

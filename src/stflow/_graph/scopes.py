@@ -3,7 +3,7 @@
 A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
 :class:`ScopeTracker`, the one part a stream-mode runtime does not have. It keeps a
 stack of :class:`Scope` objects over the runtime's backend, a
-:class:`~stflow.backends.recording.GraphRecorder`. The outermost scope records a
+:class:`~stflow._graph.recording.GraphRecorder`. The outermost scope records a
 top-level graph with a set of streams of its own (so that stream order inside a graph
 never stands in for an order the graph does not have); nested ones record the body of a
 loop node (a ``graph_scope`` nested in a loop is a loop that runs once). A
@@ -48,16 +48,16 @@ import enum
 import threading
 from typing import TYPE_CHECKING, Iterator, Protocol
 
-from ._access import READ, WRITE
-from ._coherence import INVALID, DataState, Instance, Snapshot
-from ._errors import ScopeError
-from ._streams import StreamPools
+from .._access import READ, WRITE
+from .._coherence import INVALID, DataState, Instance, Snapshot
+from .._errors import ScopeError
+from .._streams import StreamPools
 
 if TYPE_CHECKING:
-    from ._errors import ErrorLog
-    from ._plan import Plan
-    from .backends._base import Event, Stream
-    from .backends.recording import Graph, GraphRecorder, InlineScope
+    from .._errors import ErrorLog
+    from .._plan import Plan
+    from ..backends._base import Event, Stream
+    from .recording import Graph, GraphRecorder, InlineScope
 
 __all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
 
