@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 __all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
 
 COMPILED_MODULES = ("_access", "_deps", "_coherence", "_streams", "_plan", "_runtime",
-                    "_task", "_instrument", "_registry", "_distributed", "_dist_handles",
-                    "_exchanges")
+                    "_mode", "_task", "_instrument", "_registry", "_distributed",
+                    "_dist_handles", "_exchanges")
 """The modules of ``stflow`` that the compiled build compiles (the hot path)."""
 
 if TYPE_CHECKING:

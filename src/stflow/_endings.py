@@ -23,36 +23,30 @@ from .backends._base import HOST, Allocation, Stream, callback_state, poison
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
-    from ._graph.scopes import ScopeTracker
 
 __all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
 
 
-def _boundary(rt: Runtime, what: str) -> ScopeTracker | None:
+def _boundary(rt: Runtime, what: str) -> None:
     """The start of a synchronisation point ``what`` (lock held): refused after
-    finalize, the epoch closed in graph mode (returns the scope tracker, to begin the
-    next epoch with), collected data retired."""
+    finalize, the mode told (graph mode closes its epoch; ``rt.mode.resume()``
+    begins the next one), collected data retired."""
     rt.check_submit(what)
-    scopes = rt.scopes
-    if scopes is not None:
-        threads.settle_epoch(rt, what)
-        scopes.epoch_boundary()
+    rt.mode.boundary(what)
     rt.drain_retired()
-    return scopes
 
 
 def fence(rt: Runtime) -> int:
     """A stream that completes once everything submitted so far has completed."""
     with rt.lock:
-        scopes = _boundary(rt, "fence()")
+        _boundary(rt, "fence()")
         stream = rt.fence_stream
         if stream is None:
             stream = rt.fence_stream = rt.root_pools.new_stream(
                 max(rt.backend.current_device(), 0))
         rt.order_after(stream, merge_events(rt.outstanding_events()))
         rt.instruments.fence()
-        if scopes is not None:
-            scopes.epoch_begin()
+        rt.mode.resume()
     return int(stream.handle)           # never raises deferred errors (API I-7)
 
 
@@ -61,7 +55,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
     """Block until the data of ``state`` can be read; return a host copy."""
     event = None
     with rt.lock:
-        scopes = _boundary(rt, "wait()")
+        _boundary(rt, "wait()")
         if state.writing is not None:
             rt.wait_for_conflicts([(state, READ)], "wait()")
         if state.pending is not None:
@@ -79,8 +73,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
             event = rt.copy_into(state, target, source, prerequisites, label,
                                    keep=False)
         retiring = [entry.done for entry in rt.releases]
-        if scopes is not None:
-            scopes.epoch_begin()
+        rt.mode.resume()
     backend = rt.backend
     if event is not None:
         backend.synchronize(event)
@@ -101,9 +94,7 @@ def quiesce(rt: Runtime) -> None:
         if thread == me:
             raise ScopeError(f"finalize() while {holder._label()} is started but "
                              "not ended; end the task first")
-    scopes = rt.scopes
-    while scopes is not None and scopes.open_tops:     # other threads' scopes close
-        rt.block(None, "finalize()")
+    rt.mode.quiesce()                 # other threads' recordings close
     rt.closing = True                 # submissions waiting on a conflict give up
     rt._await_no_started()
 
@@ -116,13 +107,9 @@ def finalize(rt: Runtime) -> None:
         if callback_state.active:
             raise ScopeError("finalize() called from a host callback or launched "
                              "function")
-        scopes = rt.scopes
-        if scopes is not None and scopes.user_scopes():
-            raise ScopeError(f"finalize() with {scopes.user_scopes()} graph "
-                             "scope(s) still open; close them first")
+        rt.mode.check_finalize()
         quiesce(rt)
-        if scopes is not None:
-            scopes.epoch_boundary()
+        rt.mode.close()
         rt.drain_retired()
         for state in rt.data.states.values():
             rt.writeback(state)
@@ -162,6 +149,5 @@ def tear_down(rt: Runtime, stream: Stream | None) -> None:
     rt.plans.clear()
     rt.root_pools.destroy()
     rt.fence_stream = None
-    if rt.scopes is not None:
-        rt.scopes.finalized()
+    rt.mode.finalized()
     rt.finalized = True

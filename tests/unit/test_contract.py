@@ -74,13 +74,6 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("linalg.py", "shape"): f"{_USER} (arrays)",
     ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("_eviction.py", "_plan"): "pending: graph-seam branch",
-    ("_eviction.py", "scope"): "pending: graph-seam branch",
-    ("_eviction.py", "_private"): "pending: graph-seam branch",
-    ("_resources.py", "real"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "_home"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "_state"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "getPtr"): "pending: graph-seam branch",
     ("_tiles.py", "_runtime"): "pending: pin-pieces branch",
     ("_tiles.py", "_ctx"): "pending: pin-pieces branch",
     ("_tiles.py", "caller_stream"): "pending: pin-pieces branch",
