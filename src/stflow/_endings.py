@@ -9,12 +9,11 @@ runtime's lock itself where it says so, and blocks outside it.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import _reductions as reductions
-from . import _threads as threads
 from ._access import READ
 from ._coherence import DataState, Instance
 from ._deps import merge_events
@@ -22,12 +21,63 @@ from ._errors import ScopeError
 from .backends._base import HOST, Allocation, Stream, callback_state, poison
 
 if TYPE_CHECKING:
-    from ._runtime import Runtime
+    from ._errors import ErrorLog
+    from ._instrument import Instruments
+    from ._plan import Plan
+    from ._registry import DataRegistry
+    from ._streams import StreamPools
+    from .backends._base import Event
 
-__all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
+__all__ = ["Owner", "fence", "finalize", "quiesce", "tear_down", "wait"]
 
 
-def _boundary(rt: Runtime, what: str) -> None:
+class Owner(reductions.Owner, Protocol):
+    """What the synchronisation points use of the runtime (``_runtime.Runtime``),
+    besides what reductions do."""
+
+    lock: Any
+    """The runtime's re-entrant lock."""
+    data: DataRegistry
+    errors: ErrorLog
+    instruments: Instruments
+    root_pools: StreamPools
+    fence_stream: Stream | None
+    caller_stream: Stream | None
+    releases: list[Any]
+    """Retired data whose frees are in flight (``done``: their event)."""
+    started: dict[Any, int]
+    plans: dict[tuple, Plan]
+    closing: bool
+    finalized: bool
+
+    def check_submit(self, what: Any) -> None:
+        """Refuse work from a host callback or on a finalized runtime."""
+
+    def drain_retired(self) -> None:
+        """Write back and free the data whose handles were collected."""
+
+    def release_completed(self) -> None:
+        """Release the buffers of retired data whose work has completed."""
+
+    def order_after(self, stream: Stream, events: list[Event]) -> None:
+        """Make ``stream`` wait for ``events``."""
+
+    def outstanding_events(self) -> list[Event]:
+        """Events after which everything submitted so far has completed."""
+
+    def copy_into(self, state: DataState, target: Instance, source: Instance,
+                  prerequisites: list[Event], label: str, keep: bool = True,
+                  copy_title: str | None = None) -> Event:
+        """An internal copy, ordered after ``prerequisites``."""
+
+    def writeback(self, state: DataState) -> None:
+        """Bring the user's buffer of ``state`` up to date."""
+
+    def _await_no_started(self) -> None:
+        """Wait until no task is started."""
+
+
+def _boundary(rt: Owner, what: str) -> None:
     """The start of a synchronisation point ``what`` (lock held): refused after
     finalize, the mode told (graph mode closes its epoch; ``rt.mode.resume()``
     begins the next one), collected data retired."""
@@ -36,7 +86,7 @@ def _boundary(rt: Runtime, what: str) -> None:
     rt.drain_retired()
 
 
-def fence(rt: Runtime) -> int:
+def fence(rt: Owner) -> int:
     """A stream that completes once everything submitted so far has completed."""
     with rt.lock:
         _boundary(rt, "fence()")
@@ -50,7 +100,7 @@ def fence(rt: Runtime) -> int:
     return int(stream.handle)           # never raises deferred errors (API I-7)
 
 
-def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
+def wait(rt: Owner, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
          label: str) -> np.ndarray:
     """Block until the data of ``state`` can be read; return a host copy."""
     event = None
@@ -86,7 +136,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
     return result
 
 
-def quiesce(rt: Runtime) -> None:
+def quiesce(rt: Owner) -> None:
     """Close the runtime to new work, then wait until no work of another thread
     is held (the lock must be held)."""
     me = threading.get_ident()
@@ -99,7 +149,7 @@ def quiesce(rt: Runtime) -> None:
     rt._await_no_started()
 
 
-def finalize(rt: Runtime) -> None:
+def finalize(rt: Owner) -> None:
     """Complete all work, write results back, free everything (idempotent)."""
     with rt.lock:
         if rt.finalized:
@@ -130,7 +180,7 @@ def finalize(rt: Runtime) -> None:
     rt.errors.raise_pending("finalize()")
 
 
-def tear_down(rt: Runtime, stream: Stream | None) -> None:
+def tear_down(rt: Owner, stream: Stream | None) -> None:
     """The end of :func:`finalize` (or of an abandoned context): free every
     instance the runtime allocated (stream-ordered on ``stream``; ``None`` once
     the work has completed), forget all data, plans and streams, and mark the

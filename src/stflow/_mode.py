@@ -23,9 +23,12 @@ eviction            :meth:`Mode.held_states` (what the open graphs hold),
                     :meth:`Mode.touch`
 ==================  ===============================================================
 
-:class:`Mode` is stream mode: every hook does nothing (or answers "not recorded"),
-cheaply, since the hot path calls some of them for every task. Graph mode is
-``stflow._graph.mode.GraphMode``, a subclass; no stream-mode module imports it.
+:class:`Mode` is stream mode: every hook does nothing (or answers "not recorded").
+On the path of every task (admission, streams, task start and end) the runtime tests
+:attr:`Mode.graph` once and calls those hooks only in graph mode, so stream mode pays
+an attribute test rather than a few calls per task; elsewhere it calls the hooks
+unconditionally. Graph mode is ``stflow._graph.mode.GraphMode``, a subclass; no
+stream-mode module imports it.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ class Mode:
     Attributes
     ----------
     graph : bool
-        False here; True in graph mode (its work is recorded into graphs).
+        False here; True in graph mode (its work is recorded into graphs). False
+        lets the runtime skip the per-task hooks (they would do nothing).
     context_name : str
         The public kind of context, for messages (``"context"``).
     """

@@ -345,8 +345,12 @@ class Runtime:
                       ident: int, kind: str) -> Plan:
         """:meth:`acquire` once the plan is known."""
         mode = self.mode
-        recording = mode.admit(plan, what)
-        pools = mode.pools() or self.root_pools
+        graph = mode.graph                # stream mode: its hooks do nothing, skipped
+        recording = False
+        pools = self.root_pools
+        if graph:
+            recording = mode.admit(plan, what)
+            pools = mode.pools() or pools
         pool = pools.pools.get(stream_key) or pools.pool(stream_key)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
@@ -359,7 +363,8 @@ class Runtime:
                 eviction.room_for(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
             assert stream is not None
-        stream = mode.free_stream(stream, pools, stream_key)
+        if graph:
+            stream = mode.free_stream(stream, pools, stream_key)
         retarget(plan, stream)
         if recording:
             mode.noted(plan)
@@ -418,14 +423,17 @@ class Runtime:
             instruments.ended(record, event)
         release(plan, event, owner)
         mode = self.mode
+        graph = mode.graph                # stream mode: its hooks do nothing, skipped
         if owner is not None:
             del self.started[owner]
-            mode.body_ended(stream)
+            if graph:
+                mode.body_ended(stream)
             if self.waiters:
                 self.cv.notify_all()
         if plan.reductions:
             reductions.end(self, plan, event, owner, private, ident)
-        mode.released(plan)
+        if graph:
+            mode.released(plan)
         return event
 
     def hold(self, owner: Any, states: Sequence[DataState]) -> None:

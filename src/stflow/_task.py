@@ -329,12 +329,14 @@ class task:
                 # Graph mode captures the body from one stream: the members share it.
                 self._members = ([stream] * place.size if runtime.mode.graph else
                                  fork(backend, runtime.current_pools(), place, stream))
-            try:
-                runtime.mode.body_started(stream)   # graph mode: capture the body
-            except BaseException:
-                self._phase = _ENDED
-                runtime.release(plan, stream, self, self._id, self._private)
-                raise
+            mode = runtime.mode
+            if mode.graph:
+                try:
+                    mode.body_started(stream)       # capture the body
+                except BaseException:
+                    self._phase = _ENDED
+                    runtime.release(plan, stream, self, self._id, self._private)
+                    raise
             self._phase = _STARTED
             bodies = _open_bodies()
             if bodies and bodies[-1]._phase != _STARTED:

@@ -35,26 +35,37 @@ def test_a_context_chooses_its_mode_once(backend):
         assert mode.context_name == "stackable_context"
 
 
-def test_stream_mode_hooks_change_nothing():
-    mode = Mode()
-    stream, pools = object(), object()
-    assert mode.admit(None, "t") is False            # type: ignore[arg-type]
-    assert mode.pools() is None
-    assert mode.free_stream(stream, pools, 0) is stream   # type: ignore[arg-type]
-    assert mode.recording() is False and mode.copy_device() is None
-    assert mode.retirement_allowed() is True and mode.pending_events() == []
-    assert mode.combines_at_once() is False and list(mode.held_states()) == []
-    assert mode.statistics() == (0, 0) and mode.discard() == 0
-    with mode.root_level():
-        pass
-    assert mode.backend(get_backend("null")) is get_backend("null")
+def test_stream_mode_hooks_change_nothing(backend):
+    with stf.context(backend=backend) as ctx:
+        x = ctx.logical_data(np.zeros(4))
+        with ctx.task(x.rw()) as t:
+            plan, stream = t._plan, t._stream
+            add_to(t, 0, None, 1.0)
+        runtime = ctx._runtime
+        mode = runtime.mode
+        state, instance = x._state, plan.accesses[0].instance
+        assert mode.admit(plan, "t") is False
+        assert mode.pools() is None
+        assert mode.free_stream(stream, runtime.root_pools, 0) is stream
+        assert mode.recording() is False and mode.copy_device() is None
+        assert mode.retirement_allowed() is True and mode.pending_events() == []
+        assert mode.combines_at_once() is False and list(mode.held_states()) == []
+        assert mode.statistics() == (0, 0) and mode.discard() == 0
+        mode.wrote(state, instance)
+        mode.touch(state)
+        with mode.root_level():
+            pass
+        assert mode.backend(runtime.backend) is runtime.backend
+        np.testing.assert_array_equal(ctx.wait(x), 1.0)
 
 
 class _Logged(Mode):
-    """Stream mode that logs the hooks the runtime calls."""
+    """Stream mode's hooks, logged, in a mode that says it is graph mode (so the
+    runtime calls its per-task hooks too; they change nothing)."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.graph = True
         self.calls: list[str] = []
 
     def __getattribute__(self, name: str):

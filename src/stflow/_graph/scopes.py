@@ -1,7 +1,8 @@
 """Graph scopes of a runtime: epochs of graph mode, graph scopes, loops, launchables.
 
 A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
-:class:`ScopeTracker`, the one part a stream-mode runtime does not have. It keeps a
+:class:`ScopeTracker`, owned by its mode (:class:`~stflow._graph.mode.GraphMode`, the
+one part a stream-mode runtime does not have). It keeps a
 stack of :class:`Scope` objects over the runtime's backend, a
 :class:`~stflow._graph.recording.GraphRecorder`. The outermost scope records a
 top-level graph with a set of streams of its own (so that stream order inside a graph
