@@ -71,7 +71,7 @@ def epochs(backend: str, tasks: int, warmup: int) -> dict:
 def scopes(backend: str, blocks: int, warmup: int) -> dict:
     with stf.stackable_context(backend=backend) as sctx:
         x = sctx.logical_data(np.zeros(16))
-        native = sctx._runtime.scopes.recorder.real
+        native = sctx._runtime.mode.scopes.recorder.real
 
         def settle() -> None:
             stream = native.stream_from_handle(sctx.fence())

@@ -26,7 +26,8 @@ __all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
 
 COMPILED_MODULES = ("_core.access", "_core.deps", "_core.coherence", "_core.streams",
                     "_core.plan", "_engine.runtime", "_handles.task", "_instruments.seam",
-                    "_engine.registry", "_dist.context", "_dist.handles", "_dist.exchanges")
+                    "_engine.registry", "_engine.mode", "_dist.context", "_dist.handles",
+                    "_dist.exchanges")
 """The modules of ``stflow`` that the compiled build compiles (the hot path)."""
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import pytest
 
 import stflow as stf
 from stflow.backends import get_backend
-from stflow.backends.recording import Graph
+from stflow._graph.recording import Graph
 
 from helpers.bodies import add_to
 
@@ -67,7 +67,7 @@ def test_graph_mode_epochs_keep_nothing_of_earlier_epochs(backend):
 def test_graph_scopes_keep_nothing_of_earlier_scopes(backend):
     with stf.stackable_context(backend=backend) as sctx:
         x = sctx.logical_data(np.zeros(16))
-        native = sctx._runtime.scopes.recorder.real
+        native = sctx._runtime.mode.scopes.recorder.real
 
         def scopes() -> None:
             for _ in range(100):

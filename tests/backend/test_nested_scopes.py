@@ -28,7 +28,7 @@ def sctx(backend):
     ctx = stf.stackable_context(backend=backend)
     yield ctx
     if not ctx._runtime.finalized:
-        ctx._runtime.scopes.discard_all()
+        ctx._runtime.mode.scopes.discard_all()
         ctx.finalize()
 
 
@@ -418,7 +418,7 @@ def test_no_export_data_lives_in_its_scope(sctx):
     x = sctx.logical_data(X)
     with sctx.repeat(4):
         tmp = sctx.logical_data_empty((3,), np.float64, name="tmp", no_export=True)
-        assert tmp._home is sctx._runtime.scopes.innermost
+        assert tmp._home is sctx._runtime.mode.scopes.innermost
         with sctx.task(tmp.write()) as t:
             _run(t, lambda xp, a: a.fill(2.0), 0)
         with sctx.task(x.rw(), tmp.read()) as t:
@@ -441,7 +441,7 @@ def test_no_export_data_is_fresh_in_every_iteration(sctx):
     x = sctx.logical_data(X)
     with sctx.graph_scope():
         with sctx.repeat(3):
-            body = sctx._runtime.scopes.innermost
+            body = sctx._runtime.mode.scopes.innermost
             tmp = sctx.logical_data_zeros((2,), np.float64, no_export=True)
             with sctx.task(stf.exec_place.device(0), tmp.rw()) as t:
                 add_to(t, 0, None, 1.0)                   # the zeros are refilled

@@ -15,7 +15,7 @@ def sctx(backend):
     ctx = stf.stackable_context(backend=backend)
     yield ctx
     if not ctx._runtime.finalized:
-        ctx._runtime.scopes.discard_all()
+        ctx._runtime.mode.scopes.discard_all()
         ctx.finalize()
 
 

@@ -48,10 +48,10 @@ UPWARD: dict[tuple[str, str], str] = {
         "lazy: a task body on CUDA gets CuPy arrays and a CuPy stream",
     ("stflow._handles.tiles", "stflow._dist.context"):
         "lazy: tiles of a distributed context are owned by ranks",
-    # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("stflow._engine.runtime", "stflow._graph.scopes"): "pending: graph-seam branch",
-    ("stflow._engine.endings", "stflow._graph.scopes"): "pending: graph-seam branch",
-    ("stflow._engine.reductions", "stflow._graph.scopes"): "pending: graph-seam branch",
+    ("stflow._handles.context", "stflow._graph.mode"):
+        "lazy: the one place the mode is chosen (a graph-mode context's GraphMode)",
+    ("stflow._handles.context", "stflow._graph.recording"):
+        "lazy: ... and the recording backend a graph-mode runtime records through",
 }
 
 

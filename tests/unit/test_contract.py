@@ -58,13 +58,13 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("backends/cuda.py", "handle"): f"{_THIRD_PARTY} (a cuda.core or CuPy kernel)",
     ("backends/cuda.py", "kernel"): f"{_THIRD_PARTY} (a Numba CUDA dispatcher)",
     ("interop/cupy.py", "from_external"): f"{_THIRD_PARTY} (CuPy)",
-    ("_interchange/sources.py", "from_dlpack"):
-        f"{_THIRD_PARTY} (cuda.core's StridedMemoryView, from 0.5)",
     ("interop/numba.py", "ENABLE_CUDASIM"): f"{_THIRD_PARTY} (numba.core.config)",
     ("interop/_numba_simulator.py", "external_stream"): f"{_THIRD_PARTY} (numba.cuda)",
     ("interop/_numba_simulator.py", "_stflow"):
         "the mark stflow leaves on the Numba simulator functions it wrapped",
     ("paths.py", "libcudacxx"): f"{_THIRD_PARTY} (cuda.cccl)",
+    ("_interchange/sources.py", "from_dlpack"):
+        f"{_THIRD_PARTY} (cuda.core's StridedMemoryView, from 0.5)",
     # protocols of user objects
     ("_core/errors.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
     ("interop/_common.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
@@ -76,31 +76,16 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("linalg.py", "shape"): f"{_USER} (arrays)",
     ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("_engine/eviction.py", "_plan"): "pending: graph-seam branch",
-    ("_engine/eviction.py", "scope"): "pending: graph-seam branch",
-    ("_engine/eviction.py", "_private"): "pending: graph-seam branch",
-    ("_engine/resources.py", "real"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "_home"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "_state"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "getPtr"): "pending: graph-seam branch",
 }
 
 # -- imports of backend modules from outside backends/: (importer, imported) -----------
 ALLOWED_BACKEND_IMPORTS: dict[tuple[str, str], str] = {
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    ("_instruments/progress.py", "backends.recording"): "pending: graph-seam branch",
-    ("_handles/context.py", "backends.recording"): "pending: graph-seam branch",
-    ("_engine/runtime.py", "backends.recording"): "pending: graph-seam branch",
-    ("_graph/scopes.py", "backends.recording"): "pending: graph-seam branch",
-    ("_graph/stackable.py", "backends.recording"): "pending: graph-seam branch",
 }
 
 # -- import circles (module sets, names under stflow) ------------------------------------
 ALLOWED_CIRCLES: dict[frozenset[str], str] = {
     # -- owned by other branches, pending merge (the lead empties this section) -------
-    frozenset({"_engine.endings", "_engine.runtime"}):
-        "pending: _endings annotates Runtime under TYPE_CHECKING (not in this "
-        "branch's share; the lead's layout work)",
 }
 
 # -- readers of the environment besides _core/config.py: module -> the variables it reads ----

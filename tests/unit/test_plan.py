@@ -146,13 +146,11 @@ def test_acquire_decides_no_waits_so_the_caller_can_decide_again():
     reader = b.record()
     x.tracker.release(READ, reader)
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
-    a.bodies = 1
     assert acquire(plan, Pool([a, c]), never, 1) is a
     assert acquire(plan, Pool([a, c]), never, 2) is a      # deciding again is free
     assert a.waited == {}
     retarget(plan, c)
     assert plan.stream is c and set(plan.waits) == {x.tracker.writer, reader}
-    a.bodies = 0
     decide(plan, Pool([a, c]), never, 3)
     assert plan.stream is a and plan.waits == [reader]     # a still waits for b
 

@@ -132,22 +132,6 @@ class StreamPools:
                 [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
         return pool
 
-    def idle_stream(self, device: int) -> Stream:
-        """A stream of place ``device`` without task bodies in progress (graph mode:
-        such a stream keeps capturing for its bodies), added to the pool if all are
-        busy."""
-        pool = self.pool(device)
-        streams = pool.streams
-        count = len(streams)
-        for step in range(count):
-            stream = streams[(pool.next + step) % count]
-            if not stream.bodies:
-                pool.next += step + 1
-                return stream
-        stream = self.new_stream(device)
-        pool.add(stream)
-        return stream
-
     def new_stream(self, device: int) -> Stream:
         """A stream of this level for stream key ``device``; outside the pools when
         called directly (a fence stream, say)."""

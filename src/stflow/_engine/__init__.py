@@ -10,8 +10,11 @@ Owns the state of one context and the mechanisms that act on it:
 - ``endings``     the synchronisation points: fence, wait, finalize, tear-down
 - ``threads``     waiting for other host threads' work (held data, wait cycles)
 - ``resources``   stream resources outside and across contexts
+- ``mode``        ``Mode``: stream mode's answers where the modes differ (hooks that
+                  do nothing); graph mode's subclass is in ``_graph``
 
 Imports ``_core``, ``_interchange`` (describing user buffers), ``_instruments``,
 ``_places`` and the backend contract. Graph mode reaches it through the mode object
-the context chooses (``_graph``); nothing here imports user-facing handles.
+the context chooses (``_graph``); nothing here imports graph mode or user-facing
+handles.
 """

@@ -9,12 +9,11 @@ runtime's lock itself where it says so, and blocks outside it.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import reductions as reductions
-from . import threads as threads
 from .._core.access import READ
 from .._core.coherence import DataState, Instance
 from .._core.deps import merge_events
@@ -22,46 +21,91 @@ from .._core.errors import ScopeError
 from ..backends._base import HOST, Allocation, Stream, callback_state, poison
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
-    from .._graph.scopes import ScopeTracker
+    from .._core.errors import ErrorLog
+    from .._instruments.seam import Instruments
+    from .._core.plan import Plan
+    from .registry import DataRegistry
+    from .._core.streams import StreamPools
+    from ..backends._base import Event
 
-__all__ = ["fence", "finalize", "quiesce", "tear_down", "wait"]
+__all__ = ["Owner", "fence", "finalize", "quiesce", "tear_down", "wait"]
 
 
-def _boundary(rt: Runtime, what: str) -> ScopeTracker | None:
+class Owner(reductions.Owner, Protocol):
+    """What the synchronisation points use of the runtime (``_runtime.Runtime``),
+    besides what reductions do."""
+
+    lock: Any
+    """The runtime's re-entrant lock."""
+    data: DataRegistry
+    errors: ErrorLog
+    instruments: Instruments
+    root_pools: StreamPools
+    fence_stream: Stream | None
+    caller_stream: Stream | None
+    releases: list[Any]
+    """Retired data whose frees are in flight (``done``: their event)."""
+    started: dict[Any, int]
+    plans: dict[tuple, Plan]
+    closing: bool
+    finalized: bool
+
+    def check_submit(self, what: Any) -> None:
+        """Refuse work from a host callback or on a finalized runtime."""
+
+    def drain_retired(self) -> None:
+        """Write back and free the data whose handles were collected."""
+
+    def release_completed(self) -> None:
+        """Release the buffers of retired data whose work has completed."""
+
+    def order_after(self, stream: Stream, events: list[Event]) -> None:
+        """Make ``stream`` wait for ``events``."""
+
+    def outstanding_events(self) -> list[Event]:
+        """Events after which everything submitted so far has completed."""
+
+    def copy_into(self, state: DataState, target: Instance, source: Instance,
+                  prerequisites: list[Event], label: str, keep: bool = True,
+                  copy_title: str | None = None) -> Event:
+        """An internal copy, ordered after ``prerequisites``."""
+
+    def writeback(self, state: DataState) -> None:
+        """Bring the user's buffer of ``state`` up to date."""
+
+    def _await_no_started(self) -> None:
+        """Wait until no task is started."""
+
+
+def _boundary(rt: Owner, what: str) -> None:
     """The start of a synchronisation point ``what`` (lock held): refused after
-    finalize, the epoch closed in graph mode (returns the scope tracker, to begin the
-    next epoch with), collected data retired."""
+    finalize, the mode told (graph mode closes its epoch; ``rt.mode.resume()``
+    begins the next one), collected data retired."""
     rt.check_submit(what)
-    scopes = rt.scopes
-    if scopes is not None:
-        threads.settle_epoch(rt, what)
-        scopes.epoch_boundary()
+    rt.mode.boundary(what)
     rt.drain_retired()
-    return scopes
 
 
-def fence(rt: Runtime) -> int:
+def fence(rt: Owner) -> int:
     """A stream that completes once everything submitted so far has completed."""
     with rt.lock:
-        scopes = _boundary(rt, "fence()")
+        _boundary(rt, "fence()")
         stream = rt.fence_stream
         if stream is None:
             stream = rt.fence_stream = rt.root_pools.new_stream(
                 max(rt.backend.current_device(), 0))
         rt.order_after(stream, merge_events(rt.outstanding_events()))
         rt.instruments.fence()
-        if scopes is not None:
-            scopes.epoch_begin()
+        rt.mode.resume()
     return int(stream.handle)           # never raises deferred errors (API I-7)
 
 
-def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
+def wait(rt: Owner, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
          label: str) -> np.ndarray:
     """Block until the data of ``state`` can be read; return a host copy."""
     event = None
     with rt.lock:
-        scopes = _boundary(rt, "wait()")
+        _boundary(rt, "wait()")
         if state.writing is not None:
             rt.wait_for_conflicts([(state, READ)], "wait()")
         if state.pending is not None:
@@ -79,8 +123,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
             event = rt.copy_into(state, target, source, prerequisites, label,
                                    keep=False)
         retiring = [entry.done for entry in rt.releases]
-        if scopes is not None:
-            scopes.epoch_begin()
+        rt.mode.resume()
     backend = rt.backend
     if event is not None:
         backend.synchronize(event)
@@ -93,7 +136,7 @@ def wait(rt: Runtime, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
     return result
 
 
-def quiesce(rt: Runtime) -> None:
+def quiesce(rt: Owner) -> None:
     """Close the runtime to new work, then wait until no work of another thread
     is held (the lock must be held)."""
     me = threading.get_ident()
@@ -101,14 +144,12 @@ def quiesce(rt: Runtime) -> None:
         if thread == me:
             raise ScopeError(f"finalize() while {holder._label()} is started but "
                              "not ended; end the task first")
-    scopes = rt.scopes
-    while scopes is not None and scopes.open_tops:     # other threads' scopes close
-        rt.block(None, "finalize()")
+    rt.mode.quiesce()                 # other threads' recordings close
     rt.closing = True                 # submissions waiting on a conflict give up
     rt._await_no_started()
 
 
-def finalize(rt: Runtime) -> None:
+def finalize(rt: Owner) -> None:
     """Complete all work, write results back, free everything (idempotent)."""
     with rt.lock:
         if rt.finalized:
@@ -116,13 +157,9 @@ def finalize(rt: Runtime) -> None:
         if callback_state.active:
             raise ScopeError("finalize() called from a host callback or launched "
                              "function")
-        scopes = rt.scopes
-        if scopes is not None and scopes.user_scopes():
-            raise ScopeError(f"finalize() with {scopes.user_scopes()} graph "
-                             "scope(s) still open; close them first")
+        rt.mode.check_finalize()
         quiesce(rt)
-        if scopes is not None:
-            scopes.epoch_boundary()
+        rt.mode.close()
         rt.drain_retired()
         for state in rt.data.states.values():
             rt.writeback(state)
@@ -143,7 +180,7 @@ def finalize(rt: Runtime) -> None:
     rt.errors.raise_pending("finalize()")
 
 
-def tear_down(rt: Runtime, stream: Stream | None) -> None:
+def tear_down(rt: Owner, stream: Stream | None) -> None:
     """The end of :func:`finalize` (or of an abandoned context): free every
     instance the runtime allocated (stream-ordered on ``stream``; ``None`` once
     the work has completed), forget all data, plans and streams, and mark the
@@ -162,6 +199,5 @@ def tear_down(rt: Runtime, stream: Stream | None) -> None:
     rt.plans.clear()
     rt.root_pools.destroy()
     rt.fence_stream = None
-    if rt.scopes is not None:
-        rt.scopes.finalized()
+    rt.mode.finalized()
     rt.finalized = True

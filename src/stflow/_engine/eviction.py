@@ -15,7 +15,7 @@ the lock is held.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 from . import reductions as reductions
 from .._core.access import READ
@@ -32,6 +32,20 @@ if TYPE_CHECKING:
     from ..backends._base import Event
 
 __all__ = ["Owner", "make_room", "room_for"]
+
+
+class HeldWork(Protocol):
+    """Started work the runtime holds until it ends (``Runtime.started``): a task,
+    a launchable graph between its launches."""
+
+    def held_plan(self) -> Plan | None:
+        """The plan whose instances the work uses, if any."""
+
+    def held_states(self) -> Iterable[DataState]:
+        """Data the work holds besides its plan's (a launchable graph's)."""
+
+    def held_private(self) -> Sequence[Instance]:
+        """The private instances the work reduces into."""
 
 
 class Owner(reductions.Owner, Protocol):
@@ -70,8 +84,7 @@ def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
             f"device's memory budget of {byte_size_text(budget)}; split the data "
             "or raise the budget (memory_budget=, STFLOW_DEVICE_MEMORY_BUDGET)")
     needed = nbytes if exhausted is not None else memory.over(device, nbytes)
-    scopes = rt.scopes
-    if exhausted is not None and scopes is not None and scopes.stack:
+    if exhausted is not None and rt.mode.recording():
         raise OutOfMemoryError(f"{what}: device {device} is out of memory while "
                                "work is recorded into a graph (memory an eviction "
                                "frees is released only when the graph has run)"
@@ -143,11 +156,7 @@ def _combine_pending_on(rt: Owner, device: int, needed: int, what: Any) -> int:
                    if instance.device == device)
         if not held:
             continue
-        scopes = rt.scopes
-        if scopes is not None and scopes.per_thread and scopes.stack:
-            with scopes.root_level():
-                reductions.combine(rt, state, pending, HOST, what)
-        else:
+        with rt.mode.root_level():
             reductions.combine(rt, state, pending, HOST, what)
         needed -= held
     return needed
@@ -162,20 +171,16 @@ def _pinned(rt: Owner, plan: Plan | None, keep: tuple[Instance, ...]
     states: set[int] = set()
     plans = [] if plan is None else [plan]
     for owner in rt.started:
-        started_plan = getattr(owner, "_plan", None)
+        work: HeldWork = owner
+        started_plan = work.held_plan()
         if started_plan is not None:
             plans.append(started_plan)
-        scope = getattr(owner, "scope", None)        # a launchable graph
-        if scope is not None:
-            states.update(id(state) for state in scope.touched.values())
+        states.update(id(state) for state in work.held_states())
     for held_plan in plans:
         for access in held_plan.accesses:
             if access.instance is not None:
                 instances.add(id(access.instance))
-    scopes = rt.scopes
-    if scopes is not None:
-        for top in scopes.open_tops:
-            states.update(id(state) for state in top.touched.values())
+    states.update(id(state) for state in rt.mode.held_states())
     states.update(id(state) for state in rt.combining)
     return instances, states
 
@@ -183,12 +188,13 @@ def _pinned(rt: Owner, plan: Plan | None, keep: tuple[Instance, ...]
 def _evict(rt: Owner, state: DataState, instance: Instance) -> Event:
     """Drop ``instance`` (writing its value back first if it is the only valid
     copy) and free its memory after every use; returns the free's event."""
-    scopes = rt.scopes
-    if scopes is not None and scopes.per_thread and scopes.stack:
-        with scopes.root_level():       # the data is not the open scopes'
-            return _evict(rt, state, instance)
-    if scopes is not None:
-        scopes.touch(state)
+    with rt.mode.root_level():          # the data is not the open scopes'
+        rt.mode.touch(state)
+        return _evicted(rt, state, instance)
+
+
+def _evicted(rt: Owner, state: DataState, instance: Instance) -> Event:
+    """:func:`_evict` at the root level."""
     memory = rt.memory
     nbytes = state.nbytes
     if not any(other is not instance and other.state is not INVALID
@@ -249,7 +255,8 @@ def _partials_on(rt: Owner, device: int) -> str:
             continue
         count = sum(1 for instance, _ in pending.partials if instance.device == device)
         for owner in pending.holders:
-            private = getattr(owner, "_private", None) or ()
+            work: HeldWork = owner
+            private = work.held_private()
             count += sum(1 for instance in private
                          if instance.device == device and instance.allocation is not None)
         if count:

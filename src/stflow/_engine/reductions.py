@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from .._core.coherence import DataState
     from .._instruments.seam import WorkRecord
     from .memory import DeviceMemory
+    from .mode import Mode
     from .._core.plan import Plan
-    from .._graph.scopes import ScopeTracker
     from .._core.streams import StreamPools
     from ..backends._base import Backend, Event, Stream
 
@@ -40,7 +40,7 @@ class Owner(Protocol):
 
     backend: Backend
     memory: DeviceMemory
-    scopes: ScopeTracker | None
+    mode: Mode
     combining: list[DataState]
     """Data whose reductions are being combined (eviction leaves them alone)."""
 
@@ -84,8 +84,7 @@ def prepare(rt: Owner, plan: Plan, what: Any) -> bool:
     operation: after every combination all of the plan's reductions are checked
     again, so that on return (the lock still held) none of them has anything
     pending it must not join. Returns True when something was combined."""
-    scopes = rt.scopes
-    recording = scopes is not None and scopes.per_thread and bool(scopes.stack)
+    recording = rt.mode.combines_at_once()
     flushed = False
     while True:
         for access in plan.reductions:
@@ -157,8 +156,7 @@ def end(rt: Owner, plan: Plan, event: Event, owner: Any,
     if private is None:
         private = plan.private
     assert private is not None
-    scopes = rt.scopes
-    at_once = scopes is not None and scopes.per_thread and bool(scopes.stack)
+    at_once = rt.mode.combines_at_once()
     for access, instance in zip(plan.reductions, private):
         state = access.state
         pending = state.pending
@@ -202,13 +200,11 @@ def flush(rt: Owner, state: DataState, device: int | None, what: Any,
         rt.wait_for_conflicts([(state, WRITE)], what)
         if state.pending is not pending:
             continue                          # another thread combined them
-        scopes = rt.scopes
-        if not in_place and scopes is not None and scopes.per_thread and \
-                scopes.stack:
-            with scopes.root_level():
-                combine(rt, state, pending, device, what)
-        else:
+        if in_place:
             combine(rt, state, pending, device, what)
+        else:
+            with rt.mode.root_level():
+                combine(rt, state, pending, device, what)
         return
 
 
@@ -256,13 +252,10 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
         _combine_into(rt, state, pending, HOST, what)
         return
     # 3. The work, in stream order.
-    scopes = rt.scopes
-    recording = scopes is not None and bool(scopes.stack)
+    mode = rt.mode
+    recording = mode.recording()
     if recording:
-        assert scopes is not None
-        scopes.snapshot(state)
-        scopes.touch(state)
-        scopes.read_at(state, device if source is None else source.device)
+        mode.combining(state, device if source is None else source.device)
     accumulator = target if scratch is None else scratch
     assert accumulator.allocation is not None
     if source is not None:
@@ -279,8 +272,7 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
     event = backend.record(stream)
     state.released(target, WRITE, event)
     if recording:
-        assert scopes is not None
-        scopes.wrote(state, target)
+        mode.wrote(state, target)
     for instance in [instance for instance, _ in heads] + moved:
         free_private(rt, instance, state.nbytes, stream)
     state.pending = None

@@ -78,7 +78,7 @@ class _Pools:
         self.backend = backend
         self.runtime = runtime
         sink = _warn_failure if runtime is None else runtime.errors.capture
-        if runtime is not None and runtime.scopes is None:
+        if runtime is not None and not runtime.mode.graph:
             self.lock: Any = runtime.lock     # share the context's task pools
             self.compute = runtime.root_pools
         else:
@@ -129,9 +129,7 @@ class exec_place_resources(StreamResources):
     def _lent(cls, runtime: Runtime) -> exec_place_resources:
         """The registry a context lends (``ctx.place_resources``)."""
         resources = cls.__new__(cls)
-        backend = runtime.backend
-        real = getattr(backend, "real", None)      # graph mode: streams of the real
-        resources._setup(_Pools(backend if real is None else real, runtime))
+        resources._setup(_Pools(runtime.backend.native, runtime))   # real streams
         return resources
 
     def __repr__(self) -> str:
@@ -198,7 +196,6 @@ class _SharedStreams:
         """Keep ``stream`` for the next context; its queued work goes on."""
         stream.waited.clear()           # ordering state of the old context
         stream.error_sink = None
-        stream.bodies = 0
         with self.lock:
             self.lent -= 1
             closed = self.closed
@@ -265,13 +262,10 @@ class async_resources:
     def _attach(self, runtime: Runtime) -> None:
         """Let a new context use the shared resources."""
         shared = self._shared
-        if runtime.scopes is None:              # stream mode: borrow the streams
+        if runtime.mode.graph:                  # graph mode: share the graph cache
+            runtime.mode.share_graphs(shared)
+        else:                                   # stream mode: borrow the streams
             runtime.root_pools.lender = shared
-        else:                                   # graph mode: share the graph cache
-            recorder: Any = runtime.backend
-            recorder.cache = shared.graph_cache
-            recorder.cache_shared = True
-            shared.graphs = recorder.graphs
 
     def __repr__(self) -> str:
         return f"async_resources(handle={self._id})"

@@ -11,8 +11,8 @@ parts, each in its own module and usable alone:
 ``plans``          plans of the dependency patterns seen (``_plan.remember``)
 ``errors``         :class:`~stflow._core.errors.ErrorLog`: asynchronous failures
 ``instruments``    :class:`~stflow._instruments.seam.Instruments`: counters and listeners
-``scopes``         :class:`~stflow._graph.scopes.ScopeTracker` in graph mode, else ``None``:
-                   stream mode never calls it
+``mode``           :class:`~stflow._engine.mode.Mode`, chosen by the context: called at the
+                   few points where stream mode and graph mode differ
 =================  ================================================================
 
 The hot path of every task, host callback and internal copy is two steps:
@@ -29,7 +29,8 @@ Submission is serialised by one re-entrant lock per runtime; stflow never holds 
 while running user code. A task started and not yet ended is *held*: another thread's
 work that conflicts with it waits until it ends (its end event does not exist yet).
 In graph mode, data touched by another thread's open scope is held the same way, and
-fence/wait/finalize close an epoch only once no task is started (see :meth:`_admit`).
+fence/wait/finalize close an epoch only once no task is started (the mode's admission,
+``Mode.admit``).
 A thread that would wait for a thread waiting for it gets a ``ScopeError`` instead.
 """
 
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -55,39 +56,21 @@ from .._core.errors import (BackendUnavailableError, ContextFinalizedError, Cont
 from .._instruments.seam import Instrument, Instruments, Statistics, WorkRecord
 from .._core.layout import extent
 from .memory import DeviceMemory, resolve_budgets
+from .mode import Mode
 from .._places.gridwork import allocate_composite
 from .._places.numbering import LAYOUT_IDS
 from .._places.places import exec_place_grid
-from .._core.plan import Plan, acquire, held, hold, release, remember, resolve, retarget
+from .._core.plan import Plan, acquire, hold, release, remember, resolve, retarget
 from .registry import DataRegistry
 from .._core.streams import Pool, StreamPools, choose_stream
 from ..backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
                              callback_state)
-
-if TYPE_CHECKING:
-    from .._graph.scopes import ScopeTracker
-    from ..backends.recording import GraphRecorder
 
 __all__ = ["Runtime", "RuntimeOwner"]
 
 _runtime_ids = itertools.count(1)
 _thread = threading.get_ident
 _BYTES = np.dtype(np.uint8)
-
-
-def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Any] | None:
-    """The first data of ``plan`` that another thread's open scope touched (its
-    reductions too: a partial result must not join, nor combine, a reduction
-    recorded in another thread's scope)."""
-    for access in plan.accesses:
-        scope = scopes.foreign(access.state)
-        if scope is not None:
-            return access.state, scope
-    for access in plan.reductions:
-        scope = scopes.foreign(access.state)
-        if scope is not None:
-            return access.state, scope
-    return None
 
 
 def _modes(plan: Plan) -> list[tuple[DataState, int]]:
@@ -130,19 +113,18 @@ class Runtime:
     Parameters
     ----------
     backend : Backend
-        Runs the work (a ``GraphRecorder`` over the real backend in graph mode).
+        Runs the work (``mode.backend(...)`` of the context's backend).
     caller_stream : Stream, optional
         A caller-owned stream (``context(stream=...)``): all work is ordered after
         what it holds now, and ``finalize()`` orders its completion on it.
-    graph_mode : {None, "epochs", "scopes"}
-        ``"epochs"``: ``context(use_graph=True)``, the root level is recorded;
-        ``"scopes"``: ``stackable_context``, scopes are recorded on demand.
+    mode : Mode, optional
+        Stream mode (the default) or graph mode (``stflow._graph.mode.GraphMode``).
     memory_budget : int, str or mapping, optional
         The device memory budget (see ``_engine/memory.py``).
     """
 
     def __init__(self, backend: Backend, caller_stream: Stream | None = None,
-                 graph_mode: str | None = None, memory_budget: Any = None) -> None:
+                 mode: Mode | None = None, memory_budget: Any = None) -> None:
         self.id = next(_runtime_ids)
         self.backend = backend
         self.device_count = backend.device_count
@@ -171,14 +153,10 @@ class Runtime:
         self.fence_stream: Stream | None = None
         self.releases: list[_Release] = []
         self.context_type: Any = None              # builds borrowed contexts
-        self.scopes: ScopeTracker | None = None
-        if graph_mode is not None:
-            from .._graph.scopes import ScopeTracker
-            recorder = cast("GraphRecorder", backend)
-            self.scopes = ScopeTracker(self, recorder, epochs=graph_mode == "epochs")
+        self.mode = Mode() if mode is None else mode
+        self.mode.attach(self)
         self._attach_configured_instruments()
-        if self.scopes is not None:
-            self.scopes.epoch_begin()
+        self.mode.start()
 
     def __repr__(self) -> str:
         state = "finalized" if self.finalized else "live"
@@ -212,8 +190,8 @@ class Runtime:
 
     def statistics(self) -> Statistics:
         """The counters of this context so far."""
-        graphs = (0, 0) if self.scopes is None else self.scopes.statistics()
-        return self.instruments.statistics(self.backend, *graphs, self.memory)
+        return self.instruments.statistics(self.backend, *self.mode.statistics(),
+                                           self.memory)
 
     # -- checks ------------------------------------------------------------------
     def check_submit(self, what: Any) -> None:
@@ -366,15 +344,13 @@ class Runtime:
     def _acquire_plan(self, plan: Plan, stream_key: int, owner: Any, what: Any,
                       ident: int, kind: str) -> Plan:
         """:meth:`acquire` once the plan is known."""
-        scopes = self.scopes
+        mode = self.mode
+        graph = mode.graph                # stream mode: its hooks do nothing, skipped
         recording = False
-        if scopes is None:
-            pools = self.root_pools
-        else:
-            recording = self._admit(scopes, plan, what)
-            if recording:
-                scopes.before_acquire(plan)
-            pools = scopes.pools() or self.root_pools
+        pools = self.root_pools
+        if graph:
+            recording = mode.admit(plan, what)
+            pools = mode.pools() or pools
         pool = pools.pools.get(stream_key) or pools.pool(stream_key)
         backend = self.backend
         tick = self.ticks = self.ticks + 1
@@ -387,12 +363,11 @@ class Runtime:
                 eviction.room_for(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
             assert stream is not None
-        if stream.bodies:                 # graph mode: it captures for a task body
-            stream = pools.idle_stream(stream_key)
+        if graph:
+            stream = mode.free_stream(stream, pools, stream_key)
         retarget(plan, stream)
         if recording:
-            assert scopes is not None
-            scopes.noted(plan)
+            mode.noted(plan)
         waits = plan.waits
         counters = self.instruments.counters
         if waits:
@@ -424,11 +399,11 @@ class Runtime:
         data, for reductions to combine first (:func:`_reductions.prepare`). Waiting
         releases the lock, and meanwhile another thread's scope may have touched
         the data: work at the root level of a stackable context is admitted again
-        (:meth:`_admit`) before it decides."""
-        scopes = self.scopes
+        (``Mode.readmit``) before it decides."""
+        mode = self.mode
         while True:
-            if scopes is not None and not recording:
-                self._admit(scopes, plan, what)
+            if not recording:
+                mode.readmit(plan, what)
             if plan.reductions and reductions.prepare(self, plan, what):
                 continue
             stream = acquire(plan, pool, self._completed, tick)
@@ -447,21 +422,18 @@ class Runtime:
         if record is not None:
             instruments.ended(record, event)
         release(plan, event, owner)
-        scopes = self.scopes
+        mode = self.mode
+        graph = mode.graph                # stream mode: its hooks do nothing, skipped
         if owner is not None:
             del self.started[owner]
-            if stream.bodies:
-                assert scopes is not None
-                scopes.end_body(stream)
+            if graph:
+                mode.body_ended(stream)
             if self.waiters:
                 self.cv.notify_all()
         if plan.reductions:
             reductions.end(self, plan, event, owner, private, ident)
-        if scopes is not None and scopes.stack:
-            scopes.released(plan)
-            if not self.started and scopes.epoch_full():
-                scopes.epoch_boundary()            # a long epoch runs meanwhile
-                scopes.epoch_begin()
+        if graph:
+            mode.released(plan)
         return event
 
     def hold(self, owner: Any, states: Sequence[DataState]) -> None:
@@ -550,11 +522,12 @@ class Runtime:
                     event = events[lane] = backend.record(lane)
                     if record is not None:
                         event.producer = ident
-            scopes = self.scopes
+            mode = self.mode
+            recording = mode.recording()
             for state, target, source, lane in copied:
                 state.copied(target, source, events[lane])
-                if scopes is not None and scopes.stack:
-                    scopes.wrote(state, target)
+                if recording:
+                    mode.wrote(state, target)
             if len(events) > 1 or stream not in events:
                 self.order_after(stream, [event for lane, event in events.items()
                                           if lane is not stream])
@@ -562,7 +535,7 @@ class Runtime:
     def _lane(self, device: int, stream: Stream) -> Stream:
         """The stream a copy into an instance at ``device`` is made on (see
         :meth:`_enact_moves`)."""
-        if device < 0 or self.scopes is not None or self.caller_stream is not None:
+        if device < 0 or self.mode.graph or self.caller_stream is not None:
             return stream
         return self.root_pools.transfer(device)
 
@@ -623,55 +596,12 @@ class Runtime:
         managed memory), ordered after ``events``."""
         events = merge_events(events)
         place = device if device >= 0 else HOST
-        stream = choose_stream(pools.pool(place), None, events)
-        if stream.bodies:
-            stream = pools.idle_stream(place)
+        stream = self.mode.free_stream(choose_stream(pools.pool(place), None, events),
+                                       pools, place)
         self.order_after(stream, events)
         return stream
 
     # -- conflicts between threads -------------------------------------------------
-    def _admit(self, scopes: ScopeTracker, plan: Plan, what: Any) -> bool:
-        """Graph mode, before planning: wait until ``plan`` may be acquired by the
-        calling thread. Returns True when the thread records (a scope is open).
-
-        - epochs: while an epoch boundary (fence, wait) waits for started tasks, new
-          work of threads with no task started waits too; the first time a second
-          thread submits, it waits until no task is started (task bodies capture on
-          their own from then on, see the recorder);
-        - scopes per thread: data touched by another thread's open scope;
-        - data held by started work, and reductions to combine, before imports are
-          hoisted out of a loop.
-        """
-        me = _thread()
-        if scopes.epochs and scopes.submitter != me and scopes.arrived(me):
-            while self.started:
-                self.block(None, what)
-        while True:
-            if scopes.epochs:
-                if self.boundaries and me not in self.started.values():
-                    self.block(None, what)
-                    continue
-            elif scopes.open_tops:
-                foreign = _foreign_scope(scopes, plan)
-                if foreign is not None:
-                    state, scope = foreign
-                    self.block(scope.thread, what, state, scope)
-                    continue
-            recording = bool(scopes.stack)
-            if recording:                  # before any import is hoisted for the plan
-                if held(plan):
-                    self.wait_for_conflicts(_modes(plan), what)
-                    continue
-                if plan.reductions and reductions.prepare(self, plan, what):
-                    continue
-                pending = [access for access in plan.accesses
-                           if access.state.pending is not None]
-                if pending:
-                    for access in pending:
-                        reductions.flush(self, access.state, access.device, what)
-                    continue
-            return recording
-
     def wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
                            what: Any) -> None:
         """Block while started work of another thread holds data that ``accesses``
@@ -713,11 +643,10 @@ class Runtime:
         graph) rather than writing back; instruments see a ``"copy"`` so titled.
         """
         device = target.device if target.device >= 0 else HOST
-        scopes = self.scopes
-        if scopes is not None and scopes.stack:
-            loop_device = scopes.copy_device()
-            if loop_device is not None:
-                device = loop_device
+        mode = self.mode
+        loop_device = mode.copy_device()
+        if loop_device is not None:
+            device = loop_device
         stream = self.stream_on(self.current_pools(), device, prerequisites)
         backend = self.backend
         ident = next(work_ids)
@@ -739,8 +668,8 @@ class Runtime:
             self.instruments.ended(record, event)
         if keep:
             state.copied(target, source, event)
-            if scopes is not None and scopes.stack:
-                scopes.wrote(state, target)
+            if mode.recording():
+                mode.wrote(state, target)
         state.tracker.release(READ, event)
         return event
 
@@ -763,7 +692,7 @@ class Runtime:
         its page-locking) is released once that event completed
         (:meth:`release_completed`). The lock must be held.
         """
-        if self.scopes is not None and not self.scopes.retirement_allowed():
+        if not self.mode.retirement_allowed():
             return                        # written back once the scopes are closed
         backend = self.backend
         for state in self.data.take_retired():
@@ -795,16 +724,14 @@ class Runtime:
 
     def current_pools(self) -> StreamPools:
         """The streams of the calling thread's recording level."""
-        scopes = self.scopes
-        pools = None if scopes is None else scopes.pools()
+        pools = self.mode.pools()
         return self.root_pools if pools is None else pools
 
     # -- synchronisation points --------------------------------------------------------
     def outstanding_events(self) -> list[Event]:
         """Events after which every piece of work submitted so far has completed."""
         events = self.root_pools.last_events()
-        if self.scopes is not None:
-            events.extend(self.scopes.pending_events())
+        events.extend(self.mode.pending_events())
         return events
 
     def fence(self) -> int:

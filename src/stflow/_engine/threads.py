@@ -38,7 +38,6 @@ class Owner(Protocol):
     finalized: bool
     boundaries: int
     """Graph-mode epoch boundaries waiting for started tasks."""
-    scopes: Any
 
     def _await_no_started(self) -> None:
         """Wait until no work is started."""
@@ -127,15 +126,14 @@ def block(rt: Owner, thread: int | None, what: Any, state: DataState | None = No
 def settle_epoch(rt: Owner, what: str) -> None:
     """Graph mode's epochs: wait until no task is started, so the epoch can close.
     New work of threads with no task started waits meanwhile (the runtime's
-    admission, ``Runtime._admit``).
+    admission, ``GraphMode.admit``).
 
     Raises
     ------
     ScopeError
         The calling thread has a task started: the epoch would cut its work in two.
     """
-    scopes = rt.scopes
-    if scopes is None or not scopes.epochs or not rt.started:
+    if not rt.started:
         return
     me = threading.get_ident()
     for holder, thread in rt.started.items():

@@ -1,9 +1,18 @@
-"""Graph mode: work recorded as CUDA graphs and launched.
+"""Graph mode: what a context does differently when its work is recorded as graphs.
 
+This package owns the graph-mode state and mechanisms:
+
+- ``recording``   the recording backend: scopes recorded as graphs over a real
+                  backend's graph support, its graphs, nodes and streams in ``recorded``
 - ``scopes``      epochs, graph scopes, loops and launchable graphs of a runtime
+- ``mode``        ``GraphMode``, the mode object a graph-mode runtime calls where the
+                  modes differ (admission, pools, bodies, endings, reductions)
 - ``stackable``   ``stackable_context``: work nested in graph scopes and loops
 - ``task_graph``  ``task_graph()`` / ``TaskGraph``: record once, launch many times
 - ``cond``        loop conditions: ``cond(ld, op, threshold)`` and ``&``/``|``/``~``
 
-Imports ``_handles``, ``_engine``, ``_core``, ``_places`` and the backends.
+It may import the parts below it (``_handles``, ``_engine``, ``_core``, ``_places``,
+the backends); no stream-mode module imports it, except the one place the context
+chooses the mode (a lazy import in ``_handles/context.py``) and the lazy re-exports of
+the public names.
 """

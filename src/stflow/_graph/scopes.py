@@ -1,9 +1,10 @@
 """Graph scopes of a runtime: epochs of graph mode, graph scopes, loops, launchables.
 
 A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
-:class:`ScopeTracker`, the one part a stream-mode runtime does not have. It keeps a
+:class:`ScopeTracker`, owned by its mode (:class:`~stflow._graph.mode.GraphMode`, the
+one part a stream-mode runtime does not have). It keeps a
 stack of :class:`Scope` objects over the runtime's backend, a
-:class:`~stflow.backends.recording.GraphRecorder`. The outermost scope records a
+:class:`~stflow._graph.recording.GraphRecorder`. The outermost scope records a
 top-level graph with a set of streams of its own (so that stream order inside a graph
 never stands in for an order the graph does not have); nested ones record the body of a
 loop node (a ``graph_scope`` nested in a loop is a loop that runs once). A
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from .._core.errors import ErrorLog
     from .._core.plan import Plan
     from ..backends._base import Event, Stream
-    from ..backends.recording import Graph, GraphRecorder, InlineScope
+    from .recording import Graph, GraphRecorder, InlineScope
 
 __all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
 

@@ -6,7 +6,7 @@ The root level of a stackable context runs in stream mode. ``graph_scope()`` (or
 closes; ``while_loop()`` and ``repeat(count)`` record a body that the device runs many
 times; ``launchable_graph_scope()`` and ``pop_prologue_shared()`` keep a recording that
 ``launch()`` runs as often as asked. The machinery is the runtime's scopes
-(``_graph/scopes.py``) over the graph recorder (``backends/recording.py``).
+(``scopes.py``) over the graph recorder (``recording.py``).
 """
 
 from __future__ import annotations
@@ -14,21 +14,25 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable, cast, overload
+from typing import Any, Callable, Iterable, cast, overload
+
+import numpy as np
 
 from .cond import Comparable, cond, condition_terms
 from .._handles.context import context
 from .._core.errors import (ContextMismatchError, NegativeCountError, ScopeError,
                       warn_user)
 from .._handles.bundles import View as _View
+from .._core.coherence import DataState
 from .._handles.bundles import bundle as _Bundle
 from .._handles.bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
 from .._handles.logical_data import dep, logical_data
 from .._places.places import exec_place
 from .._engine.runtime import Runtime
+from .mode import GraphMode
 from .scopes import Scope, ScopeKind, ScopeTracker
 from .._handles.task import host_launch, task
-from ..backends.recording import GraphRecorder
+from .recording import GraphRecorder
 
 __all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
            "stackable_task"]
@@ -37,7 +41,14 @@ class stackable_logical_data(logical_data, Comparable):
     """Logical data of a :class:`stackable_context` (see ``logical_data``), plus
     ``set_read_only``, ``push`` and comparisons building loop conditions."""
 
-    __slots__ = ("_home",)      # the scope of no_export data (unset: none)
+    __slots__ = ("_home",)      # the scope of no_export data (None: none)
+    _home: Scope | None
+
+    def _adopt(self, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
+               dtype: np.dtype | None, readonly: bool, name: str | None,
+               source: Any) -> None:
+        self._home = None
+        super()._adopt(runtime, state, shape, dtype, readonly, name, source)
 
     def set_read_only(self) -> None:
         """Make the data read-only for every scope, at any level, from now on.
@@ -123,7 +134,7 @@ def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
 
 def _check_home(ld: stackable_logical_data, what: str) -> None:
     """Refuse ``no_export`` data outside the scope that created it."""
-    home: Scope | None = getattr(ld, "_home", None)
+    home = ld._home
     if home is None:
         return
     if home.closed:
@@ -139,9 +150,9 @@ def _check_home(ld: stackable_logical_data, what: str) -> None:
 
 def _scopes(runtime: Runtime) -> ScopeTracker:
     """The scope tracker of a stackable context's runtime."""
-    scopes = runtime.scopes
-    assert scopes is not None
-    return scopes
+    mode = runtime.mode
+    assert isinstance(mode, GraphMode)
+    return mode.scopes
 
 
 class _ScopeGuard:
@@ -272,6 +283,16 @@ class _Launchable:
     def _holds(self, state: Any) -> bool:
         return any(held is state for held in self.scope.held_data())
 
+    # -- what eviction leaves alone between launches (_eviction.HeldWork) ----------
+    def held_plan(self) -> None:
+        return None
+
+    def held_states(self) -> Iterable[DataState]:
+        return self.scope.touched.values()
+
+    def held_private(self) -> tuple[()]:
+        return ()
+
     def close_recording(self) -> None:
         """The prologue: stop recording; the data it uses is held until release."""
         if not self.recording:
@@ -343,7 +364,11 @@ def _handle_int(handle: Any) -> int:
     try:
         return int(handle)
     except TypeError:
-        return int(getattr(handle, "getPtr", lambda: id(handle))())
+        pass
+    try:
+        return int(handle.getPtr())            # a cuda.bindings handle
+    except AttributeError:
+        return id(handle)
 
 
 class LaunchableGraph:
@@ -353,8 +378,10 @@ class LaunchableGraph:
     ``LaunchableGraph()`` built directly is an already-reset handle.
     """
 
+    _state: _Launchable | None = None       # also while __init__ has not run
+
     def __init__(self) -> None:
-        self._state: _Launchable | None = None
+        self._state = None
 
     @classmethod
     def _of(cls, state: _Launchable) -> LaunchableGraph:
@@ -405,7 +432,7 @@ class LaunchableGraph:
         self.reset()
 
     def __del__(self) -> None:
-        state = getattr(self, "_state", None)
+        state = self._state
         if state is not None and not state.released:
             try:
                 state.release()

@@ -40,6 +40,7 @@ from .bundles import View as _View
 from .bundles import bundle as _Bundle
 from .bundles import live_check, local_field_check, make_bundle, state_key
 from .logical_data import dep, logical_data
+from .._engine.mode import Mode
 from .._places.places import exec_place
 from .._engine.registry import check_empty_args, check_name
 from .._engine.runtime import Runtime, RuntimeOwner
@@ -129,19 +130,18 @@ class context(RuntimeOwner):
         if handle is not None:
             handle._bind(native)                # one backend per async_resources
         caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
-        if use_graph:
-            self._start(_graph_backend(native, caller), caller, "epochs", memory_budget)
-        else:
-            self._start(native, caller, None, memory_budget)
+        mode = _graph_mode(native, caller, epochs=True) if use_graph else Mode()
+        self._start(native, caller, mode, memory_budget)
         self._stream_owner = stream
         self._async_resources = handle          # kept alive by the context
         if handle is not None:
             assert self._runtime is not None
             handle._attach(self._runtime)
 
-    def _start(self, backend: Backend, caller: Stream | None,
-               graph_mode: str | None, memory_budget: Any = None) -> None:
-        runtime = self._runtime = Runtime(backend, caller, graph_mode, memory_budget)
+    def _start(self, native: Backend, caller: Stream | None, mode: Mode,
+               memory_budget: Any = None) -> None:
+        runtime = self._runtime = Runtime(mode.backend(native), caller, mode,
+                                          memory_budget)
         runtime.context_type = type(self)
         with _live_lock:
             _live_contexts.add(self)
@@ -153,7 +153,8 @@ class context(RuntimeOwner):
         ctx = cls.__new__(cls)
         ctx._stream_owner = None
         ctx._data_class = data_class
-        ctx._start(_graph_backend(_backend(backend), None), None, "scopes", memory_budget)
+        native = _backend(backend)
+        ctx._start(native, None, _graph_mode(native, None, epochs=False), memory_budget)
         return ctx
 
     @classmethod
@@ -462,20 +463,21 @@ def _backend(name: str | None) -> Backend:
     return backend
 
 
-def _graph_backend(native: Backend, caller: Stream | None) -> Backend:
-    """The recording backend of a graph-mode context; with a ``caller`` stream, its
-    graphs are launched on that stream (the host never waits for them)."""
+def _graph_mode(native: Backend, caller: Stream | None, epochs: bool) -> Mode:
+    """The mode of a graph-mode context, over a recording backend; with a ``caller``
+    stream, its graphs are launched on that stream (the host never waits for them).
+    The one place stream-mode code reaches graph mode (``stflow._graph``)."""
     if native.graphs is None:
         raise BackendUnavailableError(f"graph mode (use_graph=True) needs graph support, "
                                       f"which the {native.name} backend lacks")
-    from ..backends.recording import GraphRecorder
-    return GraphRecorder(native, launch_stream=caller)
+    from .._graph.mode import GraphMode
+    from .._graph.recording import GraphRecorder
+    return GraphMode(GraphRecorder(native, launch_stream=caller), epochs=epochs)
 
 
 def _kind(runtime: Runtime) -> str:
     """``"stackable_context"`` or ``"context"``, for messages."""
-    scopes = runtime.scopes
-    return "stackable_context" if scopes is not None and not scopes.epochs else "context"
+    return runtime.mode.context_name
 
 
 def abandon(runtime: Runtime, how: str) -> None:
@@ -545,16 +547,7 @@ def _lost_results(runtime: Runtime) -> list[str]:
 def _discard_open_scopes(runtime: Runtime) -> int:
     """Drop the calling thread's open scopes and the current graph-mode epoch: what
     they recorded never runs (lock held). Returns the number of user scopes."""
-    scopes = runtime.scopes
-    if scopes is None:
-        return 0
-    count = scopes.user_scopes()
-    try:
-        scopes.discard_all()
-    except Exception as exc:  # noqa: BLE001 - nothing can be raised here
-        warnings.warn(f"stflow: could not discard the open scopes of an abandoned "
-                      f"context: {exc!r}", RuntimeWarning, stacklevel=4)
-    return count
+    return runtime.mode.discard()
 
 
 def _release_abandoned(runtime: Runtime) -> None:

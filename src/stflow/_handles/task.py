@@ -17,7 +17,7 @@ from .._core.access import READ
 from .._core.reduce import REDUCE
 from .bodies import open_bodies
 from .bundles import Regrouping, Slot, bundle_dep, check_conflicts, expand
-from .._core.coherence import Instance
+from .._core.coherence import DataState, Instance
 from .._compile import mypyc_attr
 from .._core.errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
                       TokenArgumentError, add_note, work_ids)
@@ -225,6 +225,17 @@ class task:
     def _label(self) -> str:
         return f"task {self._symbol!r}" if self._symbol else f"task #{self._id}"
 
+    # -- what eviction leaves alone while the task is started (_eviction.HeldWork) --
+    def held_plan(self) -> Plan | None:
+        return self._plan
+
+    def held_states(self) -> tuple[DataState, ...]:
+        return ()
+
+    def held_private(self) -> list[Instance]:
+        private = self._private
+        return [] if private is None else private
+
     def __str__(self) -> str:  # messages format the task itself: labels built on demand
         return self._label()
 
@@ -314,14 +325,14 @@ class task:
             if plan.reductions:
                 self._private = plan.private
             place = self._place
-            scopes = runtime.scopes
             if place is not None and isinstance(place, exec_place_grid):
                 # Graph mode captures the body from one stream: the members share it.
-                self._members = ([stream] * place.size if scopes is not None else
+                self._members = ([stream] * place.size if runtime.mode.graph else
                                  fork(backend, runtime.current_pools(), place, stream))
-            if scopes is not None and scopes.stack:     # graph mode: capture the body
+            mode = runtime.mode
+            if mode.graph:
                 try:
-                    scopes.begin_body(stream)
+                    mode.body_started(stream)       # capture the body
                 except BaseException:
                     self._phase = _ENDED
                     runtime.release(plan, stream, self, self._id, self._private)

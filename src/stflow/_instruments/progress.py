@@ -89,7 +89,6 @@ class ProgressBar(Instrument):
         self.closed = False
         self._lock = threading.Lock()
         self._runtime: Any = None
-        self._recording_stream: type | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar: Any = None
@@ -104,11 +103,6 @@ class ProgressBar(Instrument):
             raise ValueError("this ProgressBar is attached to a context already; "
                              "make one bar per context")
         self._runtime = runtime
-        try:
-            from ..backends.recording import RecordingStream
-            self._recording_stream = RecordingStream
-        except ImportError:  # pragma: no cover - part of the package
-            self._recording_stream = None
         self._thread = threading.Thread(target=self._run, name="stflow-progress",
                                         daemon=True)
         self._thread.start()
@@ -127,8 +121,7 @@ class ProgressBar(Instrument):
         if record.kind not in ("task", "host_launch"):
             return
         stream = record.native_stream
-        recording = self._recording_stream
-        if recording is not None and isinstance(stream, recording):
+        if stream.captures:
             return                      # runs when its graph runs: counted at finalize()
         self._runtime.backend.launch_host_func(stream, self._one_done)
 

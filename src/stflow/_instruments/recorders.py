@@ -96,7 +96,7 @@ class DotRecorder(Instrument):
         # Synchronisation nodes: (ident, label, predecessors); fences have negative
         # idents. Scopes: id -> (parent id, kind, count, discarded).
         self.syncs: list[tuple[int, str, list[int]]] = []
-        self.scopes: dict[int, list[Any]] = {}
+        self.clusters: dict[int, list[Any]] = {}
         self._scope_of: dict[int, int] = {}
         self._open: dict[int, list[int]] = {}          # thread -> stack of scope ids
         self._since_fence: list[int] = []
@@ -122,14 +122,14 @@ class DotRecorder(Instrument):
 
     def scope_opened(self, kind: str, count: int | None) -> None:
         stack = self._open.setdefault(threading.get_ident(), [])
-        number = len(self.scopes) + 1
-        self.scopes[number] = [stack[-1] if stack else None, kind, count, False]
+        number = len(self.clusters) + 1
+        self.clusters[number] = [stack[-1] if stack else None, kind, count, False]
         stack.append(number)
 
     def scope_closed(self, discarded: bool) -> None:
         stack = self._open.get(threading.get_ident())
         if stack:
-            self.scopes[stack.pop()][3] = discarded
+            self.clusters[stack.pop()][3] = discarded
 
     def edges(self, reduce: bool | None = None) -> set[tuple[int, int]]:
         """The dependency edges between recorded work, optionally reduced."""
@@ -221,13 +221,13 @@ class DotRecorder(Instrument):
                      with_scopes: bool = True) -> None:
         """Append the nodes of each scope, nested in clusters as the scopes are."""
         children: dict[int | None, list[int]] = {}
-        for number, (parent, _, _, _) in (self.scopes if with_scopes else {}).items():
+        for number, (parent, _, _, _) in (self.clusters if with_scopes else {}).items():
             children.setdefault(parent, []).append(number)
 
         def emit(scope: int | None, indent: str) -> None:
             lines.extend(indent + line for line in nodes.get(scope, ()))
             for child in children.get(scope, ()):
-                _, kind, count, discarded = self.scopes[child]
+                _, kind, count, discarded = self.clusters[child]
                 title = _SCOPE_TITLES.get(kind, kind)
                 if kind == "repeat":
                     title = f"repeat({count})"
@@ -271,7 +271,7 @@ class DotRecorder(Instrument):
         copies = node_count - work - len(self.syncs)
         how = ("the full graph: DotRecorder(summary=False) or to_dot(summary=False), "
                "or STFLOW_DOT_MAX_NODES=0 in the environment")
-        grouping = "symbol" + (" and scope" if by_scope and self.scopes else "") \
+        grouping = "symbol" + (" and scope" if by_scope and self.clusters else "") \
             + (", numbers as *" if coarse else "")
         lines = _HEADER[:1] + [
             (f"  // stflow: summary of {node_count} nodes ({work} tasks and host "

@@ -109,17 +109,20 @@ class Stream:
     error_sink : callable or None
         Where asynchronous failures of work on this stream are reported:
         ``error_sink(exc)`` or ``error_sink(exc, order)``.
-    bodies : int
-        Task bodies in progress on it whose work is captured into a graph (graph
-        mode gives such a stream to no other work until they end).
     partition : StreamPartition or None
         The SM partition or foreign CUDA context it was created in (green and
         ``from_context`` places, ``_places.stream_partitions.StreamPartition``);
         ``None`` for the device's own context.
+    captures : bool
+        True for a stream whose work is captured into a graph that runs later (graph
+        mode's recording streams), False for a stream whose work runs when it is
+        enqueued. A class attribute.
     """
 
+    captures = False
+
     __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
-                 "error_sink", "bodies", "partition", "__weakref__")
+                 "error_sink", "partition", "__weakref__")
 
     def __init__(self, handle: int, device: int, ordinal: int | None = None,
                  error_sink: Callable[..., None] | None = None) -> None:
@@ -130,7 +133,6 @@ class Stream:
         self.waited: dict[Stream, int] = {}
         self.last_event: Event | None = None
         self.error_sink = error_sink
-        self.bodies = 0
         self.partition: Any = None
 
     def __repr__(self) -> str:
@@ -249,7 +251,7 @@ class Backend(abc.ABC):
     All operations taking a ``stream`` are asynchronous and ordered on it, except those
     documented as blocking (``synchronize``). Backends are process-wide singletons
     shared by every context using them (graph mode wraps one in a per-context
-    recorder, ``recording.py``).
+    recorder, ``stflow._graph.recording``).
     """
 
     name: str
@@ -279,6 +281,12 @@ class Backend(abc.ABC):
     """The seed of a backend that randomises its schedule (reported in statistics)."""
     graphs: Any = None
     """Graph construction and launch (a ``_graphs.GraphSupport``), or ``None``."""
+
+    @property
+    def native(self) -> Backend:
+        """The backend whose streams and memory are real: this one, or for graph
+        mode's recording backend the backend it records over."""
+        return self
 
     # -- devices -----------------------------------------------------------------
     @property

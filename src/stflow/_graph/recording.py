@@ -42,8 +42,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .._core.errors import ScopeError
-from ._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
-from ._recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
+from ..backends._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
+from .recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
 __all__ = ["Graph", "GraphEvent", "GraphRecorder", "InlineScope", "Node",
            "RecordingStream"]
@@ -78,7 +78,7 @@ class GraphRecorder(Backend):
         With :attr:`per_thread` (a stackable context), every host thread records at a
         level of its own (:attr:`current`): its scopes are its own graphs, with streams
         of their own. Otherwise (graph mode's epochs) all threads record into one
-        graph. A stream with task bodies in progress (``Stream.bodies``) keeps
+        graph. A stream with task bodies in progress (``RecordingStream.bodies``) keeps
         capturing until they end: a capture it must end for work that depends on it
         restarts at once, which only the bodies' own thread may do (the runtime keeps
         other threads off such streams and away from their open captures; with
@@ -141,6 +141,11 @@ class GraphRecorder(Backend):
     @property
     def device_count(self) -> int:
         return self.real.device_count
+
+    @property
+    def native(self) -> Backend:
+        """The backend recorded over (its streams and memory are the real ones)."""
+        return self.real
 
     @property
     def bodies_wait_on_host(self) -> bool:  # type: ignore[override]

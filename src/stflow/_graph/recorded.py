@@ -1,10 +1,10 @@
-"""What a recording is made of (:mod:`stflow.backends.recording`): graphs being
+"""What a recording is made of (:mod:`stflow._graph.recording`): graphs being
 recorded and their nodes, inline scopes, the streams of a scope and their events.
 
 A :class:`Graph` is a top-level graph or the body of a loop node; its :class:`Node`
 objects are the leaves of one capture (or a loop node), kept as the *frontier* of the
 :class:`RecordingStream` that captured them; a :class:`GraphEvent` is a snapshot of a
-stream's frontier. The recorder (:class:`~stflow.backends.recording.GraphRecorder`)
+stream's frontier. The recorder (:class:`~stflow._graph.recording.GraphRecorder`)
 holds the algorithm; these classes hold its state.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import Allocation, Event, Stream
+from ..backends._base import Allocation, Event, Stream
 
 __all__ = ["Graph", "GraphEvent", "InlineScope", "Node", "RecordingStream"]
 
@@ -86,11 +86,15 @@ class RecordingStream(Stream):
     """A stream of a scope: a frontier of nodes, captured on a real stream.
 
     ``referenced``: an event recorded since its capture began names the open capture.
-    ``body_thread``: the thread of the task bodies in progress on it (``bodies``).
+    ``bodies``: task bodies in progress on it, whose work it captures (graph mode
+    gives such a stream to no other work until they end); ``body_thread``: their
+    thread.
     """
 
+    captures = True
+
     __slots__ = ("real", "frontier", "capturing", "open_node", "top", "referenced",
-                 "body_thread")
+                 "bodies", "body_thread")
 
     def __init__(self, real: Stream, top: Graph) -> None:
         super().__init__(real.handle, real.device, real.ordinal, real.error_sink)
@@ -101,6 +105,7 @@ class RecordingStream(Stream):
         self.capturing: Graph | None = None
         self.open_node: Node | None = None          # the open capture, as a node
         self.referenced = False
+        self.bodies = 0
         self.body_thread = 0
 
 
