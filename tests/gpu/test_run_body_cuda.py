@@ -65,6 +65,6 @@ def test_a_reduction_body_gets_its_private_instance(cupy):
     with stf.context(backend="cuda") as ctx:
         total = ctx.logical_data(np.zeros(4))
         for k in range(5):
-            with ctx.task(total.reduce(stf.reduce.add)) as t:
+            with ctx.task(total.reduce("sum")) as t:
                 t.run(lambda xp, a, k=k: a.__iadd__(float(k)))
         np.testing.assert_array_equal(ctx.wait(total), np.full(4, 10.0))
