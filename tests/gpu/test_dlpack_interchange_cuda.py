@@ -154,6 +154,6 @@ def test_the_producer_lives_while_stflow_uses_it(reader, torch):
     torch.cuda.synchronize()
     np.testing.assert_array_equal(same_memory.cpu().numpy(),
                                   np.arange(1.0, 257.0, dtype=np.float32))
-    del ld, ctx, t
+    del ld, ctx, t, same_memory                # a view of x keeps x (its base) alive
     gc.collect()
     assert alive() is None                     # released once stflow is done

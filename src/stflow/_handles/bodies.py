@@ -121,11 +121,11 @@ def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) ->
     task stream current."""
     from ..interop.cupy import _CUPY, _load_cupy, allocation_array, body_stream
     cupy = _CUPY[0] if _CUPY else _load_cupy()
-    instances = task._body_instances(indices)
-    device = cupy.cuda.runtime.getDevice()
+    stream, instances = task._body_instances(indices)
+    device = stream.device
     arrays = [allocation_array(cupy, allocation, shape, dtype, device)
               for allocation, shape, dtype in instances]
-    with body_stream(int(task.stream_ptr())):
+    with body_stream(int(stream.handle)):
         try:
             fn(cupy, *arrays)
         except NotImplementedError as error:

@@ -492,18 +492,36 @@ class task:
     def _dep_arg(self, index: Any) -> int:
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
-    def _body_instances(self, indices: tuple[int, ...]) -> list[tuple[Any, Any, Any]]:
-        """``(allocation, shape, dtype)`` of the dependencies ``indices`` (default:
-        every non-token one) of a task without bundles: what a ``run`` body gets an
-        array of, without making a view of each."""
+    def _body_instances(self, indices: tuple[int, ...]) -> tuple[Stream,
+                                                                   list[tuple[Any, Any, Any]]]:
+        """The task stream, and ``(allocation, shape, dtype)`` of the dependencies
+        ``indices`` (default: every non-token one) of a task without bundles: what a
+        ``run`` body gets an array of, without making a view of each."""
+        stream = self._stream
+        if stream is None or self._phase != _STARTED or self._runtime.finalized:
+            self.stream_ptr()                    # raises what is wrong
+            self._check_window("run()")
+        assert stream is not None
         deps = self._deps
-        chosen = indices or [i for i in range(len(deps)) if not deps[i].ld._is_token]
+        plan = self._plan
+        assert plan is not None
         out = []
-        for index in chosen:
+        if indices:
+            for index in indices:
+                access = self._access_at(index, "run()")
+                ld = deps[index].ld
+                out.append((_allocation(access), ld._shape, ld._dtype))
+            return stream, out
+        private = self._private
+        for index in range(len(deps)):
             ld = deps[index].ld
-            out.append((_allocation(self._access_at(index, "run()")), ld._shape,
-                        ld._dtype))
-        return out
+            if ld._is_token:
+                continue
+            access = plan.per_dependency[index]
+            if access.instance is None or private is not None:
+                access = self._access_at(index, "run()")     # a reduction's private
+            out.append((_allocation(access), ld._shape, ld._dtype))
+        return stream, out
 
     def get_arg_cai(self, index: Any) -> Any:
         """A view of argument ``index`` (CUDA Array Interface on CUDA); for a bundle,

@@ -164,10 +164,13 @@ class Allocation:
     backend, the user's array for registered memory). ``strides`` are the byte
     strides of a user buffer that is not C-contiguous (``stflow._core.layout``): its
     ``nbytes`` data bytes then lie between ``ptr`` and ``ptr + extent``. Memory the
-    runtime allocates is always dense (``strides`` is ``None``).
+    runtime allocates is always dense (``strides`` is ``None``). ``arrays`` holds what
+    task bodies made over this memory once, for the next tasks (``task.run``'s CuPy
+    arrays, per device); it goes with the allocation.
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "dtype", "owner", "strides", "__weakref__")
+    __slots__ = ("ptr", "nbytes", "device", "dtype", "owner", "strides", "arrays",
+                 "__weakref__")
 
     def __init__(self, ptr: int, nbytes: int, device: int, dtype: np.dtype,
                  owner: Any = None, strides: tuple[int, ...] | None = None) -> None:
@@ -177,6 +180,7 @@ class Allocation:
         self.dtype = dtype
         self.owner = owner
         self.strides = strides
+        self.arrays: dict[int, Any] | None = None
 
     def __repr__(self) -> str:
         layout = "" if self.strides is None else f" strides={self.strides}"

@@ -15,7 +15,6 @@ The emulated backend has no GPU memory for CuPy: every function here raises
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import numpy as np
@@ -94,12 +93,6 @@ def body_stream(handle: int) -> Any:
     return stream
 
 
-_allocation_arrays: weakref.WeakKeyDictionary[Any, dict[int, Any]] = \
-    weakref.WeakKeyDictionary()
-"""Per allocation (weakly: the entry goes with it), per device: the CuPy array of a
-task body over that memory."""
-
-
 def allocation_array(cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: Any,
                      device: int) -> Any:
     """A CuPy array over ``allocation`` (an instance's memory) for a ``task.run``
@@ -107,9 +100,9 @@ def allocation_array(cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: 
     device, so a body costs no CAI dictionary, memory object or view of the task
     (the array does not keep the allocation alive: a body must not keep its arrays
     beyond the task)."""
-    per_device = _allocation_arrays.get(allocation)
+    per_device = allocation.arrays           # kept on the allocation, goes with it
     if per_device is None:
-        per_device = _allocation_arrays[allocation] = {}
+        per_device = allocation.arrays = {}
     base = per_device.get(device)
     if base is None or base.shape != shape or base.dtype != dtype:
         dtype = np.dtype(dtype)
