@@ -29,7 +29,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-
 # -- stand-ins for --fake ---------------------------------------------------------
 
 class _FakeMemory:
@@ -170,7 +169,7 @@ def main() -> None:
         _install_fakes()
     import cupy
     if args.fake:
-        sync: Callable[[], Any] = lambda: None   # noqa: E731
+        sync: Callable[[], Any] = lambda: None
         stream = cupy.cuda.get_current_stream()
     else:
         stream = cupy.cuda.Stream(non_blocking=True)

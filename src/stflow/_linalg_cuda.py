@@ -113,8 +113,8 @@ class _Libraries:
         for names, module in ((_BLAS_PAIRS, self.cublas),
                               (_SOLVER_PAIRS, self.cusolver)):
             for name in names:
-                self.pairs[name] = (getattr(module, "s" + name, None),
-                                    getattr(module, "d" + name, None))
+                self.pairs[name] = (getattr(module, "s" + name),
+                                    getattr(module, "d" + name))
         self.current: Callable[[], Any] | None = None
 
     def current_stream(self) -> int:

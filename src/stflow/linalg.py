@@ -183,7 +183,7 @@ def _is64(*dtypes: np.dtype) -> bool:
 def _dtype_of(*operands: Any) -> np.dtype:
     """The one dtype of ``operands`` (arrays or dtypes), float32 or float64, or
     ``TypeError``."""
-    dtypes = {np.dtype(getattr(o, "dtype", o)) for o in operands}
+    dtypes = {o if isinstance(o, np.dtype) else np.dtype(o.dtype) for o in operands}
     if len(dtypes) != 1:
         raise TypeError(f"stflow.linalg operands must share a dtype, got "
                         f"{', '.join(sorted(str(d) for d in dtypes))}")
