@@ -127,6 +127,7 @@ def _cases(cupy: Any, n: int, stream: int) -> dict[str, tuple[Callable[[], Any],
     cublas, cusolver = h.libs.cublas, h.libs.cusolver
     pa, pb, pc = (x.data.ptr for x in (a, b, c))
     scalars = np.array([-1.0, 1.0])
+    _KEEP.append(scalars)                   # read by the library through its address
     alpha = scalars.ctypes.data
     beta = alpha + 8
     lwork = int(cusolver.dpotrf_buffer_size(h.solver, 1, n, pa, n))
@@ -153,6 +154,7 @@ def _cases(cupy: Any, n: int, stream: int) -> dict[str, tuple[Callable[[], Any],
 
 
 _FAKE = False
+_KEEP: list[Any] = []
 
 
 def main() -> None:
