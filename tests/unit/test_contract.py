@@ -75,6 +75,8 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("_instruments/progress.py", "write"): f"{_USER} (a file)",
     ("linalg.py", "shape"): f"{_USER} (arrays)",
     ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
+    ("linalg.py", "ndarray"): f"{_THIRD_PARTY} (the cupy module, when imported, names "
+                              f"its array type)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
 }
 

@@ -1,6 +1,6 @@
 """The CUDA path of stflow.linalg without a GPU: fake ``nvmath.bindings`` and
 ``cuda.bindings.runtime`` modules record every library call, and the tests check the
-sequence — one pair of handles per (thread, device, stream), bound to its stream with
+sequence — one pair of handles per (thread, stream), bound to its stream with
 its own workspace, buffers allocated once per size — and the arguments of each call,
 where the row-major operands become the libraries' column-major ones."""
 
@@ -65,7 +65,8 @@ def _modules(fake):
     cublas.create = fake.function("cublas.create", lambda: next(fake.handles))
     for name in ("set_stream", "set_workspace", "set_pointer_mode", "dgemm", "sgemm",
                  "dgemm_strided_batched", "sgemm_strided_batched", "dgemv", "sgemv",
-                 "dsyrk", "ssyrk", "dtrsm", "strsm", "dtrmm", "strmm", "ddot", "sdot"):
+                 "dsyrk", "ssyrk", "dtrsm", "strsm", "dtrmm", "strmm", "ddot", "sdot",
+                 "dcopy", "scopy"):
         setattr(cublas, name, fake.function(f"cublas.{name}"))
     solver = types.ModuleType("nvmath.bindings.cusolverDn")
     solver.create = fake.function("cusolver.create", lambda: next(fake.handles))
@@ -84,7 +85,7 @@ def _modules(fake):
     status = types.ModuleType("nvmath.bindings.cusolver")
     status.cuSOLVERError = CusolverError
     runtime = types.ModuleType("cuda.bindings.runtime")
-    runtime.cudaGetDevice = lambda: (0, fake.device)
+    runtime.cudaGetDevice = fake.function("cudaGetDevice", lambda: (0, fake.device))
     runtime.cudaMalloc = fake.function("cudaMalloc",
                                        lambda nbytes: (0, next(fake.addresses)))
     return {"nvmath.bindings.cublas": cublas, "nvmath.bindings.cusolverDn": solver,
@@ -137,7 +138,11 @@ HANDLE_SETUP = ["cublas.create", "cublas.set_stream", "cudaMalloc",
                 "cublas.set_workspace", "cusolver.create", "cusolver.set_stream"]
 
 
-def test_one_pair_of_handles_per_device_and_stream(fake):
+def _library_calls(fake):
+    return [name for name in fake.names() if name != "cudaGetDevice"]
+
+
+def test_one_pair_of_handles_per_stream(fake):
     a, b, c = DeviceArray((2, 3)), DeviceArray((3, 4)), DeviceArray((2, 4))
     linalg.gemm(a, b, c, stream=11)
     assert fake.names() == HANDLE_SETUP + ["cublas.dgemm"]
@@ -163,17 +168,31 @@ def test_one_pair_of_handles_per_device_and_stream(fake):
     other = fake.last("cublas.dgemm")[0]
     assert other != blas_handle
 
+    # A stream belongs to one device: its handles are found without asking which
+    # device is current.
     fake.calls.clear()
-    fake.device = 1                                      # another device
-    linalg.gemm(a, b, c, stream=11)
-    assert fake.names() == HANDLE_SETUP + ["cublas.dgemm"]
-    assert fake.last("cublas.dgemm")[0] not in (blas_handle, other)
-
-    fake.calls.clear()
-    fake.device = 0
+    fake.device = 1
     linalg.gemm(a, b, c, stream=11)
     assert fake.names() == ["cublas.dgemm"]
     assert fake.last("cublas.dgemm")[0] == blas_handle
+
+
+@pytest.mark.parametrize("stream", [0, 1, 2])
+def test_the_streams_of_every_device_have_handles_per_device(fake, stream):
+    """0, cudaStreamLegacy and cudaStreamPerThread name a stream of each device."""
+    a, b, c = DeviceArray((2, 3)), DeviceArray((3, 4)), DeviceArray((2, 4))
+    linalg.gemm(a, b, c, stream=stream)
+    first = fake.last("cublas.dgemm")[0]
+    fake.calls.clear()
+    fake.device = 1                                      # another device
+    linalg.gemm(a, b, c, stream=stream)
+    assert _library_calls(fake) == HANDLE_SETUP + ["cublas.dgemm"]
+    assert fake.last("cublas.dgemm")[0] != first
+    fake.calls.clear()
+    fake.device = 0
+    linalg.gemm(a, b, c, stream=stream)
+    assert fake.names() == ["cudaGetDevice", "cublas.dgemm"]
+    assert fake.last("cublas.dgemm")[0] == first
 
 
 def test_another_thread_has_handles_of_its_own(fake):
@@ -185,7 +204,7 @@ def test_another_thread_has_handles_of_its_own(fake):
                               kwargs={"stream": 5})
     thread.start()
     thread.join()
-    assert fake.names() == HANDLE_SETUP + ["cublas.dgemm"]
+    assert _library_calls(fake) == HANDLE_SETUP + ["cublas.dgemm"]
     assert fake.last("cublas.dgemm")[0] != mine
 
 
@@ -366,6 +385,127 @@ def test_trtri_and_lauum_flip_the_triangle(fake, dtype, kind, lower):
     name = "cusolver.dlauum" if dtype == F64 else "cusolver.slauum"
     h, uplo, n, pa, lda, work, lwork, info_ptr = fake.last(name)
     assert (uplo, n, pa, lda, lwork) == (UPPER if lower else LOWER, 6, a.ptr, 7, 18)
+
+
+def test_trtri_with_a_unit_diagonal_keeps_the_diagonal(fake):
+    """cuSOLVER writes ones on a unit diagonal: it is copied aside before the call and
+    back after it, on the cuBLAS handle of the same stream (strided copies: every
+    (pitch + 1)-th element), into a buffer of the handle made once."""
+    for dtype, copy in ((F64, "cublas.dcopy"), (F32, "cublas.scopy")):
+        a = DeviceArray((6, 6), dtype, pitch=9)
+        linalg.trtri(a, unit_diagonal=True, stream=7)
+        names = fake.names()
+        at = names.index("cusolver.xtrtri")
+        assert names[at - 1] == copy and names[at + 1] == copy
+        blas = fake.calls[at - 1][1][0]
+        save, restore = fake.calls[at - 1][1], fake.calls[at + 1][1]
+        saved = save[4]
+        assert save == (blas, 6, a.ptr, 10, saved, 1)
+        assert restore == (blas, 6, saved, 1, a.ptr, 10)
+        if dtype == F64:                                  # the handles made now
+            assert blas == fake.last("cublas.set_stream")[0]
+        fake.calls.clear()
+        linalg.trtri(a, unit_diagonal=True, stream=7)     # as in a capture
+        assert "cudaMalloc" not in fake.names()
+        assert fake.calls[0] == (copy, save) and fake.calls[-1] == (copy, restore)
+        fake.calls.clear()
+    linalg.trtri(DeviceArray((6, 6)), unit_diagonal=False, stream=7)
+    assert fake.names() == ["cusolver.xtrtri_buffer_size", "cusolver.xtrtri"]
+
+
+class FakeCupyArray:
+    """CuPy's attributes (``data.ptr``, ``shape``, ``strides``, ``dtype``) and an
+    interface dictionary built at each read (as CuPy's), whose reads are counted."""
+
+    reads = 0
+
+    def __init__(self, shape, dtype=F64, pitch=None):
+        self.dtype = np.dtype(dtype)
+        size = self.dtype.itemsize
+        if len(shape) == 1:
+            self.strides = (size,)
+        else:
+            self.strides = ((pitch or shape[-1]) * size, size)
+        self.shape = shape
+        self.data = types.SimpleNamespace(ptr=next(_pointers))
+
+    @property
+    def __cuda_array_interface__(self):
+        FakeCupyArray.reads += 1
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "strides": self.strides, "data": (self.data.ptr, False),
+                "version": 3}
+
+
+class InterfaceOnly:
+    """The same array as a :class:`FakeCupyArray`, seen through its interface only."""
+
+    def __init__(self, array):
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
+def _every_routine(make, stream):
+    """Every routine once on arrays from ``make(shape, pitch)``."""
+    a, b, c = make((4, 4), 6), make((4, 4), None), make((4, 4), 5)
+    x, y, out = make((4,), None), make((4,), None), make((1,), None)
+    linalg.gemm(a, b, c, alpha=2.0, beta=0.5, trans_b=True, stream=stream)
+    linalg.gemv(a, x, y, alpha=3.0, stream=stream)
+    linalg.syrk(a, c, alpha=-1.0, beta=1.0, stream=stream)
+    linalg.trsm(a, b, side="right", trans=True, alpha=0.25, stream=stream)
+    linalg.trmm(a, b, lower=False, unit_diagonal=True, stream=stream)
+    linalg.dot(x, y, out, stream=stream)
+    linalg.potrf(a, stream=stream)
+    linalg.trtri(a, unit_diagonal=True, stream=stream)
+    linalg.lauum(a, lower=False, stream=stream)
+
+
+def test_cupy_arrays_and_interface_arrays_make_the_same_calls(fake, monkeypatch):
+    """The fast reading of CuPy's attributes gives the calls that the general
+    reading of the CUDA Array Interface gives, and, once CuPy's type is known,
+    builds no interface dictionary."""
+    cupy = types.ModuleType("cupy")
+    cupy.ndarray = FakeCupyArray
+    cupy.cuda = types.SimpleNamespace(
+        get_current_stream=lambda: types.SimpleNamespace(ptr=31))
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    made = []
+
+    def cupy_array(shape, pitch):
+        made.append(FakeCupyArray(shape, pitch=pitch))
+        return made[-1]
+    _every_routine(cupy_array, 3)                       # handles, buffers, sizes
+    _every_routine(cupy_array, None)                    # CuPy's current stream
+    fake.calls.clear()
+    made.clear()
+    reads = FakeCupyArray.reads
+    _every_routine(cupy_array, 3)
+    fast = list(fake.calls)
+    assert FakeCupyArray.reads == reads                 # no interface dictionary
+    fake.calls.clear()
+    views = iter([InterfaceOnly(array) for array in made])
+    _every_routine(lambda shape, pitch: next(views), 3)
+    assert fake.calls == fast
+    assert [name for name, _ in fast].count("cublas.dcopy") == 2
+    fake.calls.clear()
+    made.clear()
+    _every_routine(cupy_array, None)
+    assert fake.calls[0][1][0] != fast[0][1][0]         # stream 31's handles
+    assert [name for name, _ in fake.calls] == [name for name, _ in fast]
+
+
+def test_numpy_flags_and_stream_objects_take_the_general_checks(fake):
+    a, b, c = DeviceArray((2, 2)), DeviceArray((2, 2)), DeviceArray((2, 2))
+
+    class WithPtr:
+        ptr = 3
+    linalg.gemm(a, b, c, trans_a=np.True_, stream=3)
+    first = fake.last("cublas.dgemm")
+    linalg.gemm(a, b, c, trans_a=True, stream=WithPtr())
+    assert fake.last("cublas.dgemm") == first
+    linalg.trsm(a, b, lower=np.False_, stream=WithPtr())
+    assert fake.last("cublas.dtrsm")[2] == LOWER
+    with pytest.raises(TypeError, match="trans must be True or False"):
+        linalg.syrk(a, c, trans=1, stream=3)
 
 
 def test_every_call_after_the_first_allocates_nothing(fake):
