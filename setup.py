@@ -36,14 +36,19 @@ def compiled_modules() -> list[str]:
     text = (PACKAGE / "_compile.py").read_text()
     start = text.index("COMPILED_MODULES = ")
     end = text.index(")", start) + 1
-    exec(text[start:end], namespace)                      # a literal tuple of names
-    return [str(Path("src", "stflow", *name.split(".")).with_suffix(".py"))
-            for name in namespace["COMPILED_MODULES"]]
+    exec(text[start:end], namespace)  # a literal tuple of names
+    return [
+        str(Path("src", "stflow", *name.split(".")).with_suffix(".py"))
+        for name in namespace["COMPILED_MODULES"]
+    ]
 
 
 def notice(why: str) -> None:
-    print(f"stflow: installing the pure-Python build ({why}); it behaves the same, "
-          "with about twice the runtime cost per task", file=sys.stderr)
+    print(
+        f"stflow: installing the pure-Python build ({why}); it behaves the same, "
+        "with about twice the runtime cost per task",
+        file=sys.stderr,
+    )
 
 
 class OptionalBuildExt(build_ext):
@@ -52,7 +57,7 @@ class OptionalBuildExt(build_ext):
     def run(self) -> None:
         try:
             super().run()
-        except Exception as exc:                   # no compiler, a failed compile...
+        except Exception as exc:  # no compiler, a failed compile...
             self._discard(f"no working C compiler: {type(exc).__name__}")
             return
         self._stamp()
@@ -85,8 +90,18 @@ class OptionalBuildExt(build_ext):
 # The setup.py commands that build extension modules (pip's build_wheel and
 # build_editable hooks run bdist_wheel and editable_wheel; benchmarks/gpu_session.sh
 # runs build_ext --inplace).
-BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist", "bdist_wheel", "bdist_egg",
-                            "editable_wheel", "install", "develop"})
+BUILD_COMMANDS = frozenset(
+    {
+        "build",
+        "build_ext",
+        "bdist",
+        "bdist_wheel",
+        "bdist_egg",
+        "editable_wheel",
+        "install",
+        "develop",
+    }
+)
 
 
 def builds_extensions(argv: list[str]) -> bool:
@@ -96,7 +111,7 @@ def builds_extensions(argv: list[str]) -> bool:
 
 def extensions() -> list:
     if not builds_extensions(sys.argv):
-        return []                          # metadata only: egg_info, dist_info, sdist
+        return []  # metadata only: egg_info, dist_info, sdist
     if os.environ.get("STFLOW_PURE_PYTHON", "").strip() not in ("", "0"):
         notice("STFLOW_PURE_PYTHON is set")
         return []
@@ -109,13 +124,20 @@ def extensions() -> list:
         notice("mypyc is not installed")
         return []
     modules = compiled_modules()
-    print(f"stflow: compiling {len(modules)} modules with mypyc (about a minute; "
-          "STFLOW_PURE_PYTHON=1 installs the pure-Python build without compiling) ...",
-          file=sys.stderr, flush=True)
+    print(
+        f"stflow: compiling {len(modules)} modules with mypyc (about a minute; "
+        "STFLOW_PURE_PYTHON=1 installs the pure-Python build without compiling) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        return mypycify(["--ignore-missing-imports", *modules],
-                        opt_level="3", debug_level="0", group_name="stflow")
-    except BaseException as exc:                     # mypyc reports errors by exiting
+        return mypycify(
+            ["--ignore-missing-imports", *modules],
+            opt_level="3",
+            debug_level="0",
+            group_name="stflow",
+        )
+    except BaseException as exc:  # mypyc reports errors by exiting
         notice(f"mypyc failed: {exc}")
         return []
 

@@ -19,21 +19,29 @@ def check(result: Any) -> Any:
 
 def driver() -> Any:
     from cuda.bindings import driver as cu
+
     return cu
 
 
 def compile_empty_kernel(device: int = 0) -> Any:
     """An empty ``__global__`` function, compiled with NVRTC for ``device``."""
     from cuda.bindings import nvrtc
+
     cu = driver()
     check(cu.cuInit(0))
     dev = check(cu.cuDeviceGet(device))
     context = check(cu.cuDevicePrimaryCtxRetain(dev))
     check(cu.cuCtxSetCurrent(context))
-    major = check(cu.cuDeviceGetAttribute(
-        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-    minor = check(cu.cuDeviceGetAttribute(
-        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    major = check(
+        cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+        )
+    )
+    minor = check(
+        cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+        )
+    )
     program = check(nvrtc.nvrtcCreateProgram(EMPTY_KERNEL, b"empty.cu", 0, [], []))
     options = [f"--gpu-architecture=sm_{major}{minor}".encode()]
     check(nvrtc.nvrtcCompileProgram(program, len(options), options))

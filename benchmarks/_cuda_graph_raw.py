@@ -39,12 +39,19 @@ extern "C" __global__ void step(cudaGraphConditionalHandle handle, unsigned int*
 def _compile(source: str, name: str, device: int) -> Any:
     """``name`` from ``source``, compiled with NVRTC and loaded in the current context."""
     from cuda.bindings import nvrtc
+
     cu = driver()
     dev = check(cu.cuDeviceGet(device))
-    major = check(cu.cuDeviceGetAttribute(
-        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-    minor = check(cu.cuDeviceGetAttribute(
-        cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    major = check(
+        cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+        )
+    )
+    minor = check(
+        cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+        )
+    )
     program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"step.cu", 0, [], []))
     options = [f"--gpu-architecture=sm_{major}{minor}".encode()]
     check(nvrtc.nvrtcCompileProgram(program, len(options), options))
@@ -65,8 +72,9 @@ def _kernel_params(function: Any, args: Any = 0) -> Any:
     return params
 
 
-def _time_launches(executable: Any, stream: Any, launches: int, repeats: int
-                   ) -> tuple[float, float]:
+def _time_launches(
+    executable: Any, stream: Any, launches: int, repeats: int
+) -> tuple[float, float]:
     """Median seconds of ``launches`` launches to completion, and of submitting them."""
     cu = driver()
     for _ in range(3):
@@ -85,11 +93,12 @@ def _time_launches(executable: Any, stream: Any, launches: int, repeats: int
     return statistics.median(totals), statistics.median(submits)
 
 
-def chain_replay(nodes: int = 1000, launches: int = 100, repeats: int = 5,
-                 device: int = 0) -> dict[str, float]:
+def chain_replay(
+    nodes: int = 1000, launches: int = 100, repeats: int = 5, device: int = 0
+) -> dict[str, float]:
     """Replay a raw graph of ``nodes`` chained empty kernels ``launches`` times."""
     cu = driver()
-    function = compile_empty_kernel(device)      # also makes the context current
+    function = compile_empty_kernel(device)  # also makes the context current
     stream = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)))
     graph = check(cu.cuGraphCreate(0))
     params = _kernel_params(function)
@@ -103,13 +112,18 @@ def chain_replay(nodes: int = 1000, launches: int = 100, repeats: int = 5,
     check(cu.cuGraphDestroy(graph))
     check(cu.cuStreamDestroy(stream))
     per_launch = total / launches * 1e6
-    return {"nodes": nodes, "launches": launches, "us_per_launch": per_launch,
-            "us_per_node": per_launch / nodes,
-            "submit_us_per_launch": submit / launches * 1e6}
+    return {
+        "nodes": nodes,
+        "launches": launches,
+        "us_per_launch": per_launch,
+        "us_per_node": per_launch / nodes,
+        "submit_us_per_launch": submit / launches * 1e6,
+    }
 
 
-def while_loop_replay(iterations: int = 1000, launches: int = 10, repeats: int = 5,
-                      device: int = 0) -> dict[str, float]:
+def while_loop_replay(
+    iterations: int = 1000, launches: int = 10, repeats: int = 5, device: int = 0
+) -> dict[str, float]:
     """Replay a raw conditional while loop of ``iterations`` (empty kernel + step)."""
     cu = driver()
     empty = compile_empty_kernel(device)
@@ -118,8 +132,11 @@ def while_loop_replay(iterations: int = 1000, launches: int = 10, repeats: int =
     stream = check(cu.cuStreamCreate(int(cu.CUstream_flags.CU_STREAM_NON_BLOCKING)))
     counter = check(cu.cuMemAlloc(4))
     graph = check(cu.cuGraphCreate(0))
-    handle = check(cu.cuGraphConditionalHandleCreate(
-        graph, context, 1, cu.CU_GRAPH_COND_ASSIGN_DEFAULT))
+    handle = check(
+        cu.cuGraphConditionalHandleCreate(
+            graph, context, 1, cu.CU_GRAPH_COND_ASSIGN_DEFAULT
+        )
+    )
     memset = cu.CUDA_MEMSET_NODE_PARAMS()
     memset.dst = counter
     memset.pitch = 4
@@ -138,32 +155,43 @@ def while_loop_replay(iterations: int = 1000, launches: int = 10, repeats: int =
     first = check(cu.cuGraphAddKernelNode(body, None, 0, _kernel_params(empty)))
     args = [ctypes.c_uint64(int(handle)), ctypes.c_uint64(int(counter))]
     array = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
-    check(cu.cuGraphAddKernelNode(body, [first], 1,
-                                  _kernel_params(step, ctypes.addressof(array))))
+    check(
+        cu.cuGraphAddKernelNode(
+            body, [first], 1, _kernel_params(step, ctypes.addressof(array))
+        )
+    )
     executable = check(cu.cuGraphInstantiate(graph, 0))
     total, submit = _time_launches(executable, stream, launches, repeats)
     left = ctypes.c_uint32(1)
     check(cu.cuMemcpyDtoH(ctypes.addressof(left), counter, 4))
     if left.value != 0:
-        raise RuntimeError(f"the raw while loop stopped with {left.value} iterations "
-                           "left")
+        raise RuntimeError(
+            f"the raw while loop stopped with {left.value} iterations left"
+        )
     check(cu.cuGraphExecDestroy(executable))
     check(cu.cuGraphDestroy(graph))
     check(cu.cuMemFree(counter))
     check(cu.cuStreamDestroy(stream))
-    return {"iterations": iterations, "launches": launches,
-            "us_per_iteration": total / (launches * iterations) * 1e6,
-            "us_per_launch": total / launches * 1e6,
-            "submit_us_per_launch": submit / launches * 1e6}
+    return {
+        "iterations": iterations,
+        "launches": launches,
+        "us_per_iteration": total / (launches * iterations) * 1e6,
+        "us_per_launch": total / launches * 1e6,
+        "submit_us_per_launch": submit / launches * 1e6,
+    }
 
 
 if __name__ == "__main__":
     chain = chain_replay()
-    print(f"raw graph replay, {chain['nodes']} chained empty kernels: "
-          f"{chain['us_per_launch']:.1f} us per launch, "
-          f"{chain['us_per_node']:.3f} us per node "
-          f"(submit {chain['submit_us_per_launch']:.1f} us)")
+    print(
+        f"raw graph replay, {chain['nodes']} chained empty kernels: "
+        f"{chain['us_per_launch']:.1f} us per launch, "
+        f"{chain['us_per_node']:.3f} us per node "
+        f"(submit {chain['submit_us_per_launch']:.1f} us)"
+    )
     loop = while_loop_replay()
-    print(f"raw conditional while loop, {loop['iterations']} iterations of an empty "
-          f"kernel + the condition kernel: {loop['us_per_iteration']:.3f} us per "
-          f"iteration ({loop['us_per_launch']:.1f} us per launch)")
+    print(
+        f"raw conditional while loop, {loop['iterations']} iterations of an empty "
+        f"kernel + the condition kernel: {loop['us_per_iteration']:.3f} us per "
+        f"iteration ({loop['us_per_launch']:.1f} us per launch)"
+    )

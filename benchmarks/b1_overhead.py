@@ -20,7 +20,6 @@ import statistics
 import time
 
 import numpy as np
-
 from _cuda import check, compile_empty_kernel, driver
 
 
@@ -53,6 +52,7 @@ def raw_loop(function, tasks: int, deps: int) -> tuple[float, float]:
 
 def stflow_chain(function, tasks: int, deps: int) -> tuple[float, float]:
     import stflow as stf
+
     cu = driver()
     launch = cu.cuLaunchKernel
     with stf.context(backend="cuda") as ctx:
@@ -72,6 +72,7 @@ def stflow_chain(function, tasks: int, deps: int) -> tuple[float, float]:
 
 def stflow_independent(function, tasks: int, _deps: int) -> tuple[float, float]:
     import stflow as stf
+
     cu = driver()
     launch = cu.cuLaunchKernel
     with stf.context(backend="cuda") as ctx:
@@ -88,7 +89,7 @@ def stflow_independent(function, tasks: int, _deps: int) -> tuple[float, float]:
 def measure(fn, function, tasks: int, deps: int, repeats: int) -> dict:
     """stflow and the raw loop in alternation, so that both see the same machine
     (virtual machines drift); medians of the times and of the paired ratios."""
-    fn(function, tasks // 10, deps)                      # warm up
+    fn(function, tasks // 10, deps)  # warm up
     raw_loop(function, tasks // 10, deps)
     ours, raw = [], []
     for _ in range(repeats):
@@ -98,10 +99,12 @@ def measure(fn, function, tasks: int, deps: int, repeats: int) -> dict:
     def us(runs: list, index: int) -> float:
         return statistics.median(r[index] for r in runs) / tasks * 1e6
 
-    return {"stflow": {"submit_us": us(ours, 0), "total_us": us(ours, 1)},
-            "raw": {"submit_us": us(raw, 0), "total_us": us(raw, 1)},
-            "ratio_submit": statistics.median(o[0] / r[0] for o, r in zip(ours, raw)),
-            "ratio_total": statistics.median(o[1] / r[1] for o, r in zip(ours, raw))}
+    return {
+        "stflow": {"submit_us": us(ours, 0), "total_us": us(ours, 1)},
+        "raw": {"submit_us": us(raw, 0), "total_us": us(raw, 1)},
+        "ratio_submit": statistics.median(o[0] / r[0] for o, r in zip(ours, raw)),
+        "ratio_total": statistics.median(o[1] / r[1] for o, r in zip(ours, raw)),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -109,35 +112,55 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--profile", action="store_true",
-                        help="also print where the time of the 1-dependency chain goes")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print where the time of the 1-dependency chain goes",
+    )
     args = parser.parse_args(argv)
     function = compile_empty_kernel()
     if args.profile:
         import cProfile
         import pstats
+
         stflow_chain(function, 1000, 0)
-        cProfile.runctx("stflow_chain(function, args.tasks, 0)", globals(),
-                        {"function": function, "args": args}, "/tmp/stflow-b1.prof")
+        cProfile.runctx(
+            "stflow_chain(function, args.tasks, 0)",
+            globals(),
+            {"function": function, "args": args},
+            "/tmp/stflow-b1.prof",
+        )
         pstats.Stats("/tmp/stflow-b1.prof").sort_stats("tottime").print_stats(22)
     rows = {}
-    workloads = (("chain_1dep", stflow_chain, 0), ("chain_2deps", stflow_chain, 1),
-                 ("chain_4deps", stflow_chain, 3), ("independent_8", stflow_independent, 0))
-    for _, fn, deps in workloads:         # warm the process up (event pools, caches)
+    workloads = (
+        ("chain_1dep", stflow_chain, 0),
+        ("chain_2deps", stflow_chain, 1),
+        ("chain_4deps", stflow_chain, 3),
+        ("independent_8", stflow_independent, 0),
+    )
+    for _, fn, deps in workloads:  # warm the process up (event pools, caches)
         fn(function, args.tasks, deps)
         raw_loop(function, args.tasks, deps)
     for name, fn, deps in workloads:
         rows[name] = measure(fn, function, args.tasks, deps, args.repeats)
-    print(f"{'workload':<16}{'stflow µs':>11}{'raw µs':>9}{'ratio':>8}   (submission; "
-          "medians; the ratio of paired runs; completion in the JSON)")
+    print(
+        f"{'workload':<16}{'stflow µs':>11}{'raw µs':>9}{'ratio':>8}   (submission; "
+        "medians; the ratio of paired runs; completion in the JSON)"
+    )
     for name, row in rows.items():
-        print(f"{name:<16}{row['stflow']['submit_us']:>11.2f}{row['raw']['submit_us']:>9.2f}"
-              f"{row['ratio_submit']:>8.2f}")
-    extra = (rows["chain_4deps"]["stflow"]["submit_us"]
-             - rows["chain_1dep"]["stflow"]["submit_us"]) / 3
+        print(
+            f"{name:<16}{row['stflow']['submit_us']:>11.2f}{row['raw']['submit_us']:>9.2f}"
+            f"{row['ratio_submit']:>8.2f}"
+        )
+    extra = (
+        rows["chain_4deps"]["stflow"]["submit_us"]
+        - rows["chain_1dep"]["stflow"]["submit_us"]
+    ) / 3
     rows["extra_dependency_us"] = extra
-    print(f"cost per extra dependency: {extra:.2f} µs (target ≤ 1 µs); "
-          f"1-dep chain ratio {rows['chain_1dep']['ratio_submit']:.2f} (target ≤ 1.3)")
+    print(
+        f"cost per extra dependency: {extra:.2f} µs (target ≤ 1 µs); "
+        f"1-dep chain ratio {rows['chain_1dep']['ratio_submit']:.2f} (target ≤ 1.3)"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

@@ -19,7 +19,8 @@ import argparse
 import json
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,20 +35,23 @@ def kernel_launcher(backend: str) -> Callable[[Any], None]:
 
         return lambda t: launch(t.stream_ptr(), noop)
     from _cuda import compile_empty_kernel, driver
+
     function = compile_empty_kernel()
     cu_launch = driver().cuLaunchKernel
     return lambda t: cu_launch(function, 1, 1, 1, 1, 1, 1, 0, int(t.stream_ptr()), 0, 0)
 
 
-def chain(backend: str, body: Callable[[Any], None], tasks: int, reads: int,
-          use_graph: bool) -> tuple[float, float]:
+def chain(
+    backend: str, body: Callable[[Any], None], tasks: int, reads: int, use_graph: bool
+) -> tuple[float, float]:
     import stflow as stf
+
     ctx = stf.context(backend=backend, use_graph=use_graph)
     x = ctx.logical_data(np.zeros(16))
     inputs = [ctx.logical_data(np.zeros(16)) for _ in range(reads)]
     with ctx.task(x.rw(), *[i.rw() for i in inputs]):
         pass
-    ctx.fence()                                   # data on the device, epoch closed
+    ctx.fence()  # data on the device, epoch closed
     deps = [x.rw(), *[i.read() for i in inputs]]
     start = time.perf_counter()
     for _ in range(tasks):
@@ -58,12 +62,20 @@ def chain(backend: str, body: Callable[[Any], None], tasks: int, reads: int,
     return recorded - start, time.perf_counter() - start
 
 
-def measure(backend: str, body: Callable[[Any], None], tasks: int, reads: int,
-            use_graph: bool, repeats: int) -> dict:
-    chain(backend, body, min(tasks, 500), reads, use_graph)         # warm up
+def measure(
+    backend: str,
+    body: Callable[[Any], None],
+    tasks: int,
+    reads: int,
+    use_graph: bool,
+    repeats: int,
+) -> dict:
+    chain(backend, body, min(tasks, 500), reads, use_graph)  # warm up
     runs = [chain(backend, body, tasks, reads, use_graph) for _ in range(repeats)]
-    return {"record_us": statistics.median(r[0] for r in runs) / tasks * 1e6,
-            "total_us": statistics.median(r[1] for r in runs) / tasks * 1e6}
+    return {
+        "record_us": statistics.median(r[0] for r in runs) / tasks * 1e6,
+        "total_us": statistics.median(r[1] for r in runs) / tasks * 1e6,
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -73,18 +85,28 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--epoch-tasks", type=int, default=None,
-                        help="launch an epoch every N tasks (stflow._graph.scopes.EPOCH_TASKS)")
+    parser.add_argument(
+        "--epoch-tasks",
+        type=int,
+        default=None,
+        help="launch an epoch every N tasks (stflow._graph.scopes.EPOCH_TASKS)",
+    )
     args = parser.parse_args(argv)
     if args.epoch_tasks is not None:
         import stflow._graph.scopes
+
         stflow._graph.scopes.EPOCH_TASKS = args.epoch_tasks
     body = kernel_launcher(args.backend)
     if args.profile:
         import cProfile
         import pstats
-        cProfile.runctx("chain(args.backend, body, 5000, 0, True)", globals(),
-                        {"args": args, "body": body}, "/tmp/stflow-b2.prof")
+
+        cProfile.runctx(
+            "chain(args.backend, body, 5000, 0, True)",
+            globals(),
+            {"args": args, "body": body},
+            "/tmp/stflow-b2.prof",
+        )
         pstats.Stats("/tmp/stflow-b2.prof").sort_stats("tottime").print_stats(18)
     rows: dict[str, Any] = {}
     print(f"{'workload':<22}{'graph µs/task':>14}{'record':>9}{'stream µs/task':>16}")
@@ -97,8 +119,10 @@ def main(argv: list[str] | None = None) -> dict:
             stream = measure(args.backend, body, tasks, reads, False, repeats)
             key = f"{name}_{tasks}"
             rows[key] = {"graph": graph, "stream": stream}
-            print(f"{key:<22}{graph['total_us']:>14.2f}{graph['record_us']:>9.2f}"
-                  f"{stream['total_us']:>16.2f}")
+            print(
+                f"{key:<22}{graph['total_us']:>14.2f}{graph['record_us']:>9.2f}"
+                f"{stream['total_us']:>16.2f}"
+            )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

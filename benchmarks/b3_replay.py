@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from _cuda import check, compile_empty_kernel, driver
 from _cuda_graph_raw import STEP_SOURCE, _compile, chain_replay, while_loop_replay
 
@@ -37,7 +36,7 @@ def _timed(launch: Any, stream: int, launches: int, repeats: int) -> float:
     cu = driver()
     handle = cu.CUstream(stream)
     launch()
-    check(cu.cuStreamSynchronize(handle))                # warm up
+    check(cu.cuStreamSynchronize(handle))  # warm up
     totals = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -50,6 +49,7 @@ def _timed(launch: Any, stream: int, launches: int, repeats: int) -> float:
 
 def stflow_chain(nodes: int, launches: int, repeats: int) -> float:
     import stflow as stf
+
     function = compile_empty_kernel()
     cu_launch = driver().cuLaunchKernel
     graph = stf.task_graph(backend="cuda")
@@ -65,6 +65,7 @@ def stflow_chain(nodes: int, launches: int, repeats: int) -> float:
 
 def stflow_while(iterations: int, launches: int, repeats: int, custom: bool) -> float:
     import stflow as stf
+
     cu = driver()
     empty = compile_empty_kernel()
     step = _compile(STEP_SOURCE, "step", 0)
@@ -73,25 +74,42 @@ def stflow_while(iterations: int, launches: int, repeats: int, custom: bool) -> 
         counter = sctx.logical_data_empty((1,), np.int32 if custom else np.int64)
         with sctx.launchable_graph_scope() as lg:
             with sctx.task(counter.write()) as t:
-                check(cu.cuMemsetD32Async(t.get_arg(0), iterations, 1,
-                                          cu.CUstream(int(t.stream_ptr()))))
+                check(
+                    cu.cuMemsetD32Async(
+                        t.get_arg(0), iterations, 1, cu.CUstream(int(t.stream_ptr()))
+                    )
+                )
             with sctx.while_loop() as loop:
                 with sctx.task(x.rw()) as t:
-                    cu.cuLaunchKernel(empty, 1, 1, 1, 1, 1, 1, 0, int(t.stream_ptr()),
-                                      0, 0)
+                    cu.cuLaunchKernel(
+                        empty, 1, 1, 1, 1, 1, 1, 0, int(t.stream_ptr()), 0, 0
+                    )
                 if custom:
                     handle = loop.cond_handle
                     with loop.condition_task(counter.rw()) as t:
                         args = [ctypes.c_uint64(handle), ctypes.c_uint64(t.get_arg(0))]
-                        array = (ctypes.c_void_p * 2)(*[ctypes.addressof(a) for a in args])
-                        check(cu.cuLaunchKernel(step, 1, 1, 1, 1, 1, 1, 0,
-                                                int(t.stream_ptr()),
-                                                ctypes.addressof(array), 0))
+                        array = (ctypes.c_void_p * 2)(
+                            *[ctypes.addressof(a) for a in args]
+                        )
+                        check(
+                            cu.cuLaunchKernel(
+                                step,
+                                1,
+                                1,
+                                1,
+                                1,
+                                1,
+                                1,
+                                0,
+                                int(t.stream_ptr()),
+                                ctypes.addressof(array),
+                                0,
+                            )
+                        )
                 else:
                     with sctx.task(counter.rw()) as t:
-                        import cupy
-
                         from stflow.interop.cupy import as_cupy, cupy_stream
+
                         with cupy_stream(t.stream_ptr()):
                             as_cupy(t.get_arg_cai(0))[...] -= 1
                     loop.continue_while(counter > 0)
@@ -110,19 +128,29 @@ def main(argv: list[str] | None = None) -> dict:
     rows: dict[str, Any] = {}
     raw = chain_replay(args.nodes, args.launches, args.repeats)["us_per_launch"]
     ours = stflow_chain(args.nodes, args.launches, args.repeats)
-    rows["chain"] = {"stflow_us_per_launch": ours, "raw_us_per_launch": raw,
-                     "ratio": ours / raw}
-    print(f"task_graph replay, {args.nodes}-task chain: {ours:.1f} µs vs raw {raw:.1f} "
-          f"µs per launch = {ours / raw:.3f}× (target ≤ 1.1)")
+    rows["chain"] = {
+        "stflow_us_per_launch": ours,
+        "raw_us_per_launch": raw,
+        "ratio": ours / raw,
+    }
+    print(
+        f"task_graph replay, {args.nodes}-task chain: {ours:.1f} µs vs raw {raw:.1f} "
+        f"µs per launch = {ours / raw:.3f}× (target ≤ 1.1)"
+    )
     loop_launches = max(1, args.launches // 10)
-    raw = while_loop_replay(args.iterations, loop_launches,
-                            args.repeats)["us_per_iteration"]
+    raw = while_loop_replay(args.iterations, loop_launches, args.repeats)[
+        "us_per_iteration"
+    ]
     for name, custom in (("while_cond_handle", True), ("while_continue_while", False)):
         ours = stflow_while(args.iterations, loop_launches, args.repeats, custom)
-        rows[name] = {"stflow_us_per_iteration": ours, "raw_us_per_iteration": raw,
-                      "ratio": ours / raw}
-        print(f"{name}: {ours:.3f} µs vs raw {raw:.3f} µs per iteration = "
-              f"{ours / raw:.3f}×")
+        rows[name] = {
+            "stflow_us_per_iteration": ours,
+            "raw_us_per_iteration": raw,
+            "ratio": ours / raw,
+        }
+        print(
+            f"{name}: {ours:.3f} µs vs raw {raw:.3f} µs per iteration = {ours / raw:.3f}×"
+        )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

@@ -27,7 +27,6 @@ import statistics
 import time
 
 import numpy as np
-
 from _cuda import check, driver
 
 
@@ -83,17 +82,20 @@ def raw_pipeline(nbytes: int, chunks: int, repeats: int) -> float:
     then (after an event) scaled by CuPy and copied out on a second stream; host
     memory pinned, device memory allocated before the clock starts (median)."""
     import cupy
+
     cu = driver()
     piece = nbytes // chunks
     host = check(cu.cuMemHostAlloc(nbytes, 0))
     device = check(cu.cuMemAlloc(nbytes))
     flags = cu.CUstream_flags.CU_STREAM_NON_BLOCKING
     up, out = (check(cu.cuStreamCreate(flags)) for _ in range(2))
-    landed = [check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
-              for _ in range(chunks)]
+    landed = [
+        check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING))
+        for _ in range(chunks)
+    ]
     memory = cupy.cuda.UnownedMemory(int(device), nbytes, None)
     whole = cupy.ndarray((nbytes // 8,), cupy.float64, cupy.cuda.MemoryPointer(memory, 0))
-    views = [whole[k * piece // 8:(k + 1) * piece // 8] for k in range(chunks)]
+    views = [whole[k * piece // 8 : (k + 1) * piece // 8] for k in range(chunks)]
     stream = cupy.cuda.ExternalStream(int(out))
     times = []
     for _ in range(repeats + 1):
@@ -120,6 +122,7 @@ def raw_pipeline(nbytes: int, chunks: int, repeats: int) -> float:
 def stflow_read(array: np.ndarray, repeats: int) -> tuple[float, float]:
     """Seconds for a device task to read ``array`` (H2D), and for registration."""
     import stflow as stf
+
     times, registration = [], []
     for _ in range(repeats + 1):
         with stf.context(backend="cuda") as ctx:
@@ -143,11 +146,12 @@ def page_aligned(nbytes: int) -> np.ndarray:
     """
     raw = np.empty(nbytes + 4096, dtype=np.uint8)
     offset = (-raw.ctypes.data) % 4096
-    return raw[offset:offset + nbytes].view(np.float64)
+    return raw[offset : offset + nbytes].view(np.float64)
 
 
-def pipeline(array: np.ndarray, chunks: int, scale_kernel, trace: str | None = None
-             ) -> float:
+def pipeline(
+    array: np.ndarray, chunks: int, scale_kernel, trace: str | None = None
+) -> float:
     """Seconds from the first submission until every chunk is back in host memory.
 
     Each chunk: a device task scales it (its prologue copies it in), then a host
@@ -156,6 +160,7 @@ def pipeline(array: np.ndarray, chunks: int, scale_kernel, trace: str | None = N
     """
     import stflow as stf
     from stflow.instrument import TraceRecorder
+
     parts = np.split(array, chunks)
     recorder = TraceRecorder(trace) if trace else None
     with stf.context(backend="cuda") as ctx:
@@ -184,15 +189,20 @@ def overlap_in_trace(path: str) -> tuple[int, int]:
     copies = [e for e in spans if e["cat"] == "transfer"]
     kernels = [e for e in spans if e["cat"] == "task"]
     overlapping = sum(
-        any((k["pid"], k["tid"]) != (c["pid"], c["tid"])
-            and k["ts"] < c["ts"] + c["dur"] and c["ts"] < k["ts"] + k["dur"]
-            for k in kernels)
-        for c in copies)
+        any(
+            (k["pid"], k["tid"]) != (c["pid"], c["tid"])
+            and k["ts"] < c["ts"] + c["dur"]
+            and c["ts"] < k["ts"] + k["dur"]
+            for k in kernels
+        )
+        for c in copies
+    )
     return overlapping, len(copies)
 
 
 def cupy_scale(t) -> None:
     from stflow.testing import cupy_array, cupy_stream
+
     with cupy_stream(t.stream_ptr()):
         view = cupy_array(t.get_arg_cai(0))
         view *= 2.0
@@ -200,9 +210,10 @@ def cupy_scale(t) -> None:
 
 def kernels_alone(array: np.ndarray, chunks: int) -> float:
     import cupy
+
     parts = [cupy.asarray(p) for p in np.split(array, chunks)]
     for part in parts:
-        part *= 1.0                                     # compile the kernel first
+        part *= 1.0  # compile the kernel first
     cupy.cuda.Device().synchronize()
     start = time.perf_counter()
     for part in parts:
@@ -217,27 +228,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chunks", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--trace", default=None,
-                        help="also write a Perfetto trace of one pipeline run here")
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="also write a Perfetto trace of one pipeline run here",
+    )
     args = parser.parse_args(argv)
     nbytes = int(args.gib * (1 << 30)) // (4096 * args.chunks) * 4096 * args.chunks
     array = page_aligned(nbytes)
     array[:] = 1.0
     import stflow as stf
+
     with stf.context(backend="cuda"):
-        pass                                              # initialise the driver
+        pass  # initialise the driver
     raw_h2d_s, raw_d2h_s = raw_h2d(nbytes, args.repeats)
     ours_s, registration_s = stflow_read(array, args.repeats)
     gbs = lambda seconds: nbytes / seconds / 1e9  # noqa: E731
     results = {
         "bytes": nbytes,
-        "raw_h2d_GBps": gbs(raw_h2d_s), "raw_d2h_GBps": gbs(raw_d2h_s),
-        "stflow_h2d_GBps": gbs(ours_s), "registration_s": registration_s,
+        "raw_h2d_GBps": gbs(raw_h2d_s),
+        "raw_d2h_GBps": gbs(raw_d2h_s),
+        "stflow_h2d_GBps": gbs(ours_s),
+        "registration_s": registration_s,
         "ratio": raw_h2d_s / ours_s,
     }
-    print(f"H2D of {nbytes / 2**30:.2f} GiB: stflow {results['stflow_h2d_GBps']:.1f} GB/s, "
-          f"raw pinned {results['raw_h2d_GBps']:.1f} GB/s, ratio {results['ratio']:.2f} "
-          f"(target ≥ 0.9); page-locking the user array took {registration_s * 1e3:.0f} ms")
+    print(
+        f"H2D of {nbytes / 2**30:.2f} GiB: stflow {results['stflow_h2d_GBps']:.1f} GB/s, "
+        f"raw pinned {results['raw_h2d_GBps']:.1f} GB/s, ratio {results['ratio']:.2f} "
+        f"(target ≥ 0.9); page-locking the user array took {registration_s * 1e3:.0f} ms"
+    )
     kernel_s = kernels_alone(array, args.chunks)
     runs = [pipeline(array, args.chunks, cupy_scale) for _ in range(args.repeats)]
     pipe_s = statistics.median(runs)
@@ -245,23 +264,37 @@ def main(argv: list[str] | None = None) -> dict:
         pipeline(array, args.chunks, cupy_scale, args.trace)
         overlapping, copies = overlap_in_trace(args.trace)
         results["trace_copies_overlapping_kernels"] = [overlapping, copies]
-        print(f"trace: {overlapping} of {copies} copies overlap a kernel on another "
-              "stream")
+        print(
+            f"trace: {overlapping} of {copies} copies overlap a kernel on another stream"
+        )
     slowest = max(raw_h2d_s, raw_d2h_s, kernel_s)
     duplex_s = raw_duplex(nbytes, args.repeats)
     hand_s = raw_pipeline(nbytes, args.chunks, args.repeats)
-    results.update({"pipeline_s": pipe_s, "stage_h2d_s": raw_h2d_s, "stage_d2h_s": raw_d2h_s,
-                    "stage_kernel_s": kernel_s, "overlap": slowest / pipe_s,
-                    "raw_duplex_s": duplex_s, "hand_written_pipeline_s": hand_s,
-                    "overlap_hand_written": slowest / hand_s,
-                    "against_hand_written": hand_s / pipe_s, "chunks": args.chunks})
-    print(f"pipeline of {args.chunks} chunks: {pipe_s * 1e3:.1f} ms; stages alone: "
-          f"H2D {raw_h2d_s * 1e3:.1f} ms, kernels {kernel_s * 1e3:.1f} ms, "
-          f"D2H {raw_d2h_s * 1e3:.1f} ms; overlap {results['overlap']:.0%} (target ≥ 90%)")
-    print(f"both directions at once (raw, pinned): {duplex_s * 1e3:.1f} ms; the pipeline "
-          f"written by hand: {hand_s * 1e3:.1f} ms (overlap "
-          f"{results['overlap_hand_written']:.0%}); stflow against it "
-          f"{results['against_hand_written']:.2f}×")
+    results.update(
+        {
+            "pipeline_s": pipe_s,
+            "stage_h2d_s": raw_h2d_s,
+            "stage_d2h_s": raw_d2h_s,
+            "stage_kernel_s": kernel_s,
+            "overlap": slowest / pipe_s,
+            "raw_duplex_s": duplex_s,
+            "hand_written_pipeline_s": hand_s,
+            "overlap_hand_written": slowest / hand_s,
+            "against_hand_written": hand_s / pipe_s,
+            "chunks": args.chunks,
+        }
+    )
+    print(
+        f"pipeline of {args.chunks} chunks: {pipe_s * 1e3:.1f} ms; stages alone: "
+        f"H2D {raw_h2d_s * 1e3:.1f} ms, kernels {kernel_s * 1e3:.1f} ms, "
+        f"D2H {raw_d2h_s * 1e3:.1f} ms; overlap {results['overlap']:.0%} (target ≥ 90%)"
+    )
+    print(
+        f"both directions at once (raw, pinned): {duplex_s * 1e3:.1f} ms; the pipeline "
+        f"written by hand: {hand_s * 1e3:.1f} ms (overlap "
+        f"{results['overlap_hand_written']:.0%}); stflow against it "
+        f"{results['against_hand_written']:.2f}×"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

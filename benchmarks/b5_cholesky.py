@@ -60,8 +60,11 @@ def cusolver_seconds(cupy, a, repeats: int = 3) -> tuple[float, object]:
 def stflow_seconds(cupy, example, a, nb: int, use_graph: bool) -> tuple[float, dict]:
     n = a.shape[0]
     count = n // nb
-    parts = {(i, j): cupy.ascontiguousarray(a[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb])
-             for i in range(count) for j in range(i + 1)}
+    parts = {
+        (i, j): cupy.ascontiguousarray(a[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb])
+        for i in range(count)
+        for j in range(i + 1)
+    }
     cupy.cuda.Device().synchronize()
     ctx = stf.context(backend="cuda", use_graph=use_graph)
     tiles = {key: ctx.logical_data(part) for key, part in parts.items()}
@@ -76,17 +79,21 @@ def _copy(xp, source, target) -> None:
     target[...] = source
 
 
-def stflow_replay_seconds(cupy, example, a, nb: int, launches: int = 3
-                          ) -> tuple[float, dict]:
+def stflow_replay_seconds(
+    cupy, example, a, nb: int, launches: int = 3
+) -> tuple[float, dict]:
     """The factorisation recorded once as a launchable graph (each launch first
     copies the matrix's tiles into the working tiles, then factors them) and
     launched ``launches`` times: the mean seconds of one launch."""
     n = a.shape[0]
     count = n // nb
     keys = [(i, j) for i in range(count) for j in range(i + 1)]
-    source = {key: cupy.ascontiguousarray(a[key[0] * nb:(key[0] + 1) * nb,
-                                            key[1] * nb:(key[1] + 1) * nb])
-              for key in keys}
+    source = {
+        key: cupy.ascontiguousarray(
+            a[key[0] * nb : (key[0] + 1) * nb, key[1] * nb : (key[1] + 1) * nb]
+        )
+        for key in keys
+    }
     parts = {key: cupy.empty_like(source[key]) for key in keys}
     cupy.cuda.Device().synchronize()
     sctx = stf.stackable_context(backend="cuda")
@@ -97,7 +104,7 @@ def stflow_replay_seconds(cupy, example, a, nb: int, launches: int = 3
             with sctx.task(sources[key].read(), tiles[key].write()) as t:
                 t.run(_copy)
         example.factorize(sctx, tiles, count)
-        recorded.launch()                      # records, instantiates, runs once
+        recorded.launch()  # records, instantiates, runs once
         cupy.cuda.Device().synchronize()
         start = time.perf_counter()
         for _ in range(launches):
@@ -113,58 +120,76 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768])
     parser.add_argument("--tiles", type=int, nargs="+", default=[512, 1024, 2048])
-    parser.add_argument("--graph", action="store_true",
-                        help="also in graph mode (recorded, instantiated and run once) "
-                             "and as a recorded graph replayed")
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="also in graph mode (recorded, instantiated and run once) "
+        "and as a recorded graph replayed",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     import cupy
+
     example = _example()
-    stflow_seconds(cupy, example, spd(cupy, 2048), 512, False)        # warm-up
+    stflow_seconds(cupy, example, spd(cupy, 2048), 512, False)  # warm-up
     if args.graph:
         stflow_seconds(cupy, example, spd(cupy, 2048), 512, True)
         stflow_replay_seconds(cupy, example, spd(cupy, 2048), 512, launches=1)
     rows = []
     warmed: set[int] = set()
-    print(f"{'n':>6} {'nb':>5} {'mode':>6} {'stflow s':>9} {'TFLOP/s':>8} "
-          f"{'cuSOLVER s':>10} {'TFLOP/s':>8} {'ratio':>6} {'error':>8}")
+    print(
+        f"{'n':>6} {'nb':>5} {'mode':>6} {'stflow s':>9} {'TFLOP/s':>8} "
+        f"{'cuSOLVER s':>10} {'TFLOP/s':>8} {'ratio':>6} {'error':>8}"
+    )
     for n in args.sizes:
         a = spd(cupy, n)
         reference, expected = cusolver_seconds(cupy, a)
-        flops = n ** 3 / 3
+        flops = n**3 / 3
         for nb in args.tiles:
             if n % nb or n // nb < 2:
                 continue
-            if nb not in warmed:        # the kernels of this tile size, loaded once
+            if nb not in warmed:  # the kernels of this tile size, loaded once
                 warmed.add(nb)
-                for use_graph in ([False, True] if args.graph else [False]):
+                for use_graph in [False, True] if args.graph else [False]:
                     stflow_seconds(cupy, example, spd(cupy, 2 * nb), nb, use_graph)
-            for mode in (["stream", "graph", "replay"] if args.graph else ["stream"]):
+            for mode in ["stream", "graph", "replay"] if args.graph else ["stream"]:
                 if mode == "replay":
                     seconds, parts = stflow_replay_seconds(cupy, example, a, nb)
                 else:
-                    seconds, parts = stflow_seconds(cupy, example, a, nb,
-                                                    mode == "graph")
+                    seconds, parts = stflow_seconds(cupy, example, a, nb, mode == "graph")
                 count = n // nb
                 error = 0.0
                 for (i, j), part in parts.items():
                     if i in (0, count - 1) or j == i:
-                        want = expected[i * nb:(i + 1) * nb, j * nb:(j + 1) * nb]
+                        want = expected[i * nb : (i + 1) * nb, j * nb : (j + 1) * nb]
                         got = cupy.tril(part) if i == j else part
                         want = cupy.tril(want) if i == j else want
-                        error = max(error, float(cupy.max(cupy.abs(got - want))
-                                                 / cupy.max(cupy.abs(want))))
+                        error = max(
+                            error,
+                            float(
+                                cupy.max(cupy.abs(got - want)) / cupy.max(cupy.abs(want))
+                            ),
+                        )
                 del parts
-                row = {"n": n, "nb": nb, "mode": mode,
-                       "stflow_s": seconds, "stflow_tflops": flops / seconds / 1e12,
-                       "cusolver_s": reference,
-                       "cusolver_tflops": flops / reference / 1e12,
-                       "ratio": reference / seconds, "max_rel_error": error}
+                row = {
+                    "n": n,
+                    "nb": nb,
+                    "mode": mode,
+                    "stflow_s": seconds,
+                    "stflow_tflops": flops / seconds / 1e12,
+                    "cusolver_s": reference,
+                    "cusolver_tflops": flops / reference / 1e12,
+                    "ratio": reference / seconds,
+                    "max_rel_error": error,
+                }
                 rows.append(row)
-                print(f"{n:>6} {nb:>5} {row['mode']:>6} {seconds:>9.3f} "
-                      f"{row['stflow_tflops']:>8.1f} {reference:>10.3f} "
-                      f"{row['cusolver_tflops']:>8.1f} {row['ratio']:>6.2f} "
-                      f"{error:>8.1e}", flush=True)
+                print(
+                    f"{n:>6} {nb:>5} {row['mode']:>6} {seconds:>9.3f} "
+                    f"{row['stflow_tflops']:>8.1f} {reference:>10.3f} "
+                    f"{row['cusolver_tflops']:>8.1f} {row['ratio']:>6.2f} "
+                    f"{error:>8.1e}",
+                    flush=True,
+                )
                 cupy.get_default_memory_pool().free_all_blocks()
         del a, expected
         cupy.get_default_memory_pool().free_all_blocks()

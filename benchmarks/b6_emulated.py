@@ -23,7 +23,7 @@ from stflow.testing import check_program, generate_program
 
 
 def _per_task(workload, tasks: int, repeats: int = 5) -> dict:
-    workload(tasks // 10)                              # warm up
+    workload(tasks // 10)  # warm up
     submit, total = [], []
     for _ in range(repeats):
         s, t = workload(tasks)
@@ -43,6 +43,7 @@ def chain(reads: int):
                     pass
             submitted = time.perf_counter()
         return submitted - start, time.perf_counter() - start
+
     return run
 
 
@@ -96,8 +97,11 @@ def main(argv: list[str] | None = None) -> dict:
     for name, row in results.items():
         print(f"{name:<20}{row['submit_us']:>16.1f}{row['total_us']:>16.1f}")
     seconds = differential(args.programs)
-    results["b6_differential"] = {"programs": args.programs, "seconds": seconds,
-                                  "target_seconds": 60}
+    results["b6_differential"] = {
+        "programs": args.programs,
+        "seconds": seconds,
+        "target_seconds": 60,
+    }
     print(f"B6: {args.programs} differential programs in {seconds:.1f} s (target < 60 s)")
     if args.json:
         with open(args.json, "w") as out:

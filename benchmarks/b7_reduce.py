@@ -57,19 +57,24 @@ def _contribute(backend: str, t, k: int, steps: int, accumulate: bool) -> None:
     """Task ``k``'s contribution, added to its view by one single-block kernel."""
     if backend == "cuda":
         from stflow.testing import cupy_array, cupy_stream
+
         kernel = _cuda_kernel()
         with cupy_stream(t.stream_ptr()):
             view = cupy_array(t.get_arg_cai(0))
-            kernel((1,), (256,), (view, np.uint32(view.size), np.float32(1.0 + k % 7),
-                                  np.uint32(steps)))
+            kernel(
+                (1,),
+                (256,),
+                (view, np.uint32(view.size), np.float32(1.0 + k % 7), np.uint32(steps)),
+            )
         return
     from stflow.emulated import launch
 
     def body(view):
         term = np.full(view.shape, 1.0 + k % 7, dtype=view.dtype)
-        for _ in range(min(steps, 50)):          # the figures mean nothing here
+        for _ in range(min(steps, 50)):  # the figures mean nothing here
             term = term * np.float32(0.5) + np.float32(0.5)
         view += term
+
     launch(t.stream_ptr(), body, t.get_arg_cai(0))
 
 
@@ -79,6 +84,7 @@ _compiled: list = []
 def _cuda_kernel():
     if not _compiled:
         import cupy
+
         _compiled.append(cupy.RawKernel(_KERNEL, "contribute"))
     return _compiled[0]
 
@@ -93,14 +99,16 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     import stflow as stf
+
     results = {}
     values = {}
     for mode in ("rw", "reduce"):
-        run(stf, args.backend, args.tasks, args.size, args.steps, mode)      # warm up
+        run(stf, args.backend, args.tasks, args.size, args.steps, mode)  # warm up
         times = []
         for _ in range(args.repeats):
-            seconds, values[mode] = run(stf, args.backend, args.tasks, args.size,
-                                        args.steps, mode)
+            seconds, values[mode] = run(
+                stf, args.backend, args.tasks, args.size, args.steps, mode
+            )
             times.append(seconds)
         results[mode] = statistics.median(times)
     np.testing.assert_allclose(values["reduce"], values["rw"], rtol=1e-5)
@@ -108,15 +116,27 @@ def main() -> None:
     probe = stf.context(backend=args.backend)
     devices = probe._runtime.device_count
     probe.finalize()
-    print(f"B7 reduce vs rw, {args.backend}, {devices} device(s): {args.tasks} tasks, "
-          f"{args.steps} steps over {args.size} floats: rw {results['rw'] * 1e3:.2f} ms, "
-          f"reduce {results['reduce'] * 1e3:.2f} ms -> reduce is {ratio:.2f}x faster")
+    print(
+        f"B7 reduce vs rw, {args.backend}, {devices} device(s): {args.tasks} tasks, "
+        f"{args.steps} steps over {args.size} floats: rw {results['rw'] * 1e3:.2f} ms, "
+        f"reduce {results['reduce'] * 1e3:.2f} ms -> reduce is {ratio:.2f}x faster"
+    )
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"backend": args.backend, "devices": devices, "tasks": args.tasks,
-                       "size": args.size, "steps": args.steps,
-                       "rw_seconds": results["rw"], "reduce_seconds": results["reduce"],
-                       "speedup": ratio}, out, indent=2)
+            json.dump(
+                {
+                    "backend": args.backend,
+                    "devices": devices,
+                    "tasks": args.tasks,
+                    "size": args.size,
+                    "steps": args.steps,
+                    "rw_seconds": results["rw"],
+                    "reduce_seconds": results["reduce"],
+                    "speedup": ratio,
+                },
+                out,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ import importlib.util
 import json
 import pathlib
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,9 @@ def _example() -> Any:
     return module
 
 
-def _best(run: Callable[[], tuple[np.ndarray, float]], repeats: int
-          ) -> tuple[float, np.ndarray]:
+def _best(
+    run: Callable[[], tuple[np.ndarray, float]], repeats: int
+) -> tuple[float, np.ndarray]:
     best, factor = float("inf"), None
     for _ in range(repeats):
         factor, seconds = run()
@@ -64,6 +66,7 @@ def _timed(fn: Callable[[], np.ndarray]) -> Callable[[], tuple[np.ndarray, float
         start = time.perf_counter()
         factor = fn()
         return factor, time.perf_counter() - start
+
     return run
 
 
@@ -73,7 +76,7 @@ def variants(example: Any, a: np.ndarray, nb: int) -> dict[str, Callable[[], Any
     import torch
 
     def in_place() -> tuple[np.ndarray, float]:
-        copy = a.copy()                                  # before the clock starts
+        copy = a.copy()  # before the clock starts
         return example.cholesky(copy, nb, "cuda", overwrite_a=True)
 
     def cupy_call() -> np.ndarray:
@@ -89,8 +92,9 @@ def variants(example: Any, a: np.ndarray, nb: int) -> dict[str, Callable[[], Any
     return {
         "stflow": lambda: example.cholesky(a, nb, "cuda"),
         "stflow in place": in_place,
-        "stflow, budget half the matrix":
-            lambda: example.cholesky(a, nb, "cuda", memory_budget=budget),
+        "stflow, budget half the matrix": lambda: example.cholesky(
+            a, nb, "cuda", memory_budget=budget
+        ),
         "CuPy": _timed(cupy_call),
         "PyTorch": _timed(torch_call),
         "device-resident": lambda: example.cholesky(a, nb, "cuda", devices=1),
@@ -102,12 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[8192, 16384, 32768])
     parser.add_argument("--nb", type=int, default=2048, help="tile size")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", nargs="*", default=None,
-                        help="measure only these variants (names as printed)")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="measure only these variants (names as printed)",
+    )
     parser.add_argument("--json", default=None, help="write the results there")
-    parser.add_argument("--profile", action="store_true",
-                        help="after the measurements, profile one call of each stflow "
-                             "variant at the largest size (cProfile, top 20 cumulative)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the measurements, profile one call of each stflow "
+        "variant at the largest size (cProfile, top 20 cumulative)",
+    )
     args = parser.parse_args(argv)
     example = _example()
     warm = example.spd_matrix(min(args.sizes) // 4)
@@ -118,31 +129,39 @@ def main(argv: list[str] | None = None) -> int:
         if args.only:
             runs = {name: run for name, run in runs.items() if name in args.only}
         for name, run in variants(example, warm, min(args.nb, len(warm))).items():
-            if name in runs and "budget" not in name:    # (too small for a budget)
-                run()                                    # libraries' setup, caches
+            if name in runs and "budget" not in name:  # (too small for a budget)
+                run()  # libraries' setup, caches
         row: dict[str, Any] = {"n": n, "nb": args.nb}
         for name, run in runs.items():
             seconds, factor = _best(run, args.repeats)
             ok, _, checked = example.check_factor(a, factor, full=False)
             row[name] = seconds
             row[f"{name} check"] = checked.strip(", ") + ("" if ok else " FAILED")
-            print(f"n={n:6d} {name:32s} {seconds:8.3f} s "
-                  f"{n ** 3 / 3 / seconds / 1e12:7.2f} TFLOP/s  {row[f'{name} check']}",
-                  flush=True)
+            print(
+                f"n={n:6d} {name:32s} {seconds:8.3f} s "
+                f"{n**3 / 3 / seconds / 1e12:7.2f} TFLOP/s  {row[f'{name} check']}",
+                flush=True,
+            )
             del factor
         if "CuPy" in row and "stflow" in row:
-            print(f"n={n:6d} stflow / CuPy end to end: {row['CuPy'] / row['stflow']:.2f}x"
-                  f" faster; in place {row['CuPy'] / row.get('stflow in place', np.nan):.2f}x",
-                  flush=True)
+            print(
+                f"n={n:6d} stflow / CuPy end to end: {row['CuPy'] / row['stflow']:.2f}x"
+                f" faster; in place {row['CuPy'] / row.get('stflow in place', np.nan):.2f}x",
+                flush=True,
+            )
         if "device-resident" in row and "stflow" in row:
-            print(f"n={n:6d} end to end reaches {row['device-resident'] / row['stflow']:.2f}"
-                  f" of the device-resident rate", flush=True)
+            print(
+                f"n={n:6d} end to end reaches {row['device-resident'] / row['stflow']:.2f}"
+                f" of the device-resident rate",
+                flush=True,
+            )
         results.append(row)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(results, indent=2))
     if args.profile:
         import cProfile
         import pstats
+
         n = max(args.sizes)
         a = example.spd_matrix(n)
         for name, run in variants(example, a, min(args.nb, n)).items():

@@ -48,6 +48,7 @@ def _tasks(cupy, tile: int, count: int, body) -> float:
         with ctx.task(la.read(), lb.read(), lc.rw()) as t:
             if body is not None:
                 t.run(body)
+
     seconds = _per_call(one, count, lambda: ctx.wait(lc))
     ctx.finalize()
     return seconds
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     import cupy
+
     a, b, c = (cupy.ones((args.tile, args.tile)) for _ in range(3))
     sync = cupy.cuda.Device().synchronize
 
@@ -74,10 +76,14 @@ def main() -> None:
 
     def one_batched() -> None:
         linalg.gemm_batched(batch_a, b, batch_c, alpha=-1.0, beta=1.0, trans_b=True)
+
     rows = {
         "cupy a @ b.T": _per_call(cupy_gemm, args.count, sync),
-        "linalg.gemm": _per_call(lambda: linalg.gemm(a, b, c, alpha=-1.0, beta=1.0,
-                                                     trans_b=True), args.count, sync),
+        "linalg.gemm": _per_call(
+            lambda: linalg.gemm(a, b, c, alpha=-1.0, beta=1.0, trans_b=True),
+            args.count,
+            sync,
+        ),
         "task, no body": _tasks(cupy, args.tile, args.count, None),
         "task, empty t.run": _tasks(cupy, args.tile, args.count, _empty_body),
         "task, t.run + linalg.gemm": _tasks(cupy, args.tile, args.count, _gemm_body),

@@ -22,11 +22,12 @@ import stflow as stf
 
 
 def chain(tasks: int, fields: int, how: str, use_graph: bool) -> float:
-    backend = "emulated" if use_graph else "null"        # null has no graph support
+    backend = "emulated" if use_graph else "null"  # null has no graph support
     with stf.context(backend=backend, use_graph=use_graph) as ctx:
         data = [ctx.logical_data(np.zeros(16)) for _ in range(fields)]
-        group = ctx.bundle(**{f"f{k}": stf.constant(ld) if k else ld
-                              for k, ld in enumerate(data)})
+        group = ctx.bundle(
+            **{f"f{k}": stf.constant(ld) if k else ld for k, ld in enumerate(data)}
+        )
         made_once = group.dep(f0=stf.AccessMode.RW)
         separate = [data[0].rw(), *[ld.read() for ld in data[1:]]]
         start = time.perf_counter()
@@ -58,13 +59,16 @@ def main() -> None:
     for use_graph in (False, True):
         mode = "graph" if use_graph else "stream"
         for how in ("deps", "deps per task", "bundle", "bundle per task"):
-            chain(args.tasks // 4, args.fields, how, use_graph)          # warm up
+            chain(args.tasks // 4, args.fields, how, use_graph)  # warm up
             best = min(chain(args.tasks, args.fields, how, use_graph) for _ in range(5))
             results[f"{mode}/{how}"] = best
-            print(f"{mode:6} {how:16} k={args.fields}: {best:7.2f} µs per task "
-                  f"({'compiled' if stf.__compiled__ else 'Python'})")
+            print(
+                f"{mode:6} {how:16} k={args.fields}: {best:7.2f} µs per task "
+                f"({'compiled' if stf.__compiled__ else 'Python'})"
+            )
     if args.json:
         import json
+
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)
 

@@ -31,11 +31,14 @@ def main() -> None:
         start = time.perf_counter()
         for n in range(1, 30001):
             if name == "to_graph":
-                check(cu.cuStreamBeginCaptureToGraph(stream, graph, deps, None, len(deps),
-                                                     relaxed))
+                check(
+                    cu.cuStreamBeginCaptureToGraph(
+                        stream, graph, deps, None, len(deps), relaxed
+                    )
+                )
                 cu.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, 0, 0)
                 info = check(cu.cuStreamGetCaptureInfo(stream))
-                deps = list(info[3][:info[-1]])
+                deps = list(info[3][: info[-1]])
                 check(cu.cuStreamEndCapture(stream))
             elif name == "child":
                 check(cu.cuStreamBeginCapture(stream, relaxed))
@@ -50,8 +53,10 @@ def main() -> None:
             if n in marks or n == 100:
                 now = time.perf_counter()
                 if n != 100:
-                    print(f"{name:<11} nodes {n:>6}: {(now - start) / 100 * 1e6:8.2f} µs "
-                          "per op (last 100)")
+                    print(
+                        f"{name:<11} nodes {n:>6}: {(now - start) / 100 * 1e6:8.2f} µs "
+                        "per op (last 100)"
+                    )
             if n + 100 in marks:
                 start = time.perf_counter()
         check(cu.cuGraphDestroy(graph))

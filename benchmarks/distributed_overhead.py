@@ -63,19 +63,22 @@ def _per_task(ctx: Any, data: list, tasks: int) -> float:
 def local_case(comm: MPI.Comm, tasks: int, repeats: int = 5) -> None:
     size, rank = comm.Get_size(), comm.Get_rank()
     mixed = here = elsewhere = single = float("inf")
-    with stf.distributed_context(comm, backend="null") as ctx, \
-            stf.context(backend="null") as plain:
+    with (
+        stf.distributed_context(comm, backend="null") as ctx,
+        stf.context(backend="null") as plain,
+    ):
         data = [ctx.logical_data(np.zeros(16), owner=r) for r in range(size)]
         x = plain.logical_data(np.zeros(16))
-        for _ in range(repeats):          # interleaved, the best of each: a noisy host
+        for _ in range(repeats):  # interleaved, the best of each: a noisy host
             comm.Barrier()
-            mixed = min(mixed, _per_task(ctx, data, tasks))   # 1/N execute here
+            mixed = min(mixed, _per_task(ctx, data, tasks))  # 1/N execute here
             comm.Barrier()
-            here = min(here, _per_task(ctx, [data[rank]], tasks))   # all here
+            here = min(here, _per_task(ctx, [data[rank]], tasks))  # all here
             comm.Barrier()
             if size > 1:
-                elsewhere = min(elsewhere,
-                                _per_task(ctx, [data[(rank + 1) % size]], tasks))
+                elsewhere = min(
+                    elsewhere, _per_task(ctx, [data[(rank + 1) % size]], tasks)
+                )
             comm.Barrier()
             single = min(single, _per_task(plain, [x], tasks))
     if size == 1:
@@ -83,10 +86,12 @@ def local_case(comm: MPI.Comm, tasks: int, repeats: int = 5) -> None:
     rows = comm.gather((mixed, here, elsewhere, single), root=0)
     if rank == 0:
         worst = [max(row[i] for row in rows) * 1e6 for i in range(4)]
-        print(f"ranks={size}: {worst[0]:.2f} µs per task submitted (the slowest rank; "
-              f"every rank unrolls every task): {worst[1]:.2f} µs for a task "
-              f"executing on the rank, {worst[2]:.2f} µs for one executing elsewhere; "
-              f"single-process task {worst[3]:.2f} µs")
+        print(
+            f"ranks={size}: {worst[0]:.2f} µs per task submitted (the slowest rank; "
+            f"every rank unrolls every task): {worst[1]:.2f} µs for a task "
+            f"executing on the rank, {worst[2]:.2f} µs for one executing elsewhere; "
+            f"single-process task {worst[3]:.2f} µs"
+        )
 
 
 def private_case(comm: MPI.Comm, tasks: int) -> None:
@@ -115,26 +120,29 @@ def private_case(comm: MPI.Comm, tasks: int) -> None:
     rows = comm.gather((unrolled, pruned), root=0)
     if rank == 0:
         worst = [max(row[i] for row in rows) for i in range(2)]
-        print(f"ranks={size}: a flow of {tasks} tasks, each rank executing "
-              f"{tasks // size}: the whole flow unrolled on every rank "
-              f"{worst[0] * 1e3:.1f} ms (slowest rank), pruned to each rank's own "
-              f"tasks on its local context {worst[1] * 1e3:.1f} ms "
-              f"({worst[0] / worst[1]:.1f}x)")
+        print(
+            f"ranks={size}: a flow of {tasks} tasks, each rank executing "
+            f"{tasks // size}: the whole flow unrolled on every rank "
+            f"{worst[0] * 1e3:.1f} ms (slowest rank), pruned to each rank's own "
+            f"tasks on its local context {worst[1] * 1e3:.1f} ms "
+            f"({worst[0] / worst[1]:.1f}x)"
+        )
 
 
-def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: float,
-                  nbytes: int) -> None:
+def exchange_case(
+    comm: MPI.Comm, iterations: int, work_tasks: int, work_us: float, nbytes: int
+) -> None:
     size, rank = comm.Get_size(), comm.Get_rank()
 
     def work(xp: object, a: np.ndarray) -> None:
-        time.sleep(work_us * 1e-6)          # device time (the GIL is released)
+        time.sleep(work_us * 1e-6)  # device time (the GIL is released)
         a += 1.0
 
     def pack(xp: object, message: np.ndarray, a: np.ndarray) -> None:
         message[...] = a[0]
 
     def consume(xp: object, total: np.ndarray, message: np.ndarray) -> None:
-        total += message[:total.size]
+        total += message[: total.size]
 
     comm.Barrier()
     start = time.perf_counter()
@@ -160,10 +168,12 @@ def exchange_case(comm: MPI.Comm, iterations: int, work_tasks: int, work_us: flo
     if rank == 0:
         assert result[0] == expected, (result[0], expected)
         device = iterations * work_tasks * work_us * 1e-6
-        print(f"ranks={size}: {iterations} iterations of {work_tasks} tasks x "
-              f"{work_us:.0f} µs + a {nbytes}-byte exchange to the next rank: wall "
-              f"{max(r[0] for r in rows):.3f} s (device work per rank {device:.3f} s), "
-              f"submission done after {max(r[1] for r in rows):.3f} s")
+        print(
+            f"ranks={size}: {iterations} iterations of {work_tasks} tasks x "
+            f"{work_us:.0f} µs + a {nbytes}-byte exchange to the next rank: wall "
+            f"{max(r[0] for r in rows):.3f} s (device work per rank {device:.3f} s), "
+            f"submission done after {max(r[1] for r in rows):.3f} s"
+        )
 
 
 def _raw_host(comm: MPI.Comm, count: int, repeats: int) -> float:
@@ -187,6 +197,7 @@ def _raw_staged(comm: MPI.Comm, count: int, repeats: int) -> float:
     in, one after the other."""
     import cupy
     import cupyx
+
     rank = comm.Get_rank()
     device, pinned = cupy.zeros(count), cupyx.empty_pinned(count)
     stream = cupy.cuda.get_current_stream()
@@ -194,7 +205,7 @@ def _raw_staged(comm: MPI.Comm, count: int, repeats: int) -> float:
     start = time.perf_counter()
     for _ in range(repeats):
         if rank == 0:
-            device.get(out=pinned)                 # blocking
+            device.get(out=pinned)  # blocking
             comm.Send(pinned, dest=1, tag=7)
         elif rank == 1:
             comm.Recv(pinned, source=0, tag=7)
@@ -210,36 +221,41 @@ def _layer(comm: MPI.Comm, count: int, repeats: int, backend: str) -> float:
     with stf.distributed_context(comm, backend=backend) as ctx:
         x = ctx.logical_data(np.zeros(count), owner=0)
         seen = ctx.logical_data(np.zeros(1), owner=1)
-        with ctx.task(seen.rw(), x.read(), rank=1):        # a first exchange
+        with ctx.task(seen.rw(), x.read(), rank=1):  # a first exchange
             pass
-        ctx.wait(seen)          # not fence(), which does not wait for the devices
+        ctx.wait(seen)  # not fence(), which does not wait for the devices
         comm.Barrier()
         start = time.perf_counter()
         for _ in range(repeats):
-            with ctx.task(x.rw(), rank=0):           # a new version on rank 0
+            with ctx.task(x.rw(), rank=0):  # a new version on rank 0
                 pass
-            with ctx.task(seen.rw(), x.read(), rank=1):    # brought to rank 1
+            with ctx.task(seen.rw(), x.read(), rank=1):  # brought to rank 1
                 pass
-        ctx.wait(seen)          # after the last copy in and its task (8 bytes)
+        ctx.wait(seen)  # after the last copy in and its task (8 bytes)
         comm.Barrier()
         return time.perf_counter() - start
 
 
-def profile_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
-                 directory: str) -> None:
+def profile_case(
+    comm: MPI.Comm, sizes: list[int], repeats: int, backend: str, directory: str
+) -> None:
     """``cProfile`` of ``repeats`` transfers through the layer, per rank."""
     import cProfile
     import pstats
+
     os.makedirs(directory, exist_ok=True)
     for nbytes in sizes:
-        _layer(comm, nbytes // 8, 5, backend)              # warm up
+        _layer(comm, nbytes // 8, 5, backend)  # warm up
         profile = cProfile.Profile()
         profile.enable()
         seconds = _layer(comm, nbytes // 8, repeats, backend)
         profile.disable()
         if comm.Get_rank() == 0:
-            print(f"{nbytes / (1 << 20):7.3g} MiB under the profiler: "
-                  f"{seconds / repeats * 1e6:.0f} µs per transfer", flush=True)
+            print(
+                f"{nbytes / (1 << 20):7.3g} MiB under the profiler: "
+                f"{seconds / repeats * 1e6:.0f} µs per transfer",
+                flush=True,
+            )
         path = os.path.join(directory, f"rank{comm.Get_rank()}-{nbytes}b.txt")
         with open(path, "w") as report:
             stats = pstats.Stats(profile, stream=report)
@@ -247,8 +263,9 @@ def profile_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
             stats.sort_stats("cumulative").print_stats(40)
 
 
-def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
-                   pieces: list[int]) -> None:
+def bandwidth_case(
+    comm: MPI.Comm, sizes: list[int], repeats: int, backend: str, pieces: list[int]
+) -> None:
     """Rank 0 rewrites a vector, rank 1 reads it: one transfer per repeat, against
     raw ``comm.Send`` / ``comm.Recv`` of a NumPy buffer of the same size (and, on
     CUDA, of the same device data staged by hand), for each piece size."""
@@ -270,8 +287,10 @@ def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
                 line += f", device staged by hand {gb / staged:6.2f} GB/s"
             for piece, layer in zip(pieces, layers):
                 name = f"pieces of {piece >> 10} KiB" if piece else "one message"
-                line += f"; stflow ({backend}, {name}) {gb / layer:6.2f} GB/s, " \
-                        f"x{raw / layer:.2f} host"
+                line += (
+                    f"; stflow ({backend}, {name}) {gb / layer:6.2f} GB/s, "
+                    f"x{raw / layer:.2f} host"
+                )
                 if staged is not None:
                     line += f", x{staged / layer:.2f} by hand"
             print(line, flush=True)
@@ -279,18 +298,34 @@ def bandwidth_case(comm: MPI.Comm, sizes: list[int], repeats: int, backend: str,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("local", "exchange", "bandwidth", "private"),
-                        default="local")
-    parser.add_argument("--sizes-mib", type=float, nargs="+", default=[1, 16, 64],
-                        help="message sizes of --case bandwidth")
-    parser.add_argument("--pieces-mib", type=float, nargs="+", default=[4],
-                        help="STFLOW_MPI_PIECE values of --case bandwidth (0: one "
-                             "message per value)")
+    parser.add_argument(
+        "--case", choices=("local", "exchange", "bandwidth", "private"), default="local"
+    )
+    parser.add_argument(
+        "--sizes-mib",
+        type=float,
+        nargs="+",
+        default=[1, 16, 64],
+        help="message sizes of --case bandwidth",
+    )
+    parser.add_argument(
+        "--pieces-mib",
+        type=float,
+        nargs="+",
+        default=[4],
+        help="STFLOW_MPI_PIECE values of --case bandwidth (0: one message per value)",
+    )
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--profile", metavar="DIR",
-                        help="--case bandwidth: profile the layer's transfers instead")
-    parser.add_argument("--backend", default="emulated",
-                        help="the local contexts' backend (--case bandwidth)")
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="--case bandwidth: profile the layer's transfers instead",
+    )
+    parser.add_argument(
+        "--backend",
+        default="emulated",
+        help="the local contexts' backend (--case bandwidth)",
+    )
     parser.add_argument("--tasks", type=int, default=4000)
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--work-tasks", type=int, default=4)
@@ -303,11 +338,21 @@ def main() -> None:
     elif args.case == "private":
         private_case(comm, args.tasks)
     elif args.case == "bandwidth" and args.profile:
-        profile_case(comm, [int(m * (1 << 20)) for m in args.sizes_mib], args.repeats,
-                     args.backend, args.profile)
+        profile_case(
+            comm,
+            [int(m * (1 << 20)) for m in args.sizes_mib],
+            args.repeats,
+            args.backend,
+            args.profile,
+        )
     elif args.case == "bandwidth":
-        bandwidth_case(comm, [int(m * (1 << 20)) for m in args.sizes_mib], args.repeats,
-                       args.backend, [int(m * (1 << 20)) for m in args.pieces_mib])
+        bandwidth_case(
+            comm,
+            [int(m * (1 << 20)) for m in args.sizes_mib],
+            args.repeats,
+            args.backend,
+            [int(m * (1 << 20)) for m in args.pieces_mib],
+        )
     else:
         exchange_case(comm, args.iterations, args.work_tasks, args.work_us, args.bytes)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -42,7 +42,7 @@ def main() -> dict:
         x = ctx.logical_data(np.zeros(16))
         deps = (x.rw(),)
         with ctx.task(*deps):
-            pass                                        # x now lives on device 0
+            pass  # x now lives on device 0
         runtime = ctx._runtime
         lock = runtime.lock
         probe = ctx.task(*deps)
@@ -56,7 +56,7 @@ def main() -> dict:
             for _ in range(n):
                 ctx.task(*deps)
 
-        def runtime_work(n: int) -> None:           # acquire + release, lock held
+        def runtime_work(n: int) -> None:  # acquire + release, lock held
             with lock:
                 for _ in range(n):
                     plan = runtime.acquire(deps, None, probe, probe, 1)
@@ -67,7 +67,7 @@ def main() -> dict:
         pool = runtime.root_pools.pool(plan.device)
         completed = runtime.backend.query
 
-        def pure(n: int) -> None:                  # the plan's decisions alone
+        def pure(n: int) -> None:  # the plan's decisions alone
             for tick in range(n):
                 acquire(plan, pool, completed, tick)
                 release(plan, event, None)
@@ -84,19 +84,29 @@ def main() -> dict:
                 lock.release()
 
         tasks = args.tasks
-        rows["whole task (with ctx.task(x.rw()) as t: t.stream_ptr())"] = best_us(whole, tasks)
+        rows["whole task (with ctx.task(x.rw()) as t: t.stream_ptr())"] = best_us(
+            whole, tasks
+        )
         rows["building the task object (ctx.task)"] = best_us(build, tasks)
         rows["runtime acquire + release"] = best_us(runtime_work, tasks)
-        rows["  of which the plan's decisions (_plan.acquire + release)"] = best_us(pure, tasks)
+        rows["  of which the plan's decisions (_plan.acquire + release)"] = best_us(
+            pure, tasks
+        )
         rows["  of which the end event (backend.record)"] = best_us(record, tasks)
         rows["the runtime lock, taken twice"] = 2 * best_us(locking, tasks)
     whole_us = rows["whole task (with ctx.task(x.rw()) as t: t.stream_ptr())"]
-    rest = whole_us - rows["building the task object (ctx.task)"] - \
-        rows["runtime acquire + release"] - rows["the runtime lock, taken twice"]
+    rest = (
+        whole_us
+        - rows["building the task object (ctx.task)"]
+        - rows["runtime acquire + release"]
+        - rows["the runtime lock, taken twice"]
+    )
     rows["start/end around them (checks, with protocol, stream_ptr)"] = rest
     build_kind = "compiled" if stf.__compiled__ else "Python"
-    print(f"hot path of a 1-dependency chain on the null backend ({build_kind} build), "
-          "µs per task:")
+    print(
+        f"hot path of a 1-dependency chain on the null backend ({build_kind} build), "
+        "µs per task:"
+    )
     for name, value in rows.items():
         print(f"  {name:<62}{value:6.2f}")
     if args.json:

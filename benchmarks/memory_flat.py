@@ -35,11 +35,13 @@ def body(t: Any, backend: str) -> None:
     """An increment of dependency 0, enqueued on the task stream (capturable)."""
     if backend == "emulated":
         from stflow.emulated import launch
+
         launch(t.stream_ptr(), lambda a: a.__iadd__(1.0), t.get_arg_cai(0))
     else:
         import cupy
 
         from stflow.interop.cupy import as_cupy, cupy_stream
+
         with cupy_stream(t.stream_ptr()):
             as_cupy(t.get_arg_cai(0)).__iadd__(1.0)
         del cupy
@@ -64,8 +66,13 @@ def epochs(backend: str, tasks: int, warmup: int) -> dict:
         gc.collect()
         after = rss_mib()
         seconds = time.perf_counter() - start
-    return {"tasks": tasks, "rss_before_mib": before, "rss_after_mib": after,
-            "growth_mib": after - before, "seconds": seconds}
+    return {
+        "tasks": tasks,
+        "rss_before_mib": before,
+        "rss_after_mib": after,
+        "growth_mib": after - before,
+        "seconds": seconds,
+    }
 
 
 def scopes(backend: str, blocks: int, warmup: int) -> dict:
@@ -90,12 +97,18 @@ def scopes(backend: str, blocks: int, warmup: int) -> dict:
         settle()
         after = rss_mib()
         seconds = time.perf_counter() - start
-    return {"blocks": blocks, "rss_before_mib": before, "rss_after_mib": after,
-            "growth_mib": after - before, "seconds": seconds}
+    return {
+        "blocks": blocks,
+        "rss_before_mib": before,
+        "rss_after_mib": after,
+        "growth_mib": after - before,
+        "seconds": seconds,
+    }
 
 
 def user_stream(backend: str, contexts: int) -> dict:
     from stflow.backends import get_backend
+
     native = get_backend(backend)
     user = native.stream_from_handle(0)
     streams = []
@@ -108,8 +121,11 @@ def user_stream(backend: str, contexts: int) -> dict:
         del t, x
     native.synchronize(native.record(user))
     gc.collect()
-    return {"contexts": contexts, "waited_entries": len(user.waited),
-            "streams_kept_alive": sum(ref() is not None for ref in streams)}
+    return {
+        "contexts": contexts,
+        "waited_entries": len(user.waited),
+        "streams_kept_alive": sum(ref() is not None for ref in streams),
+    }
 
 
 def main() -> dict:
@@ -117,16 +133,24 @@ def main() -> dict:
     parser.add_argument("--backend", default="emulated")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    results = {"epochs": epochs(args.backend, 40_000, 4000),
-               "scopes": scopes(args.backend, 3000, 300),
-               "user_stream": user_stream(args.backend, 300)}
+    results = {
+        "epochs": epochs(args.backend, 40_000, 4000),
+        "scopes": scopes(args.backend, 3000, 300),
+        "user_stream": user_stream(args.backend, 300),
+    }
     e, s, u = results["epochs"], results["scopes"], results["user_stream"]
-    print(f"40 000 graph-mode tasks, fence every 100: RSS {e['rss_before_mib']:.1f} -> "
-          f"{e['rss_after_mib']:.1f} MiB (+{e['growth_mib']:.1f}; target < 5)")
-    print(f"3000 graph_scope blocks: RSS {s['rss_before_mib']:.1f} -> "
-          f"{s['rss_after_mib']:.1f} MiB (+{s['growth_mib']:.1f}; target < 5)")
-    print(f"300 contexts on one user stream: {u['waited_entries']} entries left in its "
-          f"waited map, {u['streams_kept_alive']} runtime streams kept alive (target 0)")
+    print(
+        f"40 000 graph-mode tasks, fence every 100: RSS {e['rss_before_mib']:.1f} -> "
+        f"{e['rss_after_mib']:.1f} MiB (+{e['growth_mib']:.1f}; target < 5)"
+    )
+    print(
+        f"3000 graph_scope blocks: RSS {s['rss_before_mib']:.1f} -> "
+        f"{s['rss_after_mib']:.1f} MiB (+{s['growth_mib']:.1f}; target < 5)"
+    )
+    print(
+        f"300 contexts on one user stream: {u['waited_entries']} entries left in its "
+        f"waited map, {u['streams_kept_alive']} runtime streams kept alive (target 0)"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

@@ -32,7 +32,7 @@ from helpers.bodies import add_to  # noqa: E402
 
 def working_set(stf, backend: str, budget: int) -> dict:
     count, rounds = 12, 3
-    size = budget // 8 // 8                      # float64 elements per vector
+    size = budget // 8 // 8  # float64 elements per vector
     arrays = [np.full(size, float(i)) for i in range(count)]
     expected = [a.copy() for a in arrays]
     for _ in range(rounds):
@@ -43,21 +43,28 @@ def working_set(stf, backend: str, budget: int) -> dict:
         data = [ctx.logical_data(a) for a in arrays]
         for _ in range(rounds):
             for i in range(count):
-                with ctx.task(stf.exec_place.device(0), data[i].rw(),
-                              data[(i + 1) % count].read()) as t:
+                with ctx.task(
+                    stf.exec_place.device(0), data[i].rw(), data[(i + 1) % count].read()
+                ) as t:
                     add_to(t, 0, 1, 1.0)
         stats = ctx.statistics()
     seconds = time.perf_counter() - start
     exact = all(np.array_equal(a, e) for a, e in zip(arrays, expected))
-    return {"budget_bytes": budget, "working_set_bytes": count * size * 8,
-            "tasks": count * rounds, "seconds": seconds, "evictions": stats.evictions,
-            "evicted_bytes": stats.evicted_bytes,
-            "written_back_bytes": stats.written_back_bytes, "results_exact": exact}
+    return {
+        "budget_bytes": budget,
+        "working_set_bytes": count * size * 8,
+        "tasks": count * rounds,
+        "seconds": seconds,
+        "evictions": stats.evictions,
+        "evicted_bytes": stats.evicted_bytes,
+        "written_back_bytes": stats.written_back_bytes,
+        "results_exact": exact,
+    }
 
 
 def many_contexts(stf, backend: str, contexts: int) -> dict:
     def one() -> None:
-        one_context_round(backend, 1 << 16)                           # 512 KiB each
+        one_context_round(backend, 1 << 16)  # 512 KiB each
 
     one()
     gc.collect()
@@ -67,9 +74,14 @@ def many_contexts(stf, backend: str, contexts: int) -> dict:
         one()
     seconds = time.perf_counter() - start
     gc.collect()
-    return {"contexts": contexts, "seconds": seconds,
-            "device_bytes_before": memory, "device_bytes_after": device_bytes_in_use(backend),
-            "threads_before": threads, "threads_after": threading.active_count()}
+    return {
+        "contexts": contexts,
+        "seconds": seconds,
+        "device_bytes_before": memory,
+        "device_bytes_after": device_bytes_in_use(backend),
+        "threads_before": threads,
+        "threads_after": threading.active_count(),
+    }
 
 
 def main() -> None:
@@ -80,16 +92,21 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     import stflow as stf
+
     pressure = working_set(stf, args.backend, args.budget_mib << 20)
-    print(f"working set {pressure['working_set_bytes'] / 2**20:.0f} MiB in a budget of "
-          f"{args.budget_mib} MiB: {pressure['tasks']} tasks in "
-          f"{pressure['seconds']:.2f} s, {pressure['evictions']} evictions, "
-          f"{pressure['written_back_bytes'] / 2**20:.0f} MiB written back, results "
-          f"{'exact' if pressure['results_exact'] else 'WRONG'}")
+    print(
+        f"working set {pressure['working_set_bytes'] / 2**20:.0f} MiB in a budget of "
+        f"{args.budget_mib} MiB: {pressure['tasks']} tasks in "
+        f"{pressure['seconds']:.2f} s, {pressure['evictions']} evictions, "
+        f"{pressure['written_back_bytes'] / 2**20:.0f} MiB written back, results "
+        f"{'exact' if pressure['results_exact'] else 'WRONG'}"
+    )
     contexts = many_contexts(stf, args.backend, args.contexts)
-    print(f"{contexts['contexts']} contexts in {contexts['seconds']:.2f} s: device memory "
-          f"{contexts['device_bytes_before']} -> {contexts['device_bytes_after']} bytes, "
-          f"threads {contexts['threads_before']} -> {contexts['threads_after']}")
+    print(
+        f"{contexts['contexts']} contexts in {contexts['seconds']:.2f} s: device memory "
+        f"{contexts['device_bytes_before']} -> {contexts['device_bytes_after']} bytes, "
+        f"threads {contexts['threads_before']} -> {contexts['threads_after']}"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"pressure": pressure, "contexts": contexts}, out, indent=2)

@@ -41,22 +41,27 @@ def _fence(lines: list[str]) -> str:
 
 
 def _machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} core(s), Python "
-            f"{platform.python_version()}, {platform.system()} {platform.release()}")
+    return (
+        f"{platform.machine()}, {os.cpu_count()} core(s), Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}"
+    )
 
 
 def demo_figure(extra: list[str] | None = None) -> str:
     """The output of ``python -m stflow.demo`` (fresh process), as a text block."""
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                      env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    )
     command = [sys.executable, "-m", "stflow.demo", *(extra or [])]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
-        raise SystemExit(f"the demo failed (exit code {done.returncode}):\n"
-                         f"{done.stdout}{done.stderr}")
+        raise SystemExit(
+            f"the demo failed (exit code {done.returncode}):\n{done.stdout}{done.stderr}"
+        )
     return _fence(done.stdout.rstrip("\n").splitlines())
 
 
@@ -78,9 +83,10 @@ def _progress_run(style: str) -> list[str]:
             def sample() -> None:
                 while not running.wait(0.01):
                     sampled.append(bar.text())
+
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
-        datum = ctx.logical_data(np.zeros(64 * 1024))          # 512 KiB
+        datum = ctx.logical_data(np.zeros(64 * 1024))  # 512 KiB
         for k in range(tasks):
             with ctx.task(stf.exec_place.device(k % 2), datum.rw()) as t:
                 launch(t.stream_ptr(), lambda a: time.sleep(0.004), *t.views())
@@ -92,6 +98,7 @@ def _progress_run(style: str) -> list[str]:
     def near(fraction: float) -> str:
         index = min(range(len(lines)), key=lambda i: abs(done[i] - fraction * tasks))
         return lines[index]
+
     return [near(0.2), lines[-1]]
 
 
@@ -108,6 +115,7 @@ def _progress_count(line: str) -> int:
 def progress_figure() -> str:
     """The tqdm (when installed) and text bars of an 800-task run, as a text block."""
     import importlib.util
+
     blocks: list[str] = []
     styles = (["tqdm"] if importlib.util.find_spec("tqdm") else []) + ["text"]
     for style in styles:
@@ -120,15 +128,21 @@ def progress_figure() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # No choices=: argparse (before 3.12) checks the empty list against them.
-    parser.add_argument("figures", nargs="*", metavar="demo|progress",
-                        help="the figures to make (default: all)")
+    parser.add_argument(
+        "figures",
+        nargs="*",
+        metavar="demo|progress",
+        help="the figures to make (default: all)",
+    )
     args = parser.parse_args(argv)
     figures = args.figures or list(FIGURES)
     unknown = [name for name in figures if name not in FIGURES]
     if unknown:
         parser.error(f"unknown figure {unknown[0]!r}; choose from {', '.join(FIGURES)}")
-    print(f"machine: {_machine()}; load average "
-          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}\n")
+    print(
+        f"machine: {_machine()}; load average "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
+    )
     for figure in figures:
         if figure == "demo":
             print("README.md, 'Run the demo' (python -m stflow.demo):")

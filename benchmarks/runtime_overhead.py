@@ -37,23 +37,31 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    for reads in (0, 1, 3):                       # warm the process up
+    for reads in (0, 1, 3):  # warm the process up
         chain(args.tasks, reads)
     results = {}
     for reads in (0, 1, 3):
         best = min(chain(args.tasks, reads) for _ in range(5))
         results[f"rw+{reads}"] = best
-        print(f"runtime cost, rw + {reads} read(s): {best:.2f} µs per task "
-              f"({'compiled' if stf.__compiled__ else 'Python'})")
+        print(
+            f"runtime cost, rw + {reads} read(s): {best:.2f} µs per task "
+            f"({'compiled' if stf.__compiled__ else 'Python'})"
+        )
     if args.json:
         import json
+
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)
     if args.profile:
         import cProfile
         import pstats
-        cProfile.runctx("chain(args.tasks, 1)", globals(), {"args": args, "chain": chain},
-                        "/tmp/stflow-runtime.prof")
+
+        cProfile.runctx(
+            "chain(args.tasks, 1)",
+            globals(),
+            {"args": args, "chain": chain},
+            "/tmp/stflow-runtime.prof",
+        )
         pstats.Stats("/tmp/stflow-runtime.prof").sort_stats("tottime").print_stats(15)
 
 

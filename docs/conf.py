@@ -18,7 +18,7 @@ import sys
 
 _ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(_ROOT, "src"))
-os.environ.setdefault("STFLOW_BACKEND", "emulated")     # no BackendNotice while importing
+os.environ.setdefault("STFLOW_BACKEND", "emulated")  # no BackendNotice while importing
 # Document the Python sources (the compiled build has the same docstrings, but the
 # signatures of compiled functions are not introspectable).
 os.environ.setdefault("STFLOW_PURE_PYTHON", "1")

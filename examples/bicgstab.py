@@ -68,8 +68,9 @@ def _dot_of(xp: Any, a: Any, b: Any) -> Any:
     return out
 
 
-def _direction(xp: Any, p: Any, r: Any, v: Any, rho: Any, rho_prev: Any, alpha: Any,
-               omega: Any) -> None:
+def _direction(
+    xp: Any, p: Any, r: Any, v: Any, rho: Any, rho_prev: Any, alpha: Any, omega: Any
+) -> None:
     beta = _ratio(xp, rho, rho_prev) * _ratio(xp, alpha, omega)
     p[...] = r + beta * (p - omega * v)
 
@@ -103,14 +104,21 @@ def _next(xp: Any, rho_prev: Any, it: Any, rho: Any) -> None:
 class _State:
     """The logical data of the solver, in one context (plain or stackable)."""
 
-    def __init__(self, ctx: Any, A: np.ndarray, b: np.ndarray, x: np.ndarray,
-                 it: np.ndarray, rr: np.ndarray) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        A: np.ndarray,
+        b: np.ndarray,
+        x: np.ndarray,
+        it: np.ndarray,
+        rr: np.ndarray,
+    ) -> None:
         n = b.size
         vector = np.float64
         self.A = ctx.logical_data(A, name="A")
-        self.x = ctx.logical_data(x, name="x")                  # written back at the end
-        self.it = ctx.logical_data(it, name="it")               # iterations run
-        self.r = ctx.logical_data(b.astype(vector), name="r")   # x = 0: r = b
+        self.x = ctx.logical_data(x, name="x")  # written back at the end
+        self.it = ctx.logical_data(it, name="it")  # iterations run
+        self.r = ctx.logical_data(b.astype(vector), name="r")  # x = 0: r = b
         self.rhat = ctx.logical_data(b.astype(vector), name="rhat")
         self.p = ctx.logical_data(np.zeros(n), name="p")
         self.v = ctx.logical_data(np.zeros(n), name="v")
@@ -120,20 +128,29 @@ class _State:
         self.rho_prev = ctx.logical_data(np.ones(1), name="rho_prev")
         self.alpha = ctx.logical_data(np.ones(1), name="alpha")
         self.omega = ctx.logical_data(np.ones(1), name="omega")
-        self.rr = ctx.logical_data(rr, name="rr")               # ‖r‖², = b · b
+        self.rr = ctx.logical_data(rr, name="rr")  # ‖r‖², = b · b
 
 
 def _iteration(ctx: Any, d: _State) -> None:
     """Submit one BiCGSTAB iteration (10 tasks)."""
     with ctx.task(d.rhat.read(), d.r.read(), d.rho.write(), symbol="rho") as t:
         t.run(_dot)
-    with ctx.task(d.p.rw(), d.r.read(), d.v.read(), d.rho.read(), d.rho_prev.read(),
-                  d.alpha.read(), d.omega.read(), symbol="p") as t:
+    with ctx.task(
+        d.p.rw(),
+        d.r.read(),
+        d.v.read(),
+        d.rho.read(),
+        d.rho_prev.read(),
+        d.alpha.read(),
+        d.omega.read(),
+        symbol="p",
+    ) as t:
         t.run(_direction)
     with ctx.task(d.A.read(), d.p.read(), d.v.write(), symbol="v = A p") as t:
         t.run(_matvec)
-    with ctx.task(d.rhat.read(), d.v.read(), d.rho.read(), d.alpha.write(),
-                  symbol="alpha") as t:
+    with ctx.task(
+        d.rhat.read(), d.v.read(), d.rho.read(), d.alpha.write(), symbol="alpha"
+    ) as t:
         t.run(_alpha)
     with ctx.task(d.s.write(), d.r.read(), d.v.read(), d.alpha.read(), symbol="s") as t:
         t.run(_half_step)
@@ -141,19 +158,27 @@ def _iteration(ctx: Any, d: _State) -> None:
         t.run(_matvec)
     with ctx.task(d.t.read(), d.s.read(), d.omega.write(), symbol="omega") as t:
         t.run(_omega)
-    with ctx.task(d.x.rw(), d.p.read(), d.s.read(), d.alpha.read(), d.omega.read(),
-                  symbol="x") as t:
+    with ctx.task(
+        d.x.rw(), d.p.read(), d.s.read(), d.alpha.read(), d.omega.read(), symbol="x"
+    ) as t:
         t.run(_update_x)
-    with ctx.task(d.r.write(), d.rr.write(), d.s.read(), d.t.read(), d.omega.read(),
-                  symbol="r") as t:
+    with ctx.task(
+        d.r.write(), d.rr.write(), d.s.read(), d.t.read(), d.omega.read(), symbol="r"
+    ) as t:
         t.run(_update_r)
     with ctx.task(d.rho_prev.write(), d.it.rw(), d.rho.read(), symbol="next") as t:
         t.run(_next)
 
 
-def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
-          max_iterations: int = 1000, backend: str | None = None, stream: bool = False,
-          check_every: int = 5) -> tuple[np.ndarray, int, float]:
+def solve(
+    A_host: np.ndarray,
+    b_host: np.ndarray,
+    tol: float = 1e-10,
+    max_iterations: int = 1000,
+    backend: str | None = None,
+    stream: bool = False,
+    check_every: int = 5,
+) -> tuple[np.ndarray, int, float]:
     """``x`` with ``A x = b``, the iterations run and the last residual ``‖r‖ / ‖b‖``.
 
     Stops once ``‖r‖ ≤ tol · ‖b‖`` or after ``max_iterations``: decided by the device in
@@ -165,12 +190,14 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
     if A_host.shape != (n, n):
         raise ValueError(f"A must be {n}x{n} to match b, got shape {A_host.shape}")
     if max_iterations < 1 or check_every < 1:
-        raise ValueError(f"max_iterations and check_every must be at least 1, got "
-                         f"{max_iterations} and {check_every}")
+        raise ValueError(
+            f"max_iterations and check_every must be at least 1, got "
+            f"{max_iterations} and {check_every}"
+        )
     b_squared = float(b_host @ b_host) or 1.0
     x_host = np.zeros(n)
     it_host = np.zeros(1, dtype=np.int64)
-    rr_host = np.array([float(b_host @ b_host)])     # these three are written back
+    rr_host = np.array([float(b_host @ b_host)])  # these three are written back
     if stream:
         with stf.context(backend=backend) as ctx:
             d = _State(ctx, A_host, b_host, x_host, it_host, rr_host)
@@ -179,17 +206,18 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
                 for _ in range(min(check_every, max_iterations - done)):
                     _iteration(ctx, d)
                     done += 1
-                if ctx.wait(d.rr)[0] <= tol * tol * b_squared:    # the host blocks here
+                if ctx.wait(d.rr)[0] <= tol * tol * b_squared:  # the host blocks here
                     break
     else:
         with stf.stackable_context(backend=backend) as sctx:
             d = _State(sctx, A_host, b_host, x_host, it_host, rr_host)
-            d.A.set_read_only()                            # copied to the device once
+            d.A.set_read_only()  # copied to the device once
             d.rhat.set_read_only()
             with sctx.while_loop() as loop:
                 _iteration(sctx, d)
-                loop.continue_while((d.rr > tol * tol * b_squared)
-                                    & (d.it < max_iterations))
+                loop.continue_while(
+                    (d.rr > tol * tol * b_squared) & (d.it < max_iterations)
+                )
     return x_host, int(it_host[0]), float(np.sqrt(rr_host[0] / b_squared))
 
 
@@ -217,29 +245,36 @@ def nonsymmetric_system(n: int, seed: int = 11) -> tuple[np.ndarray, np.ndarray]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512, help="matrix size")
-    parser.add_argument("--tol", type=float, default=1e-10,
-                        help="stop when |r| <= tol |b|")
+    parser.add_argument(
+        "--tol", type=float, default=1e-10, help="stop when |r| <= tol |b|"
+    )
     parser.add_argument("--max-iterations", type=int, default=1000)
-    parser.add_argument("--stream", action="store_true",
-                        help="stream mode: the host reads |r| every --check-every "
-                             "iterations")
+    parser.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream mode: the host reads |r| every --check-every iterations",
+    )
     parser.add_argument("--check-every", type=int, default=5)
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
     A, b = nonsymmetric_system(args.n)
     start = time.perf_counter()
-    x, iterations, residual = solve(A, b, args.tol, args.max_iterations, backend,
-                                    args.stream, args.check_every)
+    x, iterations, residual = solve(
+        A, b, args.tol, args.max_iterations, backend, args.stream, args.check_every
+    )
     elapsed = time.perf_counter() - start
     error = float(np.linalg.norm(x - np.linalg.solve(A, b)) / np.linalg.norm(x))
     true_residual = float(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
     ok = bool(residual <= args.tol and true_residual <= 10 * args.tol and error < 1e-6)
-    form = (f"stream mode, |r| read every {args.check_every}" if args.stream
-            else "while_loop")
-    print(f"{'PASS' if ok else 'FAIL'}: BiCGSTAB n={args.n}, {iterations} iterations "
-          f"({form}), |b - A x|/|b| = {true_residual:.2e}, relative error vs "
-          f"numpy.linalg.solve {error:.2e}, {elapsed:.2f} s")
+    form = (
+        f"stream mode, |r| read every {args.check_every}" if args.stream else "while_loop"
+    )
+    print(
+        f"{'PASS' if ok else 'FAIL'}: BiCGSTAB n={args.n}, {iterations} iterations "
+        f"({form}), |b - A x|/|b| = {true_residual:.2e}, relative error vs "
+        f"numpy.linalg.solve {error:.2e}, {elapsed:.2f} s"
+    )
     return 0 if ok else 1
 
 

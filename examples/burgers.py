@@ -69,8 +69,11 @@ def _residual(F: Any, U: Any, P: Any, h: float, dt: float, nu: float) -> None:
     """``F = F(U)`` (boundary rows: ``F = U``, for ``u = 0``)."""
     u, left, right = U[1:-1], U[:-2], U[2:]
     F[...] = U
-    F[1:-1] = ((u - P[1:-1]) / dt + u * (right - left) / (2.0 * h)
-               - nu * (left - 2.0 * u + right) / (h * h))
+    F[1:-1] = (
+        (u - P[1:-1]) / dt
+        + u * (right - left) / (2.0 * h)
+        - nu * (left - 2.0 * u + right) / (h * h)
+    )
 
 
 def _jacobian(J: Any, U: Any, h: float, dt: float, nu: float) -> None:
@@ -89,8 +92,9 @@ def _jacobian(J: Any, U: Any, h: float, dt: float, nu: float) -> None:
 RHO, RHO_PREV, ALPHA, OMEGA, BB = range(5)
 
 
-def _bicgstab_start(xp: Any, x: Any, r: Any, rhat: Any, p: Any, v: Any, sc: Any,
-                    it: Any, F: Any) -> None:
+def _bicgstab_start(
+    xp: Any, x: Any, r: Any, rhat: Any, p: Any, v: Any, sc: Any, it: Any, F: Any
+) -> None:
     """``x = 0``, ``r = rhat = b = -F``, ``p = v = 0``, the scalars to 1, ``it = 0``."""
     x[...] = 0.0
     r[...] = -F
@@ -125,21 +129,31 @@ def _bicgstab_update_x(xp: Any, x: Any, p: Any, s: Any, sc: Any) -> None:
     x += sc[ALPHA] * p + sc[OMEGA] * s
 
 
-def _bicgstab_update_r(xp: Any, r: Any, ratio: Any, it: Any, s: Any, t: Any,
-                       sc: Any) -> None:
+def _bicgstab_update_r(
+    xp: Any, r: Any, ratio: Any, it: Any, s: Any, t: Any, sc: Any
+) -> None:
     """``r = s - omega t``; ``ratio = |r|^2 / |b|^2``; one more iteration."""
     r[...] = s - sc[OMEGA] * t
     ratio[...] = _dot(r, r) / sc[BB]
     it += 1
 
 
-def bicgstab(sctx: Any, J: Any, x: Any, F: Any, work: dict[str, Any],
-             max_iterations: int) -> None:
+def bicgstab(
+    sctx: Any, J: Any, x: Any, F: Any, work: dict[str, Any], max_iterations: int
+) -> None:
     """Record ``J x = -F`` solved by BiCGSTAB in a ``while_loop`` of the current scope."""
     r, rhat, p, v, s, t = (work[k] for k in ("r", "rhat", "p", "v", "s", "t"))
     sc, ratio, it = work["sc"], work["ratio"], work["it"]
-    with sctx.task(x.write(), r.write(), rhat.write(), p.write(), v.write(), sc.write(),
-                   it.write(), F.read()) as task:
+    with sctx.task(
+        x.write(),
+        r.write(),
+        rhat.write(),
+        p.write(),
+        v.write(),
+        sc.write(),
+        it.write(),
+        F.read(),
+    ) as task:
         task.run(_bicgstab_start)
     with sctx.while_loop() as loop:
         with sctx.task(sc.rw(), p.rw(), r.read(), rhat.read(), v.read()) as task:
@@ -155,21 +169,32 @@ def bicgstab(sctx: Any, J: Any, x: Any, F: Any, work: dict[str, Any],
         # These two only read what the others wrote: they may run concurrently.
         with sctx.task(x.rw(), p.read(), s.read(), sc.read()) as task:
             task.run(_bicgstab_update_x)
-        with sctx.task(r.write(), ratio.write(), it.rw(), s.read(), t.read(),
-                       sc.read()) as task:
+        with sctx.task(
+            r.write(), ratio.write(), it.rw(), s.read(), t.read(), sc.read()
+        ) as task:
             task.run(_bicgstab_update_r)
-        loop.continue_while((ratio > LINEAR_TOL ** 2) & (it < max_iterations))
+        loop.continue_while((ratio > LINEAR_TOL**2) & (it < max_iterations))
 
 
 # -- Newton, in a device-side while_loop --------------------------------------------------
 
-def newton_step(sctx: Any, U: Any, P: Any, J: Any, work: dict[str, Any], h: float,
-                dt: float, nu: float, max_newton: int, max_linear: int) -> None:
+
+def newton_step(
+    sctx: Any,
+    U: Any,
+    P: Any,
+    J: Any,
+    work: dict[str, Any],
+    h: float,
+    dt: float,
+    nu: float,
+    max_newton: int,
+    max_linear: int,
+) -> None:
     """Record one implicit time step: ``P = U``, then Newton until converged."""
     norm2, it, counts = work["newton_norm2"], work["newton_it"], work["counts"]
     with sctx.task(P.write(), it.write(), U.read()) as task:
-        task.run(lambda xp, P_, it_, U_: (P_.__setitem__(Ellipsis, U_),
-                                          it_.fill(0)))
+        task.run(lambda xp, P_, it_, U_: (P_.__setitem__(Ellipsis, U_), it_.fill(0)))
     with sctx.while_loop() as loop:
         F = sctx.logical_data_empty(U.shape, np.float64, name="F", no_export=True)
         d = sctx.logical_data_empty(U.shape, np.float64, name="d", no_export=True)
@@ -179,16 +204,24 @@ def newton_step(sctx: Any, U: Any, P: Any, J: Any, work: dict[str, Any], h: floa
             task.run(lambda xp, J_, U_: _jacobian(J_, U_, h, dt, nu))
         bicgstab(sctx, J, d, F, work, max_linear)
         with sctx.task(U.rw(), d.read(), counts.rw(), work["it"].read()) as task:
-            task.run(lambda xp, U_, d_, c, lin: (U_.__iadd__(d_),
-                                                 c.__setitem__(1, c[1] + lin[0])))
+            task.run(
+                lambda xp, U_, d_, c, lin: (
+                    U_.__iadd__(d_),
+                    c.__setitem__(1, c[1] + lin[0]),
+                )
+            )
         # Test the residual of the updated U (not the one the step started from).
         with sctx.task(F.write(), U.read(), P.read()) as task:
             task.run(lambda xp, F_, U_, P_: _residual(F_, U_, P_, h, dt, nu))
         with sctx.task(norm2.write(), it.rw(), counts.rw(), F.read()) as task:
-            task.run(lambda xp, n2, it_, c, F_: (n2.__setitem__(Ellipsis, _dot(F_, F_)),
-                                                 it_.__iadd__(1),
-                                                 c.__setitem__(0, c[0] + 1)))
-        loop.continue_while((norm2 > NEWTON_TOL ** 2) & (it < max_newton))
+            task.run(
+                lambda xp, n2, it_, c, F_: (
+                    n2.__setitem__(Ellipsis, _dot(F_, F_)),
+                    it_.__iadd__(1),
+                    c.__setitem__(0, c[0] + 1),
+                )
+            )
+        loop.continue_while((norm2 > NEWTON_TOL**2) & (it < max_newton))
 
 
 def _snapshot(xp: Any, snaps: Any, k: Any, U: Any) -> None:
@@ -210,9 +243,16 @@ def default_dt(n: int, nu: float) -> float:
     return max(0.5 * h * h / nu, 1e-3)
 
 
-def run(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
-        dt: float | None = None, backend: str | None = None, max_newton: int = 20,
-        max_linear: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def run(
+    n: int = 64,
+    outer: int = 4,
+    substeps: int = 5,
+    nu: float = 0.05,
+    dt: float | None = None,
+    backend: str | None = None,
+    max_newton: int = 20,
+    max_linear: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``outer * substeps`` implicit steps from ``sin(pi x)``; returns the final ``U``,
     the ``(outer, n)`` snapshots (after each ``substeps`` steps) and the Newton and
     BiCGSTAB iteration totals."""
@@ -229,8 +269,10 @@ def run(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
         snap_k = sctx.logical_data_zeros((1,), np.int64, name="snapshot_index")
         P = sctx.logical_data_empty((n,), np.float64, name="U_prev")
         J = sctx.logical_data_empty((3, n), np.float64, name="J")
-        work = {name: sctx.logical_data_empty((n,), np.float64, name=name)
-                for name in ("r", "rhat", "p", "v", "s", "t")}
+        work = {
+            name: sctx.logical_data_empty((n,), np.float64, name=name)
+            for name in ("r", "rhat", "p", "v", "s", "t")
+        }
         work["sc"] = sctx.logical_data_empty((5,), np.float64, name="scalars")
         work["ratio"] = sctx.logical_data_empty((1,), np.float64, name="ratio")
         work["it"] = sctx.logical_data_empty((1,), np.int64, name="linear_it")
@@ -248,9 +290,15 @@ def run(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
 
 # -- the same scheme in NumPy ---------------------------------------------------------------
 
-def reference(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
-              dt: float | None = None, max_newton: int = 20
-              ) -> tuple[np.ndarray, np.ndarray]:
+
+def reference(
+    n: int = 64,
+    outer: int = 4,
+    substeps: int = 5,
+    nu: float = 0.05,
+    dt: float | None = None,
+    max_newton: int = 20,
+) -> tuple[np.ndarray, np.ndarray]:
     """The same time steps with dense ``numpy.linalg.solve`` Newton updates."""
     h = 1.0 / (n - 1)
     dt = default_dt(n, nu) if dt is None else dt
@@ -267,7 +315,7 @@ def reference(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
                 dense = np.diag(J[1]) + np.diag(J[0, 1:], -1) + np.diag(J[2, :-1], 1)
                 U = U + np.linalg.solve(dense, -F)
                 _residual(F, U, P, h, dt, nu)
-                if F @ F <= NEWTON_TOL ** 2:
+                if F @ F <= NEWTON_TOL**2:
                     break
         snaps[k] = U
     return U, snaps
@@ -276,10 +324,12 @@ def reference(n: int = 64, outer: int = 4, substeps: int = 5, nu: float = 0.05,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=128, help="grid points")
-    parser.add_argument("--outer", type=int, default=5,
-                        help="outer iterations (one snapshot each)")
-    parser.add_argument("--substeps", type=int, default=10,
-                        help="time steps per outer iteration")
+    parser.add_argument(
+        "--outer", type=int, default=5, help="outer iterations (one snapshot each)"
+    )
+    parser.add_argument(
+        "--substeps", type=int, default=10, help="time steps per outer iteration"
+    )
     parser.add_argument("--nu", type=float, default=0.02, help="viscosity")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
@@ -290,13 +340,19 @@ def main(argv: list[str] | None = None) -> int:
     U_ref, snaps_ref = reference(args.n, args.outer, args.substeps, args.nu)
     error = float(np.max(np.abs(snaps - snaps_ref)))
     steps = args.outer * args.substeps
-    ok = (error < 1e-8 and bool(np.all(np.isfinite(U)))
-          and float(np.max(np.abs(U))) < 1.0 and abs(U[0]) + abs(U[-1]) < 1e-12)
+    ok = (
+        error < 1e-8
+        and bool(np.all(np.isfinite(U)))
+        and float(np.max(np.abs(U))) < 1.0
+        and abs(U[0]) + abs(U[-1]) < 1e-12
+    )
     for k in range(args.outer):
         print(f"  step {(k + 1) * args.substeps:4d}: max U = {snaps[k].max():.6f}")
-    print(f"{'PASS' if ok else 'FAIL'}: Burgers n={args.n}, {steps} implicit steps "
-          f"({counts[0]} Newton iterations, {counts[1]} BiCGSTAB iterations) in "
-          f"{elapsed:.2f} s; max error vs NumPy {error:.2e}")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: Burgers n={args.n}, {steps} implicit steps "
+        f"({counts[0]} Newton iterations, {counts[1]} BiCGSTAB iterations) in "
+        f"{elapsed:.2f} s; max error vs NumPy {error:.2e}"
+    )
     return 0 if ok else 1
 
 

@@ -66,7 +66,7 @@ def _squared_norm(xp: Any, r: Any, rr: Any) -> None:
 
 
 def _matvec(xp: Any, A: Any, p: Any, Ap: Any) -> None:
-    start = 0                       # A: the bundle's named tuple of row blocks
+    start = 0  # A: the bundle's named tuple of row blocks
     for block in A:
         stop = start + block.shape[0]
         linalg.gemv(block, p, Ap[start:stop])
@@ -77,9 +77,14 @@ def row_blocks(ctx: Any, A_host: np.ndarray, count: int) -> Any:
     """``A_host`` as a bundle of ``count`` row blocks (views of it: nothing is
     copied on the host), each read-only through the bundle."""
     bounds = np.linspace(0, A_host.shape[0], min(count, A_host.shape[0]) + 1).astype(int)
-    return ctx.bundle(**{f"rows{k}": stf.constant(ctx.logical_data(
-        A_host[lo:hi], name=f"A[{lo}:{hi}]"))
-        for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))})
+    return ctx.bundle(
+        **{
+            f"rows{k}": stf.constant(
+                ctx.logical_data(A_host[lo:hi], name=f"A[{lo}:{hi}]")
+            )
+            for k, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:]))
+        }
+    )
 
 
 def _step(xp: Any, p: Any, Ap: Any, rr: Any, alpha: Any) -> None:
@@ -100,9 +105,16 @@ def _direction(xp: Any, r: Any, p: Any, rr: Any) -> None:
     rr[...] = rr_new
 
 
-def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
-          max_iterations: int = 1000, check_every: int = 10, backend: str | None = None,
-          use_graph: bool = False, blocks: int = 4) -> tuple[np.ndarray, int, float]:
+def solve(
+    A_host: np.ndarray,
+    b_host: np.ndarray,
+    tol: float = 1e-10,
+    max_iterations: int = 1000,
+    check_every: int = 10,
+    backend: str | None = None,
+    use_graph: bool = False,
+    blocks: int = 4,
+) -> tuple[np.ndarray, int, float]:
     """``x`` with ``A x = b``, the iterations run and the last residual ``‖r‖ / ‖b‖``.
 
     The host reads the residual (``ctx.wait``) after every ``check_every`` iterations
@@ -116,9 +128,9 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
     b_norm = float(np.linalg.norm(b_host)) or 1.0
     x_host = np.zeros(n)
     ctx = stf.context(backend=backend, use_graph=use_graph)
-    A = row_blocks(ctx, np.ascontiguousarray(A_host), blocks)   # copied to a device once
-    x = ctx.logical_data(x_host, name="x")             # written back at finalize()
-    r = ctx.logical_data(b_host.astype(np.float64), name="r")    # x = 0: r = b
+    A = row_blocks(ctx, np.ascontiguousarray(A_host), blocks)  # copied to a device once
+    x = ctx.logical_data(x_host, name="x")  # written back at finalize()
+    r = ctx.logical_data(b_host.astype(np.float64), name="r")  # x = 0: r = b
     p = ctx.logical_data(b_host.astype(np.float64), name="p")
     Ap = ctx.logical_data_empty((n,), np.float64, name="Ap")
     alpha = ctx.logical_data_empty((1,), np.float64, name="alpha")
@@ -131,8 +143,9 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
         for _ in range(min(check_every, max_iterations - iterations)):
             with ctx.task(A.read(), p.read(), Ap.write(), symbol="Ap = A p") as t:
                 t.run(_matvec)
-            with ctx.task(p.read(), Ap.read(), rr.read(), alpha.write(),
-                          symbol="alpha") as t:
+            with ctx.task(
+                p.read(), Ap.read(), rr.read(), alpha.write(), symbol="alpha"
+            ) as t:
                 t.run(_step)
             with ctx.task(x.rw(), p.read(), alpha.read(), symbol="x += alpha p") as t:
                 t.run(_axpy)
@@ -141,7 +154,7 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float = 1e-10,
             with ctx.task(r.read(), p.rw(), rr.rw(), symbol="p = r + beta p") as t:
                 t.run(_direction)
             iterations += 1
-        residual = float(np.sqrt(ctx.wait(rr)[0])) / b_norm     # the host blocks here
+        residual = float(np.sqrt(ctx.wait(rr)[0])) / b_norm  # the host blocks here
         if residual <= tol:
             break
     ctx.finalize()
@@ -159,27 +172,38 @@ def spd_system(n: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512, help="matrix size")
-    parser.add_argument("--tol", type=float, default=1e-10,
-                        help="stop when |r| <= tol |b|")
+    parser.add_argument(
+        "--tol", type=float, default=1e-10, help="stop when |r| <= tol |b|"
+    )
     parser.add_argument("--max-iterations", type=int, default=2000)
-    parser.add_argument("--check-every", type=int, default=10,
-                        help="iterations submitted between two host reads of |r|")
-    parser.add_argument("--graph", action="store_true",
-                        help="graph mode: the tasks between two reads form one graph")
+    parser.add_argument(
+        "--check-every",
+        type=int,
+        default=10,
+        help="iterations submitted between two host reads of |r|",
+    )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="graph mode: the tasks between two reads form one graph",
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
     A, b = spd_system(args.n)
     start = time.perf_counter()
-    x, iterations, residual = solve(A, b, args.tol, args.max_iterations, args.check_every,
-                                    backend, args.graph)
+    x, iterations, residual = solve(
+        A, b, args.tol, args.max_iterations, args.check_every, backend, args.graph
+    )
     elapsed = time.perf_counter() - start
     error = float(np.linalg.norm(x - np.linalg.solve(A, b)) / np.linalg.norm(b))
     ok = bool(error < 1e-6 and residual <= args.tol)
-    print(f"{'PASS' if ok else 'FAIL'}: CG n={args.n}, {iterations} iterations "
-          f"({'graph' if args.graph else 'stream'} mode, residual read every "
-          f"{args.check_every}), |r|/|b| = {residual:.2e}, relative error vs "
-          f"numpy.linalg.solve {error:.2e}, {elapsed:.2f} s")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: CG n={args.n}, {iterations} iterations "
+        f"({'graph' if args.graph else 'stream'} mode, residual read every "
+        f"{args.check_every}), |r|/|b| = {residual:.2e}, relative error vs "
+        f"numpy.linalg.solve {error:.2e}, {elapsed:.2f} s"
+    )
     return 0 if ok else 1
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ __global__ void finish(double* rr, const double* rr_new, long long* it) { rr[0] 
 
 
 def _numpy_kernels() -> dict[str, Callable[..., None]]:
-    def matvec(A: Any, p: Any, y: Any) -> None:      # one row block of A
+    def matvec(A: Any, p: Any, y: Any) -> None:  # one row block of A
         y[:] = A @ p
 
     def step_alpha(p: Any, Ap: Any, rr: Any, alpha: Any) -> None:
@@ -96,10 +97,20 @@ class Kernels:
         self.n = n
         if backend == "cuda":
             import cupy
+
             module = cupy.RawModule(code=_CUDA_SOURCE)
-            self.functions = {name: module.get_function(name) for name in
-                              ("matvec", "step_alpha", "update_x", "update_r", "squared_norm",
-                               "update_p", "finish")}
+            self.functions = {
+                name: module.get_function(name)
+                for name in (
+                    "matvec",
+                    "step_alpha",
+                    "update_x",
+                    "update_r",
+                    "squared_norm",
+                    "update_p",
+                    "finish",
+                )
+            }
         else:
             self.functions = _numpy_kernels()
 
@@ -112,29 +123,41 @@ class Kernels:
             def product(p: Any, y: Any, *arrays: Any) -> None:
                 start = 0
                 for block in arrays:
-                    self.functions["matvec"](block, p, y[start:start + len(block)])
+                    self.functions["matvec"](block, p, y[start : start + len(block)])
                     start += len(block)
+
             launch(t.stream_ptr(), product, p, y, *blocks)
             return
         from stflow.interop.cupy import as_cupy, cupy_stream
+
         p_array, y_array = as_cupy(p), as_cupy(y)
         with cupy_stream(t.stream_ptr()):
             start = 0
             for view in blocks:
                 block = as_cupy(view)
                 rows = block.shape[0]
-                self.functions["matvec"](((rows + 255) // 256,), (256,),
-                                         (block, p_array, y_array[start:start + rows],
-                                          np.int32(rows), np.int32(self.n)))
+                self.functions["matvec"](
+                    ((rows + 255) // 256,),
+                    (256,),
+                    (
+                        block,
+                        p_array,
+                        y_array[start : start + rows],
+                        np.int32(rows),
+                        np.int32(self.n),
+                    ),
+                )
                 start += rows
 
     def __call__(self, t: Any, name: str, single_block: bool = False) -> None:
         views = t.views()
         if self.backend != "cuda":
             from stflow.emulated import launch
+
             launch(t.stream_ptr(), self.functions[name], *views)
             return
         from stflow.interop.cupy import as_cupy, cupy_stream
+
         arrays = [as_cupy(v) for v in views]
         grid = 1 if single_block else (self.n + 255) // 256
         extra = () if name == "finish" else (np.int32(self.n),)
@@ -142,8 +165,9 @@ class Kernels:
             self.functions[name]((grid,), (256,), (*arrays, *extra))
 
 
-def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: int,
-          backend: str) -> tuple[np.ndarray, int, float]:
+def solve(
+    A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: int, backend: str
+) -> tuple[np.ndarray, int, float]:
     """``x`` with ``A x = b``, the iterations run, and the final residual norm."""
     n = b_host.size
     x_host = np.zeros(n)
@@ -152,17 +176,22 @@ def solve(A_host: np.ndarray, b_host: np.ndarray, tol: float, max_iterations: in
     with stf.stackable_context(backend=backend) as sctx:
         kernels = Kernels(sctx.backend, n)
         bounds = np.linspace(0, n, min(4, n) + 1).astype(int)
-        row_blocks = [sctx.logical_data(np.ascontiguousarray(A_host[lo:hi]),
-                                        name=f"A[{lo}:{hi}]")
-                      for lo, hi in zip(bounds[:-1], bounds[1:])]
+        row_blocks = [
+            sctx.logical_data(np.ascontiguousarray(A_host[lo:hi]), name=f"A[{lo}:{hi}]")
+            for lo, hi in zip(bounds[:-1], bounds[1:])
+        ]
         for block in row_blocks:
             block.set_read_only()
-        A = sctx.bundle(**{f"rows{k}": stf.constant(block)      # one argument
-                           for k, block in enumerate(row_blocks)})
+        A = sctx.bundle(
+            **{
+                f"rows{k}": stf.constant(block)  # one argument
+                for k, block in enumerate(row_blocks)
+            }
+        )
         x = sctx.logical_data(x_host, name="x")
         it = sctx.logical_data(it_host, name="it")
         rr = sctx.logical_data(rr_host, name="rr")
-        r = sctx.logical_data(b_host.copy(), name="r")        # x = 0: r = b
+        r = sctx.logical_data(b_host.copy(), name="r")  # x = 0: r = b
         p = sctx.logical_data(b_host.copy(), name="p")
         Ap = sctx.logical_data_empty((n,), name="Ap")
         alpha = sctx.logical_data_empty((1,), name="alpha")
@@ -197,16 +226,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rng = np.random.default_rng(7)
     M = rng.standard_normal((args.n, args.n))
-    A = M @ M.T / args.n + np.eye(args.n)             # symmetric positive definite
+    A = M @ M.T / args.n + np.eye(args.n)  # symmetric positive definite
     b = rng.standard_normal(args.n)
     start = time.perf_counter()
     x, iterations, residual = solve(A, b, args.tol, args.max_iterations, args.backend)
     elapsed = time.perf_counter() - start
     error = np.linalg.norm(x - np.linalg.solve(A, b)) / np.linalg.norm(b)
     ok = error < 1e-6 and iterations < args.max_iterations
-    print(f"CG n={args.n}: {iterations} iterations in one while_loop, residual "
-          f"{residual:.2e}, relative error vs numpy.linalg.solve {error:.2e}, "
-          f"{elapsed:.2f} s -> {'PASS' if ok else 'FAIL'}")
+    print(
+        f"CG n={args.n}: {iterations} iterations in one while_loop, residual "
+        f"{residual:.2e}, relative error vs numpy.linalg.solve {error:.2e}, "
+        f"{elapsed:.2f} s -> {'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

@@ -47,7 +47,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -67,26 +68,31 @@ def spd_matrix(n: int, seed: int = 0) -> np.ndarray:
 # call on both backends: NumPy on the emulated one, cuBLAS / cuSOLVER on the task's
 # stream on CUDA, which also works while graph mode records (CuPy's own ``@`` and
 # ``cupy.linalg`` refuse to be captured).
-def potrf(xp: Any, a: Any) -> None:                     # a = chol(a), lower
+def potrf(xp: Any, a: Any) -> None:  # a = chol(a), lower
     linalg.potrf(a)
 
 
-def trsm(xp: Any, l: Any, b: Any) -> None:              # b = b · l⁻ᵀ
+def trsm(xp: Any, l: Any, b: Any) -> None:  # b = b · l⁻ᵀ
     linalg.trsm(l, b, side="right", trans=True)
 
 
-def syrk(xp: Any, a: Any, c: Any) -> None:              # c -= a · aᵀ (lower)
+def syrk(xp: Any, a: Any, c: Any) -> None:  # c -= a · aᵀ (lower)
     linalg.syrk(a, c, alpha=-1.0, beta=1.0)
 
 
-def gemm(xp: Any, a: Any, b: Any, c: Any) -> None:      # c -= a · bᵀ
+def gemm(xp: Any, a: Any, b: Any, c: Any) -> None:  # c -= a · bᵀ
     linalg.gemm(a, b, c, alpha=-1.0, beta=1.0, trans_b=True)
 
 
-def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
-              where: Callable[[int, int], Any] | None = None) -> None:
+def factorize(
+    ctx: Any,
+    tiles: dict[tuple[int, int], Any],
+    count: int,
+    where: Callable[[int, int], Any] | None = None,
+) -> None:
     """Submit the tiled factorisation of the ``count × count`` lower tiles; with
     ``where``, the task writing tile ``(i, j)`` executes on ``where(i, j)``."""
+
     def on(i: int, j: int) -> tuple[Any, ...]:
         return () if where is None else (where(i, j),)
 
@@ -94,28 +100,38 @@ def factorize(ctx: Any, tiles: dict[tuple[int, int], Any], count: int,
         with ctx.task(*on(k, k), tiles[k, k].rw(), symbol=f"potrf({k})") as t:
             t.run(potrf)
         for i in range(k + 1, count):
-            with ctx.task(*on(i, k), tiles[k, k].read(), tiles[i, k].rw(),
-                          symbol=f"trsm({i},{k})") as t:
+            with ctx.task(
+                *on(i, k), tiles[k, k].read(), tiles[i, k].rw(), symbol=f"trsm({i},{k})"
+            ) as t:
                 t.run(trsm)
         for i in range(k + 1, count):
-            with ctx.task(*on(i, i), tiles[i, k].read(), tiles[i, i].rw(),
-                          symbol=f"syrk({i},{k})") as t:
+            with ctx.task(
+                *on(i, i), tiles[i, k].read(), tiles[i, i].rw(), symbol=f"syrk({i},{k})"
+            ) as t:
                 t.run(syrk)
             for j in range(k + 1, i):
-                with ctx.task(*on(i, j), tiles[i, k].read(), tiles[j, k].read(),
-                              tiles[i, j].rw(), symbol=f"gemm({i},{j},{k})") as t:
+                with ctx.task(
+                    *on(i, j),
+                    tiles[i, k].read(),
+                    tiles[j, k].read(),
+                    tiles[i, j].rw(),
+                    symbol=f"gemm({i},{j},{k})",
+                ) as t:
                     t.run(gemm)
 
 
-def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
-           device_of: Callable[[int, int], int]) -> None:
+def settle(
+    ctx: Any, tiles: dict[tuple[int, int], Any], device_of: Callable[[int, int], int]
+) -> None:
     """Block until the work submitted on ``tiles`` completed, leaving them where they
     are (``fence()`` does not block): on each device, a task reading the tiles there
     writes a flag, which ``ctx.wait`` brings back (8 bytes)."""
     flags = []
     for device in sorted({device_of(i, j) for i, j in tiles}):
         flag = ctx.logical_data(np.zeros(1), name=f"settled{device}")
-        here = [tile.read() for (i, j), tile in tiles.items() if device_of(i, j) == device]
+        here = [
+            tile.read() for (i, j), tile in tiles.items() if device_of(i, j) == device
+        ]
         with ctx.task(stf.exec_place.device(device), flag.rw(), *here):
             pass
         flags.append(flag)
@@ -123,9 +139,15 @@ def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
         ctx.wait(flag)
 
 
-def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
-             use_graph: bool = False, devices: int = 0, overwrite_a: bool = False,
-             memory_budget: Any = None) -> tuple[np.ndarray, float]:
+def cholesky(
+    a: np.ndarray,
+    nb: int,
+    backend: str | None = None,
+    use_graph: bool = False,
+    devices: int = 0,
+    overwrite_a: bool = False,
+    memory_budget: Any = None,
+) -> tuple[np.ndarray, float]:
     """The lower Cholesky factor of ``a`` in tiles of ``nb`` (the last row and column
     of tiles take what is left; the upper triangle zero), and the seconds the call
     took: end to end, from the NumPy matrix to the NumPy factor (the context, the
@@ -147,23 +169,25 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     ctx = stf.context(backend=backend, use_graph=use_graph, memory_budget=memory_budget)
     if overwrite_a:
         result = a
-        grid = stf.tiles(ctx, result, nb, name="A")    # in place: written back there
+        grid = stf.tiles(ctx, result, nb, name="A")  # in place: written back there
         sources = None
     else:
-        result = np.zeros(a.shape, a.dtype)    # calloc'd: the upper triangle stays 0
+        result = np.zeros(a.shape, a.dtype)  # calloc'd: the upper triangle stays 0
         grid = stf.tiles(ctx, result, nb, name="L")
         original = a.view()
         original.flags.writeable = False
         sources = stf.tiles(ctx, original, nb, name="A")
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     where: Callable[[int, int], Any] | None = None
-    device_of: Callable[[int, int], int] = lambda i, j: 0    # noqa: E731
+    device_of: Callable[[int, int], int] = lambda i, j: 0  # noqa: E731
     if devices:
         available = get_backend(ctx.backend).device_count
         if not 0 < devices <= available:
             ctx.finalize()
-            raise ValueError(f"devices must be between 1 and {available} (the "
-                             f"{ctx.backend} backend's devices), got {devices}")
+            raise ValueError(
+                f"devices must be between 1 and {available} (the "
+                f"{ctx.backend} backend's devices), got {devices}"
+            )
         device_of = stf.block_cyclic.over(devices)
 
         def on_its_device(i: int, j: int) -> Any:
@@ -188,21 +212,26 @@ def cholesky(a: np.ndarray, nb: int, backend: str | None = None,
     return result, elapsed
 
 
-def load(ctx: Any, tiles: dict[tuple[int, int], Any], sources: Any,
-         where: Callable[[int, int], Any] | None) -> None:
+def load(
+    ctx: Any,
+    tiles: dict[tuple[int, int], Any],
+    sources: Any,
+    where: Callable[[int, int], Any] | None,
+) -> None:
     """Bring the tiles where their first task runs: copies of the tiles of ``a``
     into the factor's (on the devices), or, with ``where`` and no ``sources``, each
     tile onto its device."""
     if sources is None and where is None:
-        return                                 # the first tasks move the tiles
+        return  # the first tasks move the tiles
     for (i, j), tile in tiles.items():
         on = () if where is None else (where(i, j),)
         if sources is None:
             with ctx.task(*on, tile.rw(), symbol=f"load({i},{j})"):
                 pass
         else:
-            with ctx.task(*on, sources[i, j].read(), tile.write(),
-                          symbol=f"load({i},{j})") as t:
+            with ctx.task(
+                *on, sources[i, j].read(), tile.write(), symbol=f"load({i},{j})"
+            ) as t:
                 t.run(_assign)
 
 
@@ -210,8 +239,14 @@ def _assign(xp: Any, source: Any, target: Any) -> None:
     target[...] = source
 
 
-def clear_upper(ctx: Any, grid: Any, count: int, nb: int, overwrite_a: bool,
-                where: Callable[[int, int], Any] | None) -> None:
+def clear_upper(
+    ctx: Any,
+    grid: Any,
+    count: int,
+    nb: int,
+    overwrite_a: bool,
+    where: Callable[[int, int], Any] | None,
+) -> None:
     """Zero what is above the diagonal: in the diagonal tiles (a mask kept on the
     devices) and, when ``a`` is factorised in place, the tiles above them."""
     mask = ctx.logical_data(np.tril(np.ones((nb, nb))), name="lower")
@@ -247,8 +282,9 @@ def _zero(xp: Any, a: Any) -> None:
     a.fill(0)
 
 
-def check_factor(a: np.ndarray, lower: np.ndarray, full: bool = True
-                 ) -> tuple[bool, str, str]:
+def check_factor(
+    a: np.ndarray, lower: np.ndarray, full: bool = True
+) -> tuple[bool, str, str]:
     """Whether ``lower`` is ``a``'s Cholesky factor, with a verdict to print before
     the figures and what was measured, after them. ``full``: against
     ``numpy.linalg.cholesky``; else ``L Lᵀ = A`` on a sample of 8 rows (large
@@ -261,8 +297,11 @@ def check_factor(a: np.ndarray, lower: np.ndarray, full: bool = True
     rows = np.linspace(0, a.shape[0] - 1, 8).astype(int)
     error = float(np.max(np.abs(lower[rows] @ lower.T - a[rows])) / np.max(np.abs(a)))
     ok = error < 1e-10
-    return ok, f"{'PASS' if ok else 'FAIL'} (8 rows of L Lᵀ): ", \
-        f", relative residual {error:.1e}"
+    return (
+        ok,
+        f"{'PASS' if ok else 'FAIL'} (8 rows of L Lᵀ): ",
+        f", relative residual {error:.1e}",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,15 +309,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=512, help="matrix size")
     parser.add_argument("--nb", type=int, default=128, help="tile size")
     parser.add_argument("--graph", action="store_true", help="graph mode")
-    parser.add_argument("--devices", type=int, default=0,
-                        help="spread the tiles over this many devices (block-cyclic)")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=0,
+        help="spread the tiles over this many devices (block-cyclic)",
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
-    parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="check L Lᵀ = A on 8 rows instead of comparing with "
-                             "numpy.linalg.cholesky (large n)")
-    parser.add_argument("--runs", type=int, default=1,
-                        help="factorise this many times (fresh contexts); the first "
-                             "time and the best of the others are printed")
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="check L Lᵀ = A on 8 rows instead of comparing with "
+        "numpy.linalg.cholesky (large n)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="factorise this many times (fresh contexts); the first "
+        "time and the best of the others are printed",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
@@ -288,28 +339,33 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.runs):
         try:
             lower, elapsed = cholesky(a, args.nb, backend, args.graph, args.devices)
-        except ValueError as error:             # a bad --devices
+        except ValueError as error:  # a bad --devices
             parser.error(str(error))
         times.append(elapsed)
     ok, verdict, checked = check_factor(a, lower, args.check)
     tiles = -(-args.n // args.nb)
     timed = "factorisation" if args.devices else "end to end"
-    print(f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb}, "
-          f"{'graph' if args.graph else 'stream'} mode"
-          f"{f', {args.devices} devices' if args.devices else ''}, {timed}: "
-          f"{describe_times(times, args.n)}{checked}")
+    print(
+        f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb}, "
+        f"{'graph' if args.graph else 'stream'} mode"
+        f"{f', {args.devices} devices' if args.devices else ''}, {timed}: "
+        f"{describe_times(times, args.n)}{checked}"
+    )
     return 0 if ok else 1
 
 
 def describe_times(times: list[float], n: int) -> str:
     """``times`` of factorisations of order ``n``: one, or the first and the best of
     the others (the first pays for the libraries' setup), with their TFLOP/s."""
+
     def one(seconds: float) -> str:
-        return f"{seconds:.3f} s ({n ** 3 / 3 / seconds / 1e12:.3g} TFLOP/s)"
+        return f"{seconds:.3f} s ({n**3 / 3 / seconds / 1e12:.3g} TFLOP/s)"
 
     if len(times) == 1:
         return one(times[0])
-    return f"first run {one(times[0])}, best of {len(times) - 1} more {one(min(times[1:]))}"
+    return (
+        f"first run {one(times[0])}, best of {len(times) - 1} more {one(min(times[1:]))}"
+    )
 
 
 if __name__ == "__main__":

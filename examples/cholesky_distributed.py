@@ -34,7 +34,8 @@ import importlib.util
 import pathlib
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -53,14 +54,15 @@ def _cholesky_example() -> Any:
 cholesky_example = _cholesky_example()
 
 
-def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None = None
-                         ) -> tuple[np.ndarray | None, float, list[int]]:
+def cholesky_distributed(
+    comm: Any, a: np.ndarray, nb: int, backend: str | None = None
+) -> tuple[np.ndarray | None, float, list[int]]:
     """The lower factor of ``a`` (on rank 0; ``None`` elsewhere), the seconds from the
     first submission to the end of the factorisation on every rank, and the tasks
     each rank executed."""
     n = a.shape[0]
     count = -(-n // nb)
-    owners = stf.block_cyclic.over(comm.Get_size())     # tile (i, j) -> its rank
+    owners = stf.block_cyclic.over(comm.Get_size())  # tile (i, j) -> its rank
     edges = [min(k * nb, n) for k in range(count + 1)]
     rank = comm.Get_rank()
     executed = 0
@@ -71,11 +73,11 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
                 owner = owners(i, j)
                 # Only the owner's array is read (a copy of the block); elsewhere the
                 # data takes its shape and dtype from the view, and no memory.
-                block = a[edges[i]:edges[i + 1], edges[j]:edges[j + 1]]
+                block = a[edges[i] : edges[i + 1], edges[j] : edges[j + 1]]
                 if owner == rank:
                     block = np.ascontiguousarray(block)
                 tiles[i, j] = ctx.logical_data(block, owner=owner, name=f"A[{i},{j}]")
-        for tile in tiles.values():          # each tile onto its owner's device first
+        for tile in tiles.values():  # each tile onto its owner's device first
             with ctx.task(tile.rw()):
                 pass
         settle(ctx, tiles, owners)
@@ -86,18 +88,19 @@ def cholesky_distributed(comm: Any, a: np.ndarray, nb: int, backend: str | None 
         settle(ctx, tiles, owners)
         seconds = time.perf_counter() - start
         executed = counting.here
-        values = {key: ctx.wait(tile) for key, tile in tiles.items()}   # collective
+        values = {key: ctx.wait(tile) for key, tile in tiles.items()}  # collective
     counts = comm.allgather(executed)
     if rank != 0:
         return None, seconds, counts
     lower = np.zeros_like(a)
     for (i, j), value in values.items():
-        lower[edges[i]:edges[i + 1], edges[j]:edges[j + 1]] = value
+        lower[edges[i] : edges[i + 1], edges[j] : edges[j + 1]] = value
     return np.tril(lower), seconds, counts
 
 
-def settle(ctx: Any, tiles: dict[tuple[int, int], Any],
-           owners: Callable[[int, int], int]) -> None:
+def settle(
+    ctx: Any, tiles: dict[tuple[int, int], Any], owners: Callable[[int, int], int]
+) -> None:
     """Block every rank until the work submitted on ``tiles`` completed on every
     rank, leaving them where they are (``fence()`` does not wait for the devices):
     on each rank, a task reading its tiles writes a flag of its own, and every rank
@@ -132,11 +135,19 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
     parser.add_argument("--n", type=int, default=512, help="matrix size")
     parser.add_argument("--nb", type=int, default=128, help="tile size")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
-    parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="skip the comparison with numpy.linalg.cholesky (large n)")
-    parser.add_argument("--runs", type=int, default=1,
-                        help="factorise this many times (fresh contexts); the first "
-                             "time and the best of the others are printed")
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip the comparison with numpy.linalg.cholesky (large n)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="factorise this many times (fresh contexts); the first "
+        "time and the best of the others are printed",
+    )
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
@@ -144,9 +155,12 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
         try:
             from mpi4py import MPI
         except ImportError:
-            print("error: examples/cholesky_distributed.py needs mpi4py and an MPI "
-                  "(pip install 'stflow[mpi]'), then: mpiexec -n 4 python "
-                  "examples/cholesky_distributed.py", file=sys.stderr)
+            print(
+                "error: examples/cholesky_distributed.py needs mpi4py and an MPI "
+                "(pip install 'stflow[mpi]'), then: mpiexec -n 4 python "
+                "examples/cholesky_distributed.py",
+                file=sys.stderr,
+            )
             return 2
         comm = MPI.COMM_WORLD
     backend = None if args.backend == "auto" else args.backend
@@ -154,7 +168,7 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
     times = []
     for _ in range(args.runs):
         lower, seconds, counts = cholesky_distributed(comm, a, args.nb, backend)
-        times.append(max(comm.allgather(seconds)))      # the slowest rank's
+        times.append(max(comm.allgather(seconds)))  # the slowest rank's
     ok = True
     if comm.Get_rank() == 0:
         assert lower is not None
@@ -162,9 +176,11 @@ def main(argv: list[str] | None = None, comm: Any = None) -> int:
         tiles = -(-args.n // args.nb)
         grid = stf.block_cyclic.over(comm.Get_size())
         p, q = grid.p, grid.q
-        print(f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb} over "
-              f"{comm.Get_size()} rank(s) ({p}×{q} block-cyclic), tasks per rank "
-              f"{counts}, {cholesky_example.describe_times(times, args.n)}{checked}")
+        print(
+            f"{verdict}n={args.n}, {tiles}×{tiles} tiles of {args.nb} over "
+            f"{comm.Get_size()} rank(s) ({p}×{q} block-cyclic), tasks per rank "
+            f"{counts}, {cholesky_example.describe_times(times, args.n)}{checked}"
+        )
     ok = comm.bcast(ok, root=0)
     return 0 if ok else 1
 

@@ -49,28 +49,32 @@ import numpy as np
 import stflow as stf
 
 DT = 0.5
-OMEGA = 2.0 * math.pi / 20.0          # a period of 20 time steps
+OMEGA = 2.0 * math.pi / 20.0  # a period of 20 time steps
 EPSILON_SLAB = 4.0
 
 
 # -- the updates, written once against an array module xp ------------------------------
 
+
 def update_ex(xp: Any, ex: Any, hy: Any, hz: Any, inv_eps: Any) -> None:
     i = (slice(1, -1),) * 3
-    ex[i] += DT * inv_eps[i] * ((hz[i] - hz[1:-1, :-2, 1:-1])
-                                - (hy[i] - hy[1:-1, 1:-1, :-2]))
+    ex[i] += (
+        DT * inv_eps[i] * ((hz[i] - hz[1:-1, :-2, 1:-1]) - (hy[i] - hy[1:-1, 1:-1, :-2]))
+    )
 
 
 def update_ey(xp: Any, ey: Any, hx: Any, hz: Any, inv_eps: Any) -> None:
     i = (slice(1, -1),) * 3
-    ey[i] += DT * inv_eps[i] * ((hx[i] - hx[1:-1, 1:-1, :-2])
-                                - (hz[i] - hz[:-2, 1:-1, 1:-1]))
+    ey[i] += (
+        DT * inv_eps[i] * ((hx[i] - hx[1:-1, 1:-1, :-2]) - (hz[i] - hz[:-2, 1:-1, 1:-1]))
+    )
 
 
 def update_ez(xp: Any, ez: Any, hx: Any, hy: Any, inv_eps: Any) -> None:
     i = (slice(1, -1),) * 3
-    ez[i] += DT * inv_eps[i] * ((hy[i] - hy[:-2, 1:-1, 1:-1])
-                                - (hx[i] - hx[1:-1, :-2, 1:-1]))
+    ez[i] += (
+        DT * inv_eps[i] * ((hy[i] - hy[:-2, 1:-1, 1:-1]) - (hx[i] - hx[1:-1, :-2, 1:-1]))
+    )
 
 
 def update_hx(xp: Any, hx: Any, ey: Any, ez: Any) -> None:
@@ -91,7 +95,7 @@ def update_hz(xp: Any, hz: Any, ex: Any, ey: Any) -> None:
 def source(xp: Any, ez: Any, step: Any) -> None:
     """``ez`` at the centre += sin(ω · dt · step); then the step counter advances."""
     c = ez.shape[0] // 2
-    point = ez[c, c, c:c + 1]
+    point = ez[c, c, c : c + 1]
     point += xp.sin(OMEGA * DT * step.astype(xp.float64))
     step += 1
 
@@ -99,7 +103,7 @@ def source(xp: Any, ez: Any, step: Any) -> None:
 def inverse_permittivity(size: int) -> np.ndarray:
     """``1/ε``: 1, and ``1/EPSILON_SLAB`` in a slab across the last quarter of x."""
     inv_eps = np.ones((size,) * 3)
-    inv_eps[3 * size // 4:, :, :] = 1.0 / EPSILON_SLAB
+    inv_eps[3 * size // 4 :, :, :] = 1.0 / EPSILON_SLAB
     return inv_eps
 
 
@@ -129,8 +133,9 @@ def reference(size: int, steps: int) -> dict[str, np.ndarray]:
     return f
 
 
-def run(size: int, steps: int, backend: str | None = None,
-        loop: bool = True) -> dict[str, np.ndarray]:
+def run(
+    size: int, steps: int, backend: str | None = None, loop: bool = True
+) -> dict[str, np.ndarray]:
     """``steps`` FDTD steps through stflow; ``loop=False`` submits every step from
     the host (stream mode) instead of the device-side ``repeat``."""
     if size < 4:
@@ -145,20 +150,27 @@ def run(size: int, steps: int, backend: str | None = None,
         ex, ey, ez, hx, hy, hz = (ld[name] for name in _NAMES)
 
         def one_step() -> None:
-            for fn, out, a, b in ((update_ex, ex, hy, hz), (update_ey, ey, hx, hz),
-                                  (update_ez, ez, hx, hy)):
-                with sctx.task(out.rw(), a.read(), b.read(), inv_eps.read(),
-                               symbol=fn.__name__) as t:
+            for fn, out, a, b in (
+                (update_ex, ex, hy, hz),
+                (update_ey, ey, hx, hz),
+                (update_ez, ez, hx, hy),
+            ):
+                with sctx.task(
+                    out.rw(), a.read(), b.read(), inv_eps.read(), symbol=fn.__name__
+                ) as t:
                     t.run(fn)
             with sctx.task(ez.rw(), step.rw(), symbol="source") as t:
                 t.run(source)
-            for fn, out, a, b in ((update_hx, hx, ey, ez), (update_hy, hy, ex, ez),
-                                  (update_hz, hz, ex, ey)):
+            for fn, out, a, b in (
+                (update_hx, hx, ey, ez),
+                (update_hy, hy, ex, ez),
+                (update_hz, hz, ex, ey),
+            ):
                 with sctx.task(out.rw(), a.read(), b.read(), symbol=fn.__name__) as t:
                     t.run(fn)
 
         if steps:
-            one_step()                       # stream mode: compiles the kernels
+            one_step()  # stream mode: compiles the kernels
         if loop:
             with sctx.repeat(max(steps - 1, 0)):
                 one_step()
@@ -172,8 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=24, help="cells per side")
     parser.add_argument("--steps", type=int, default=40, help="time steps")
-    parser.add_argument("--host-loop", action="store_true",
-                        help="submit every step from the host instead of sctx.repeat")
+    parser.add_argument(
+        "--host-loop",
+        action="store_true",
+        help="submit every step from the host instead of sctx.repeat",
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
@@ -184,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     scale = max(float(np.max(np.abs(f))) for f in expected.values())
     error = max(float(np.max(np.abs(fields[n] - expected[n]))) for n in _NAMES)
     ok = bool(np.isfinite(error)) and scale > 0 and error <= 1e-12 * scale
-    print(f"{'PASS' if ok else 'FAIL'}: {args.steps} FDTD steps on a {args.size}^3 grid "
-          f"in {elapsed:.3f} s; field energy {energy(fields):.6e} (NumPy "
-          f"{energy(expected):.6e}), max error {error:.2e}")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: {args.steps} FDTD steps on a {args.size}^3 grid "
+        f"in {elapsed:.3f} s; field energy {energy(fields):.6e} (NumPy "
+        f"{energy(expected):.6e}), max error {error:.2e}"
+    )
     return 0 if ok else 1
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 import stflow as stf
 
-PRIME = 2 ** 31 - 1
+PRIME = 2**31 - 1
 
 
 class Scheme:
@@ -86,15 +86,18 @@ class Ciphertext:
         if other.size != self.size:
             raise ValueError(f"length mismatch: {self.size} != {other.size}")
         if same_degree and other.degree != self.degree:
-            raise ValueError(f"degree mismatch: {self.degree} != {other.degree} "
-                             "(sums need ciphertexts of the same degree)")
+            raise ValueError(
+                f"degree mismatch: {self.degree} != {other.degree} "
+                "(sums need ciphertexts of the same degree)"
+            )
 
     def _binary(self, other: Any, degree: int, body: Any) -> Ciphertext:
         result = Ciphertext(self.scheme, self.data.empty_like(), degree, self.size)
         # Reads both operands, writes a new result: independent operations on the
         # same operands may run concurrently; users of the result wait for it.
-        with self.scheme.ctx.task(result.data.write(), self.data.read(),
-                                  other.data.read()) as t:
+        with self.scheme.ctx.task(
+            result.data.write(), self.data.read(), other.data.read()
+        ) as t:
             t.run(body)
         return result
 
@@ -102,22 +105,31 @@ class Ciphertext:
         if not isinstance(other, Ciphertext):
             return NotImplemented
         self._check(other, same_degree=True)
-        return self._binary(other, self.degree, lambda xp, r, a, b:
-                            r.__setitem__(Ellipsis, (a + b) % PRIME))
+        return self._binary(
+            other,
+            self.degree,
+            lambda xp, r, a, b: r.__setitem__(Ellipsis, (a + b) % PRIME),
+        )
 
     def __sub__(self, other: Any) -> Ciphertext:
         if not isinstance(other, Ciphertext):
             return NotImplemented
         self._check(other, same_degree=True)
-        return self._binary(other, self.degree, lambda xp, r, a, b:
-                            r.__setitem__(Ellipsis, (a - b) % PRIME))
+        return self._binary(
+            other,
+            self.degree,
+            lambda xp, r, a, b: r.__setitem__(Ellipsis, (a - b) % PRIME),
+        )
 
     def __mul__(self, other: Any) -> Ciphertext:
         if not isinstance(other, Ciphertext):
             return NotImplemented
         self._check(other, same_degree=False)
-        return self._binary(other, self.degree + other.degree, lambda xp, r, a, b:
-                            r.__setitem__(Ellipsis, a * b % PRIME))
+        return self._binary(
+            other,
+            self.degree + other.degree,
+            lambda xp, r, a, b: r.__setitem__(Ellipsis, a * b % PRIME),
+        )
 
 
 def sum_circuit(a: Any, b: Any) -> Any:
@@ -132,6 +144,7 @@ def product_circuit(a: Any, b: Any) -> Any:
 
 def plaintext(circuit: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``circuit`` on the plaintexts, in exact integers modulo ``p``."""
+
     class Mod:
         def __init__(self, v: Any) -> None:
             self.v = v
@@ -145,13 +158,18 @@ def plaintext(circuit: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         def __mul__(self, o: Mod) -> Mod:
             return Mod(self.v * o.v % PRIME)
 
-    return np.asarray(circuit(Mod(a.astype(object)), Mod(b.astype(object))).v,
-                      dtype=np.int64)
+    return np.asarray(
+        circuit(Mod(a.astype(object)), Mod(b.astype(object))).v, dtype=np.int64
+    )
 
 
-def run(a: np.ndarray, b: np.ndarray, secret: int = 123_456_789,
-        backend: str | None = None, use_graph: bool = False
-        ) -> tuple[np.ndarray, np.ndarray]:
+def run(
+    a: np.ndarray,
+    b: np.ndarray,
+    secret: int = 123_456_789,
+    backend: str | None = None,
+    use_graph: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Encrypt ``a`` and ``b``, evaluate both circuits on the ciphertexts, decrypt;
     returns the decrypted sum and product circuits."""
     sums = np.zeros(len(a), dtype=np.int64)
@@ -179,12 +197,16 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - start
     ok_sum = np.array_equal(sums, plaintext(sum_circuit, a, b))
     ok_product = np.array_equal(products, plaintext(product_circuit, a, b))
-    print(f"(a + b) + (b - a): {'matches' if ok_sum else 'DIFFERS FROM'} the plaintext "
-          f"arithmetic; (a + b) * (b - a): {'matches' if ok_product else 'DIFFERS FROM'} "
-          f"it")
+    print(
+        f"(a + b) + (b - a): {'matches' if ok_sum else 'DIFFERS FROM'} the plaintext "
+        f"arithmetic; (a + b) * (b - a): {'matches' if ok_product else 'DIFFERS FROM'} "
+        f"it"
+    )
     ok = ok_sum and ok_product
-    print(f"{'PASS' if ok else 'FAIL'}: toy homomorphic arithmetic on {args.n} values "
-          f"mod {PRIME} in {elapsed:.3f} s ({'graph' if args.graph else 'stream'} mode)")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: toy homomorphic arithmetic on {args.n} values "
+        f"mod {PRIME} in {elapsed:.3f} s ({'graph' if args.graph else 'stream'} mode)"
+    )
     return 0 if ok else 1
 
 

@@ -65,13 +65,15 @@ def reference(u0: np.ndarray, steps: int) -> np.ndarray:
     u, v = u0.copy(), u0.copy()
     for _ in range(steps):
         c = u[1:-1, 1:-1]
-        v[1:-1, 1:-1] = c + ALPHA * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
-                                     + u[1:-1, 2:] - 4.0 * c)
+        v[1:-1, 1:-1] = c + ALPHA * (
+            u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * c
+        )
         u, v = v, u
     return u
 
 
 # -- task bodies: fn(xp, *arrays), NumPy on the emulated backend, CuPy on CUDA ---------
+
 
 def _edges(xp: Any, u: Any, top: Any, bottom: Any) -> None:
     top[...] = u[1]
@@ -86,21 +88,34 @@ def _ghosts(has_above: bool, has_below: bool) -> Any:
             u[0] = rows.pop(0)
         if has_below:
             u[-1] = rows.pop(0)
+
     return body
 
 
 def _update(first: bool, last: bool) -> Any:
     """Rows ``1 .. rows`` of the strip, less the grid's fixed first and last rows."""
+
     def body(xp: Any, u: Any, v: Any) -> None:
         lo, hi = 1 + first, u.shape[0] - 1 - last
         c = u[lo:hi, 1:-1]
-        v[lo:hi, 1:-1] = c + ALPHA * (u[lo - 1:hi - 1, 1:-1] + u[lo + 1:hi + 1, 1:-1]
-                                      + u[lo:hi, :-2] + u[lo:hi, 2:] - 4.0 * c)
+        v[lo:hi, 1:-1] = c + ALPHA * (
+            u[lo - 1 : hi - 1, 1:-1]
+            + u[lo + 1 : hi + 1, 1:-1]
+            + u[lo:hi, :-2]
+            + u[lo:hi, 2:]
+            - 4.0 * c
+        )
+
     return body
 
 
-def run(u0: np.ndarray, strips: int, steps: int, backend: str | None = None,
-        use_graph: bool = False) -> tuple[np.ndarray, int, Any]:
+def run(
+    u0: np.ndarray,
+    strips: int,
+    steps: int,
+    backend: str | None = None,
+    use_graph: bool = False,
+) -> tuple[np.ndarray, int, Any]:
     """``steps`` stencil steps of ``u0`` over ``strips`` strips; returns the result,
     the number of devices used and ``ctx.statistics()`` (copies and bytes moved)."""
     rows_total, n = u0.shape
@@ -111,35 +126,47 @@ def run(u0: np.ndarray, strips: int, steps: int, backend: str | None = None,
     # there, never read).
     padded = np.zeros((rows_total + 2, n))
     padded[1:-1] = u0
-    hosts_u = [padded[a:b + 2].copy() for a, b in zip(bounds[:-1], bounds[1:])]
-    hosts_v = [h.copy() for h in hosts_u]          # same fixed edges in both buffers
+    hosts_u = [padded[a : b + 2].copy() for a, b in zip(bounds[:-1], bounds[1:])]
+    hosts_v = [h.copy() for h in hosts_u]  # same fixed edges in both buffers
     with stf.context(backend=backend, use_graph=use_graph) as ctx:
         devices = min(get_backend(ctx.backend).device_count, strips)
         place = [stf.exec_place.device(k % devices) for k in range(strips)]
         u = [ctx.logical_data(h, name=f"u[{k}]") for k, h in enumerate(hosts_u)]
         v = [ctx.logical_data(h, name=f"v[{k}]") for k, h in enumerate(hosts_v)]
-        top = [ctx.logical_data_empty((n,), np.float64, name=f"top[{k}]")
-               for k in range(strips)]
-        bottom = [ctx.logical_data_empty((n,), np.float64, name=f"bottom[{k}]")
-                  for k in range(strips)]
+        top = [
+            ctx.logical_data_empty((n,), np.float64, name=f"top[{k}]")
+            for k in range(strips)
+        ]
+        bottom = [
+            ctx.logical_data_empty((n,), np.float64, name=f"bottom[{k}]")
+            for k in range(strips)
+        ]
         ghosts = [_ghosts(k > 0, k < strips - 1) for k in range(strips)]
         updates = [_update(k == 0, k == strips - 1) for k in range(strips)]
         for _ in range(steps):
             if strips > 1:
                 for k in range(strips):
-                    with ctx.task(place[k], u[k].read(), top[k].write(),
-                                  bottom[k].write(), symbol=f"edges[{k}]") as t:
+                    with ctx.task(
+                        place[k],
+                        u[k].read(),
+                        top[k].write(),
+                        bottom[k].write(),
+                        symbol=f"edges[{k}]",
+                    ) as t:
                         t.run(_edges)
                 for k in range(strips):
-                    halos = ([bottom[k - 1].read()] if k > 0 else []) + \
-                            ([top[k + 1].read()] if k < strips - 1 else [])
-                    with ctx.task(place[k], *halos, u[k].rw(),
-                                  symbol=f"ghosts[{k}]") as t:
+                    halos = ([bottom[k - 1].read()] if k > 0 else []) + (
+                        [top[k + 1].read()] if k < strips - 1 else []
+                    )
+                    with ctx.task(
+                        place[k], *halos, u[k].rw(), symbol=f"ghosts[{k}]"
+                    ) as t:
                         t.run(ghosts[k])
             for k in range(strips):
                 # rw, not write: the update leaves v's fixed edges as they are
-                with ctx.task(place[k], u[k].read(), v[k].rw(),
-                              symbol=f"update[{k}]") as t:
+                with ctx.task(
+                    place[k], u[k].read(), v[k].rw(), symbol=f"update[{k}]"
+                ) as t:
                     t.run(updates[k])
             u, v = v, u
     latest = hosts_v if steps % 2 else hosts_u
@@ -150,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=256, help="grid columns")
     parser.add_argument("--rows-per-strip", type=int, default=64)
-    parser.add_argument("--strips", type=int, default=0,
-                        help="strips (0: one per device)")
+    parser.add_argument(
+        "--strips", type=int, default=0, help="strips (0: one per device)"
+    )
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--graph", action="store_true", help="graph mode")
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
-    backend = None if args.backend == "auto" else args.backend   # None: STFLOW_BACKEND
+    backend = None if args.backend == "auto" else args.backend  # None: STFLOW_BACKEND
     native = default_backend() if backend is None else get_backend(backend)
     strips = args.strips or native.device_count
     u0 = initial(strips * args.rows_per_strip, args.n)
@@ -167,11 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     error = float(np.max(np.abs(result - expected)))
     ok = error <= 1e-12
     cells = u0.size * args.steps
-    print(f"{'PASS' if ok else 'FAIL'}: {args.steps} steps of a {u0.shape[0]}x{args.n} "
-          f"grid in {strips} strip(s) over {devices} device(s) in {elapsed:.3f} s "
-          f"({cells / elapsed / 1e6:.1f} Mcell/s); max error vs NumPy {error:.2e}")
-    print(f"moved between devices: {statistics.bytes_d2d} B in "
-          f"{statistics.copies_d2d} copies (the halo rows)")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: {args.steps} steps of a {u0.shape[0]}x{args.n} "
+        f"grid in {strips} strip(s) over {devices} device(s) in {elapsed:.3f} s "
+        f"({cells / elapsed / 1e6:.1f} Mcell/s); max error vs NumPy {error:.2e}"
+    )
+    print(
+        f"moved between devices: {statistics.bytes_d2d} B in "
+        f"{statistics.copies_d2d} copies (the halo rows)"
+    )
     return 0 if ok else 1
 
 

@@ -59,19 +59,23 @@ import os
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 import stflow as stf
 
 BODIES = ("xp", "numba", "torch", "warp")
-_LIBRARIES = {"numba": ("numba", "numba-cuda (pip install numba-cuda)"),
-              "torch": ("torch", "PyTorch (pip install torch)"),
-              "warp": ("warp", "NVIDIA Warp (pip install warp-lang)")}
+_LIBRARIES = {
+    "numba": ("numba", "numba-cuda (pip install numba-cuda)"),
+    "torch": ("torch", "PyTorch (pip install torch)"),
+    "warp": ("warp", "NVIDIA Warp (pip install warp-lang)"),
+}
 
 
 # -- the problem and its NumPy reference ---------------------------------------------
+
 
 def initial(m: int, n: int) -> np.ndarray:
     """The start grid: first row 1 (the hot edge), everything else 0."""
@@ -80,19 +84,21 @@ def initial(m: int, n: int) -> np.ndarray:
     return u
 
 
-def reference(m: int, n: int, tol: float, max_iterations: int
-              ) -> tuple[np.ndarray, int, float]:
+def reference(
+    m: int, n: int, tol: float, max_iterations: int
+) -> tuple[np.ndarray, int, float]:
     """The same iteration in NumPy: ``(u, sweeps, last residual)``."""
     a = initial(m, n)
     anew = a.copy()
     sweeps, residual = 0, np.inf
     while True:
-        anew[1:-1, 1:-1] = 0.25 * (a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2]
-                                   + a[1:-1, 2:])
+        anew[1:-1, 1:-1] = 0.25 * (
+            a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:]
+        )
         residual = float(np.max(np.abs(anew[1:-1, 1:-1] - a[1:-1, 1:-1])))
         a[1:-1, 1:-1] = anew[1:-1, 1:-1]
         sweeps += 1
-        if sweeps < 2:                      # the warm-up sweep, then the loop's first
+        if sweeps < 2:  # the warm-up sweep, then the loop's first
             continue
         if not (residual > tol and sweeps < max_iterations):
             return a, sweeps, residual
@@ -109,6 +115,7 @@ def available(body: str) -> str:
 
 
 # -- the xp body: t.run(fn, ...) -------------------------------------------------------
+
 
 def _sweep_xp(xp: Any, a: Any, anew: Any, residual: Any) -> None:
     anew[1:-1, 1:-1] = 0.25 * (a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:])
@@ -134,6 +141,7 @@ class _XpBody:
 
 
 # -- library bodies ----------------------------------------------------------------------
+
 
 class _LibraryBody:
     """A body written with a library: ``native(task scope)`` on CUDA, enqueued with
@@ -184,21 +192,24 @@ class _TorchBody(_LibraryBody):
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
         import torch
+
         self.torch = torch
 
     def scope(self, deps: tuple[Any, ...], symbol: str) -> Any:
         from stflow.interop.pytorch import pytorch_task
+
         return pytorch_task(self.ctx, *deps, symbol=symbol)
 
     def host_array(self, array: np.ndarray) -> Any:
-        with warnings.catch_warnings():      # read() dependencies are read-only arrays
+        with warnings.catch_warnings():  # read() dependencies are read-only arrays
             warnings.simplefilter("ignore", UserWarning)
             return self.torch.from_numpy(array)
 
     def sweep_body(self, a: Any, anew: Any, residual: Any) -> None:
         torch = self.torch
-        anew[1:-1, 1:-1] = 0.25 * (a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2]
-                                   + a[1:-1, 2:])
+        anew[1:-1, 1:-1] = 0.25 * (
+            a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:]
+        )
         residual[0] = torch.max(torch.abs(anew[1:-1, 1:-1] - a[1:-1, 1:-1]))
 
     def commit_body(self, a: Any, anew: Any, it: Any) -> None:
@@ -211,11 +222,11 @@ class _TorchBody(_LibraryBody):
 cuda: Any = None
 
 
-def _numba_clear(residual):                                 # type: ignore[no-untyped-def]
+def _numba_clear(residual):  # type: ignore[no-untyped-def]
     residual[0] = 0.0
 
 
-def _numba_sweep(a, anew, residual):                        # type: ignore[no-untyped-def]
+def _numba_sweep(a, anew, residual):  # type: ignore[no-untyped-def]
     i, j = cuda.grid(2)
     if 1 <= i < a.shape[0] - 1 and 1 <= j < a.shape[1] - 1:
         value = 0.25 * (a[i - 1, j] + a[i + 1, j] + a[i, j - 1] + a[i, j + 1])
@@ -223,7 +234,7 @@ def _numba_sweep(a, anew, residual):                        # type: ignore[no-un
         cuda.atomic.max(residual, 0, abs(value - a[i, j]))
 
 
-def _numba_commit(a, anew, it):                             # type: ignore[no-untyped-def]
+def _numba_commit(a, anew, it):  # type: ignore[no-untyped-def]
     i, j = cuda.grid(2)
     if 1 <= i < a.shape[0] - 1 and 1 <= j < a.shape[1] - 1:
         a[i, j] = anew[i, j]
@@ -234,8 +245,12 @@ def _numba_commit(a, anew, it):                             # type: ignore[no-un
 def _numba_kernels() -> dict[str, Any]:
     global cuda
     from numba import cuda
-    return {"clear": cuda.jit(_numba_clear), "sweep": cuda.jit(_numba_sweep),
-            "commit": cuda.jit(_numba_commit)}
+
+    return {
+        "clear": cuda.jit(_numba_clear),
+        "sweep": cuda.jit(_numba_sweep),
+        "commit": cuda.jit(_numba_commit),
+    }
 
 
 class _NumbaBody(_LibraryBody):
@@ -249,17 +264,20 @@ class _NumbaBody(_LibraryBody):
 
     def scope(self, deps: tuple[Any, ...], symbol: str) -> Any:
         from stflow.interop.numba import numba_task
+
         return numba_task(self.ctx, *deps, symbol=symbol)
 
     def enter(self, entered: Any) -> tuple[Any, ...]:
         from numba import cuda
+
         arrays, stream = entered
-        self.stream = cuda.external_stream(int(stream))   # launches go to the task stream
+        self.stream = cuda.external_stream(int(stream))  # launches go to the task stream
         return tuple(arrays)
 
     def host_array(self, array: np.ndarray) -> Any:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        self.stream = 0                               # the simulator has no streams
+
+        self.stream = 0  # the simulator has no streams
         return FakeCUDAArray(array)
 
     def sweep_body(self, a: Any, anew: Any, residual: Any) -> None:
@@ -276,18 +294,19 @@ def _warp_kernels(wp: Any) -> dict[str, Any]:
     vector = wp.array(dtype=wp.float64)
     counter = wp.array(dtype=wp.int64)
 
-    def clear(residual):                                  # type: ignore[no-untyped-def]
+    def clear(residual):  # type: ignore[no-untyped-def]
         residual[0] = wp.float64(0.0)
 
-    def sweep(a, anew, residual):                         # type: ignore[no-untyped-def]
+    def sweep(a, anew, residual):  # type: ignore[no-untyped-def]
         i, j = wp.tid()
         if i >= 1 and i < a.shape[0] - 1 and j >= 1 and j < a.shape[1] - 1:
-            value = wp.float64(0.25) * (a[i - 1, j] + a[i + 1, j] + a[i, j - 1]
-                                        + a[i, j + 1])
+            value = wp.float64(0.25) * (
+                a[i - 1, j] + a[i + 1, j] + a[i, j - 1] + a[i, j + 1]
+            )
             anew[i, j] = value
             wp.atomic_max(residual, 0, wp.abs(value - a[i, j]))
 
-    def commit(a, anew, it):                              # type: ignore[no-untyped-def]
+    def commit(a, anew, it):  # type: ignore[no-untyped-def]
         i, j = wp.tid()
         if i >= 1 and i < a.shape[0] - 1 and j >= 1 and j < a.shape[1] - 1:
             a[i, j] = anew[i, j]
@@ -299,15 +318,18 @@ def _warp_kernels(wp: Any) -> dict[str, Any]:
     clear.__annotations__ = {"residual": vector}
     sweep.__annotations__ = {"a": grid2d, "anew": grid2d, "residual": vector}
     commit.__annotations__ = {"a": grid2d, "anew": grid2d, "it": counter}
-    return {name: wp.kernel(fn, module="stflow_jacobi_example")
-            for name, fn in (("clear", clear), ("sweep", sweep), ("commit", commit))}
+    return {
+        name: wp.kernel(fn, module="stflow_jacobi_example")
+        for name, fn in (("clear", clear), ("sweep", sweep), ("commit", commit))
+    }
 
 
 class _WarpBody(_LibraryBody):
     def __init__(self, ctx: Any, shape: tuple[int, int]) -> None:
         super().__init__(ctx)
         import warp as wp
-        if hasattr(wp, "LOG_WARNING"):               # no start-up banner
+
+        if hasattr(wp, "LOG_WARNING"):  # no start-up banner
             wp.config.log_level = wp.LOG_WARNING
         else:
             wp.config.quiet = True
@@ -319,6 +341,7 @@ class _WarpBody(_LibraryBody):
 
     def scope(self, deps: tuple[Any, ...], symbol: str) -> Any:
         from stflow.interop.warp import warp_task
+
         return warp_task(self.ctx, *deps, symbol=symbol)
 
     def enter(self, entered: Any) -> tuple[Any, ...]:
@@ -327,13 +350,17 @@ class _WarpBody(_LibraryBody):
 
     def host_array(self, array: np.ndarray) -> Any:
         self.device = "cpu"
-        return self.wp.array(ptr=array.ctypes.data,
-                             dtype=self.wp.dtype_from_numpy(array.dtype),
-                             shape=array.shape, device="cpu")
+        return self.wp.array(
+            ptr=array.ctypes.data,
+            dtype=self.wp.dtype_from_numpy(array.dtype),
+            shape=array.shape,
+            device="cpu",
+        )
 
     def _launch(self, name: str, dim: Any, *arrays: Any) -> None:
-        self.wp.launch(self.kernels[name], dim=dim, inputs=list(arrays),
-                       device=self.device)
+        self.wp.launch(
+            self.kernels[name], dim=dim, inputs=list(arrays), device=self.device
+        )
 
     def sweep_body(self, a: Any, anew: Any, residual: Any) -> None:
         self._launch("clear", 1, residual)
@@ -359,6 +386,7 @@ def prepare_numba(backend: str | None) -> str:
     """Turn Numba's CUDA simulator on for the emulated backend if Numba is not yet
     imported; ``""`` when the Numba body can run, else why not."""
     from stflow.backends import default_backend, get_backend
+
     native = default_backend() if backend is None else get_backend(backend)
     emulated = native.name == "emulated"
     if emulated and "numba" not in sys.modules:
@@ -366,9 +394,12 @@ def prepare_numba(backend: str | None) -> str:
     if not emulated:
         return ""
     from numba.core import config
+
     if not config.ENABLE_CUDASIM:
-        return ("--body numba on the emulated backend needs Numba's CUDA simulator: "
-                "run with NUMBA_ENABLE_CUDASIM=1")
+        return (
+            "--body numba on the emulated backend needs Numba's CUDA simulator: "
+            "run with NUMBA_ENABLE_CUDASIM=1"
+        )
     return ""
 
 
@@ -389,8 +420,15 @@ def simulator_estimate(m: int, n: int, sweeps: int) -> float:
 
 # -- the solver ---------------------------------------------------------------------------
 
-def solve(m: int, n: int, tol: float, max_iterations: int, body: str = "xp",
-          backend: str | None = None) -> tuple[np.ndarray, int, float]:
+
+def solve(
+    m: int,
+    n: int,
+    tol: float,
+    max_iterations: int,
+    body: str = "xp",
+    backend: str | None = None,
+) -> tuple[np.ndarray, int, float]:
     """Jacobi sweeps of the ``m × n`` grid until the residual is at most ``tol`` (at
     least two sweeps: the warm-up and one of the loop); returns ``(u, sweeps, last
     residual)``."""
@@ -402,10 +440,10 @@ def solve(m: int, n: int, tol: float, max_iterations: int, body: str = "xp",
     with stf.stackable_context(backend=backend) as sctx:
         runner = _make_body(body, sctx, (m, n))
         a = sctx.logical_data(a_host, name="A")
-        anew = sctx.logical_data(a_host.copy(), name="Anew")   # same fixed edges
+        anew = sctx.logical_data(a_host.copy(), name="Anew")  # same fixed edges
         it = sctx.logical_data(it_host, name="it")
         residual = sctx.logical_data(residual_host, name="residual")
-        runner.sweep(a, anew, residual)                # warm-up, in stream mode
+        runner.sweep(a, anew, residual)  # warm-up, in stream mode
         runner.commit(a, anew, it)
         with sctx.while_loop() as loop:
             runner.sweep(a, anew, residual)
@@ -418,26 +456,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--m", type=int, default=64, help="grid rows")
     parser.add_argument("--n", type=int, default=64, help="grid columns")
-    parser.add_argument("--tol", type=float, default=1e-3,
-                        help="stop when the largest change of a sweep is at most this")
+    parser.add_argument(
+        "--tol",
+        type=float,
+        default=1e-3,
+        help="stop when the largest change of a sweep is at most this",
+    )
     parser.add_argument("--max-iterations", type=int, default=400)
-    parser.add_argument("--body", default="xp", choices=[*BODIES, "all"],
-                        help="who writes the task bodies (all: every installed one)")
+    parser.add_argument(
+        "--body",
+        default="xp",
+        choices=[*BODIES, "all"],
+        help="who writes the task bodies (all: every installed one)",
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
-    expected, expected_sweeps, _ = reference(args.m, args.n, args.tol,
-                                             args.max_iterations)
+    expected, expected_sweeps, _ = reference(
+        args.m, args.n, args.tol, args.max_iterations
+    )
     failed = False
     for body in BODIES if args.body == "all" else (args.body,):
         why = available(body) or (prepare_numba(backend) if body == "numba" else "")
-        slow = simulator_estimate(args.m, args.n, expected_sweeps) \
-            if body == "numba" and not why else 0.0
+        slow = (
+            simulator_estimate(args.m, args.n, expected_sweeps)
+            if body == "numba" and not why
+            else 0.0
+        )
         if slow > SIMULATOR_BUDGET_SECONDS:
             quick = "--body numba --m 16 --n 16 --max-iterations 20"
-            note = (f"Numba's CUDA simulator runs every GPU thread in Python: this "
-                    f"{args.m}x{args.n} grid, {expected_sweeps} sweeps, takes about "
-                    f"{slow / 60:.0f} min; {quick} checks it in seconds")
+            note = (
+                f"Numba's CUDA simulator runs every GPU thread in Python: this "
+                f"{args.m}x{args.n} grid, {expected_sweeps} sweeps, takes about "
+                f"{slow / 60:.0f} min; {quick} checks it in seconds"
+            )
             if args.body == "all":
                 why = note
             else:
@@ -446,15 +498,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"SKIP {body}: {why}")
             continue
         start = time.perf_counter()
-        u, sweeps, residual = solve(args.m, args.n, args.tol, args.max_iterations,
-                                    body, backend)
+        u, sweeps, residual = solve(
+            args.m, args.n, args.tol, args.max_iterations, body, backend
+        )
         elapsed = time.perf_counter() - start
         error = float(np.max(np.abs(u - expected)))
         ok = sweeps == expected_sweeps and error <= 1e-12
         failed |= not ok
-        print(f"{'PASS' if ok else 'FAIL'} {body}: {args.m}x{args.n} grid, {sweeps} "
-              f"sweeps (NumPy: {expected_sweeps}), residual {residual:.3e}, max error "
-              f"vs NumPy {error:.2e}, {elapsed:.3f} s")
+        print(
+            f"{'PASS' if ok else 'FAIL'} {body}: {args.m}x{args.n} grid, {sweeps} "
+            f"sweeps (NumPy: {expected_sweeps}), residual {residual:.3e}, max error "
+            f"vs NumPy {error:.2e}, {elapsed:.3f} s"
+        )
     return 1 if failed else 0
 
 

@@ -46,8 +46,12 @@ from stflow import linalg
 def make_weights(hidden: int = 32, dim: int = 2, seed: int = 0) -> list[np.ndarray]:
     """``W1 (dim, hidden)``, ``b1 (hidden,)``, ``W2 (hidden, dim)``, ``b2 (dim,)``."""
     rng = np.random.default_rng(seed)
-    return [rng.normal(0.0, 0.5, (dim, hidden)), rng.normal(0.0, 0.1, hidden),
-            rng.normal(0.0, 0.5, (hidden, dim)), rng.normal(0.0, 0.1, dim)]
+    return [
+        rng.normal(0.0, 0.5, (dim, hidden)),
+        rng.normal(0.0, 0.1, hidden),
+        rng.normal(0.0, 0.5, (hidden, dim)),
+        rng.normal(0.0, 0.1, dim),
+    ]
 
 
 def make_states(batch: int = 16, dim: int = 2, seed: int = 1) -> np.ndarray:
@@ -68,48 +72,63 @@ def field(xp: Any, y: Any, W1: Any, b1: Any, W2: Any, b2: Any) -> Any:
 
 # -- RK4 ------------------------------------------------------------------------------------------
 
+
 def _rk4_stage(c: float, h: float) -> Any:
     """The body of stage ``k = f(y + c h k_prev)``; the first stage (``c = 0``) has no
     ``k_prev`` argument: ``k = f(y)``."""
+
     def body(xp: Any, k: Any, y: Any, *rest: Any) -> None:
         point = y + (c * h) * rest[0] if c else y
         k[...] = field(xp, point, *rest[-4:])
+
     return body
 
 
 def _rk4_update(h: float) -> Any:
     def body(xp: Any, y: Any, k1: Any, k2: Any, k3: Any, k4: Any) -> None:
         y += (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+
     return body
 
 
-def rk4(y0: np.ndarray, weights: list[np.ndarray], t_end: float, steps: int,
-        backend: str | None = None) -> np.ndarray:
+def rk4(
+    y0: np.ndarray,
+    weights: list[np.ndarray],
+    t_end: float,
+    steps: int,
+    backend: str | None = None,
+) -> np.ndarray:
     """``y(t_end)`` by ``steps`` RK4 steps in a ``graph_scope > repeat(steps)``."""
     h = t_end / steps
     y_host = y0.copy()
     with stf.stackable_context(backend=backend) as sctx:
         y = sctx.logical_data(y_host, name="y")
-        W = [sctx.logical_data(w.copy(), name=n) for w, n in
-             zip(weights, ("W1", "b1", "W2", "b2"))]
+        W = [
+            sctx.logical_data(w.copy(), name=n)
+            for w, n in zip(weights, ("W1", "b1", "W2", "b2"))
+        ]
         for w in W:
             w.set_read_only()
-        k = [sctx.logical_data_empty(y0.shape, np.float64, name=f"k{i + 1}")
-             for i in range(4)]
+        k = [
+            sctx.logical_data_empty(y0.shape, np.float64, name=f"k{i + 1}")
+            for i in range(4)
+        ]
         with sctx.graph_scope():
             with sctx.repeat(steps):
                 for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
                     previous = [k[i - 1].read()] if i else []
-                    with sctx.task(k[i].write(), y.read(), *previous,
-                                   *(w.read() for w in W)) as t:
+                    with sctx.task(
+                        k[i].write(), y.read(), *previous, *(w.read() for w in W)
+                    ) as t:
                         t.run(_rk4_stage(c, h))
                 with sctx.task(y.rw(), *(ki.read() for ki in k)) as t:
                     t.run(_rk4_update(h))
     return y_host
 
 
-def rk4_reference(y0: np.ndarray, weights: list[np.ndarray], t_end: float,
-                  steps: int) -> np.ndarray:
+def rk4_reference(
+    y0: np.ndarray, weights: list[np.ndarray], t_end: float, steps: int
+) -> np.ndarray:
     h = t_end / steps
     y = y0.copy()
     for _ in range(steps):
@@ -126,16 +145,18 @@ def rk4_reference(y0: np.ndarray, weights: list[np.ndarray], t_end: float,
 # The Dormand-Prince 5(4) tableau: A[i] are the weights of k_1..k_i in stage i + 1, B
 # the 5th-order weights (= A[6], so the 7th stage is f(y_new)), E = B - B* (the 4th-order
 # embedded solution's weights), the error estimate's weights.
-A = [[],
-     [1 / 5],
-     [3 / 40, 9 / 40],
-     [44 / 45, -56 / 15, 32 / 9],
-     [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
-     [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
-     [35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84]]
+A = [
+    [],
+    [1 / 5],
+    [3 / 40, 9 / 40],
+    [44 / 45, -56 / 15, 32 / 9],
+    [19372 / 6561, -25360 / 2187, 64448 / 6561, -212 / 729],
+    [9017 / 3168, -355 / 33, 46732 / 5247, 49 / 176, -5103 / 18656],
+    [35 / 384, 0.0, 500 / 1113, 125 / 192, -2187 / 6784, 11 / 84],
+]
 E = [71 / 57600, 0.0, -71 / 16695, 71 / 1920, -17253 / 339200, 22 / 525, -1 / 40]
-T, H, LEFT = 0, 1, 2          # the step state: t, h, t_end - t
-ACCEPTED, REJECTED = 0, 1     # the step counters
+T, H, LEFT = 0, 1, 2  # the step state: t, h, t_end - t
+ACCEPTED, REJECTED = 0, 1  # the step counters
 
 
 def _combination(weights: list[float], K: Any) -> Any:
@@ -148,18 +169,23 @@ def _combination(weights: list[float], K: Any) -> Any:
 
 def _dopri_stage(i: int) -> Any:
     """The body of stage ``i``: ``K[i] = f(y + h sum_j A[i][j] K[j])``."""
-    def body(xp: Any, K: Any, y: Any, state: Any, W1: Any, b1: Any, W2: Any,
-             b2: Any) -> None:
+
+    def body(
+        xp: Any, K: Any, y: Any, state: Any, W1: Any, b1: Any, W2: Any, b2: Any
+    ) -> None:
         point = y if i == 0 else y + state[H] * _combination(A[i], K)
         K[i] = field(xp, point, W1, b1, W2, b2)
+
     return body
 
 
 def _dopri_control(t_end: float, rtol: float, atol: float) -> Any:
     """The body that accepts or rejects the step and picks the next step size."""
-    def body(xp: Any, y: Any, state: Any, left: Any, counts: Any, taken: Any,
-             K: Any) -> None:
-        h = state[H] + 0.0                 # a copy (on CuPy, state[H] is a view)
+
+    def body(
+        xp: Any, y: Any, state: Any, left: Any, counts: Any, taken: Any, K: Any
+    ) -> None:
+        h = state[H] + 0.0  # a copy (on CuPy, state[H] is a view)
         y_new = y + h * _combination(A[6], K)
         err = h * _combination(E, K)
         scale = atol + rtol * xp.maximum(xp.abs(y), xp.abs(y_new))
@@ -174,12 +200,19 @@ def _dopri_control(t_end: float, rtol: float, atol: float) -> Any:
         counts[ACCEPTED] += accept.astype(counts.dtype)
         counts[REJECTED] += (~accept).astype(counts.dtype)
         taken += 1
+
     return body
 
 
-def dopri5(y0: np.ndarray, weights: list[np.ndarray], t_end: float, rtol: float = 1e-6,
-           atol: float = 1e-8, max_steps: int = 10_000, backend: str | None = None
-           ) -> tuple[np.ndarray, int, int]:
+def dopri5(
+    y0: np.ndarray,
+    weights: list[np.ndarray],
+    t_end: float,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    max_steps: int = 10_000,
+    backend: str | None = None,
+) -> tuple[np.ndarray, int, int]:
     """``y(t_end)`` by adaptive Dormand-Prince steps in a ``while_loop``; returns it with
     the accepted and rejected step counts."""
     y_host = y0.copy()
@@ -187,8 +220,10 @@ def dopri5(y0: np.ndarray, weights: list[np.ndarray], t_end: float, rtol: float 
     with stf.stackable_context(backend=backend) as sctx:
         y = sctx.logical_data(y_host, name="y")
         counts = sctx.logical_data(counts_host, name="steps")
-        W = [sctx.logical_data(w.copy(), name=n) for w, n in
-             zip(weights, ("W1", "b1", "W2", "b2"))]
+        W = [
+            sctx.logical_data(w.copy(), name=n)
+            for w, n in zip(weights, ("W1", "b1", "W2", "b2"))
+        ]
         for w in W:
             w.set_read_only()
         state = sctx.logical_data(np.array([0.0, t_end / 100, t_end]), name="t_h")
@@ -197,20 +232,28 @@ def dopri5(y0: np.ndarray, weights: list[np.ndarray], t_end: float, rtol: float 
         K = sctx.logical_data_empty((7, *y0.shape), np.float64, name="K")
         with sctx.while_loop() as loop:
             for i in range(7):
-                with sctx.task(K.rw(), y.read(), state.read(),
-                               *(w.read() for w in W)) as t:
+                with sctx.task(
+                    K.rw(), y.read(), state.read(), *(w.read() for w in W)
+                ) as t:
                     t.run(_dopri_stage(i))
-            with sctx.task(y.rw(), state.rw(), left.write(), counts.rw(), taken.rw(),
-                           K.read()) as t:
+            with sctx.task(
+                y.rw(), state.rw(), left.write(), counts.rw(), taken.rw(), K.read()
+            ) as t:
                 t.run(_dopri_control(t_end, rtol, atol))
-            loop.continue_while((left > 1e-12 * max(1.0, abs(t_end)))
-                                & (taken < max_steps))
+            loop.continue_while(
+                (left > 1e-12 * max(1.0, abs(t_end))) & (taken < max_steps)
+            )
     return y_host, int(counts_host[ACCEPTED]), int(counts_host[REJECTED])
 
 
-def dopri5_reference(y0: np.ndarray, weights: list[np.ndarray], t_end: float,
-                     rtol: float = 1e-6, atol: float = 1e-8, max_steps: int = 10_000
-                     ) -> tuple[np.ndarray, int, int]:
+def dopri5_reference(
+    y0: np.ndarray,
+    weights: list[np.ndarray],
+    t_end: float,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    max_steps: int = 10_000,
+) -> tuple[np.ndarray, int, int]:
     """The same integration as a host loop in NumPy."""
     y = y0.copy()
     state = np.array([0.0, t_end / 100, t_end])
@@ -232,10 +275,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=16, help="states integrated at once")
     parser.add_argument("--hidden", type=int, default=32, help="hidden units of the MLP")
-    parser.add_argument("--t-end", type=float, default=2.0, help="integrate over [0, t_end]")
+    parser.add_argument(
+        "--t-end", type=float, default=2.0, help="integrate over [0, t_end]"
+    )
     parser.add_argument("--rk4-steps", type=int, default=100, help="RK4 steps")
-    parser.add_argument("--rtol", type=float, default=1e-6, help="DOPRI5 relative tolerance")
-    parser.add_argument("--atol", type=float, default=1e-8, help="DOPRI5 absolute tolerance")
+    parser.add_argument(
+        "--rtol", type=float, default=1e-6, help="DOPRI5 relative tolerance"
+    )
+    parser.add_argument(
+        "--atol", type=float, default=1e-8, help="DOPRI5 absolute tolerance"
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
@@ -247,14 +296,17 @@ def main(argv: list[str] | None = None) -> int:
     y_rk4 = rk4(y0, weights, args.t_end, args.rk4_steps, backend)
     rk4_time = time.perf_counter() - start
     start = time.perf_counter()
-    y_dp, accepted, rejected = dopri5(y0, weights, args.t_end, args.rtol, args.atol,
-                                      backend=backend)
+    y_dp, accepted, rejected = dopri5(
+        y0, weights, args.t_end, args.rtol, args.atol, backend=backend
+    )
     dp_time = time.perf_counter() - start
 
-    rk4_vs_numpy = float(np.max(np.abs(y_rk4 - rk4_reference(y0, weights, args.t_end,
-                                                             args.rk4_steps))))
+    rk4_vs_numpy = float(
+        np.max(np.abs(y_rk4 - rk4_reference(y0, weights, args.t_end, args.rk4_steps)))
+    )
     y_dp_ref, accepted_ref, rejected_ref = dopri5_reference(
-        y0, weights, args.t_end, args.rtol, args.atol)
+        y0, weights, args.t_end, args.rtol, args.atol
+    )
     dp_vs_numpy = float(np.max(np.abs(y_dp - y_dp_ref)))
     rk4_error = float(np.max(np.abs(y_rk4 - truth)))
     dp_error = float(np.max(np.abs(y_dp - truth)))
@@ -265,16 +317,25 @@ def main(argv: list[str] | None = None) -> int:
     # rounding (on CUDA a borderline accept/reject may differ: then within the
     # tolerance), and within the tolerance's reach of the fine solution.
     ok_rk4 = rk4_vs_numpy < 1e-10 and rk4_error < 1e-2 * max(1.0, scale)
-    ok_dp = (dp_vs_numpy < max(1e-8, 10 * tolerance)
-             and abs(accepted - accepted_ref) <= 2 and dp_error < 100 * tolerance)
-    print(f"RK4:    {args.rk4_steps} steps in {rk4_time:.2f} s; vs NumPy {rk4_vs_numpy:.1e}, "
-          f"vs a fine solution {rk4_error:.1e}")
-    print(f"DOPRI5: {accepted} accepted + {rejected} rejected steps (NumPy: "
-          f"{accepted_ref} + {rejected_ref}) in {dp_time:.2f} s; vs NumPy "
-          f"{dp_vs_numpy:.1e}, vs a fine solution {dp_error:.1e}")
+    ok_dp = (
+        dp_vs_numpy < max(1e-8, 10 * tolerance)
+        and abs(accepted - accepted_ref) <= 2
+        and dp_error < 100 * tolerance
+    )
+    print(
+        f"RK4:    {args.rk4_steps} steps in {rk4_time:.2f} s; vs NumPy {rk4_vs_numpy:.1e}, "
+        f"vs a fine solution {rk4_error:.1e}"
+    )
+    print(
+        f"DOPRI5: {accepted} accepted + {rejected} rejected steps (NumPy: "
+        f"{accepted_ref} + {rejected_ref}) in {dp_time:.2f} s; vs NumPy "
+        f"{dp_vs_numpy:.1e}, vs a fine solution {dp_error:.1e}"
+    )
     ok = ok_rk4 and ok_dp
-    print(f"{'PASS' if ok else 'FAIL'}: neural ODE, batch {args.batch}, "
-          f"hidden {args.hidden}, t in [0, {args.t_end}]")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: neural ODE, batch {args.batch}, "
+        f"hidden {args.hidden}, t in [0, {args.t_end}]"
+    )
     return 0 if ok else 1
 
 

@@ -70,15 +70,15 @@ spd_matrix = cholesky_example.spd_matrix
 # stflow.linalg makes the same call on both backends (NumPy; cuBLAS and cuSOLVER on the
 # task stream, capturable in graph mode); only the lower triangle of a diagonal tile is
 # read and written, in place: no scratch array.
-def _trsm_right(xp: Any, l: Any, b: Any) -> None:      # b = -b · tril(l)⁻¹
+def _trsm_right(xp: Any, l: Any, b: Any) -> None:  # b = -b · tril(l)⁻¹
     linalg.trsm(l, b, side="right", alpha=-1.0)
 
 
-def _trsm_left(xp: Any, l: Any, b: Any) -> None:       # b = tril(l)⁻¹ · b
+def _trsm_left(xp: Any, l: Any, b: Any) -> None:  # b = tril(l)⁻¹ · b
     linalg.trsm(l, b, side="left")
 
 
-def _trtri(xp: Any, l: Any) -> None:                   # tril(l) = tril(l)⁻¹
+def _trtri(xp: Any, l: Any) -> None:  # tril(l) = tril(l)⁻¹
     linalg.trtri(l)
 
 
@@ -86,7 +86,7 @@ def _gemm_nn(xp: Any, a: Any, b: Any, c: Any) -> None:  # c += a · b
     linalg.gemm(a, b, c, beta=1.0)
 
 
-def _syrk_t(xp: Any, a: Any, c: Any) -> None:           # c += aᵀ · a (lower)
+def _syrk_t(xp: Any, a: Any, c: Any) -> None:  # c += aᵀ · a (lower)
     linalg.syrk(a, c, beta=1.0, trans=True)
 
 
@@ -94,11 +94,11 @@ def _gemm_tn(xp: Any, a: Any, b: Any, c: Any) -> None:  # c += aᵀ · b
     linalg.gemm(a, b, c, beta=1.0, trans_a=True)
 
 
-def _trmm_t(xp: Any, l: Any, b: Any) -> None:           # b = tril(l)ᵀ · b
+def _trmm_t(xp: Any, l: Any, b: Any) -> None:  # b = tril(l)ᵀ · b
     linalg.trmm(l, b, side="left", trans=True)
 
 
-def _lauum(xp: Any, l: Any) -> None:                    # tril(l) = tril(tril(l)ᵀ · tril(l))
+def _lauum(xp: Any, l: Any) -> None:  # tril(l) = tril(tril(l)ᵀ · tril(l))
     linalg.lauum(l)
 
 
@@ -106,17 +106,23 @@ def trtri(ctx: Any, tiles: dict[tuple[int, int], Any], count: int) -> None:
     """Submit ``L := L⁻¹`` on the lower ``count × count`` tiles (in place)."""
     for k in range(count):
         for m in range(k + 1, count):
-            with ctx.task(tiles[k, k].read(), tiles[m, k].rw(),
-                          symbol=f"trsm_r({m},{k})") as t:
+            with ctx.task(
+                tiles[k, k].read(), tiles[m, k].rw(), symbol=f"trsm_r({m},{k})"
+            ) as t:
                 t.run(_trsm_right)
         for m in range(k + 1, count):
             for n in range(k):
-                with ctx.task(tiles[m, k].read(), tiles[k, n].read(), tiles[m, n].rw(),
-                              symbol=f"gemm({m},{n},{k})") as t:
+                with ctx.task(
+                    tiles[m, k].read(),
+                    tiles[k, n].read(),
+                    tiles[m, n].rw(),
+                    symbol=f"gemm({m},{n},{k})",
+                ) as t:
                     t.run(_gemm_nn)
         for n in range(k):
-            with ctx.task(tiles[k, k].read(), tiles[k, n].rw(),
-                          symbol=f"trsm_l({k},{n})") as t:
+            with ctx.task(
+                tiles[k, k].read(), tiles[k, n].rw(), symbol=f"trsm_l({k},{n})"
+            ) as t:
                 t.run(_trsm_left)
         with ctx.task(tiles[k, k].rw(), symbol=f"trtri({k})") as t:
             t.run(_trtri)
@@ -126,23 +132,30 @@ def lauum(ctx: Any, tiles: dict[tuple[int, int], Any], count: int) -> None:
     """Submit ``A := Lᵀ L`` (lower triangle) on the lower ``count × count`` tiles."""
     for k in range(count):
         for n in range(k):
-            with ctx.task(tiles[k, n].read(), tiles[n, n].rw(),
-                          symbol=f"syrk({n},{k})") as t:
+            with ctx.task(
+                tiles[k, n].read(), tiles[n, n].rw(), symbol=f"syrk({n},{k})"
+            ) as t:
                 t.run(_syrk_t)
             for m in range(n + 1, k):
-                with ctx.task(tiles[k, m].read(), tiles[k, n].read(), tiles[m, n].rw(),
-                              symbol=f"gemm_t({m},{n},{k})") as t:
+                with ctx.task(
+                    tiles[k, m].read(),
+                    tiles[k, n].read(),
+                    tiles[m, n].rw(),
+                    symbol=f"gemm_t({m},{n},{k})",
+                ) as t:
                     t.run(_gemm_tn)
         for n in range(k):
-            with ctx.task(tiles[k, k].read(), tiles[k, n].rw(),
-                          symbol=f"trmm({k},{n})") as t:
+            with ctx.task(
+                tiles[k, k].read(), tiles[k, n].rw(), symbol=f"trmm({k},{n})"
+            ) as t:
                 t.run(_trmm_t)
         with ctx.task(tiles[k, k].rw(), symbol=f"lauum({k})") as t:
             t.run(_lauum)
 
 
-def potri(a: np.ndarray, nb: int, backend: str | None = None,
-          use_graph: bool = False) -> tuple[np.ndarray, float]:
+def potri(
+    a: np.ndarray, nb: int, backend: str | None = None, use_graph: bool = False
+) -> tuple[np.ndarray, float]:
     """``a⁻¹`` of a symmetric positive definite ``a`` in tiles of ``nb``, and the
     seconds from the first submission to the end of ``finalize()``."""
     n = a.shape[0]
@@ -153,12 +166,12 @@ def potri(a: np.ndarray, nb: int, backend: str | None = None,
     count = -(-n // nb)
     result = np.array(a, dtype=np.float64)
     ctx = stf.context(backend=backend, use_graph=use_graph)
-    grid = stf.tiles(ctx, result, nb, name="A")     # written back at finalize()
+    grid = stf.tiles(ctx, result, nb, name="A")  # written back at finalize()
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     start = time.perf_counter()
-    cholesky_example.factorize(ctx, tiles, count)     # A = L Lᵀ
-    trtri(ctx, tiles, count)                               # L := L⁻¹
-    lauum(ctx, tiles, count)                               # A⁻¹ = L⁻ᵀ L⁻¹
+    cholesky_example.factorize(ctx, tiles, count)  # A = L Lᵀ
+    trtri(ctx, tiles, count)  # L := L⁻¹
+    lauum(ctx, tiles, count)  # A⁻¹ = L⁻ᵀ L⁻¹
     ctx.finalize()
     elapsed = time.perf_counter() - start
     lower = np.tril(result)
@@ -180,9 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     identity = float(np.max(np.abs(inverse @ a - np.eye(args.n))))
     ok = error < 1e-10 and identity < 1e-10
     tiles = -(-args.n // args.nb)
-    print(f"{'PASS' if ok else 'FAIL'}: POTRI n={args.n}, {tiles}×{tiles} tiles of "
-          f"{args.nb}, {'graph' if args.graph else 'stream'} mode, {elapsed:.3f} s, "
-          f"relative error vs numpy.linalg.inv {error:.1e}, |A⁻¹A − I| {identity:.1e}")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: POTRI n={args.n}, {tiles}×{tiles} tiles of "
+        f"{args.nb}, {'graph' if args.graph else 'stream'} mode, {elapsed:.3f} s, "
+        f"relative error vs numpy.linalg.inv {error:.1e}, |A⁻¹A − I| {identity:.1e}"
+    )
     return 0 if ok else 1
 
 

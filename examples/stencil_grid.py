@@ -55,8 +55,10 @@ def _update(xp: Any, u: Any, v: Any, lo: int, hi: int) -> None:
         v[inner_hi:hi] = u[inner_hi:hi]
     if inner_lo < inner_hi:
         v[inner_lo:inner_hi] = u[inner_lo:inner_hi] + ALPHA * (
-            u[inner_lo - 1:inner_hi - 1] - 2 * u[inner_lo:inner_hi]
-            + u[inner_lo + 1:inner_hi + 1])
+            u[inner_lo - 1 : inner_hi - 1]
+            - 2 * u[inner_lo:inner_hi]
+            + u[inner_lo + 1 : inner_hi + 1]
+        )
 
 
 def _member_work(t: Any, member: int, device: int, lo: int, hi: int) -> None:
@@ -65,17 +67,20 @@ def _member_work(t: Any, member: int, device: int, lo: int, hi: int) -> None:
     u, v = t.get_arg_cai(0), t.get_arg_cai(1)
     if t._runtime.backend.name == "emulated":
         from stflow.emulated import launch
+
         launch(stream, lambda a, b: _update(np, a, b, lo, hi), u, v)
         return
     import cupy
 
     from stflow.interop.cupy import as_cupy, cupy_stream
+
     with cupy.cuda.Device(device), cupy_stream(stream):
         _update(cupy, as_cupy(u), as_cupy(v), lo, hi)
 
 
-def run(u0: np.ndarray, steps: int, places: int = 0, backend: str | None = None
-        ) -> tuple[np.ndarray, int]:
+def run(
+    u0: np.ndarray, steps: int, places: int = 0, backend: str | None = None
+) -> tuple[np.ndarray, int]:
     """``steps`` stencil steps of ``u0`` on a grid; returns the result and the
     number of grid members."""
     with stf.context(backend=backend) as ctx:
@@ -83,7 +88,8 @@ def run(u0: np.ndarray, steps: int, places: int = 0, backend: str | None = None
         # gives when that backend is the default one).
         devices = get_backend(ctx.backend).device_count
         grid = stf.exec_place_grid.create(
-            [stf.exec_place.device(i % devices) for i in range(places or devices)])
+            [stf.exec_place.device(i % devices) for i in range(places or devices)]
+        )
         spread = stf.data_place.composite(grid, stf.partitions.blocked())
         grid.set_affine_data_place(spread)
         result = u0.copy()
@@ -95,7 +101,7 @@ def run(u0: np.ndarray, steps: int, places: int = 0, backend: str | None = None
                 for member, (lo, hi) in enumerate(blocks):
                     _member_work(t, member, grid[member].device_id, lo, hi)
             u, v = v, u
-        if steps % 2:                        # the latest values are in ``v``'s data
+        if steps % 2:  # the latest values are in ``v``'s data
             with ctx.task(grid, u.read(), v.write()) as t:
                 for member, (lo, hi) in enumerate(blocks):
                     stream = t.get_stream_at_index(member)
@@ -107,14 +113,17 @@ def run(u0: np.ndarray, steps: int, places: int = 0, backend: str | None = None
 def _copy_block(t: Any, stream: Any, device: int, lo: int, hi: int) -> None:
     def copy(xp: Any, a: Any, b: Any) -> None:
         b[lo:hi] = a[lo:hi]
+
     u, v = t.get_arg_cai(0), t.get_arg_cai(1)
     if t._runtime.backend.name == "emulated":
         from stflow.emulated import launch
+
         launch(stream, lambda a, b: copy(np, a, b), u, v)
         return
     import cupy
 
     from stflow.interop.cupy import as_cupy, cupy_stream
+
     with cupy.cuda.Device(device), cupy_stream(stream):
         copy(cupy, as_cupy(u), as_cupy(v))
 
@@ -123,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=100_000, help="grid points")
     parser.add_argument("--steps", type=int, default=50, help="time steps")
-    parser.add_argument("--places", type=int, default=0,
-                        help="grid members (0: one per device)")
+    parser.add_argument(
+        "--places", type=int, default=0, help="grid members (0: one per device)"
+    )
     parser.add_argument("--backend", default="auto", choices=["auto", "cuda", "emulated"])
     args = parser.parse_args(argv)
     backend = None if args.backend == "auto" else args.backend
@@ -135,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - start
     expected = reference(u0, args.steps)
     ok = np.allclose(result, expected, rtol=1e-12, atol=1e-12)
-    print(f"{'PASS' if ok else 'FAIL'}: {args.steps} steps of {args.n} points over "
-          f"{members} grid member(s) in {elapsed:.3f} s; max error "
-          f"{np.max(np.abs(result - expected)):.2e}")
+    print(
+        f"{'PASS' if ok else 'FAIL'}: {args.steps} steps of {args.n} points over "
+        f"{members} grid member(s) in {elapsed:.3f} s; max error "
+        f"{np.max(np.abs(result - expected)):.2e}"
+    )
     return 0 if ok else 1
 
 

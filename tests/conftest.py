@@ -20,8 +20,7 @@ import pytest  # noqa: E402
 if not hasattr(numpy, "row_stack"):
     numpy.row_stack = numpy.vstack
 
-from helpers.backends import (BACKENDS, cuda_unavailable_reason,  # noqa: E402
-                              emulation_seed)
+from helpers.backends import BACKENDS, cuda_unavailable_reason, emulation_seed  # noqa: E402
 
 
 def pytest_report_header(config):
@@ -46,11 +45,16 @@ def pytest_runtest_setup(item):
     if item.get_closest_marker("device_memory") is None:
         return
     callspec = getattr(item, "callspec", None)
-    on_cuda = callspec.params.get("backend") == "cuda" if callspec else \
-        item.get_closest_marker("gpu") is not None
+    on_cuda = (
+        callspec.params.get("backend") == "cuda"
+        if callspec
+        else item.get_closest_marker("gpu") is not None
+    )
     if on_cuda and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-        pytest.skip("measures the GPU's free memory, which other xdist workers "
-                    "change: run the device_memory tests without -n")
+        pytest.skip(
+            "measures the GPU's free memory, which other xdist workers "
+            "change: run the device_memory tests without -n"
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -58,5 +62,10 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed:
-        report.sections.append(("stflow", f"emulated scheduler seed: {emulation_seed()} "
-                                          "(rerun with STFLOW_EMULATION_SEED)"))
+        report.sections.append(
+            (
+                "stflow",
+                f"emulated scheduler seed: {emulation_seed()} "
+                "(rerun with STFLOW_EMULATION_SEED)",
+            )
+        )

@@ -33,39 +33,64 @@ def run_demo() -> None:
     os.environ["STFLOW_TRACE_FILE"] = TRACE
     os.environ.setdefault("STFLOW_BACKEND", "emulated")
     from stflow.demo import poisson_rhs, solve
-    solve(poisson_rhs(24), iterations=2, devices=2, blocks=2,
-          backend=os.environ["STFLOW_BACKEND"])
+
+    solve(
+        poisson_rhs(24),
+        iterations=2,
+        devices=2,
+        blocks=2,
+        backend=os.environ["STFLOW_BACKEND"],
+    )
 
 
 def render_dot() -> None:
-    subprocess.run(["dot", "-Tpng", "-Gdpi=80", DOT, "-o",
-                    os.path.join(HERE, "demo-graph.png")], check=True)
+    subprocess.run(
+        ["dot", "-Tpng", "-Gdpi=80", DOT, "-o", os.path.join(HERE, "demo-graph.png")],
+        check=True,
+    )
 
 
-def render_timeline(trace: str = TRACE, output: str = "demo-timeline.png",
-                    title: str = "stflow demo (2 CG iterations, 2 devices): "
-                                 "one track per stream") -> None:
+def render_timeline(
+    trace: str = TRACE,
+    output: str = "demo-timeline.png",
+    title: str = "stflow demo (2 CG iterations, 2 devices): one track per stream",
+) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     events = json.load(open(trace))["traceEvents"]
-    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events
-             if e["ph"] == "M"}
+    names = {
+        (e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M"
+    }
     spans = [e for e in events if e["ph"] == "X"]
     tracks = sorted({(e["pid"], e["tid"]) for e in spans})
     row = {track: i for i, track in enumerate(tracks)}
     figure, axes = plt.subplots(figsize=(12, 0.5 * len(tracks) + 1.2))
-    colours = {"task": "#4c78a8", "host_launch": "#f58518", "transfer": "#54a24b",
-               "writeback": "#b279a2", "wait": "#e45756"}
+    colours = {
+        "task": "#4c78a8",
+        "host_launch": "#f58518",
+        "transfer": "#54a24b",
+        "writeback": "#b279a2",
+        "wait": "#e45756",
+    }
     for e in spans:
         y = row[(e["pid"], e["tid"])]
-        axes.barh(y, e["dur"], left=e["ts"], height=0.6,
-                  color=colours.get(e["cat"], "#999999"), edgecolor="black",
-                  linewidth=0.3)
+        axes.barh(
+            y,
+            e["dur"],
+            left=e["ts"],
+            height=0.6,
+            color=colours.get(e["cat"], "#999999"),
+            edgecolor="black",
+            linewidth=0.3,
+        )
     axes.set_yticks(range(len(tracks)))
-    axes.set_yticklabels([f"{names.get((p, None), p)} / {names.get((p, t), t)}"
-                          for p, t in tracks], fontsize=8)
+    axes.set_yticklabels(
+        [f"{names.get((p, None), p)} / {names.get((p, t), t)}" for p, t in tracks],
+        fontsize=8,
+    )
     axes.invert_yaxis()
     axes.set_xlabel("µs since the context started")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colours.values()]
@@ -80,6 +105,7 @@ def cholesky_pictures() -> None:
     import importlib.util
 
     import numpy as np
+
     dot = os.path.join(HERE, "cholesky.dot")
     os.environ["STFLOW_DOT_FILE"] = dot
     path = os.path.join(HERE, "..", "..", "examples", "cholesky.py")
@@ -88,12 +114,16 @@ def cholesky_pictures() -> None:
     spec.loader.exec_module(example)
     lower, _ = example.cholesky(example.spd_matrix(64), 16, backend="emulated")
     assert np.allclose(lower, np.linalg.cholesky(example.spd_matrix(64)))
-    subprocess.run(["dot", "-Tpng", "-Gdpi=70", dot, "-o",
-                    os.path.join(HERE, "cholesky-graph.png")], check=True)
-    render_timeline(os.path.join(HERE, "cholesky-trace-h200.json"),
-                    "cholesky-timeline.png",
-                    "tiled Cholesky, n = 8192 in 8 × 8 tiles of 1024, one H200, "
-                    "stream mode: one track per stream")
+    subprocess.run(
+        ["dot", "-Tpng", "-Gdpi=70", dot, "-o", os.path.join(HERE, "cholesky-graph.png")],
+        check=True,
+    )
+    render_timeline(
+        os.path.join(HERE, "cholesky-trace-h200.json"),
+        "cholesky-timeline.png",
+        "tiled Cholesky, n = 8192 in 8 × 8 tiles of 1024, one H200, "
+        "stream mode: one track per stream",
+    )
 
 
 if __name__ == "__main__":
@@ -103,5 +133,8 @@ if __name__ == "__main__":
         run_demo()
         render_dot()
         render_timeline()
-    print("wrote", ", ".join(sorted(f for f in os.listdir(HERE) if f.endswith(".png"))),
-          file=sys.stderr)
+    print(
+        "wrote",
+        ", ".join(sorted(f for f in os.listdir(HERE) if f.endswith(".png"))),
+        file=sys.stderr,
+    )

@@ -33,18 +33,54 @@ if _config.pure_python_requested() or _compile.stale():
 # ``locality_domain_count`` (lazy but missing from the reference's ``__all__``), and the
 # stflow-only names of API.md section 5.
 _REFERENCE_NAMES = [
-    "AccessMode", "CudaStream", "DeviceArray", "TaskGraph", "__version__",
-    "async_resources", "cond", "context", "data_place", "dep", "exec_place",
-    "exec_place_grid", "exec_place_resources", "get_include_paths", "get_library_dir",
-    "get_library_path", "get_stf_include_dir", "green_context_helper", "green_ctx_view",
-    "green_places", "machine_init", "paths", "stackable_context", "task_graph",
+    "AccessMode",
+    "CudaStream",
+    "DeviceArray",
+    "TaskGraph",
+    "__version__",
+    "async_resources",
+    "cond",
+    "context",
+    "data_place",
+    "dep",
+    "exec_place",
+    "exec_place_grid",
+    "exec_place_resources",
+    "get_include_paths",
+    "get_library_dir",
+    "get_library_path",
+    "get_stf_include_dir",
+    "green_context_helper",
+    "green_ctx_view",
+    "green_places",
+    "machine_init",
+    "paths",
+    "stackable_context",
+    "task_graph",
 ]
 _BINDING_NAMES = [
-    "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
-    "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
+    "LaunchableGraph",
+    "cuda_kernel",
+    "dlpack_export",
+    "logical_data",
+    "read",
+    "rw",
+    "stackable_logical_data",
+    "stackable_task",
+    "stf_cai",
+    "task",
+    "write",
 ]
-_STFLOW_NAMES = ["ProgressBar", "TileGrid", "block_cyclic", "bundle", "constant",
-                 "distributed_context", "reduce", "tiles"]
+_STFLOW_NAMES = [
+    "ProgressBar",
+    "TileGrid",
+    "block_cyclic",
+    "bundle",
+    "constant",
+    "distributed_context",
+    "reduce",
+    "tiles",
+]
 
 __all__ = [*_REFERENCE_NAMES, *_BINDING_NAMES, "locality_domain_count", *_STFLOW_NAMES]
 
@@ -123,16 +159,19 @@ if TYPE_CHECKING:
     from . import interop as interop
     from . import partitions as partitions
     from . import paths as paths
+    from ._dist.context import distributed_context as distributed_context
+    from ._engine.resources import async_resources as async_resources
+    from ._engine.resources import exec_place_resources as exec_place_resources
+    from ._graph.cond import cond as cond
+    from ._graph.stackable import LaunchableGraph as LaunchableGraph
+    from ._graph.stackable import stackable_context as stackable_context
+    from ._graph.stackable import stackable_logical_data as stackable_logical_data
+    from ._graph.stackable import stackable_task as stackable_task
+    from ._graph.task_graph import TaskGraph as TaskGraph
+    from ._graph.task_graph import task_graph as task_graph
     from ._handles.bundles import bundle as bundle
     from ._handles.bundles import constant as constant
-    from ._graph.cond import cond as cond
     from ._handles.context import context as context
-    from ._interchange.device_array import DeviceArray as DeviceArray
-    from ._interchange.dlpack import dlpack_export as dlpack_export
-    from ._places.green import green_context_helper as green_context_helper
-    from ._places.green import green_ctx_view as green_ctx_view
-    from ._places.green import green_places as green_places
-    from ._places.locality import locality_domain_count as locality_domain_count
     from ._handles.kernel import cuda_kernel as cuda_kernel
     from ._handles.logical_data import AccessMode as AccessMode
     from ._handles.logical_data import dep as dep
@@ -141,25 +180,22 @@ if TYPE_CHECKING:
     from ._handles.logical_data import reduce as reduce
     from ._handles.logical_data import rw as rw
     from ._handles.logical_data import write as write
-    from ._places.places import data_place as data_place
-    from ._places.places import exec_place as exec_place
-    from ._places.places import exec_place_grid as exec_place_grid
-    from ._dist.context import distributed_context as distributed_context
-    from ._instruments.progress import ProgressBar as ProgressBar
-    from ._engine.resources import async_resources as async_resources
-    from ._engine.resources import exec_place_resources as exec_place_resources
+    from ._handles.task import task as task
     from ._handles.tiles import TileGrid as TileGrid
     from ._handles.tiles import block_cyclic as block_cyclic
     from ._handles.tiles import tiles as tiles
-    from ._graph.stackable import LaunchableGraph as LaunchableGraph
-    from ._graph.stackable import stackable_context as stackable_context
-    from ._graph.stackable import stackable_logical_data as stackable_logical_data
-    from ._graph.stackable import stackable_task as stackable_task
-    from ._handles.task import task as task
-    from ._graph.task_graph import TaskGraph as TaskGraph
-    from ._graph.task_graph import task_graph as task_graph
+    from ._instruments.progress import ProgressBar as ProgressBar
+    from ._interchange.device_array import DeviceArray as DeviceArray
+    from ._interchange.dlpack import dlpack_export as dlpack_export
     from ._interchange.views import CudaStream as CudaStream
     from ._interchange.views import stf_cai as stf_cai
+    from ._places.green import green_context_helper as green_context_helper
+    from ._places.green import green_ctx_view as green_ctx_view
+    from ._places.green import green_places as green_places
+    from ._places.locality import locality_domain_count as locality_domain_count
+    from ._places.places import data_place as data_place
+    from ._places.places import exec_place as exec_place
+    from ._places.places import exec_place_grid as exec_place_grid
     from .backends import machine_init as machine_init
     from .paths import IncludePaths as IncludePaths
     from .paths import get_include_paths as get_include_paths

@@ -19,15 +19,27 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
 
-COMPILED_MODULES = ("_core.access", "_core.deps", "_core.coherence", "_core.streams",
-                    "_core.plan", "_engine.runtime", "_handles.task", "_instruments.seam",
-                    "_engine.registry", "_engine.mode", "_dist.context", "_dist.handles",
-                    "_dist.exchanges")
+COMPILED_MODULES = (
+    "_core.access",
+    "_core.deps",
+    "_core.coherence",
+    "_core.streams",
+    "_core.plan",
+    "_engine.runtime",
+    "_handles.task",
+    "_instruments.seam",
+    "_engine.registry",
+    "_engine.mode",
+    "_dist.context",
+    "_dist.handles",
+    "_dist.exchanges",
+)
 """The modules of ``stflow`` that the compiled build compiles (the hot path)."""
 
 if TYPE_CHECKING:
@@ -35,7 +47,8 @@ if TYPE_CHECKING:
 else:
     try:
         from mypy_extensions import mypyc_attr
-    except ImportError:           # mypy_extensions only matters when compiling
+    except ImportError:  # mypy_extensions only matters when compiling
+
         def mypyc_attr(*attrs: Any, **kwattrs: Any) -> Callable[[Any], Any]:
             return lambda cls: cls
 
@@ -50,11 +63,13 @@ class _Sources(importlib.abc.MetaPathFinder):
     """Finds the ``.py`` source of a compiled module before the extension."""
 
     def __init__(self, package: str, directory: Path) -> None:
-        self.names = {f"{package}.{name}": source(directory, name)
-                      for name in COMPILED_MODULES}
+        self.names = {
+            f"{package}.{name}": source(directory, name) for name in COMPILED_MODULES
+        }
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
         source = self.names.get(fullname)
         if source is None or not source.exists():
             return None
@@ -76,8 +91,13 @@ def stale(directory: Path | None = None) -> bool:
     rebuild rewrites the library but leaves an unchanged module's extension alone.
     ``directory``: the package's (default: this one's)."""
     directory = directory or Path(__file__).parent
-    library = max((path.stat().st_mtime for path in
-                   directory.parent.glob(f"{directory.name}__mypyc.*.so")), default=0.0)
+    library = max(
+        (
+            path.stat().st_mtime
+            for path in directory.parent.glob(f"{directory.name}__mypyc.*.so")
+        ),
+        default=0.0,
+    )
     for name in COMPILED_MODULES:
         python = source(directory, name)
         for built in python.parent.glob(f"{python.stem}.*.so"):

@@ -54,14 +54,28 @@ from __future__ import annotations
 import array
 import importlib
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ._core.errors import BackendUnavailableError, CudaError, OutOfMemoryError
 
-__all__ = ["CUBLAS_WORKSPACE", "EXTRA", "dot", "gemm", "gemm_batched", "gemv",
-           "handles", "lauum", "potrf", "syrk", "trmm", "trsm", "trtri"]
+__all__ = [
+    "CUBLAS_WORKSPACE",
+    "EXTRA",
+    "dot",
+    "gemm",
+    "gemm_batched",
+    "gemv",
+    "handles",
+    "lauum",
+    "potrf",
+    "syrk",
+    "trmm",
+    "trsm",
+    "trtri",
+]
 
 EXTRA = "pip install 'stflow[linalg]'"
 """What to install for :mod:`stflow.linalg` on CUDA arrays (nvmath-python)."""
@@ -84,12 +98,21 @@ CUBLAS_WORKSPACE = 8 << 20
 fits; cuBLAS picks among the algorithms that fit)."""
 
 # The binding functions looked up once, as (float32, float64) pairs: ``pair[is64]``.
-_BLAS_PAIRS = ("gemm", "gemm_strided_batched", "gemv", "syrk", "trsm", "trmm", "dot",
-               "copy")
+_BLAS_PAIRS = (
+    "gemm",
+    "gemm_strided_batched",
+    "gemv",
+    "syrk",
+    "trsm",
+    "trmm",
+    "dot",
+    "copy",
+)
 _SOLVER_PAIRS = ("potrf", "potrf_buffer_size", "lauum", "lauum_buffer_size")
 
 
 # -- the libraries ----------------------------------------------------------------
+
 
 class _Libraries:
     """nvmath-python's cuBLAS and cuSOLVER bindings and the CUDA runtime
@@ -106,15 +129,17 @@ class _Libraries:
             raise BackendUnavailableError(
                 f"stflow.linalg on CUDA arrays calls cuBLAS and cuSOLVER through "
                 f"nvmath-python, which could not be imported ({err}); install it: "
-                f"{EXTRA}") from err
+                f"{EXTRA}"
+            ) from err
         self.blas_error: type[Exception] = self.cublas.cuBLASError
         self.solver_error: type[Exception] = solver_status.cuSOLVERError
         self.pairs: dict[str, tuple[Any, Any]] = {}
-        for names, module in ((_BLAS_PAIRS, self.cublas),
-                              (_SOLVER_PAIRS, self.cusolver)):
+        for names, module in ((_BLAS_PAIRS, self.cublas), (_SOLVER_PAIRS, self.cusolver)):
             for name in names:
-                self.pairs[name] = (getattr(module, "s" + name),
-                                    getattr(module, "d" + name))
+                self.pairs[name] = (
+                    getattr(module, "s" + name),
+                    getattr(module, "d" + name),
+                )
         self.current: Callable[[], Any] | None = None
 
     def current_stream(self) -> int:
@@ -127,7 +152,8 @@ class _Libraries:
                 raise BackendUnavailableError(
                     "stflow.linalg without stream= runs on CuPy's current stream, and "
                     "CuPy is not installed: pass stream= (t.stream_ptr()) or pip "
-                    "install 'stflow[cupy]'") from err
+                    "install 'stflow[cupy]'"
+                ) from err
             current = self.current = cupy.cuda.get_current_stream
         return int(current().ptr)
 
@@ -143,16 +169,18 @@ class _Libraries:
         capture in progress records nothing), never freed."""
         err, pointer = self.runtime.cudaMalloc(nbytes)
         if err:
-            raise _runtime_error(err, f"cudaMalloc of {nbytes} bytes for a cuBLAS or "
-                                      f"cuSOLVER workspace")
+            raise _runtime_error(
+                err, f"cudaMalloc of {nbytes} bytes for a cuBLAS or cuSOLVER workspace"
+            )
         return int(pointer)
 
 
 def _runtime_error(err: Any, step: str) -> CudaError:
     code = int(err)
     if code == _CUDA_ERROR_MEMORY_ALLOCATION:
-        return _LinalgOutOfMemory(f"stflow.linalg: {step} failed: out of device memory",
-                                  str(err), code)
+        return _LinalgOutOfMemory(
+            f"stflow.linalg: {step} failed: out of device memory", str(err), code
+        )
     return CudaError(f"stflow.linalg: {step} failed: {err}", str(err), code)
 
 
@@ -170,6 +198,7 @@ def _solver_failed(call: str, err: Exception) -> RuntimeError:
 
 # -- handles ----------------------------------------------------------------------
 
+
 class _Handles:
     """The cuBLAS and cuSOLVER handles of one (thread, stream), and the buffers they
     use (see the module's notes: grown, never freed)."""
@@ -177,8 +206,8 @@ class _Handles:
     def __init__(self, libs: _Libraries, stream: int) -> None:
         self.libs = libs
         self.stream = stream
-        self.current: dict[str, tuple[int, int]] = {}     # kind -> (pointer, bytes)
-        self.held: list[tuple[str, int, int]] = []         # every buffer made
+        self.current: dict[str, tuple[int, int]] = {}  # kind -> (pointer, bytes)
+        self.held: list[tuple[str, int, int]] = []  # every buffer made
         self.host_buffers: list[np.ndarray] = []
         self.host_pointer = 0
         self.sizes: dict[tuple[Any, ...], Any] = {}
@@ -191,8 +220,14 @@ class _Handles:
         _blas_setup(libs, "cublasSetStream", cublas.set_stream, self.blas, stream)
         # After cublasSetStream, which resets the workspace to cuBLAS's own pool.
         workspace = self.buffer("cublas", CUBLAS_WORKSPACE)
-        _blas_setup(libs, "cublasSetWorkspace", cublas.set_workspace, self.blas,
-                    workspace, CUBLAS_WORKSPACE)
+        _blas_setup(
+            libs,
+            "cublasSetWorkspace",
+            cublas.set_workspace,
+            self.blas,
+            workspace,
+            CUBLAS_WORKSPACE,
+        )
         self.solver = _create(libs, "cuSOLVER", cusolver.create)
         try:
             cusolver.set_stream(self.solver, stream)
@@ -223,8 +258,9 @@ class _Handles:
             self.host_pointer = int(held[-1].__array_interface__["data"][0])
         return self.host_pointer
 
-    def size(self, key: tuple[Any, ...], call: str, function: Callable[..., Any],
-             *args: Any) -> Any:
+    def size(
+        self, key: tuple[Any, ...], call: str, function: Callable[..., Any], *args: Any
+    ) -> Any:
         """A cuSOLVER buffer-size query, asked once per ``key`` (routine, type,
         triangle, order, leading dimension)."""
         found = self.sizes.get(key)
@@ -243,8 +279,9 @@ class _Handles:
         return word
 
 
-def _blas_setup(libs: _Libraries, call: str, function: Callable[..., Any],
-                *args: Any) -> None:
+def _blas_setup(
+    libs: _Libraries, call: str, function: Callable[..., Any], *args: Any
+) -> None:
     try:
         function(*args)
     except libs.blas_error as err:
@@ -257,14 +294,16 @@ def _create(libs: _Libraries, library: str, create: Callable[[], int]) -> int:
     try:
         return int(create())
     except error as err:
-        raise RuntimeError(f"creating a {library} handle failed: {library} {err}") \
-            from err
-    except Exception as err:      # the library itself is missing or unusable
+        raise RuntimeError(
+            f"creating a {library} handle failed: {library} {err}"
+        ) from err
+    except Exception as err:  # the library itself is missing or unusable
         raise BackendUnavailableError(
             f"stflow.linalg: nvmath-python could not load {library} "
             f"({type(err).__name__}: {err}); it finds the libraries of NVIDIA's "
             f"wheels (pip install 'stflow[cu12]' or 'stflow[cu13]') or of a CUDA "
-            f"toolkit") from err
+            f"toolkit"
+        ) from err
 
 
 class _ThreadCache(threading.local):
@@ -337,9 +376,24 @@ def _find(libs: _Libraries, cache: _ThreadCache, stream: int) -> _Handles:
 # increment ``inc`` (vectors) and batch stride (elements), all row-major; ``is64``
 # picks float64 over float32. Scalars are written to the handle's host pair.
 
-def gemm(stream: int | None, is64: bool, trans_a: bool, trans_b: bool,
-         m: int, n: int, k: int, alpha: float, a: int, lda: int, b: int, ldb: int,
-         beta: float, c: int, ldc: int) -> None:
+
+def gemm(
+    stream: int | None,
+    is64: bool,
+    trans_a: bool,
+    trans_b: bool,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    a: int,
+    lda: int,
+    b: int,
+    ldb: int,
+    beta: float,
+    c: int,
+    ldc: int,
+) -> None:
     """Row-major ``c (m × n) ← alpha · op(a) @ op(b) + beta · c``."""
     h = handles(stream)
     scalars = h.scalars[is64]
@@ -348,17 +402,41 @@ def gemm(stream: int | None, is64: bool, trans_a: bool, trans_b: bool,
     pointer = h.scalar_ptrs[is64]
     # Column-major Cᵀ (n × m) = op(B)ᵀ op(A)ᵀ: b first, each with its own flag.
     try:
-        h.libs.pairs["gemm"][is64](h.blas, _OP_T if trans_b else _OP_N,
-                                   _OP_T if trans_a else _OP_N, n, m, k, pointer,
-                                   b, ldb, a, lda, pointer + (8 if is64 else 4), c, ldc)
+        h.libs.pairs["gemm"][is64](
+            h.blas,
+            _OP_T if trans_b else _OP_N,
+            _OP_T if trans_a else _OP_N,
+            n,
+            m,
+            k,
+            pointer,
+            b,
+            ldb,
+            a,
+            lda,
+            pointer + (8 if is64 else 4),
+            c,
+            ldc,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("gemm", err) from err
 
 
-def gemm_batched(stream: int | None, is64: bool, trans_a: bool, trans_b: bool,
-                 m: int, n: int, k: int, alpha: float,
-                 a: tuple[int, int, int], b: tuple[int, int, int], beta: float,
-                 c: tuple[int, int, int], count: int) -> None:
+def gemm_batched(
+    stream: int | None,
+    is64: bool,
+    trans_a: bool,
+    trans_b: bool,
+    m: int,
+    n: int,
+    k: int,
+    alpha: float,
+    a: tuple[int, int, int],
+    b: tuple[int, int, int],
+    beta: float,
+    c: tuple[int, int, int],
+    count: int,
+) -> None:
     """``count`` row-major products ``c[i] ← alpha · op(a[i]) @ op(b[i]) + beta ·
     c[i]``, each operand (pointer, ld, batch stride in elements)
     (``cublas{D,S}gemmStridedBatched``; a stride of 0 uses one matrix for every
@@ -371,15 +449,38 @@ def gemm_batched(stream: int | None, is64: bool, trans_a: bool, trans_b: bool,
     # As gemm, for each matrix of the batch: b first, n × m.
     try:
         h.libs.pairs["gemm_strided_batched"][is64](
-            h.blas, _OP_T if trans_b else _OP_N, _OP_T if trans_a else _OP_N, n, m, k,
-            pointer, *b, *a, pointer + (8 if is64 else 4), *c, count)
+            h.blas,
+            _OP_T if trans_b else _OP_N,
+            _OP_T if trans_a else _OP_N,
+            n,
+            m,
+            k,
+            pointer,
+            *b,
+            *a,
+            pointer + (8 if is64 else 4),
+            *c,
+            count,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("gemm_batched", err) from err
 
 
-def gemv(stream: int | None, is64: bool, trans: bool, rows: int, cols: int,
-         alpha: float, a: int, lda: int, x: int, incx: int, beta: float, y: int,
-         incy: int) -> None:
+def gemv(
+    stream: int | None,
+    is64: bool,
+    trans: bool,
+    rows: int,
+    cols: int,
+    alpha: float,
+    a: int,
+    lda: int,
+    x: int,
+    incx: int,
+    beta: float,
+    y: int,
+    incy: int,
+) -> None:
     """``y ← alpha · op(a) @ x + beta · y``, ``a`` row-major ``rows × cols``."""
     h = handles(stream)
     scalars = h.scalars[is64]
@@ -388,15 +489,37 @@ def gemv(stream: int | None, is64: bool, trans: bool, rows: int, cols: int,
     pointer = h.scalar_ptrs[is64]
     # The library reads aᵀ (cols × rows): a @ x is (aᵀ)ᵀ @ x, so the flag flips.
     try:
-        h.libs.pairs["gemv"][is64](h.blas, _OP_N if trans else _OP_T, cols, rows,
-                                   pointer, a, lda, x, incx,
-                                   pointer + (8 if is64 else 4), y, incy)
+        h.libs.pairs["gemv"][is64](
+            h.blas,
+            _OP_N if trans else _OP_T,
+            cols,
+            rows,
+            pointer,
+            a,
+            lda,
+            x,
+            incx,
+            pointer + (8 if is64 else 4),
+            y,
+            incy,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("gemv", err) from err
 
 
-def syrk(stream: int | None, is64: bool, trans: bool, n: int, k: int,
-         alpha: float, a: int, lda: int, beta: float, c: int, ldc: int) -> None:
+def syrk(
+    stream: int | None,
+    is64: bool,
+    trans: bool,
+    n: int,
+    k: int,
+    alpha: float,
+    a: int,
+    lda: int,
+    beta: float,
+    c: int,
+    ldc: int,
+) -> None:
     """The row-major lower triangle of ``c (n × n) ← alpha · a @ aᵀ + beta · c``
     (``trans``: ``aᵀ @ a``)."""
     h = handles(stream)
@@ -407,16 +530,38 @@ def syrk(stream: int | None, is64: bool, trans: bool, n: int, k: int,
     # Row-major lower is column-major upper. The library reads X = aᵀ (k × n without
     # trans): a @ aᵀ is Xᵀ X, its transposed form; aᵀ @ a is X Xᵀ, its plain one.
     try:
-        h.libs.pairs["syrk"][is64](h.blas, _UPPER, _OP_N if trans else _OP_T, n, k,
-                                   pointer, a, lda, pointer + (8 if is64 else 4),
-                                   c, ldc)
+        h.libs.pairs["syrk"][is64](
+            h.blas,
+            _UPPER,
+            _OP_N if trans else _OP_T,
+            n,
+            k,
+            pointer,
+            a,
+            lda,
+            pointer + (8 if is64 else 4),
+            c,
+            ldc,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("syrk", err) from err
 
 
-def trsm(stream: int | None, is64: bool, left: bool, lower: bool, trans: bool,
-         unit: bool, m: int, n: int, alpha: float, a: int, lda: int, b: int,
-         ldb: int) -> None:
+def trsm(
+    stream: int | None,
+    is64: bool,
+    left: bool,
+    lower: bool,
+    trans: bool,
+    unit: bool,
+    m: int,
+    n: int,
+    alpha: float,
+    a: int,
+    lda: int,
+    b: int,
+    ldb: int,
+) -> None:
     """Row-major ``b (m × n) ← alpha · op(a)⁻¹ @ b`` (``left``) or ``alpha · b @
     op(a)⁻¹``, with the ``lower`` (or upper) triangle of ``a``."""
     h = handles(stream)
@@ -424,71 +569,126 @@ def trsm(stream: int | None, is64: bool, left: bool, lower: bool, trans: bool,
     # op(A) X = B is Xᵀ op(A)ᵀ = Bᵀ: the side and the triangle flip, op stays, and
     # the library sees bᵀ, n × m.
     try:
-        h.libs.pairs["trsm"][is64](h.blas, _RIGHT if left else _LEFT,
-                                   _UPPER if lower else _LOWER,
-                                   _OP_T if trans else _OP_N,
-                                   _UNIT if unit else _NON_UNIT, n, m,
-                                   h.scalar_ptrs[is64], a, lda, b, ldb)
+        h.libs.pairs["trsm"][is64](
+            h.blas,
+            _RIGHT if left else _LEFT,
+            _UPPER if lower else _LOWER,
+            _OP_T if trans else _OP_N,
+            _UNIT if unit else _NON_UNIT,
+            n,
+            m,
+            h.scalar_ptrs[is64],
+            a,
+            lda,
+            b,
+            ldb,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("trsm", err) from err
 
 
-def trmm(stream: int | None, is64: bool, left: bool, lower: bool, trans: bool,
-         unit: bool, m: int, n: int, alpha: float, a: int, lda: int, b: int,
-         ldb: int) -> None:
+def trmm(
+    stream: int | None,
+    is64: bool,
+    left: bool,
+    lower: bool,
+    trans: bool,
+    unit: bool,
+    m: int,
+    n: int,
+    alpha: float,
+    a: int,
+    lda: int,
+    b: int,
+    ldb: int,
+) -> None:
     """Row-major ``b (m × n) ← alpha · op(a) @ b`` (``left``) or ``alpha · b @
     op(a)``, with the ``lower`` (or upper) triangle of ``a``."""
     h = handles(stream)
     h.scalars[is64][0] = alpha
     # The flips of trsm. cuBLAS's trmm writes a separate output: b again (in place).
     try:
-        h.libs.pairs["trmm"][is64](h.blas, _RIGHT if left else _LEFT,
-                                   _UPPER if lower else _LOWER,
-                                   _OP_T if trans else _OP_N,
-                                   _UNIT if unit else _NON_UNIT, n, m,
-                                   h.scalar_ptrs[is64], a, lda, b, ldb, b, ldb)
+        h.libs.pairs["trmm"][is64](
+            h.blas,
+            _RIGHT if left else _LEFT,
+            _UPPER if lower else _LOWER,
+            _OP_T if trans else _OP_N,
+            _UNIT if unit else _NON_UNIT,
+            n,
+            m,
+            h.scalar_ptrs[is64],
+            a,
+            lda,
+            b,
+            ldb,
+            b,
+            ldb,
+        )
     except h.libs.blas_error as err:
         raise _blas_failed("trmm", err) from err
 
 
-def dot(stream: int | None, is64: bool, n: int, x: int, incx: int, y: int, incy: int,
-        out: int) -> None:
+def dot(
+    stream: int | None, is64: bool, n: int, x: int, incx: int, y: int, incy: int, out: int
+) -> None:
     """``out ← x · y``, written on the device (cuBLAS in device pointer mode for the
     call)."""
     h = handles(stream)
     libs, cublas = h.libs, h.libs.cublas
-    _blas_setup(libs, "cublasSetPointerMode", cublas.set_pointer_mode, h.blas,
-                _POINTER_DEVICE)
+    _blas_setup(
+        libs, "cublasSetPointerMode", cublas.set_pointer_mode, h.blas, _POINTER_DEVICE
+    )
     try:
-        _blas_setup(libs, "dot", libs.pairs["dot"][is64], h.blas, n, x, incx, y, incy,
-                    out)
+        _blas_setup(
+            libs, "dot", libs.pairs["dot"][is64], h.blas, n, x, incx, y, incy, out
+        )
     finally:
-        _blas_setup(libs, "cublasSetPointerMode", cublas.set_pointer_mode, h.blas,
-                    _POINTER_HOST)
+        _blas_setup(
+            libs, "cublasSetPointerMode", cublas.set_pointer_mode, h.blas, _POINTER_HOST
+        )
 
 
 # -- cuSOLVER ---------------------------------------------------------------------
 
-def potrf(stream: int | None, is64: bool, n: int, a: int, lda: int,
-          info: int | None) -> None:
+
+def potrf(
+    stream: int | None, is64: bool, n: int, a: int, lda: int, info: int | None
+) -> None:
     """Cholesky factor of the row-major lower triangle of ``a``, in place; cuSOLVER's
     code in ``info`` (an int32 device address; the handle's own word when ``None``)."""
     h = handles(stream)
     pairs = h.libs.pairs
     # Row-major lower is column-major upper; the library factors M = Uᵀ U there, and
     # U read row-major is L = Uᵀ with L Lᵀ = M (a symmetric matrix is its transpose).
-    lwork = h.size(("potrf", is64, n, lda), "potrf_bufferSize",
-                   pairs["potrf_buffer_size"][is64], h.solver, _UPPER, n, a, lda)
+    lwork = h.size(
+        ("potrf", is64, n, lda),
+        "potrf_bufferSize",
+        pairs["potrf_buffer_size"][is64],
+        h.solver,
+        _UPPER,
+        n,
+        a,
+        lda,
+    )
     work = h.buffer("potrf", max(int(lwork), 1) * (8 if is64 else 4))
     try:
-        pairs["potrf"][is64](h.solver, _UPPER, n, a, lda, work, lwork,
-                             h.info() if info is None else info)
+        pairs["potrf"][is64](
+            h.solver, _UPPER, n, a, lda, work, lwork, h.info() if info is None else info
+        )
     except h.libs.solver_error as err:
         raise _solver_failed("potrf", err) from err
 
 
-def trtri(stream: int | None, is64: bool, n: int, lower: bool, unit: bool,
-          a: int, lda: int, info: int | None) -> None:
+def trtri(
+    stream: int | None,
+    is64: bool,
+    n: int,
+    lower: bool,
+    unit: bool,
+    a: int,
+    lda: int,
+    info: int | None,
+) -> None:
     """The row-major ``lower`` (or upper) triangle of ``a`` ← its inverse, in place
     (``cusolverDnXtrtri``); ``info`` as in :func:`potrf` (``i``: ``a[i-1, i-1]`` is
     zero). With ``unit``, cuSOLVER writes ones on the diagonal: the diagonal is saved
@@ -501,8 +701,17 @@ def trtri(stream: int | None, is64: bool, n: int, lower: bool, unit: bool,
     kind = _CUDA_R_64F if is64 else _CUDA_R_32F
     cusolver = h.libs.cusolver
     device_bytes, host_bytes = h.size(
-        ("trtri", is64, uplo, diag, n, lda), "trtri_bufferSize",
-        cusolver.xtrtri_buffer_size, h.solver, uplo, diag, n, kind, a, lda)
+        ("trtri", is64, uplo, diag, n, lda),
+        "trtri_bufferSize",
+        cusolver.xtrtri_buffer_size,
+        h.solver,
+        uplo,
+        diag,
+        n,
+        kind,
+        a,
+        lda,
+    )
     work = h.buffer("trtri", int(device_bytes))
     host = h.host_buffer(int(host_bytes))
     word = h.info() if info is None else info
@@ -510,20 +719,41 @@ def trtri(stream: int | None, is64: bool, n: int, lower: bool, unit: bool,
         # The diagonal of a row-major matrix of pitch lda: every (lda + 1)-th element.
         saved = h.buffer("diagonal", n * (8 if is64 else 4))
         copy = h.libs.pairs["copy"][is64]
-        _blas_setup(h.libs, "trtri (saving the diagonal)", copy, h.blas, n, a, lda + 1,
-                    saved, 1)
+        _blas_setup(
+            h.libs, "trtri (saving the diagonal)", copy, h.blas, n, a, lda + 1, saved, 1
+        )
     try:
-        cusolver.xtrtri(h.solver, uplo, diag, n, kind, a, lda, work, device_bytes,
-                        host, host_bytes, word)
+        cusolver.xtrtri(
+            h.solver,
+            uplo,
+            diag,
+            n,
+            kind,
+            a,
+            lda,
+            work,
+            device_bytes,
+            host,
+            host_bytes,
+            word,
+        )
     except h.libs.solver_error as err:
         raise _solver_failed("trtri", err) from err
     if unit:
-        _blas_setup(h.libs, "trtri (restoring the diagonal)", copy, h.blas, n, saved,
-                    1, a, lda + 1)
+        _blas_setup(
+            h.libs,
+            "trtri (restoring the diagonal)",
+            copy,
+            h.blas,
+            n,
+            saved,
+            1,
+            a,
+            lda + 1,
+        )
 
 
-def lauum(stream: int | None, is64: bool, n: int, lower: bool, a: int,
-          lda: int) -> None:
+def lauum(stream: int | None, is64: bool, n: int, lower: bool, a: int, lda: int) -> None:
     """The row-major lower triangle ``L`` of ``a`` ← that of ``Lᵀ L`` (``lower``), or
     the upper ``U`` ← that of ``U Uᵀ``, in place (``cusolverDn{D,S}lauum``)."""
     h = handles(stream)
@@ -532,8 +762,16 @@ def lauum(stream: int | None, is64: bool, n: int, lower: bool, a: int,
     # U' U'ᵀ = Lᵀ L, symmetric, in its upper triangle: our lower one (and the other
     # way round for an upper U).
     uplo = _UPPER if lower else _LOWER
-    lwork = h.size(("lauum", is64, uplo, n, lda), "lauum_bufferSize",
-                   pairs["lauum_buffer_size"][is64], h.solver, uplo, n, a, lda)
+    lwork = h.size(
+        ("lauum", is64, uplo, n, lda),
+        "lauum_bufferSize",
+        pairs["lauum_buffer_size"][is64],
+        h.solver,
+        uplo,
+        n,
+        a,
+        lda,
+    )
     work = h.buffer("lauum", max(int(lwork), 1) * (8 if is64 else 4))
     try:
         pairs["lauum"][is64](h.solver, uplo, n, a, lda, work, lwork, h.info())

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["CallableModule", "make_callable"]
 
@@ -37,11 +38,13 @@ class CallableModule(types.ModuleType):
     @property
     def __signature__(self) -> Any:
         import inspect
+
         return inspect.signature(self._resolve_function())
 
 
-def make_callable(module_name: str, resolve_function: Callable[[], Callable[..., Any]]
-                  ) -> None:
+def make_callable(
+    module_name: str, resolve_function: Callable[[], Callable[..., Any]]
+) -> None:
     """Make the already imported module ``module_name`` callable.
 
     Parameters

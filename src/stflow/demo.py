@@ -59,19 +59,52 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._demos.core import (_TINY, DEFAULT_SIZE, SIZES, TOLERANCE, _alpha, _beta,
-                         _copy_edges, _direction, _init_scalars, _matvec_kernel,
-                         _report, _select_backend, _size, _start, _update, halo_reads,
-                         layout, poisson_matvec, poisson_rhs, reference_cg, row_blocks)
+from ._demos.core import (
+    _TINY,
+    DEFAULT_SIZE,
+    SIZES,
+    TOLERANCE,
+    _alpha,
+    _beta,
+    _copy_edges,
+    _direction,
+    _init_scalars,
+    _matvec_kernel,
+    _report,
+    _select_backend,
+    _size,
+    _start,
+    _update,
+    halo_reads,
+    layout,
+    poisson_matvec,
+    poisson_rhs,
+    reference_cg,
+    row_blocks,
+)
 
-__all__ = ["DEFAULT_SIZE", "SIZES", "SolveResult", "blas_threads", "halo_reads",
-           "layout", "main", "poisson_matvec", "poisson_rhs", "reference_cg",
-           "row_blocks", "solve", "time_reference"]
+__all__ = [
+    "DEFAULT_SIZE",
+    "SIZES",
+    "SolveResult",
+    "blas_threads",
+    "halo_reads",
+    "layout",
+    "main",
+    "poisson_matvec",
+    "poisson_rhs",
+    "reference_cg",
+    "row_blocks",
+    "solve",
+    "time_reference",
+]
+
 
 @dataclass
 class SolveResult:
@@ -96,26 +129,36 @@ class _Submitter:
         self.ctx = ctx
         self.tasks = 0
 
-    def task(self, device: int, kernel: Callable[..., None], *deps: Any,
-             symbol: str) -> None:
+    def task(
+        self, device: int, kernel: Callable[..., None], *deps: Any, symbol: str
+    ) -> None:
         """``kernel(xp, *arrays)`` in a task on ``device`` with dependencies ``deps``
         (``t.run``: NumPy enqueued on the emulated task stream, CuPy on CUDA)."""
         import stflow as stf
+
         self.tasks += 1
         with self.ctx.task(stf.exec_place.device(device), *deps, symbol=symbol) as t:
             t.run(kernel, *range(len(deps)))
 
-    def host(self, fn: Callable[..., None], *deps: Any, args: tuple[Any, ...],
-             symbol: str) -> None:
+    def host(
+        self, fn: Callable[..., None], *deps: Any, args: tuple[Any, ...], symbol: str
+    ) -> None:
         """``fn(*arrays, *args)`` on a host thread once ``deps`` are ready."""
         self.tasks += 1
         self.ctx.host_launch(*deps, fn=fn, args=args, symbol=symbol)
 
 
-def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
-          devices: int | None = None, blocks: int | None = None,
-          report_every: int = 0, out: Callable[[str], Any] = print,
-          graph: bool = False) -> SolveResult:
+def solve(
+    b: np.ndarray,
+    iterations: int,
+    *,
+    backend: str = "auto",
+    devices: int | None = None,
+    blocks: int | None = None,
+    report_every: int = 0,
+    out: Callable[[str], Any] = print,
+    graph: bool = False,
+) -> SolveResult:
     """Solve ``A x = b`` with ``iterations`` steps of blocked CG through stflow.
 
     Parameters
@@ -154,21 +197,25 @@ def solve(b: np.ndarray, iterations: int, *, backend: str = "auto",
     b_full = np.array(b, dtype=np.float64, order="C")
     b_full.setflags(write=False)
     started = time.perf_counter()
-    opened: Any = stf.stackable_context(backend=backend) if graph else \
-        stf.context(backend=backend)
+    opened: Any = (
+        stf.stackable_context(backend=backend) if graph else stf.context(backend=backend)
+    )
     launches = 0
     with opened as ctx:
-        devices, blocks = layout(n, get_backend(ctx.backend).device_count, devices,
-                                 blocks)
-        cg = _CG(ctx, _Submitter(ctx), x_full, b_full, row_blocks(n, blocks), devices,
-                 out)
+        devices, blocks = layout(
+            n, get_backend(ctx.backend).device_count, devices, blocks
+        )
+        cg = _CG(
+            ctx, _Submitter(ctx), x_full, b_full, row_blocks(n, blocks), devices, out
+        )
         cg.start()
         done = 0
         if graph and iterations:
             launches, done = cg.run_as_graph(iterations, report_every)
         for it in range(done + 1, iterations + 1):
-            cg.iteration(bool(report_every)
-                         and (it % report_every == 0 or it == iterations))
+            cg.iteration(
+                bool(report_every) and (it % report_every == 0 or it == iterations)
+            )
     seconds = time.perf_counter() - started
     return SolveResult(x_full, cg.submit.tasks, seconds, ctx.statistics(), launches)
 
@@ -177,9 +224,16 @@ class _CG:
     """The logical data of one blocked CG solve in ``ctx`` and the tasks of its
     steps (block ``k`` on device ``k % devices``)."""
 
-    def __init__(self, ctx: Any, submit: _Submitter, x_full: np.ndarray,
-                 b_full: np.ndarray, strips: list[tuple[int, int]], devices: int,
-                 out: Callable[[str], Any]) -> None:
+    def __init__(
+        self,
+        ctx: Any,
+        submit: _Submitter,
+        x_full: np.ndarray,
+        b_full: np.ndarray,
+        strips: list[tuple[int, int]],
+        devices: int,
+        out: Callable[[str], Any],
+    ) -> None:
         n = b_full.shape[0]
         blocks = len(strips)
         self.ctx, self.submit, self.devices, self.out = ctx, submit, devices, out
@@ -196,10 +250,14 @@ class _CG:
         def row(name: str, k: int) -> Any:
             return ctx.logical_data_empty((n,), np.float64, name=f"{name}[{k}]")
 
-        self.x = [ctx.logical_data(x_full[a:z], name=f"x[{k}]")
-                  for k, (a, z) in enumerate(strips)]
-        self.rhs = [ctx.logical_data(b_full[a:z], name=f"b[{k}]")
-                    for k, (a, z) in enumerate(strips)]
+        self.x = [
+            ctx.logical_data(x_full[a:z], name=f"x[{k}]")
+            for k, (a, z) in enumerate(strips)
+        ]
+        self.rhs = [
+            ctx.logical_data(b_full[a:z], name=f"b[{k}]")
+            for k, (a, z) in enumerate(strips)
+        ]
         self.r = [vector("r", k) for k in range(blocks)]
         self.p = [vector("p", k) for k in range(blocks)]
         self.ap = [vector("Ap", k) for k in range(blocks)]
@@ -213,33 +271,71 @@ class _CG:
         """``r = p = b`` and ``r·r`` (``x`` starts at 0)."""
         submit, home = self.submit, self.home
         for k in range(self.blocks):
-            submit.task(home[k], _start, self.rhs[k].read(), self.r[k].write(),
-                        self.p[k].write(), self.rr[k].write(), symbol=f"start[{k}]")
-        submit.task(0, _init_scalars, self.scalars.write(),
-                    *(part.read() for part in self.rr), symbol="init")
+            submit.task(
+                home[k],
+                _start,
+                self.rhs[k].read(),
+                self.r[k].write(),
+                self.p[k].write(),
+                self.rr[k].write(),
+                symbol=f"start[{k}]",
+            )
+        submit.task(
+            0,
+            _init_scalars,
+            self.scalars.write(),
+            *(part.read() for part in self.rr),
+            symbol="init",
+        )
 
     def iteration(self, report: bool) -> None:
         """One CG step; ``report``: then print the residual from a host callback."""
         submit, home, blocks, scalars = self.submit, self.home, self.blocks, self.scalars
         r, p, rr, pap = self.r, self.p, self.rr, self.pap
         for k in range(blocks):
-            submit.task(home[k], _copy_edges, p[k].read(), self.top[k].write(),
-                        self.bottom[k].write(), symbol=f"halo[{k}]")
+            submit.task(
+                home[k],
+                _copy_edges,
+                p[k].read(),
+                self.top[k].write(),
+                self.bottom[k].write(),
+                symbol=f"halo[{k}]",
+            )
         for k in range(blocks):
-            submit.task(home[k], _matvec_kernel(k > 0, k < blocks - 1),
-                        p[k].read(), *halo_reads(k, self.top, self.bottom),
-                        self.ap[k].write(), pap[k].write(), symbol=f"matvec[{k}]")
-        submit.task(0, _alpha, scalars.rw(), *(part.read() for part in pap),
-                    symbol="alpha")
+            submit.task(
+                home[k],
+                _matvec_kernel(k > 0, k < blocks - 1),
+                p[k].read(),
+                *halo_reads(k, self.top, self.bottom),
+                self.ap[k].write(),
+                pap[k].write(),
+                symbol=f"matvec[{k}]",
+            )
+        submit.task(
+            0, _alpha, scalars.rw(), *(part.read() for part in pap), symbol="alpha"
+        )
         for k in range(blocks):
-            submit.task(home[k], _update, scalars.read(), p[k].read(),
-                        self.ap[k].read(), self.x[k].rw(), r[k].rw(), rr[k].write(),
-                        symbol=f"update[{k}]")
-        submit.task(0, _beta, scalars.rw(), *(part.read() for part in rr),
-                    symbol="beta")
+            submit.task(
+                home[k],
+                _update,
+                scalars.read(),
+                p[k].read(),
+                self.ap[k].read(),
+                self.x[k].rw(),
+                r[k].rw(),
+                rr[k].write(),
+                symbol=f"update[{k}]",
+            )
+        submit.task(0, _beta, scalars.rw(), *(part.read() for part in rr), symbol="beta")
         for k in range(blocks):
-            submit.task(home[k], _direction, scalars.read(), r[k].read(),
-                        p[k].rw(), symbol=f"direction[{k}]")
+            submit.task(
+                home[k],
+                _direction,
+                scalars.read(),
+                r[k].read(),
+                p[k].rw(),
+                symbol=f"direction[{k}]",
+            )
         if report:
             submit.host(_report, scalars.read(), args=(self.out,), symbol="report")
 
@@ -262,8 +358,9 @@ class _CG:
                 for _ in range(chunk):
                     self.iteration(False)
             if report_every:
-                submit.host(_report, self.scalars.read(), args=(self.out,),
-                            symbol="report")
+                submit.host(
+                    _report, self.scalars.read(), args=(self.out,), symbol="report"
+                )
             for _ in range(launches):
                 recorded.launch()
         submit.tasks += (submit.tasks - before) * (launches - 1)
@@ -272,40 +369,67 @@ class _CG:
 
 # -- the command line --------------------------------------------------------------
 
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m stflow.demo",
         description="Blocked conjugate-gradient solve of a 2-D Poisson problem, "
-                    "spread over the devices with stflow, checked against NumPy.",
+        "spread over the devices with stflow, checked against NumPy.",
         epilog="On the emulated backend, STFLOW_EMULATION_SEED fixes the scheduler's "
-               "seed.")
-    parser.add_argument("--size", default=None,
-                        help="small, medium, large, or the grid points per side "
-                             "(default: large = %d on CUDA, medium = %d emulated)"
-                             % (SIZES["large"][0], SIZES["medium"][0]))
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="CG iterations (default: set by --size)")
-    parser.add_argument("--backend", choices=("auto", "emulated", "cuda"),
-                        default=None,
-                        help="default: STFLOW_BACKEND, else auto (CUDA when usable)")
-    parser.add_argument("--devices", type=int, default=None,
-                        help="devices to use (default: all); on the emulated backend, "
-                             "also how many virtual devices to create")
-    parser.add_argument("--blocks", type=int, default=None,
-                        help="row strips (default: 2 per device)")
-    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction,
-                        default=None,
-                        help="solve a tiny problem first, so that compiling the task "
-                             "kernels (CuPy on CUDA) is not part of the timing or trace "
-                             "(default: on CUDA)")
-    parser.add_argument("--graph", action=argparse.BooleanOptionalAction, default=None,
-                        help="record the iterations between two progress reports once "
-                             "as a graph and launch it (default: on CUDA); with "
-                             "--distributed: each rank records its tasks between two "
-                             "exchanges as a graph (default: off)")
-    parser.add_argument("--distributed", action="store_true",
-                        help="spread the blocks over MPI ranks (run it with mpiexec -n "
-                             "N python -m stflow.demo --distributed; needs mpi4py)")
+        "seed.",
+    )
+    parser.add_argument(
+        "--size",
+        default=None,
+        help="small, medium, large, or the grid points per side "
+        f"(default: large = {SIZES['large'][0]} on CUDA, "
+        f"medium = {SIZES['medium'][0]} emulated)",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="CG iterations (default: set by --size)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("auto", "emulated", "cuda"),
+        default=None,
+        help="default: STFLOW_BACKEND, else auto (CUDA when usable)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="devices to use (default: all); on the emulated backend, "
+        "also how many virtual devices to create",
+    )
+    parser.add_argument(
+        "--blocks", type=int, default=None, help="row strips (default: 2 per device)"
+    )
+    parser.add_argument(
+        "--warmup",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="solve a tiny problem first, so that compiling the task "
+        "kernels (CuPy on CUDA) is not part of the timing or trace "
+        "(default: on CUDA)",
+    )
+    parser.add_argument(
+        "--graph",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="record the iterations between two progress reports once "
+        "as a graph and launch it (default: on CUDA); with "
+        "--distributed: each rank records its tasks between two "
+        "exchanges as a graph (default: off)",
+    )
+    parser.add_argument(
+        "--distributed",
+        action="store_true",
+        help="spread the blocks over MPI ranks (run it with mpiexec -n "
+        "N python -m stflow.demo --distributed; needs mpi4py)",
+    )
     args = parser.parse_args(argv)
     args.error = parser.error
     _size(args)
@@ -316,8 +440,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def time_reference(b: np.ndarray, iterations: int, *, max_runs: int = 5,
-                   budget: float = 2.0) -> tuple[np.ndarray, float, int]:
+def time_reference(
+    b: np.ndarray, iterations: int, *, max_runs: int = 5, budget: float = 2.0
+) -> tuple[np.ndarray, float, int]:
     """Run the NumPy reference CG ``max_runs`` times, or until ``budget`` seconds are
     spent (at least once); returns ``(x, best seconds, runs)``.
 
@@ -348,18 +473,23 @@ def blas_threads() -> str:
     else:
         pools = [pool for pool in threadpool_info() if pool.get("user_api") == "blas"]
         if pools:
-            return "; ".join(f"BLAS {pool.get('internal_api', '?')} with "
-                             f"{pool.get('num_threads', '?')} thread(s)" for pool in pools)
+            return "; ".join(
+                f"BLAS {pool.get('internal_api', '?')} with "
+                f"{pool.get('num_threads', '?')} thread(s)"
+                for pool in pools
+            )
     try:
         name = np.show_config(mode="dicts")["Build Dependencies"]["blas"]["name"]
-    except Exception:                       # NumPy < 1.26, or an unusual build
+    except Exception:  # NumPy < 1.26, or an unusual build
         name = "?"
     for variable in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
         value = os.environ.get(variable, "").strip()
         if value:
             return f"BLAS {name} with {variable}={value}"
-    return (f"BLAS {name} with its default threads (one per core: {os.cpu_count()}; "
-            "set OPENBLAS_NUM_THREADS to choose)")
+    return (
+        f"BLAS {name} with its default threads (one per core: {os.cpu_count()}; "
+        "set OPENBLAS_NUM_THREADS to choose)"
+    )
 
 
 def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -> int:
@@ -377,37 +507,60 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
         many devices of the running backend are used.
     """
     args = _parse(argv)
-    if args.distributed:                 # over MPI ranks: stflow/_demos/distributed.py
+    if args.distributed:  # over MPI ranks: stflow/_demos/distributed.py
         from ._demos.distributed import main as main_distributed
+
         return main_distributed(args, configure_stflow)
     try:
         native, note = _select_backend(args, configure_stflow)
-    except ImportError as exc:   # BackendUnavailableError: --backend cuda without GPU
+    except ImportError as exc:  # BackendUnavailableError: --backend cuda without GPU
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.n is None:
         _size(args, native.name)
-    gpu = native.gpu_memory                    # graph mode and a warm-up on a GPU
+    gpu = native.gpu_memory  # graph mode and a warm-up on a GPU
     graph = gpu if args.graph is None else args.graph
     warmup = gpu if args.warmup is None else args.warmup
     n, iterations = args.n, args.iterations
-    print(f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
-          f"{iterations} iterations")
+    print(
+        f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
+        f"{iterations} iterations"
+    )
     print(f"backend: {native.name} ({native.describe()})" + (f"; {note}" if note else ""))
     b = poisson_rhs(n)
     devices, blocks = layout(n, native.device_count, args.devices, args.blocks)
-    print(f"layout: {blocks} row block(s) over {devices} device(s)"
-          + ("; graph mode: the iterations between two reports are one graph, "
-             "launched again and again" if graph else ""))
+    print(
+        f"layout: {blocks} row block(s) over {devices} device(s)"
+        + (
+            "; graph mode: the iterations between two reports are one graph, "
+            "launched again and again"
+            if graph
+            else ""
+        )
+    )
 
     report_every = max(1, iterations // 5)
     if warmup:
-        solve(poisson_rhs(32), 2, backend=native.name, devices=devices,
-              blocks=min(blocks, 32), graph=graph, report_every=1,
-              out=lambda line: None)
-    result = solve(b, iterations, backend=native.name, devices=devices, blocks=blocks,
-                   report_every=report_every, out=lambda line: print(line, flush=True),
-                   graph=graph)
+        solve(
+            poisson_rhs(32),
+            2,
+            backend=native.name,
+            devices=devices,
+            blocks=min(blocks, 32),
+            graph=graph,
+            report_every=1,
+            out=lambda line: None,
+        )
+    result = solve(
+        b,
+        iterations,
+        backend=native.name,
+        devices=devices,
+        blocks=blocks,
+        report_every=report_every,
+        out=lambda line: print(line, flush=True),
+        graph=graph,
+    )
 
     expected, reference_seconds, reference_runs = time_reference(b, iterations)
     scale = max(float(np.abs(expected).max()), _TINY)
@@ -417,20 +570,30 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
 
     per_task = result.seconds / max(result.tasks, 1) * 1e6
     print(f"result: |b - A x| / |b| = {residual:.3e}, max |x| = {scale:.6g}")
-    print(f"check against the sequential NumPy CG: max error {error:.3e} "
-          f"(tolerance {TOLERANCE * scale:.1e}) -> {'PASS' if passed else 'FAIL'}")
+    print(
+        f"check against the sequential NumPy CG: max error {error:.3e} "
+        f"(tolerance {TOLERANCE * scale:.1e}) -> {'PASS' if passed else 'FAIL'}"
+    )
     launched = f" from {result.launches} graph launches" if result.launches else ""
     import stflow
+
     build = "compiled build" if stflow.__compiled__ else "Python sources"
-    print(f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks{launched} "
-          f"({per_task:.1f} us per task, {build}); NumPy reference "
-          f"{reference_seconds:.3f} s "
-          f"(best of {reference_runs} run{'s' if reference_runs > 1 else ''}; "
-          f"{blas_threads()})")
+    print(
+        f"timing: {result.seconds:.3f} s wall for {result.tasks} tasks{launched} "
+        f"({per_task:.1f} us per task, {build}); NumPy reference "
+        f"{reference_seconds:.3f} s "
+        f"(best of {reference_runs} run{'s' if reference_runs > 1 else ''}; "
+        f"{blas_threads()})"
+    )
     speedup = reference_seconds / max(result.seconds, 1e-9)
-    print(f"speed-up over NumPy: {speedup:.2f}x (NumPy reference time / solve time"
-          + ("; the emulated backend checks correctness, it is not meant to be fast)"
-             if native.name == "emulated" else ")"))
+    print(
+        f"speed-up over NumPy: {speedup:.2f}x (NumPy reference time / solve time"
+        + (
+            "; the emulated backend checks correctness, it is not meant to be fast)"
+            if native.name == "emulated"
+            else ")"
+        )
+    )
     print(f"statistics: {result.statistics}")
     return 0 if passed else 1
 

@@ -16,7 +16,8 @@ or wait for it.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._handles.task import body_label
 from ._interchange.views import stream_handle
@@ -59,8 +60,11 @@ def launch(stream: Any, fn: Callable[..., Any], *args: Any) -> None:
     backend = get_backend("emulated")
     native = backend.stream_from_handle(handle)
     owner = body_label(handle)
-    source = (f"work launched from {owner}" if owner is not None
-              else f"work launched on stream 0x{handle:x}")
+    source = (
+        f"work launched from {owner}"
+        if owner is not None
+        else f"work launched on stream 0x{handle:x}"
+    )
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str) and "<lambda>" not in name:
         source += f", {name}()"

@@ -6,13 +6,31 @@ reference raises at the same call, so ``except`` clauses written for the referen
 working (``docs/errors.md``).
 """
 
-from ._core.errors import (AccessModeError, BackendNotice, BackendUnavailableError,
-                      BufferOverlapError, BundleFieldError, ContextFinalizedError, ContextMismatchError, CudaError,
-                      DeviceOrdinalError, DivergentProgramError,
-                      GreenContextUnavailableError, GridIndexError,
-                      NegativeCountError, NegativeIndexError, OutOfMemoryError,
-                      PlaceAllocationError, PlaceError, RemoteTaskError, ScopeError,
-                      ShapeError, STFError, TokenArgumentError, UnfinalizedContextWarning)
+from ._core.errors import (
+    AccessModeError,
+    BackendNotice,
+    BackendUnavailableError,
+    BufferOverlapError,
+    BundleFieldError,
+    ContextFinalizedError,
+    ContextMismatchError,
+    CudaError,
+    DeviceOrdinalError,
+    DivergentProgramError,
+    GreenContextUnavailableError,
+    GridIndexError,
+    NegativeCountError,
+    NegativeIndexError,
+    OutOfMemoryError,
+    PlaceAllocationError,
+    PlaceError,
+    RemoteTaskError,
+    ScopeError,
+    ShapeError,
+    STFError,
+    TokenArgumentError,
+    UnfinalizedContextWarning,
+)
 
 __all__ = [
     "AccessModeError",

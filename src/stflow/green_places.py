@@ -12,7 +12,8 @@ order (the reference's module of the same name shadows its function once importe
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ._submodules import make_callable
 
@@ -21,6 +22,7 @@ __all__ = ["green_places"]
 
 def _function() -> Callable[..., Any]:
     from ._places.green import green_places
+
     return green_places
 
 
@@ -31,6 +33,7 @@ def __getattr__(name: str) -> Any:
         value = _function()
     elif name == "exec_place":
         from ._places.places import exec_place
+
         value = exec_place
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

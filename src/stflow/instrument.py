@@ -5,8 +5,20 @@ Attach one to a context with ``ctx.attach(instrument)``, or set ``STFLOW_DOT_FIL
 ``finalize()``. ``ctx.statistics()`` needs no instrument.
 """
 
+from ._instruments.recorders import (
+    DotRecorder,
+    NvtxRanges,
+    TraceRecorder,
+    transitive_reduction,
+)
 from ._instruments.seam import Instrument, Statistics, WorkRecord
-from ._instruments.recorders import DotRecorder, NvtxRanges, TraceRecorder, transitive_reduction
 
-__all__ = ["DotRecorder", "Instrument", "NvtxRanges", "Statistics", "TraceRecorder",
-           "WorkRecord", "transitive_reduction"]
+__all__ = [
+    "DotRecorder",
+    "Instrument",
+    "NvtxRanges",
+    "Statistics",
+    "TraceRecorder",
+    "WorkRecord",
+    "transitive_reduction",
+]

@@ -40,8 +40,18 @@ import numpy as np
 
 from . import _linalg_cuda as _cuda
 
-__all__ = ["dot", "gemm", "gemm_batched", "gemv", "lauum", "potrf", "syrk", "trmm",
-           "trsm", "trtri"]
+__all__ = [
+    "dot",
+    "gemm",
+    "gemm_batched",
+    "gemv",
+    "lauum",
+    "potrf",
+    "syrk",
+    "trmm",
+    "trsm",
+    "trtri",
+]
 
 
 # -- operands ---------------------------------------------------------------------
@@ -73,8 +83,12 @@ def _matrix(array: Any, name: str) -> tuple[int, int, int, int, np.dtype]:
     """(pointer, rows, cols, row pitch in elements, dtype) of a 2-D device array,
     row-major with contiguous rows, or ``ValueError``."""
     if type(array) in _CUPY_TYPES:
-        ptr, shape, strides, dtype = (array.data.ptr, array.shape, array.strides,
-                                      array.dtype)
+        ptr, shape, strides, dtype = (
+            array.data.ptr,
+            array.shape,
+            array.strides,
+            array.dtype,
+        )
     else:
         ptr, shape, strides, dtype = _read(array)
     if len(shape) != 2:
@@ -85,9 +99,11 @@ def _matrix(array: Any, name: str) -> tuple[int, int, int, int, np.dtype]:
     size = dtype.itemsize
     row, col = strides
     if (col != size and cols > 1) or row % size or (row < cols * size and rows > 1):
-        raise ValueError(f"{name} must be row-major with contiguous rows (C order, "
-                         f"or a tile of a C-order matrix); got strides {tuple(strides)} "
-                         f"for shape {tuple(shape)}")
+        raise ValueError(
+            f"{name} must be row-major with contiguous rows (C order, "
+            f"or a tile of a C-order matrix); got strides {tuple(strides)} "
+            f"for shape {tuple(shape)}"
+        )
     # Past the checks, a pitch of several rows is at least cols (0 only when cols is).
     return ptr, rows, cols, (row // size if rows > 1 else cols) or 1, dtype
 
@@ -100,13 +116,16 @@ def _vector(array: Any, name: str) -> tuple[int, int, int, np.dtype]:
     size = dtype.itemsize
     step = size if strides is None else int(strides[0])
     if step <= 0 or step % size:
-        raise ValueError(f"{name}: a vector with a positive element stride is "
-                         f"needed, got a stride of {step} bytes")
+        raise ValueError(
+            f"{name}: a vector with a positive element stride is "
+            f"needed, got a stride of {step} bytes"
+        )
     return ptr, shape[0], step // size, dtype
 
 
-def _batch(array: Any, name: str, count: int
-           ) -> tuple[tuple[int, int, int], int, int, np.dtype]:
+def _batch(
+    array: Any, name: str, count: int
+) -> tuple[tuple[int, int, int], int, int, np.dtype]:
     """((pointer, row pitch, batch stride in elements), rows, cols, dtype) of a
     batch operand: 3-D with ``count`` matrices, or 2-D (one matrix, stride 0)."""
     ptr, shape, strides, dtype = _read(array)
@@ -114,17 +133,21 @@ def _batch(array: Any, name: str, count: int
         _, rows, cols, ld, _ = _matrix(array, name)
         return (ptr, ld, 0), rows, cols, dtype
     if len(shape) != 3 or shape[0] != count:
-        raise ValueError(f"gemm_batched: {name} must be 2-D or 3-D with {count} "
-                         f"matrices (as c), got shape {tuple(shape)}")
+        raise ValueError(
+            f"gemm_batched: {name} must be 2-D or 3-D with {count} "
+            f"matrices (as c), got shape {tuple(shape)}"
+        )
     _, rows, cols = shape
     ld = _pitch(name, (rows, cols), dtype, None if strides is None else strides[1:])
     if strides is None:
         return (ptr, ld, rows * cols), rows, cols, dtype
     step = int(strides[0])
     if step < 0 or step % dtype.itemsize:
-        raise ValueError(f"{name}: the matrices of a batch must lie a non-negative "
-                         f"multiple of the element size apart, got a stride of {step} "
-                         f"bytes")
+        raise ValueError(
+            f"{name}: the matrices of a batch must lie a non-negative "
+            f"multiple of the element size apart, got a stride of {step} "
+            f"bytes"
+        )
     return (ptr, ld, step // dtype.itemsize), rows, cols, dtype
 
 
@@ -137,9 +160,11 @@ def _pitch(name: str, shape: tuple[int, int], dtype: np.dtype, strides: Any) -> 
     size = dtype.itemsize
     row, col = (int(s) for s in strides)
     if (col != size and cols > 1) or row % size or (row < cols * size and rows > 1):
-        raise ValueError(f"{name} must be row-major with contiguous rows (C order, "
-                         f"or a tile of a C-order matrix); got strides {tuple(strides)} "
-                         f"for shape {shape}")
+        raise ValueError(
+            f"{name} must be row-major with contiguous rows (C order, "
+            f"or a tile of a C-order matrix); got strides {tuple(strides)} "
+            f"for shape {shape}"
+        )
     return max(1, cols, row // size if rows > 1 else cols)
 
 
@@ -155,8 +180,10 @@ def _on_device(*arrays: Any) -> bool:
     if not any(device) and all(isinstance(a, np.ndarray) for a in arrays):
         return False
     kinds = ", ".join(sorted({type(a).__name__ for a in arrays}))
-    raise TypeError(f"stflow.linalg takes all NumPy arrays or all CUDA arrays "
-                    f"(__cuda_array_interface__), got {kinds}")
+    raise TypeError(
+        f"stflow.linalg takes all NumPy arrays or all CUDA arrays "
+        f"(__cuda_array_interface__), got {kinds}"
+    )
 
 
 def _is_cupy_array(array: Any) -> bool:
@@ -185,8 +212,10 @@ def _dtype_of(*operands: Any) -> np.dtype:
     ``TypeError``."""
     dtypes = {o if isinstance(o, np.dtype) else np.dtype(o.dtype) for o in operands}
     if len(dtypes) != 1:
-        raise TypeError(f"stflow.linalg operands must share a dtype, got "
-                        f"{', '.join(sorted(str(d) for d in dtypes))}")
+        raise TypeError(
+            f"stflow.linalg operands must share a dtype, got "
+            f"{', '.join(sorted(str(d) for d in dtypes))}"
+        )
     dtype = dtypes.pop()
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"stflow.linalg supports float32 and float64, got {dtype}")
@@ -220,8 +249,10 @@ def _stream_handle(stream: Any) -> int | None:
     if ptr is None:
         protocol = getattr(stream, "__cuda_stream__", None)
         if protocol is None:
-            raise TypeError(f"stream must be a handle (int), an object with .ptr or "
-                            f"__cuda_stream__, got {type(stream).__name__}")
+            raise TypeError(
+                f"stream must be a handle (int), an object with .ptr or "
+                f"__cuda_stream__, got {type(stream).__name__}"
+            )
         ptr = protocol()[1]
     return int(ptr)
 
@@ -239,8 +270,9 @@ def _info_pointer(call: str, info: Any) -> int | None:
 
 def _host_info(call: str, info: Any) -> None:
     """``ValueError`` unless a host ``info`` is a one-element int32 array."""
-    if info is not None and (_shape(info, "info", 1) != (1,)
-                             or np.dtype(info.dtype) != np.int32):
+    if info is not None and (
+        _shape(info, "info", 1) != (1,) or np.dtype(info.dtype) != np.int32
+    ):
         raise ValueError(f"{call}: info must be a one-element int32 array")
 
 
@@ -258,8 +290,18 @@ def _device(*arrays: Any) -> bool:
 
 # -- products ---------------------------------------------------------------------
 
-def gemm(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
-         trans_a: bool = False, trans_b: bool = False, stream: Any = None) -> None:
+
+def gemm(
+    a: Any,
+    b: Any,
+    c: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    stream: Any = None,
+) -> None:
     """``c ← alpha · op(a) @ op(b) + beta · c``, ``op`` transposing when asked.
 
     Shapes: ``op(a)`` is m × k, ``op(b)`` k × n, ``c`` m × n.
@@ -276,8 +318,9 @@ def gemm(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
     m, k = (cols_a, rows_a) if trans_a else (rows_a, cols_a)
     kb, n = (cols_b, rows_b) if trans_b else (rows_b, cols_b)
     if k != kb or m_c != m or n_c != n:
-        raise ValueError(f"gemm: op(a) {m}x{k} @ op(b) {kb}x{n} does not fit "
-                         f"c {(m_c, n_c)}")
+        raise ValueError(
+            f"gemm: op(a) {m}x{k} @ op(b) {kb}x{n} does not fit c {(m_c, n_c)}"
+        )
     if da is db and da is dc and (da is _F64 or da is _F32):
         is64 = da is _F64
     else:
@@ -286,25 +329,36 @@ def gemm(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
         return
     if stream is not None and stream.__class__ is not int:
         stream = _stream_handle(stream)
-    _cuda.gemm(stream, is64, trans_a, trans_b, m, n, k, alpha, pa, lda, pb, ldb, beta,
-               pc, ldc)
+    _cuda.gemm(
+        stream, is64, trans_a, trans_b, m, n, k, alpha, pa, lda, pb, ldb, beta, pc, ldc
+    )
 
 
-def _host_gemm(a: Any, b: Any, c: Any, alpha: float, beta: float, trans_a: bool,
-               trans_b: bool) -> None:
+def _host_gemm(
+    a: Any, b: Any, c: Any, alpha: float, beta: float, trans_a: bool, trans_b: bool
+) -> None:
     m, k = _shape(a, "a", 2)[::-1] if trans_a else _shape(a, "a", 2)
     kb, n = _shape(b, "b", 2)[::-1] if trans_b else _shape(b, "b", 2)
     if k != kb or _shape(c, "c", 2) != (m, n):
-        raise ValueError(f"gemm: op(a) {m}x{k} @ op(b) {kb}x{n} does not fit "
-                         f"c {_shape(c, 'c', 2)}")
+        raise ValueError(
+            f"gemm: op(a) {m}x{k} @ op(b) {kb}x{n} does not fit c {_shape(c, 'c', 2)}"
+        )
     _dtype_of(a, b, c)
     product = (a.T if trans_a else a) @ (b.T if trans_b else b)
     c[...] = alpha * product + (beta * c if beta else 0.0)
 
 
-def gemm_batched(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
-                 trans_a: bool = False, trans_b: bool = False,
-                 stream: Any = None) -> None:
+def gemm_batched(
+    a: Any,
+    b: Any,
+    c: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    stream: Any = None,
+) -> None:
     """``c[i] ← alpha · op(a[i]) @ op(b[i]) + beta · c[i]`` for every matrix ``i`` of
     a batch, in one library call (cuBLAS's strided batched GEMM): many small products
     at the cost of one call.
@@ -329,27 +383,54 @@ def gemm_batched(a: Any, b: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.
     if trans_b:
         rows_b, cols_b = cols_b, rows_b
     if rows_a != m or cols_b != n or cols_a != rows_b:
-        raise ValueError(f"gemm_batched: op(a) {rows_a}x{cols_a} @ op(b) "
-                         f"{rows_b}x{cols_b} does not fit c's matrices {m}x{n}")
+        raise ValueError(
+            f"gemm_batched: op(a) {rows_a}x{cols_a} @ op(b) "
+            f"{rows_b}x{cols_b} does not fit c's matrices {m}x{n}"
+        )
     is64 = _is64(da, db, dc)
     if C[2] == 0 and count > 1 and m * n > 0:
-        raise ValueError("gemm_batched: the matrices of c must not overlap, got a "
-                         "batch stride of 0")
+        raise ValueError(
+            "gemm_batched: the matrices of c must not overlap, got a batch stride of 0"
+        )
     if count == 0 or m == 0 or n == 0:
         return
-    _cuda.gemm_batched(_stream_handle(stream), is64, trans_a, trans_b, m, n, cols_a,
-                       alpha, A, B, beta, C, count)
+    _cuda.gemm_batched(
+        _stream_handle(stream),
+        is64,
+        trans_a,
+        trans_b,
+        m,
+        n,
+        cols_a,
+        alpha,
+        A,
+        B,
+        beta,
+        C,
+        count,
+    )
 
 
-def _host_gemm_batched(a: Any, b: Any, c: Any, alpha: float, beta: float,
-                       trans_a: bool, trans_b: bool, count: int, m: int,
-                       n: int) -> None:
+def _host_gemm_batched(
+    a: Any,
+    b: Any,
+    c: Any,
+    alpha: float,
+    beta: float,
+    trans_a: bool,
+    trans_b: bool,
+    count: int,
+    m: int,
+    n: int,
+) -> None:
     a_shape, b_shape = _batch_shape(a, "a", count), _batch_shape(b, "b", count)
     rows_a, cols_a = a_shape[-2:][::-1] if trans_a else a_shape[-2:]
     rows_b, cols_b = b_shape[-2:][::-1] if trans_b else b_shape[-2:]
     if rows_a != m or cols_b != n or cols_a != rows_b:
-        raise ValueError(f"gemm_batched: op(a) {rows_a}x{cols_a} @ op(b) "
-                         f"{rows_b}x{cols_b} does not fit c's matrices {m}x{n}")
+        raise ValueError(
+            f"gemm_batched: op(a) {rows_a}x{cols_a} @ op(b) "
+            f"{rows_b}x{cols_b} does not fit c's matrices {m}x{n}"
+        )
     _dtype_of(a, b, c)
     op_a = np.swapaxes(a, -1, -2) if trans_a else a
     op_b = np.swapaxes(b, -1, -2) if trans_b else b
@@ -361,12 +442,22 @@ def _batch_shape(array: Any, name: str, count: int) -> tuple[int, ...]:
     shape = _shape(array, name, None)
     if len(shape) == 2 or (len(shape) == 3 and shape[0] == count):
         return shape
-    raise ValueError(f"gemm_batched: {name} must be 2-D or 3-D with {count} matrices "
-                     f"(as c), got shape {shape}")
+    raise ValueError(
+        f"gemm_batched: {name} must be 2-D or 3-D with {count} matrices "
+        f"(as c), got shape {shape}"
+    )
 
 
-def gemv(a: Any, x: Any, y: Any, *, alpha: float = 1.0, beta: float = 0.0,
-         trans: bool = False, stream: Any = None) -> None:
+def gemv(
+    a: Any,
+    x: Any,
+    y: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans: bool = False,
+    stream: Any = None,
+) -> None:
     """``y ← alpha · op(a) @ x + beta · y`` (``trans``: ``aᵀ @ x``, which is
     ``x @ a``)."""
     trans = _flag("gemv", "trans", trans)
@@ -374,8 +465,10 @@ def gemv(a: Any, x: Any, y: Any, *, alpha: float = 1.0, beta: float = 0.0,
         rows, cols = _shape(a, "a", 2)
         m, n = (cols, rows) if trans else (rows, cols)
         if _shape(x, "x", 1) != (n,) or _shape(y, "y", 1) != (m,):
-            raise ValueError(f"gemv: op(a) {m}x{n} @ x {_shape(x, 'x', 1)} does not "
-                             f"fit y {_shape(y, 'y', 1)}")
+            raise ValueError(
+                f"gemv: op(a) {m}x{n} @ x {_shape(x, 'x', 1)} does not "
+                f"fit y {_shape(y, 'y', 1)}"
+            )
         _dtype_of(a, x, y)
         y[...] = alpha * ((a.T if trans else a) @ x) + (beta * y if beta else 0.0)
         return
@@ -388,12 +481,32 @@ def gemv(a: Any, x: Any, y: Any, *, alpha: float = 1.0, beta: float = 0.0,
     is64 = _is64(da, dx, dy)
     if m == 0:
         return
-    _cuda.gemv(_stream_handle(stream), is64, trans, rows, cols, alpha, pa, lda,
-               px, incx, beta, py, incy)
+    _cuda.gemv(
+        _stream_handle(stream),
+        is64,
+        trans,
+        rows,
+        cols,
+        alpha,
+        pa,
+        lda,
+        px,
+        incx,
+        beta,
+        py,
+        incy,
+    )
 
 
-def syrk(a: Any, c: Any, *, alpha: float = 1.0, beta: float = 0.0,
-         trans: bool = False, stream: Any = None) -> None:
+def syrk(
+    a: Any,
+    c: Any,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans: bool = False,
+    stream: Any = None,
+) -> None:
     """The lower triangle of ``c`` ← ``alpha · a @ aᵀ + beta · c`` (``trans``:
     ``aᵀ @ a``); its strictly upper triangle is left as it was."""
     if trans.__class__ is not bool:
@@ -425,8 +538,9 @@ def dot(x: Any, y: Any, out: Any, *, stream: Any = None) -> None:
     read, so it works in graph mode)."""
     if not _device(x, y, out):
         if _shape(x, "x", 1) != _shape(y, "y", 1):
-            raise ValueError(f"dot: x {_shape(x, 'x', 1)} and y {_shape(y, 'y', 1)} "
-                             f"differ")
+            raise ValueError(
+                f"dot: x {_shape(x, 'x', 1)} and y {_shape(y, 'y', 1)} differ"
+            )
         out_shape = _shape(out, "out", None)
         if math.prod(out_shape) != 1:
             raise ValueError(f"dot: out must have one element, got shape {out_shape}")
@@ -439,23 +553,32 @@ def dot(x: Any, y: Any, out: Any, *, stream: Any = None) -> None:
         raise ValueError(f"dot: x {(nx,)} and y {(ny,)} differ")
     pout, out_shape, _, dout = _read(out)
     if math.prod(out_shape) != 1:
-        raise ValueError(f"dot: out must have one element, got shape "
-                         f"{tuple(out_shape)}")
+        raise ValueError(f"dot: out must have one element, got shape {tuple(out_shape)}")
     is64 = _is64(dx, dy, dout)
     _cuda.dot(_stream_handle(stream), is64, nx, px, incx, py, incy, pout)
 
 
 # -- triangles --------------------------------------------------------------------
 
-def trsm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
-         trans: bool = False, unit_diagonal: bool = False, alpha: float = 1.0,
-         stream: Any = None) -> None:
+
+def trsm(
+    a: Any,
+    b: Any,
+    *,
+    side: str = "left",
+    lower: bool = True,
+    trans: bool = False,
+    unit_diagonal: bool = False,
+    alpha: float = 1.0,
+    stream: Any = None,
+) -> None:
     """Solve with the triangle of ``a``, in place: ``b ← alpha · op(a)⁻¹ @ b``
     (``side="left"``) or ``b ← alpha · b @ op(a)⁻¹`` (``side="right"``). Only the
     ``lower`` (or upper) triangle of ``a`` is read."""
     if _triangular_operands("trsm", a, b, side, lower, trans, unit_diagonal):
-        _triangular_call(_cuda.trsm, "trsm", a, b, side, lower, trans, unit_diagonal,
-                         alpha, stream)
+        _triangular_call(
+            _cuda.trsm, "trsm", a, b, side, lower, trans, unit_diagonal, alpha, stream
+        )
         return
     op = _triangle(a, lower, trans, unit_diagonal)
     if side == "left":
@@ -464,28 +587,41 @@ def trsm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
         b[...] = alpha * np.linalg.solve(op.T, b.T).T
 
 
-def trmm(a: Any, b: Any, *, side: str = "left", lower: bool = True,
-         trans: bool = False, unit_diagonal: bool = False, alpha: float = 1.0,
-         stream: Any = None) -> None:
+def trmm(
+    a: Any,
+    b: Any,
+    *,
+    side: str = "left",
+    lower: bool = True,
+    trans: bool = False,
+    unit_diagonal: bool = False,
+    alpha: float = 1.0,
+    stream: Any = None,
+) -> None:
     """Multiply by the triangle of ``a``, in place: ``b ← alpha · op(a) @ b``
     (``side="left"``) or ``b ← alpha · b @ op(a)`` (``side="right"``). Only the
     ``lower`` (or upper) triangle of ``a`` is read; ``a`` and ``b`` must not overlap."""
     if _triangular_operands("trmm", a, b, side, lower, trans, unit_diagonal):
-        _triangular_call(_cuda.trmm, "trmm", a, b, side, lower, trans, unit_diagonal,
-                         alpha, stream)
+        _triangular_call(
+            _cuda.trmm, "trmm", a, b, side, lower, trans, unit_diagonal, alpha, stream
+        )
         return
     op = _triangle(a, lower, trans, unit_diagonal)
     b[...] = alpha * (op @ b if side == "left" else b @ op)
 
 
-def _triangular_operands(call: str, a: Any, b: Any, side: str, lower: bool,
-                         trans: bool, unit: bool) -> bool:
+def _triangular_operands(
+    call: str, a: Any, b: Any, side: str, lower: bool, trans: bool, unit: bool
+) -> bool:
     """Whether the operands are on the device, after the checks of trsm and trmm
     (those of the shapes of device operands follow in :func:`_triangular_call`)."""
     if side != "left" and side != "right":
         raise ValueError(f"{call}: side must be 'left' or 'right', got {side!r}")
-    if (lower.__class__ is not bool or trans.__class__ is not bool
-            or unit.__class__ is not bool):
+    if (
+        lower.__class__ is not bool
+        or trans.__class__ is not bool
+        or unit.__class__ is not bool
+    ):
         _flag(call, "lower", lower)
         _flag(call, "trans", trans)
         _flag(call, "unit_diagonal", unit)
@@ -494,30 +630,56 @@ def _triangular_operands(call: str, a: Any, b: Any, side: str, lower: bool,
     m, n = _shape(b, "b", 2)
     order = m if side == "left" else n
     if _shape(a, "a", 2) != (order, order):
-        raise ValueError(f"{call}: a must be {order}x{order} for b {(m, n)} ({side}), "
-                         f"got {_shape(a, 'a', 2)}")
+        raise ValueError(
+            f"{call}: a must be {order}x{order} for b {(m, n)} ({side}), "
+            f"got {_shape(a, 'a', 2)}"
+        )
     _dtype_of(a, b)
     return False
 
 
-def _triangular_call(function: Any, call: str, a: Any, b: Any, side: str,
-                     lower: bool, trans: bool, unit: bool, alpha: float,
-                     stream: Any) -> None:
+def _triangular_call(
+    function: Any,
+    call: str,
+    a: Any,
+    b: Any,
+    side: str,
+    lower: bool,
+    trans: bool,
+    unit: bool,
+    alpha: float,
+    stream: Any,
+) -> None:
     """``_linalg_cuda.trsm`` or ``trmm`` on device operands, in place on ``b``."""
     pb, m, n, ldb, db = _matrix(b, "b")
     left = side == "left"
     order = m if left else n
     pa, rows, cols, lda, da = _matrix(a, "a")
     if rows != order or cols != order:
-        raise ValueError(f"{call}: a must be {order}x{order} for b {(m, n)} ({side}), "
-                         f"got {(rows, cols)}")
+        raise ValueError(
+            f"{call}: a must be {order}x{order} for b {(m, n)} ({side}), "
+            f"got {(rows, cols)}"
+        )
     is64 = _is64(da, db)
     if m == 0 or n == 0:
         return
     if stream is not None and stream.__class__ is not int:
         stream = _stream_handle(stream)
-    function(stream, is64, left, bool(lower), bool(trans), bool(unit), m, n, alpha,
-             pa, lda, pb, ldb)
+    function(
+        stream,
+        is64,
+        left,
+        bool(lower),
+        bool(trans),
+        bool(unit),
+        m,
+        n,
+        alpha,
+        pa,
+        lda,
+        pb,
+        ldb,
+    )
 
 
 def _triangle(a: np.ndarray, lower: bool, trans: bool, unit: bool) -> np.ndarray:
@@ -552,6 +714,7 @@ def _triangle_indices(n: int, lower: bool, diagonal: bool) -> tuple[np.ndarray, 
 
 # -- factorisations ---------------------------------------------------------------
 
+
 def potrf(a: Any, *, info: Any = None, stream: Any = None) -> None:
     """Cholesky factor in place: the lower triangle of ``a`` ← ``L`` with
     ``L @ Lᵀ = a`` (only the lower triangle of ``a`` is read; the strictly upper one
@@ -580,8 +743,14 @@ def potrf(a: Any, *, info: Any = None, stream: Any = None) -> None:
     _cuda.potrf(stream, is64, n, pa, lda, word)
 
 
-def trtri(a: Any, *, lower: bool = True, unit_diagonal: bool = False, info: Any = None,
-          stream: Any = None) -> None:
+def trtri(
+    a: Any,
+    *,
+    lower: bool = True,
+    unit_diagonal: bool = False,
+    info: Any = None,
+    stream: Any = None,
+) -> None:
     """Invert a triangular matrix in place: the ``lower`` (or upper) triangle of ``a``
     ← that of its inverse; the other triangle is neither read nor written. With
     ``unit_diagonal`` the diagonal is taken as ones, neither read nor written (it
@@ -611,8 +780,9 @@ def _host_trtri(a: Any, lower: bool, unit_diagonal: bool, info: Any) -> None:
     zeros = np.flatnonzero(np.diagonal(triangle) == 0)
     if zeros.size:
         i = int(zeros[0])
-        raise np.linalg.LinAlgError(f"trtri: a[{i}, {i}] is zero: the triangular "
-                                    f"matrix is singular")
+        raise np.linalg.LinAlgError(
+            f"trtri: a[{i}, {i}] is zero: the triangular matrix is singular"
+        )
     inverse = np.linalg.solve(triangle, np.eye(n, dtype=dtype))
     where = _triangle_indices(n, lower, not unit_diagonal)
     a[where] = inverse[where]

@@ -27,14 +27,22 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
-__all__ = ["IncludePaths", "get_include_paths", "get_library_dir", "get_library_path",
-           "get_stf_include_dir", "iter_site_roots"]
+__all__ = [
+    "IncludePaths",
+    "get_include_paths",
+    "get_library_dir",
+    "get_library_path",
+    "get_stf_include_dir",
+    "iter_site_roots",
+]
 
-_NO_NATIVE = ("stflow is a pure-Python runtime and has no native STF headers or "
-              "library; install the cuda-stf distribution (pip install "
-              "'cuda-stf[cu13]') for the C/C++ CUDASTF API")
+_NO_NATIVE = (
+    "stflow is a pure-Python runtime and has no native STF headers or "
+    "library; install the cuda-stf distribution (pip install "
+    "'cuda-stf[cu13]') for the C/C++ CUDASTF API"
+)
 
 
 def iter_site_roots() -> Iterator[Path]:
@@ -52,7 +60,7 @@ def iter_site_roots() -> Iterator[Path]:
     site_dirs: list[str] = []
     try:
         site_dirs.extend(site.getsitepackages())
-    except AttributeError:          # some virtualenv versions lack it
+    except AttributeError:  # some virtualenv versions lack it
         pass
     try:
         site_dirs.append(site.getusersitepackages())
@@ -76,25 +84,25 @@ class IncludePaths:
         ``None`` where the headers are not installed.
     """
 
-    cuda: Optional[Path] = None
-    libcudacxx: Optional[Path] = None
-    cub: Optional[Path] = None
-    thrust: Optional[Path] = None
-    stf: Optional[Path] = None
+    cuda: Path | None = None
+    libcudacxx: Path | None = None
+    cub: Path | None = None
+    thrust: Path | None = None
+    stf: Path | None = None
 
-    def as_tuple(self) -> tuple[Optional[Path], ...]:
+    def as_tuple(self) -> tuple[Path | None, ...]:
         """The paths from the highest level to the lowest: ``(stf, thrust, cub,
         libcudacxx, cuda)``."""
         return (self.stf, self.thrust, self.cub, self.libcudacxx, self.cuda)
 
 
-def _as_path(value: object) -> Optional[Path]:
+def _as_path(value: object) -> Path | None:
     if isinstance(value, (str, os.PathLike)):
         return Path(value)
     return None
 
 
-def _cuda_include() -> Optional[Path]:
+def _cuda_include() -> Path | None:
     """The CUDA toolkit headers: ``cuda.pathfinder`` (as the reference), else
     ``$CUDA_HOME``, ``$CUDA_PATH`` or ``/usr/local/cuda``."""
     try:
@@ -108,24 +116,29 @@ def _cuda_include() -> Optional[Path]:
             found = None
         if found is not None:
             return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                 "/usr/local/cuda"):
+    for root in (
+        os.environ.get("CUDA_HOME"),
+        os.environ.get("CUDA_PATH"),
+        "/usr/local/cuda",
+    ):
         if root and os.path.isdir(os.path.join(root, "include")):
             return Path(root) / "include"
     return None
 
 
-def _cccl_include() -> Optional[Path]:
+def _cccl_include() -> Path | None:
     """The include root of an installed ``cuda-cccl`` (libcudacxx, CUB and Thrust)."""
     getters = []
     try:
         from cuda.cccl.headers.include_paths import get_include_paths as headers_getter
+
         getters.append(headers_getter)
     except Exception:  # noqa: BLE001
         pass
     try:
         import cuda.cccl as cccl
-        getters.append(getattr(cccl, "get_include_paths"))
+
+        getters.append(cccl.get_include_paths)
     except Exception:  # noqa: BLE001
         pass
     for getter in getters:

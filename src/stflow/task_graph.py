@@ -12,10 +12,11 @@ attribute ``stflow.task_graph`` to this module, and calling the module calls
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ._submodules import make_callable
 from ._graph.task_graph import TaskGraph, task_graph
+from ._submodules import make_callable
 
 __all__ = ["TaskGraph", "task_graph"]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers.examples import load_example
 
 
@@ -47,8 +46,9 @@ def test_iterations_after_convergence_keep_an_exact_answer():
     # A = 2 I: the first iteration is exact (s = 0, then t = 0, omega = 0/0 -> 0).
     example = _example()
     b = np.arange(1.0, 9.0)
-    x, iterations, residual = example.solve(2 * np.eye(8), b, 1e-12, 50, "emulated",
-                                            True, 5)
+    x, iterations, residual = example.solve(
+        2 * np.eye(8), b, 1e-12, 50, "emulated", True, 5
+    )
     assert iterations == 5 and residual == 0.0
     np.testing.assert_array_equal(x, b / 2)
 

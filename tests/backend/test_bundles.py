@@ -10,8 +10,12 @@ import pytest
 import stflow as stf
 from stflow.errors import AccessModeError, ContextFinalizedError, ContextMismatchError
 
-NONE, READ, RW, WRITE = (stf.AccessMode.NONE, stf.AccessMode.READ, stf.AccessMode.RW,
-                         stf.AccessMode.WRITE)
+NONE, READ, RW, WRITE = (
+    stf.AccessMode.NONE,
+    stf.AccessMode.READ,
+    stf.AccessMode.RW,
+    stf.AccessMode.WRITE,
+)
 
 
 @pytest.fixture
@@ -22,9 +26,11 @@ def ctx():
 
 
 def _data(ctx):
-    return (ctx.logical_data(np.arange(4.0), name="vals"),
-            ctx.logical_data(np.arange(4, dtype=np.int64), name="idx"),
-            ctx.logical_data(np.zeros(4), name="out"))
+    return (
+        ctx.logical_data(np.arange(4.0), name="vals"),
+        ctx.logical_data(np.arange(4, dtype=np.int64), name="idx"),
+        ctx.logical_data(np.zeros(4), name="out"),
+    )
 
 
 def test_modes_clamp_constant_fields_and_dep_defaults_to_read(ctx):
@@ -55,11 +61,12 @@ def test_run_host_launch_and_cuda_kernel_receive_the_fields(ctx):
     vals, idx, out = _data(ctx)
     b = ctx.bundle(vals=vals, idx=stf.constant(idx))
     with ctx.task(b.read(), out.rw()) as t:
-        t.run(lambda xp, a, o: o.__iadd__(a.vals * a.idx))         # 0 1 4 9
+        t.run(lambda xp, a, o: o.__iadd__(a.vals * a.idx))  # 0 1 4 9
     seen: list[Any] = []
-    ctx.host_launch(b.read(), out.read(),
-                    fn=lambda a, o: seen.append((a.vals.copy(), o.copy())))
-    with ctx.cuda_kernel(b.read(), out.rw()) as k:                  # fields in order
+    ctx.host_launch(
+        b.read(), out.read(), fn=lambda a, o: seen.append((a.vals.copy(), o.copy()))
+    )
+    with ctx.cuda_kernel(b.read(), out.rw()) as k:  # fields in order
         k.launch(lambda v, i, o: o.__iadd__(v + i), 1, 1, (k.get_arg(0), k.get_arg(1)))
     np.testing.assert_array_equal(ctx.wait(out), [0, 3, 8, 15])
     ctx.fence()
@@ -125,7 +132,9 @@ def test_constant_field_refuses_more_than_read(ctx):
 def test_unknown_field_name(ctx):
     vals, idx, _ = _data(ctx)
     b = ctx.bundle(vals=vals, idx=idx)
-    with pytest.raises(KeyError, match="no field 'nope'; the fields are vals, idx") as info:
+    with pytest.raises(
+        KeyError, match="no field 'nope'; the fields are vals, idx"
+    ) as info:
         b.dep(nope=READ)
     assert isinstance(info.value, stf.errors.BundleFieldError)
 
@@ -149,15 +158,18 @@ def test_same_data_twice_in_one_bundle(ctx):
 def test_field_beside_its_bundle(ctx):
     vals, idx, _ = _data(ctx)
     b = ctx.bundle(vals=vals, idx=idx)
-    with ctx.task(b.read(), vals.rw()) as t:          # reads and writes merge
+    with ctx.task(b.read(), vals.rw()) as t:  # reads and writes merge
         assert t.get(1) is not None
-    with pytest.raises(AccessModeError, match=r"field 'vals' \(reduce\(sum\)\).*"
-                                              r"dependency dep\(.*'rw'"):
+    with pytest.raises(
+        AccessModeError,
+        match=r"field 'vals' \(reduce\(sum\)\).*"
+        r"dependency dep\(.*'rw'",
+    ):
         ctx.task(b.dep(vals=stf.AccessMode.REDUCE), vals.rw())
     t = ctx.task(vals.rw())
     with pytest.raises(AccessModeError, match="field 'vals'"):
         t.add_dep(b.dep(vals=stf.AccessMode.REDUCE))
-    t.add_dep(b.read())                               # the bundle is argument 1
+    t.add_dep(b.read())  # the bundle is argument 1
     with t:
         assert t.get(1)._fields == ("vals", "idx") and len(t.views()) == 2
 

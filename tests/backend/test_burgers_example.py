@@ -5,7 +5,6 @@ backend."""
 from __future__ import annotations
 
 import numpy as np
-
 from helpers.examples import load_example
 
 
@@ -30,18 +29,24 @@ def test_the_implicit_steps_match_numpy(backend):
 def test_the_iteration_caps_stop_the_loops(backend):
     example = _example()
     # One Newton iteration per step, one BiCGSTAB iteration per Newton iteration.
-    _, _, counts = example.run(n=32, outer=2, substeps=3, backend=backend,
-                               max_newton=1, max_linear=1)
+    _, _, counts = example.run(
+        n=32, outer=2, substeps=3, backend=backend, max_newton=1, max_linear=1
+    )
     np.testing.assert_array_equal(counts, [6, 6])
     # One Newton iteration per step, converged linear solves: NumPy's one-step Newton.
-    _, snaps, counts = example.run(n=32, outer=2, substeps=3, backend=backend,
-                                   max_newton=1)
+    _, snaps, counts = example.run(
+        n=32, outer=2, substeps=3, backend=backend, max_newton=1
+    )
     assert counts[0] == 6
     _, snaps_ref = example.reference(n=32, outer=2, substeps=3, max_newton=1)
     np.testing.assert_allclose(snaps, snaps_ref, rtol=0, atol=1e-8)
 
 
 def test_the_script_says_pass(capsys):
-    assert _example().main(["--backend", "emulated", "--n", "32", "--outer", "2",
-                            "--substeps", "3"]) == 0
+    assert (
+        _example().main(
+            ["--backend", "emulated", "--n", "32", "--outer", "2", "--substeps", "3"]
+        )
+        == 0
+    )
     assert "PASS" in capsys.readouterr().out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers.examples import load_example
 
 
@@ -31,6 +30,7 @@ def test_the_iteration_cap_stops_the_loop(backend):
 
 
 # examples/cg.py: the stream-mode form, the host reading the residual with ctx.wait.
+
 
 def _stream_example():
     return load_example("cg")
@@ -64,7 +64,9 @@ def test_iterations_after_convergence_keep_an_exact_answer():
 
 def test_the_stream_script_says_pass():
     example = _stream_example()
-    assert example.main(["--backend", "emulated", "--n", "128", "--check-every", "5"]) == 0
+    assert (
+        example.main(["--backend", "emulated", "--n", "128", "--check-every", "5"]) == 0
+    )
     assert example.main(["--backend", "emulated", "--n", "64", "--graph"]) == 0
     with pytest.raises(ValueError, match="check_every"):
         example.solve(np.eye(2), np.ones(2), check_every=0, backend="emulated")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers.examples import load_example
 
 
@@ -43,14 +42,18 @@ def test_the_script_says_pass():
 def test_runs_prints_the_first_time_and_the_best_of_the_others(capsys, monkeypatch):
     example = _example()
     made = _contexts(example, monkeypatch)
-    assert example.main(["--backend", "emulated", "--n", "128", "--nb", "64",
-                         "--runs", "3"]) == 0
+    assert (
+        example.main(["--backend", "emulated", "--n", "128", "--nb", "64", "--runs", "3"])
+        == 0
+    )
     out = capsys.readouterr().out
-    assert len(made) == 3                                # a fresh context per run
+    assert len(made) == 3  # a fresh context per run
     assert "PASS" in out and "first run " in out and ", best of 2 more " in out
     assert example.describe_times([2.0], 1000) == "2.000 s (0.000167 TFLOP/s)"
-    assert example.describe_times([3.0, 2.0, 1.0], 1000) == \
-        "first run 3.000 s (0.000111 TFLOP/s), best of 2 more 1.000 s (0.000333 TFLOP/s)"
+    assert (
+        example.describe_times([3.0, 2.0, 1.0], 1000)
+        == "first run 3.000 s (0.000111 TFLOP/s), best of 2 more 1.000 s (0.000333 TFLOP/s)"
+    )
     with pytest.raises(SystemExit) as exit_:
         example.main(["--backend", "emulated", "--n", "64", "--nb", "32", "--runs", "0"])
     assert exit_.value.code == 2
@@ -72,11 +75,11 @@ def _contexts(example, monkeypatch):
 
 
 @pytest.mark.parametrize("use_graph", [False, True])
-def test_tiles_spread_over_two_devices_move_between_them(backend, monkeypatch,
-                                                         use_graph):
+def test_tiles_spread_over_two_devices_move_between_them(backend, monkeypatch, use_graph):
     """``devices=2``: the tasks execute on the device of the tile they write, so
     tiles cross between the devices, and the factor is still NumPy's."""
     from stflow.backends import get_backend
+
     if get_backend(backend).device_count < 2:
         pytest.skip("needs two devices")
     if use_graph and backend != "emulated":
@@ -90,23 +93,32 @@ def test_tiles_spread_over_two_devices_move_between_them(backend, monkeypatch,
     assert made[-1].statistics().copies_d2d > 0
     one = example.cholesky(a, 64, backend, use_graph, devices=1)[0]
     np.testing.assert_allclose(one, lower, rtol=1e-12, atol=1e-12)
-    assert made[-1].statistics().copies_d2d == 0       # one device: nothing crosses
+    assert made[-1].statistics().copies_d2d == 0  # one device: nothing crosses
 
 
 def test_a_device_count_the_backend_lacks_is_refused():
     from stflow.backends import get_backend
+
     example = _example()
     count = get_backend("emulated").device_count
-    with pytest.raises(ValueError, match=rf"devices must be between 1 and {count} "
-                                         rf"\(the emulated backend's devices\), got "
-                                         rf"{count + 1}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"devices must be between 1 and {count} "
+        rf"\(the emulated backend's devices\), got "
+        rf"{count + 1}",
+    ):
         example.cholesky(example.spd_matrix(64), 32, "emulated", devices=count + 1)
     with pytest.raises(SystemExit) as exit_:
-        example.main(["--backend", "emulated", "--n", "64", "--nb", "32",
-                      "--devices", "-1"])
+        example.main(
+            ["--backend", "emulated", "--n", "64", "--nb", "32", "--devices", "-1"]
+        )
     assert exit_.value.code == 2
-    assert example.main(["--backend", "emulated", "--n", "256", "--nb", "64",
-                         "--devices", "2"]) == 0
+    assert (
+        example.main(
+            ["--backend", "emulated", "--n", "256", "--nb", "64", "--devices", "2"]
+        )
+        == 0
+    )
 
 
 def test_settle_returns_once_the_work_on_every_device_completed():
@@ -115,6 +127,7 @@ def test_settle_returns_once_the_work_on_every_device_completed():
     import time
 
     import stflow as stf
+
     example = _example()
     ran = []
 
@@ -124,12 +137,13 @@ def test_settle_returns_once_the_work_on_every_device_completed():
         ran.append(float(tile[0, 0]))
 
     with stf.context(backend="emulated") as ctx:
-        tiles = {(i, 0): ctx.logical_data(np.zeros((2, 2)), name=f"t{i}")
-                 for i in range(2)}
+        tiles = {
+            (i, 0): ctx.logical_data(np.zeros((2, 2)), name=f"t{i}") for i in range(2)
+        }
         for (i, _), tile in tiles.items():
             with ctx.task(stf.exec_place.device(i), tile.rw()) as t:
                 t.run(slow)
         before = ctx.statistics().copies_d2h
         example.settle(ctx, tiles, lambda i, j: i)
         assert ran == [1.0, 1.0]
-        assert ctx.statistics().copies_d2h == before + 2      # the two flags only
+        assert ctx.statistics().copies_d2h == before + 2  # the two flags only

@@ -23,17 +23,21 @@ CHUNK = 40
 
 def _device_count(backend: str) -> int:
     from stflow.backends import get_backend
+
     return get_backend(backend).device_count
 
 
 @pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
-@pytest.mark.parametrize("first", range(0, SEEDS, CHUNK),
-                         ids=lambda first: f"seeds{first}-{min(first + CHUNK, SEEDS) - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, SEEDS, CHUNK),
+    ids=lambda first: f"seeds{first}-{min(first + CHUNK, SEEDS) - 1}",
+)
 def test_threads_submitting_random_programs_match_the_oracle(backend, mode, first):
     devices = _device_count(backend)
     failures = []
     for seed in range(first, min(first + CHUNK, SEEDS)):
-        threads = 2 + seed % 7                       # 2 to 8 threads
+        threads = 2 + seed % 7  # 2 to 8 threads
         try:
             check_threaded_program(seed, threads, mode, backend, devices, timeout=120)
         except AssertionError as exc:
@@ -56,8 +60,9 @@ def test_threads_submitting_grid_tasks_match_the_oracle(backend, mode):
     failures = []
     for seed in range(min(SEEDS, 40)):
         try:
-            check_threaded_program(seed, 2 + seed % 5, mode, backend, devices,
-                                   timeout=120, grids=True)
+            check_threaded_program(
+                seed, 2 + seed % 5, mode, backend, devices, timeout=120, grids=True
+            )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:2])

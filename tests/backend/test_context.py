@@ -8,11 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.bodies import add_to, arrays_of, fill_with
 
 import stflow as stf
 from stflow.errors import ContextFinalizedError, ScopeError, UnfinalizedContextWarning
-
-from helpers.bodies import add_to, arrays_of, fill_with
 
 
 def test_quickstart_writes_the_result_back(backend):
@@ -22,7 +21,7 @@ def test_quickstart_writes_the_result_back(backend):
     with stf.context(backend=backend) as ctx:
         lX, lY = ctx.logical_data(X), ctx.logical_data(Y)
         with ctx.task(stf.exec_place.device(0), lX.read(), lY.rw()) as t:
-            add_to(t, 1, 0, 2.0)            # y += 2 * x on the task stream
+            add_to(t, 1, 0, 2.0)  # y += 2 * x on the task stream
         ctx.host_launch(lY.read(), fn=lambda y: seen.append(y[:4].copy()))
     np.testing.assert_array_equal(Y, np.full(1 << 12, 2.0))
     np.testing.assert_array_equal(seen[0], [2.0] * 4)
@@ -35,7 +34,7 @@ def test_wait_returns_a_host_copy_and_keeps_the_data_usable(backend):
         with ctx.task(stf.exec_place.device(0), lY.rw()) as t:
             fill_with(t, 0, 5.0)
         first = ctx.wait(lY)
-        first[:] = -1                        # a copy: changing it changes nothing
+        first[:] = -1  # a copy: changing it changes nothing
         with ctx.task(stf.exec_place.device(0), lY.rw()) as t:
             fill_with(t, 0, 6.0)
         np.testing.assert_array_equal(ctx.wait(lY), np.full(8, 6.0))
@@ -50,7 +49,7 @@ def test_chain_across_devices_and_host(backend):
         lX = ctx.logical_data(X, name="x")
         for step in range(12):
             with ctx.task(places[step % len(places)], lX.rw()) as t:
-                add_to(t, 0, None, 1.0)     # x += 1
+                add_to(t, 0, None, 1.0)  # x += 1
     np.testing.assert_array_equal(X, np.full(100, 12.0))
 
 
@@ -60,8 +59,11 @@ def test_data_place_overrides(backend):
     with stf.context(backend=backend) as ctx:
         lA, lB = ctx.logical_data(A), ctx.logical_data(B)
         # Read A in managed memory, write B in host memory, from device 0.
-        with ctx.task(stf.exec_place.device(0), lA.read(stf.data_place.managed()),
-                      lB.rw(stf.data_place.host())) as t:
+        with ctx.task(
+            stf.exec_place.device(0),
+            lA.read(stf.data_place.managed()),
+            lB.rw(stf.data_place.host()),
+        ) as t:
             add_to(t, 1, 0, 1.0)
         assert ctx.wait(lB)[0] == 3.0
     assert B[0] == 3.0
@@ -104,14 +106,14 @@ def test_host_callback_errors_are_raised_at_the_next_sync_point(backend):
     ld = ctx.logical_data(np.zeros(2))
     ctx.host_launch(ld.rw(), fn=boom)
     with pytest.raises(KeyError, match="from the callback") as info:
-        ctx.wait(ld)                         # waits for boom, then raises
+        ctx.wait(ld)  # waits for boom, then raises
     assert "raised by host_launch" in str(info.value.__notes__)
-    ctx.check_errors()                       # cleared: nothing left
-    ctx.host_launch(ld.rw(), fn=lambda a: a.fill(4.0))   # the context stays usable
+    ctx.check_errors()  # cleared: nothing left
+    ctx.host_launch(ld.rw(), fn=lambda a: a.fill(4.0))  # the context stays usable
     assert ctx.wait(ld)[0] == 4.0
     ctx.host_launch(ld.rw(), fn=boom)
     with pytest.raises(KeyError):
-        ctx.finalize()                       # waits for everything, then raises
+        ctx.finalize()  # waits for everything, then raises
     ctx.finalize()
 
 
@@ -125,18 +127,19 @@ def test_several_errors_are_raised_one_per_call_in_order(backend):
         ctx.finalize()
     assert any("2 more pending" in note for note in info.value.__notes__)
     assert [str(e) for e in ctx.pending_errors()] == ["'1'", "'2'"]
-    ctx.finalize()                           # idempotent: raises nothing more
+    ctx.finalize()  # idempotent: raises nothing more
     with pytest.raises(KeyError, match="'1'"):
         ctx.check_errors()
     with pytest.raises(KeyError, match="'2'"):
         ctx.check_errors()
-    ctx.check_errors()                       # nothing pending
+    ctx.check_errors()  # nothing pending
     assert ctx.pending_errors() == []
 
 
 def _raiser(number):
     def fn(_):
         raise KeyError(str(number))
+
     return fn
 
 
@@ -158,10 +161,16 @@ def test_finalize_is_idempotent_and_use_after_raises(backend):
     ld = ctx.logical_data(np.zeros(2))
     ctx.finalize()
     ctx.finalize()
-    for attempt in (lambda: ctx.task(), lambda: ctx.token(), lambda: ctx.fence(),
-                    lambda: ctx.wait(ld), lambda: ctx.logical_data(np.zeros(1)),
-                    lambda: ctx.host_launch(fn=print), lambda: ld.rw(),
-                    lambda: ctx.logical_data_zeros((2,))):
+    for attempt in (
+        lambda: ctx.task(),
+        lambda: ctx.token(),
+        lambda: ctx.fence(),
+        lambda: ctx.wait(ld),
+        lambda: ctx.logical_data(np.zeros(1)),
+        lambda: ctx.host_launch(fn=print),
+        lambda: ld.rw(),
+        lambda: ctx.logical_data_zeros((2,)),
+    ):
         with pytest.raises(ContextFinalizedError):
             attempt()
 
@@ -174,8 +183,10 @@ def test_collected_context_warns_and_never_writes_back(backend):
     with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
         fill_with(t, 0, 9.0)
     del t
-    with pytest.warns(ResourceWarning, match="without an explicit finalize"), \
-            pytest.warns(UnfinalizedContextWarning, match="'Y' were NOT"):
+    with (
+        pytest.warns(ResourceWarning, match="without an explicit finalize"),
+        pytest.warns(UnfinalizedContextWarning, match="'Y' were NOT"),
+    ):
         del ctx
         gc.collect()
     np.testing.assert_array_equal(Y, np.zeros(4))
@@ -192,7 +203,7 @@ def test_collected_logical_data_is_written_back_before_finalize(backend):
         del ld, t
         gc.collect()
         other = ctx.logical_data(np.zeros(1))
-        ctx.wait(other)                      # the write-back is complete by now
+        ctx.wait(other)  # the write-back is complete by now
         np.testing.assert_array_equal(Y, np.full(4, 2.0))
 
 
@@ -210,7 +221,7 @@ def test_token_in_a_task_has_no_view(backend):
     with stf.context(backend=backend) as ctx:
         token, ld = ctx.token(), ctx.logical_data(np.zeros(2))
         with ctx.task(token.rw(), ld.rw()) as t:
-            view = t.args_cai()              # only the data's view
+            view = t.args_cai()  # only the data's view
             assert not isinstance(view, tuple)
             with pytest.raises(TypeError, match="token"):
                 t.get_arg(0)
@@ -236,7 +247,7 @@ def test_same_data_twice_in_one_task(backend):
         with ctx.task(ld.read(), ld.rw()) as t:
             first, second = t.args_cai()
             assert first.ptr == second.ptr
-            add_to(t, 1, 0, 1.0)             # x += x
+            add_to(t, 1, 0, 1.0)  # x += x
         np.testing.assert_array_equal(ctx.wait(ld), np.full(4, 2.0))
 
 
@@ -269,8 +280,9 @@ def test_nested_context_on_a_task_stream(backend):
                 part = inner.logical_data(_wrap(view, backend))
                 with inner.task(stf.exec_place.device(0), part.rw()) as it:
                     fill_with(it, 0, 3.0)
-                with inner.task(stf.exec_place.device(1 % _devices(backend)),
-                                part.rw()) as it:
+                with inner.task(
+                    stf.exec_place.device(1 % _devices(backend)), part.rw()
+                ) as it:
                     add_to(it, 0, None, 1.0)
         np.testing.assert_array_equal(outer.wait(lX), np.full(6, 4.0))
 
@@ -281,8 +293,8 @@ def _devices(backend):
 
 def _wrap(view, backend):
     if backend == "emulated":
-        return view                          # __array_interface__
-    return view                              # CUDA Array Interface
+        return view  # __array_interface__
+    return view  # CUDA Array Interface
 
 
 def test_borrowed_context_submits_into_the_owner(backend):
@@ -295,9 +307,9 @@ def test_borrowed_context_submits_into_the_owner(backend):
         with pytest.raises(RuntimeError, match="borrowed"):
             borrowed.finalize()
         with borrowed:
-            pass                             # exit does nothing
+            pass  # exit does nothing
         with pytest.raises(KeyError):
-            ctx.wait(ld)                     # reported into the owner's queue
+            ctx.wait(ld)  # reported into the owner's queue
         assert ctx.wait(ld)[0] == 5.0
 
 
@@ -324,8 +336,10 @@ def test_logical_data_members(backend):
         ld = ctx.logical_data(np.zeros((2, 3), np.float32))
         assert ld.symbol is None
         ld.set_symbol("grid")
-        assert repr(ld) == ("logical_data(shape=(2, 3), dtype=float32, is_token=False, "
-                            "symbol='grid', len=24, ndim=2)")
+        assert repr(ld) == (
+            "logical_data(shape=(2, 3), dtype=float32, is_token=False, "
+            "symbol='grid', len=24, ndim=2)"
+        )
         twin = ld.empty_like()
         assert twin.shape == (2, 3) and twin.symbol is None and not twin.readonly
         made = stf.logical_data(ctx, np.ones(2), name="made")
@@ -380,6 +394,7 @@ def test_arrays_of_helper_roundtrip(backend):
 def test_write_after_read_waits_for_a_slow_reader(backend):
     """A writer must not overwrite data a slower reader on another stream still reads."""
     import time
+
     X = np.ones(8)
     Y = np.zeros(8)
 
@@ -391,9 +406,9 @@ def test_write_after_read_waits_for_a_slow_reader(backend):
         lX, lY = ctx.logical_data(X), ctx.logical_data(Y)
         ctx.host_launch(lX.read(), lY.write(), fn=slow_copy)
         with ctx.task(stf.exec_place.host(), lX.rw()) as t:
-            if backend == "emulated":       # the body itself runs concurrently
+            if backend == "emulated":  # the body itself runs concurrently
                 np.asarray(t.get_arg_cai(0)).fill(99.0)
-            else:                            # a kernel on the task stream
+            else:  # a kernel on the task stream
                 fill_with(t, 0, 99.0)
     np.testing.assert_array_equal(Y, np.ones(8))
     np.testing.assert_array_equal(X, np.full(8, 99.0))
@@ -401,6 +416,7 @@ def test_write_after_read_waits_for_a_slow_reader(backend):
 
 def test_read_after_write_sees_a_slow_writer(backend):
     import time
+
     X = np.zeros(8)
 
     def slow_fill(x):
@@ -417,6 +433,7 @@ def test_read_after_write_sees_a_slow_writer(backend):
 
 def test_exec_place_scopes_nest_and_restore_the_current_device(backend):
     from stflow.backends import get_backend
+
     native = get_backend(backend)
     before = native.current_device()
     last = native.device_count - 1
@@ -432,10 +449,18 @@ def test_exec_place_scopes_nest_and_restore_the_current_device(backend):
 
 
 def test_place_factories_and_members():
-    host, dev, managed, affine = (stf.data_place.host(), stf.data_place.device(1),
-                                  stf.data_place.managed(), stf.data_place.affine())
-    assert [p.kind for p in (host, dev, managed, affine)] == ["host", "dev1", "managed",
-                                                              "affine"]
+    host, dev, managed, affine = (
+        stf.data_place.host(),
+        stf.data_place.device(1),
+        stf.data_place.managed(),
+        stf.data_place.affine(),
+    )
+    assert [p.kind for p in (host, dev, managed, affine)] == [
+        "host",
+        "dev1",
+        "managed",
+        "affine",
+    ]
     assert [p.device_id for p in (host, dev, managed, affine)] == [-1, 1, -2, -3]
     assert dev.allocation_is_stream_ordered and not host.allocation_is_stream_ordered
     assert repr(dev) == "data_place('dev1')"
@@ -451,8 +476,11 @@ def test_place_factories_and_members():
 
 
 def test_data_place_allocate_and_deallocate():
-    for place in (stf.data_place.host(), stf.data_place.device(0),
-                  stf.data_place.managed()):
+    for place in (
+        stf.data_place.host(),
+        stf.data_place.device(0),
+        stf.data_place.managed(),
+    ):
         ptr = place.allocate(256)
         assert ptr != 0
         place.deallocate(ptr, 256)

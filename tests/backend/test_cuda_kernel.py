@@ -36,8 +36,9 @@ def axpy(backend):
     device = core.Device(0)
     device.set_current()
     try:
-        program = core.Program(AXPY_SOURCE, "c++",
-                               core.ProgramOptions(arch=f"sm_{device.arch}"))
+        program = core.Program(
+            AXPY_SOURCE, "c++", core.ProgramOptions(arch=f"sm_{device.arch}")
+        )
         return program.compile("cubin").get_kernel("axpy")
     except Exception as exc:  # noqa: BLE001 - e.g. NVRTC is not installed
         pytest.skip(f"cannot compile a kernel with cuda.core here: {exc}")
@@ -50,13 +51,26 @@ def test_axpy_with_every_argument_form(backend, axpy):
         lx, ly = ctx.logical_data(x, name="x"), ctx.logical_data(y, name="y")
         with ctx.cuda_kernel(lx.read(), ly.rw(), symbol="axpy") as k:
             assert isinstance(k, stf.cuda_kernel)
-            k.launch(axpy, (n + 127) // 128, 128,
-                     (ctypes.c_double(2.0), k.get_arg(0), k.get_arg(1), ctypes.c_int(n)))
-            k.launch(axpy, [(n + 255) // 256], (256, 1, 1),
-                     (np.float64(1.0), k.get_arg(0), k.get_arg(1), np.int32(n)))
+            k.launch(
+                axpy,
+                (n + 127) // 128,
+                128,
+                (ctypes.c_double(2.0), k.get_arg(0), k.get_arg(1), ctypes.c_int(n)),
+            )
+            k.launch(
+                axpy,
+                [(n + 255) // 256],
+                (256, 1, 1),
+                (np.float64(1.0), k.get_arg(0), k.get_arg(1), np.int32(n)),
+            )
         with ctx.cuda_kernel(lx.read(), ly.rw()) as k:
-            k.launch(axpy, (n + 127) // 128, 128,
-                     (-0.5, k.get_arg(0), k.get_arg(1), ctypes.c_int32(n)), shmem=0)
+            k.launch(
+                axpy,
+                (n + 127) // 128,
+                128,
+                (-0.5, k.get_arg(0), k.get_arg(1), ctypes.c_int32(n)),
+                shmem=0,
+            )
     np.testing.assert_array_equal(y, 1 + 2.5 * np.arange(n))
 
 
@@ -69,9 +83,15 @@ def test_launches_run_in_call_order(backend):
         ld = ctx.logical_data(data)
         with ctx.cuda_kernel(ld.rw()) as k:
             for step in range(5):
-                k.launch(lambda array, step: (order.append(step),
-                                              array.__setitem__(slice(None), step)),
-                         1, 1, (k.get_arg(0), step))
+                k.launch(
+                    lambda array, step: (
+                        order.append(step),
+                        array.__setitem__(slice(None), step),
+                    ),
+                    1,
+                    1,
+                    (k.get_arg(0), step),
+                )
         with ctx.cuda_kernel(ld.rw()) as k:
             k.launch(lambda array: array.__iadd__(10), 1, 1, (k.get_arg(0),))
     assert order == [0, 1, 2, 3, 4]
@@ -92,12 +112,25 @@ def test_emulated_kernel_arguments(backend):
         ld, lo = ctx.logical_data(data), ctx.logical_data(other)
         with ctx.cuda_kernel(ld.read(), lo.rw(), ctx.token().read()) as k:
             counter = ctypes.c_int(5)
-            k.launch(kernel, 1, 1, (k.get_arg(0), ctypes.c_void_p(k.get_arg(1)), counter,
-                                    7, 1.5, 2j, np.float32(0.25), True))
-            counter.value = 99                     # values are captured at the call
+            k.launch(
+                kernel,
+                1,
+                1,
+                (
+                    k.get_arg(0),
+                    ctypes.c_void_p(k.get_arg(1)),
+                    counter,
+                    7,
+                    1.5,
+                    2j,
+                    np.float32(0.25),
+                    True,
+                ),
+            )
+            counter.value = 99  # values are captured at the call
     x, o, count, seven, real, cplx, single, flag = seen["args"]
     np.testing.assert_array_equal(seen["x"], data)
-    assert not x.flags.writeable and o.flags.writeable   # read() -> read-only (I-21)
+    assert not x.flags.writeable and o.flags.writeable  # read() -> read-only (I-21)
     assert o.dtype == np.int32 and o.shape == (2,)
     assert count == 5 and seven == 7 and real == 1.5 and cplx == 2j
     assert single == np.float32(0.25) and flag is True
@@ -110,19 +143,21 @@ def test_kernel_exception_is_raised_at_the_next_sync_point(backend):
         ld = ctx.logical_data(np.zeros(2))
         with ctx.cuda_kernel(ld.read()) as k:
             k.launch(lambda x: x.__setitem__(0, 1.0), 1, 1, (k.get_arg(0),))
-        with ctx.cuda_kernel(ld.rw()) as k:      # starts after the failed launch
+        with ctx.cuda_kernel(ld.rw()) as k:  # starts after the failed launch
             k.launch(lambda x: x.__setitem__(0, 3.0), 1, 1, (k.get_arg(0),))
-        ctx.fence()                              # never raises deferred errors (I-7)
+        ctx.fence()  # never raises deferred errors (I-7)
         with pytest.raises(ValueError, match="read-only"):
             ctx.check_errors()
-        assert ctx.wait(ld)[0] == 3.0            # the context stays usable
+        assert ctx.wait(ld)[0] == 3.0  # the context stays usable
 
 
 def test_per_dependency_places_are_honoured(backend):
     seen = []
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data(np.arange(4.0))
-        with ctx.cuda_kernel(stf.exec_place.device(0), ld.read(stf.data_place.host())) as k:
+        with ctx.cuda_kernel(
+            stf.exec_place.device(0), ld.read(stf.data_place.host())
+        ) as k:
             seen.append(ctx._live().backend.locate(k.get_arg(0)))
             assert k.get_arg_cai(0).shape == (4,)
         with ctx.cuda_kernel(ld.read()) as k:
@@ -142,12 +177,22 @@ def test_cuda_function_on_the_emulated_backend(backend):
                 k.launch("kernel", 1, 1, ())
 
 
-@pytest.mark.parametrize("grid, block, error", [
-    (np.int64(2), 1, TypeError), (1, np.int32(4), TypeError), (2.5, 1, TypeError),
-    (None, 1, TypeError), (0, 1, ValueError), ((1, 0), 1, ValueError),
-    ((1, 1, 1, 1), 1, ValueError), ((), 1, ValueError), (-3, 1, ValueError),
-    (1, ("a",), ValueError), (1, (32, -1), ValueError),
-])
+@pytest.mark.parametrize(
+    "grid, block, error",
+    [
+        (np.int64(2), 1, TypeError),
+        (1, np.int32(4), TypeError),
+        (2.5, 1, TypeError),
+        (None, 1, TypeError),
+        (0, 1, ValueError),
+        ((1, 0), 1, ValueError),
+        ((1, 1, 1, 1), 1, ValueError),
+        ((), 1, ValueError),
+        (-3, 1, ValueError),
+        (1, ("a",), ValueError),
+        (1, (32, -1), ValueError),
+    ],
+)
 def test_bad_grid_and_block(backend, grid, block, error):
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data(np.zeros(2))
@@ -160,8 +205,15 @@ def test_bad_arguments_and_shmem(backend):
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data(np.zeros(2))
         with ctx.cuda_kernel(ld.rw()) as k:
-            for bad in ([1, 2], "text", None, object(), np.zeros(2), k.get_arg_cai(0),
-                        np.array([1.0]).astype(object)[0:1]):
+            for bad in (
+                [1, 2],
+                "text",
+                None,
+                object(),
+                np.zeros(2),
+                k.get_arg_cai(0),
+                np.array([1.0]).astype(object)[0:1],
+            ):
                 with pytest.raises(TypeError, match="argument 0"):
                     k.launch(_axpy_emulated, 1, 1, (bad,))
             with pytest.raises(ValueError, match="64 bits"):
@@ -223,6 +275,7 @@ def test_lifecycle_rules(backend):
 
 def test_exported_names():
     from stflow import _stf_bindings
+
     assert _stf_bindings.cuda_kernel is stf.cuda_kernel
     assert _stf_bindings.dlpack_export is stf.dlpack_export
     for name in ("cuda_kernel", "dlpack_export", "DeviceArray"):
@@ -233,6 +286,7 @@ def test_cuda_function_handles(backend, axpy):
     if backend != "cuda":
         pytest.skip("CUDA function handles")
     from cuda.bindings import driver
+
     err, function = driver.cuKernelGetFunction(axpy.handle)
     assert not err
     n = 256
@@ -240,7 +294,9 @@ def test_cuda_function_handles(backend, axpy):
     with stf.context(backend=backend) as ctx:
         lx, ly = ctx.logical_data(x), ctx.logical_data(y)
         with ctx.cuda_kernel(lx.read(), ly.rw()) as k:
-            k.launch(int(function), 1, n, (1.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n)))
+            k.launch(
+                int(function), 1, n, (1.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n))
+            )
             with pytest.raises(TypeError, match="CUfunction"):
                 k.launch(_axpy_emulated, 1, 1, ())
     np.testing.assert_array_equal(y, x)
@@ -277,7 +333,11 @@ def test_cuda_kernel_in_graph_mode(backend, axpy):
         lx, ly = ctx.logical_data(x), ctx.logical_data(y)
         for _ in range(3):
             with ctx.cuda_kernel(lx.read(), ly.rw()) as k:
-                k.launch(axpy, (n + 127) // 128, 128,
-                         (1.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n)))
-        assert ctx.statistics().graph_instantiations == 0        # recorded only
+                k.launch(
+                    axpy,
+                    (n + 127) // 128,
+                    128,
+                    (1.0, k.get_arg(0), k.get_arg(1), ctypes.c_int(n)),
+                )
+        assert ctx.statistics().graph_instantiations == 0  # recorded only
         np.testing.assert_array_equal(ctx.wait(ly), 3 * np.arange(n))

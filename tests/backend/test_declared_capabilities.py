@@ -25,8 +25,9 @@ def test_a_backend_without_python_device_work_names_the_remedy():
     null = get_backend("null")
     stream = null.create_stream(0)
     try:
-        with pytest.raises(BackendUnavailableError, match="cannot run Python callables"
-                           ".*ctx.cuda_kernel"):
+        with pytest.raises(
+            BackendUnavailableError, match="cannot run Python callables.*ctx.cuda_kernel"
+        ):
             null.launch_callable(stream, print, (), "work launched from task 'x'")
         with pytest.raises(BackendUnavailableError, match="cudaGraphSetConditional"):
             null.set_loop_condition(1, 0)
@@ -49,9 +50,11 @@ def test_launched_work_names_its_task_and_its_function():
             with ctx.task(x.rw()) as t:
                 t.set_symbol("axpy")
                 stf.emulated.launch(t.stream_ptr(), broken, t.get_arg_cai(0))
-    assert any("raised by work launched from task 'axpy', test_launched_work_names_"
-               "its_task_and_its_function.<locals>.broken()" in note
-               for note in caught.value.__notes__)
+    assert any(
+        "raised by work launched from task 'axpy', test_launched_work_names_"
+        "its_task_and_its_function.<locals>.broken()" in note
+        for note in caught.value.__notes__
+    )
 
 
 def test_launch_from_stream_ordered_work_is_refused():
@@ -83,8 +86,8 @@ def test_views_say_whether_their_host_access_was_refused():
         with ctx.task(ctx.bundle(a=x, b=y).rw()) as t:
             fields = t.get(0)
             assert recorded_into_a_graph(fields.a) and recorded_into_a_graph(fields.b)
-            assert not recorded_into_a_graph(fields)        # a bundle's named tuple
-            assert not recorded_into_a_graph(np.ones(2))    # not a task view
+            assert not recorded_into_a_graph(fields)  # a bundle's named tuple
+            assert not recorded_into_a_graph(np.ones(2))  # not a task view
 
 
 def test_views_of_an_ended_task_are_invalid():
@@ -100,7 +103,7 @@ def test_a_context_that_never_started_is_collected_quietly():
     ctx = stf.context.__new__(stf.context)
     assert repr(ctx) == "context(handle=0, borrowed=False)"
     del ctx
-    gc.collect()                  # an error in __del__ would fail the test (warnings)
+    gc.collect()  # an error in __del__ would fail the test (warnings)
 
 
 def test_wait_on_data_never_written_gives_the_poison_pattern():

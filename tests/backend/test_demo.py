@@ -50,8 +50,9 @@ def test_solve_matches_numpy_for_any_layout(backend, devices, blocks):
 
 def test_solve_reports_progress_from_host_callbacks(backend):
     lines: list[str] = []
-    demo.solve(demo.poisson_rhs(16), 10, backend=backend, report_every=4,
-               out=lines.append)
+    demo.solve(
+        demo.poisson_rhs(16), 10, backend=backend, report_every=4, out=lines.append
+    )
     assert [int(line.split()[1].rstrip(":")) for line in lines] == [4, 8, 10]
 
 
@@ -64,8 +65,9 @@ def test_demo_main_fails_on_a_wrong_answer(backend, capsys, monkeypatch):
 
 
 def test_demo_devices_option_limits_the_layout(backend, capsys):
-    code = demo.main(["--size", "12", "--iterations", "30", "--devices", "1",
-                      "--backend", backend])
+    code = demo.main(
+        ["--size", "12", "--iterations", "30", "--devices", "1", "--backend", backend]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "layout: 2 row block(s) over 1 device(s)" in out
@@ -75,9 +77,9 @@ def test_demo_devices_option_limits_the_layout(backend, capsys):
 def test_layout_defaults_and_limits():
     assert demo.layout(100, 2) == (2, 4)
     assert demo.layout(100, 4, devices=2) == (2, 4)
-    assert demo.layout(100, 2, devices=8) == (2, 4)       # no more than available
-    assert demo.layout(3, 2, blocks=8) == (2, 3)          # at most one block per row
-    assert demo.layout(1, 4) == (1, 1)                    # no device without a block
+    assert demo.layout(100, 2, devices=8) == (2, 4)  # no more than available
+    assert demo.layout(3, 2, blocks=8) == (2, 3)  # at most one block per row
+    assert demo.layout(1, 4) == (1, 1)  # no device without a block
 
 
 def test_row_blocks_cover_the_rows_once():
@@ -89,30 +91,53 @@ def test_python_m_stflow_demo_prints_pass():
     package_parent = os.path.dirname(os.path.dirname(stflow.__file__))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [package_parent, env.get("PYTHONPATH")]))
-    process = subprocess.run([sys.executable, "-m", "stflow.demo", "--size", "small"],
-                             capture_output=True, text=True, env=env, timeout=120)
+        filter(None, [package_parent, env.get("PYTHONPATH")])
+    )
+    process = subprocess.run(
+        [sys.executable, "-m", "stflow.demo", "--size", "small"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert process.returncode == 0, process.stdout + process.stderr
     assert "PASS" in process.stdout
     assert "backend: " in process.stdout
 
 
 @pytest.mark.parametrize("devices", [1, 2], ids=["repeat", "unrolled"])
-@pytest.mark.parametrize("iterations, report_every, launches", [(25, 10, 2), (12, 0, 1),
-                                                                (9, 3, 3)])
-def test_graph_mode_replays_the_recorded_iterations(backend, iterations, report_every,
-                                                    launches, devices):
+@pytest.mark.parametrize(
+    "iterations, report_every, launches", [(25, 10, 2), (12, 0, 1), (9, 3, 3)]
+)
+def test_graph_mode_replays_the_recorded_iterations(
+    backend, iterations, report_every, launches, devices
+):
     b = demo.poisson_rhs(24)
     lines: list[str] = []
-    result = demo.solve(b, iterations, backend=backend, devices=devices, blocks=3,
-                        report_every=report_every, out=lines.append, graph=True)
-    np.testing.assert_allclose(result.x, demo.reference_cg(b, iterations), rtol=0,
-                               atol=1e-13)
+    result = demo.solve(
+        b,
+        iterations,
+        backend=backend,
+        devices=devices,
+        blocks=3,
+        report_every=report_every,
+        out=lines.append,
+        graph=True,
+    )
+    np.testing.assert_allclose(
+        result.x, demo.reference_cg(b, iterations), rtol=0, atol=1e-13
+    )
     assert result.launches == launches
     reports = [int(line.split()[1].rstrip(":")) for line in lines]
-    expected = [] if not report_every else \
-        [i for i in range(1, iterations + 1)
-         if i % report_every == 0 or i == iterations]
+    expected = (
+        []
+        if not report_every
+        else [
+            i
+            for i in range(1, iterations + 1)
+            if i % report_every == 0 or i == iterations
+        ]
+    )
     assert reports == expected
     assert result.tasks == _tasks_expected(3, iterations, len(expected))
 
@@ -129,12 +154,23 @@ def test_the_default_size_and_graph_mode_by_backend(backend, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert re.search(r"speed-up over NumPy: \d+\.\d\dx", out)
-    assert ("graph mode" in out) == (backend == "cuda")       # the default by backend
-    code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend,
-                      "--no-graph"])
+    assert ("graph mode" in out) == (backend == "cuda")  # the default by backend
+    code = demo.main(
+        ["--size", "small", "--iterations", "10", "--backend", backend, "--no-graph"]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "graph mode" not in out, out
-    code = demo.main(["--size", "small", "--iterations", "10", "--backend", backend,
-                      "--graph", "--no-warmup"])
+    code = demo.main(
+        [
+            "--size",
+            "small",
+            "--iterations",
+            "10",
+            "--backend",
+            backend,
+            "--graph",
+            "--no-warmup",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "from 5 graph launches" in out, out

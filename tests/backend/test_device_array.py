@@ -12,21 +12,23 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers.backends import make_default
 
 import stflow as stf
 from stflow._interchange import dlpack as _dlpack
 from stflow.backends import default_backend
 from stflow.errors import BackendUnavailableError, PlaceError, ShapeError
 
-from helpers.backends import make_default
-
 _name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
-    ("PyCapsule_GetName", ctypes.pythonapi))
+    ("PyCapsule_GetName", ctypes.pythonapi)
+)
 _pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
 _set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_SetName", ctypes.pythonapi))
-_USED = b"used_dltensor"          # must outlive the capsules renamed with it
+    ("PyCapsule_SetName", ctypes.pythonapi)
+)
+_USED = b"used_dltensor"  # must outlive the capsules renamed with it
 _USED_VERSIONED = b"used_dltensor_versioned"
 
 
@@ -78,14 +80,16 @@ def test_properties_and_repr(ctx):
     assert array.shape == (10,) and array.size == 10 and array.ndim == 1
     assert array.nbytes == 40 and array.dtype == np.float32 and len(array) == 10
     assert array.data_place.kind == "dev0" and array.ptr != 0
-    assert repr(array) == f"DeviceArray(size=10, dtype=float32, ptr=0x{array.ptr:x}, " \
-                          "place=dev0)"
+    assert (
+        repr(array) == f"DeviceArray(size=10, dtype=float32, ptr=0x{array.ptr:x}, "
+        "place=dev0)"
+    )
     cube = stf.DeviceArray((2, 3, 4), np.int16, stf.data_place.host())
     assert cube.shape == (2, 3, 4) and cube.size == 24 and cube.nbytes == 48
     assert repr(cube).startswith("DeviceArray(shape=(2, 3, 4), dtype=int16")
     assert "place=host" in repr(cube)
     with pytest.raises(AttributeError):
-        array.unknown_attribute = 1                 # __slots__
+        array.unknown_attribute = 1  # __slots__
     assert weakref.ref(array)() is array
 
 
@@ -94,14 +98,23 @@ def test_empty_array_allocates_nothing(ctx):
     assert array.ptr == 0 and array.nbytes == 0
     assert array.copy_to_host().shape == (0,)
     array.copy_to_device(np.empty(0))
-    if ctx.backend == "emulated":            # NumPy imports CPU DLPack only
+    if ctx.backend == "emulated":  # NumPy imports CPU DLPack only
         assert np.from_dlpack(array).shape == (0,)
 
 
-@pytest.mark.parametrize("size, error", [
-    (2.0, TypeError), (np.int64(3), TypeError), (True, TypeError), (None, TypeError),
-    ("4", TypeError), ((2, 1.5), TypeError), (-1, ValueError), ((3, -2), ValueError),
-])
+@pytest.mark.parametrize(
+    "size, error",
+    [
+        (2.0, TypeError),
+        (np.int64(3), TypeError),
+        (True, TypeError),
+        (None, TypeError),
+        ("4", TypeError),
+        ((2, 1.5), TypeError),
+        (-1, ValueError),
+        ((3, -2), ValueError),
+    ],
+)
 def test_bad_sizes(ctx, size, error):
     with pytest.raises(error):
         stf.DeviceArray(size, np.float64, stf.data_place.device(0))
@@ -125,8 +138,10 @@ def test_bad_places_and_dtypes(ctx):
 
 
 # -- copies ------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int8, np.uint64,
-                                   np.complex128, np.bool_, np.float16])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.float64, np.int8, np.uint64, np.complex128, np.bool_, np.float16],
+)
 def test_round_trip_on_every_place(ctx, backend, dtype):
     values = (np.arange(24) % 7).astype(dtype).reshape(4, 6)
     for place in _places(backend):
@@ -148,18 +163,18 @@ def test_from_host_copies_non_contiguous_input(ctx):
     source = np.arange(20.0).reshape(4, 5)[:, ::2]
     array = stf.DeviceArray.from_host(source, stf.data_place.device(0))
     np.testing.assert_array_equal(array.copy_to_host(), source)
-    source[...] = -1                                  # a copy, not a view
+    source[...] = -1  # a copy, not a view
     assert array.copy_to_host()[0, 0] == 0
 
 
 def test_copy_to_device_casting_and_sizes(ctx):
     array = stf.DeviceArray(6, np.float64, stf.data_place.device(0))
-    array.copy_to_device([1, 2, 3, 4, 5, 6])          # int -> float: same kind
+    array.copy_to_device([1, 2, 3, 4, 5, 6])  # int -> float: same kind
     np.testing.assert_array_equal(array.copy_to_host(), np.arange(1.0, 7.0))
     array.copy_to_device(np.arange(6.0).reshape(2, 3))  # any shape, same byte count
     np.testing.assert_array_equal(array.copy_to_host(), np.arange(6.0))
     integers = stf.DeviceArray(6, np.int32, stf.data_place.host())
-    with pytest.raises(TypeError, match="same_kind"):   # I-38: no silent truncation
+    with pytest.raises(TypeError, match="same_kind"):  # I-38: no silent truncation
         integers.copy_to_device(np.full(6, 1.5))
     with pytest.raises(ValueError, match="bytes"):
         array.copy_to_device(np.zeros(5))
@@ -182,7 +197,7 @@ def test_slices_are_views_keeping_the_root_alive(ctx):
     root = weakref.ref(array)
     del array
     gc.collect()
-    assert root() is not None                        # the slice keeps it
+    assert root() is not None  # the slice keeps it
     np.testing.assert_array_equal(nested.copy_to_host(), [-3.0, -4.0])
 
 
@@ -211,7 +226,7 @@ def test_array_interface_of_the_backend(ctx, backend):
         interface = array.__array_interface__
         assert interface["data"] == (array.ptr, False)
         assert interface["shape"] == (6,) and interface["typestr"] == "<f8"
-        alias = np.asarray(array)                    # zero-copy, writable
+        alias = np.asarray(array)  # zero-copy, writable
         assert alias.ctypes.data == array.ptr
         alias[0] = 42.0
         assert array.copy_to_host()[0] == 42.0
@@ -225,12 +240,13 @@ def test_array_interface_of_the_backend(ctx, backend):
 
 
 def test_dlpack_device(ctx, backend):
-    device, host, managed = (stf.DeviceArray(4, np.float32, place)
-                             for place in _places(backend))
+    device, host, managed = (
+        stf.DeviceArray(4, np.float32, place) for place in _places(backend)
+    )
     if backend == "emulated":
         assert device.__dlpack_device__() == host.__dlpack_device__() == (1, 0)
         assert managed.__dlpack_device__() == (1, 0)
-    else:                                            # I-36
+    else:  # I-36
         assert device.__dlpack_device__() == (2, 0)
         assert host.__dlpack_device__() == (3, 0)
         assert managed.__dlpack_device__()[0] == 13
@@ -259,7 +275,8 @@ def test_versioned_or_legacy_capsule_by_max_version(ctx):
     assert _name(array.__dlpack__(max_version=(1, 3))) == b"dltensor_versioned"
     capsule = array.__dlpack__(max_version=(1, 2))
     managed = _dlpack.DLManagedTensorVersioned.from_address(
-        _pointer(capsule, b"dltensor_versioned"))
+        _pointer(capsule, b"dltensor_versioned")
+    )
     assert (managed.version.major, managed.version.minor) == (1, 0)
     assert managed.flags == 0 and managed.dl_tensor.data == array.ptr
     tensor = _dlpack.read_capsule(capsule)
@@ -297,15 +314,15 @@ def test_unconsumed_capsule_releases_the_array(ctx, backend):
     assert (_name(capsule), _name(legacy)) == (b"dltensor_versioned", b"dltensor")
     alive = weakref.ref(array)
     exports = len(_dlpack._exports)
-    ours = backend != "emulated"          # the emulated backend exports NumPy's capsule
+    ours = backend != "emulated"  # the emulated backend exports NumPy's capsule
     del array
     gc.collect()
-    assert alive() is not None and finalizer.alive    # the capsules own it
+    assert alive() is not None and finalizer.alive  # the capsules own it
     del capsule
     assert alive() is not None and finalizer.alive
     assert len(_dlpack._exports) == exports - ours
     del legacy
-    assert alive() is None and not finalizer.alive     # released without gc
+    assert alive() is None and not finalizer.alive  # released without gc
     assert len(_dlpack._exports) == exports - 2 * ours
 
 
@@ -337,8 +354,9 @@ def test_memory_is_freed_exactly_once_on_the_allocation_stream(ctx, monkeypatch)
     monkeypatch.setattr(native, "free", spy)
     stream = native.create_stream(0)
     try:
-        array = stf.DeviceArray.from_host(np.arange(8.0), stf.data_place.device(0),
-                                          stream=stf.CudaStream(stream.handle))
+        array = stf.DeviceArray.from_host(
+            np.arange(8.0), stf.data_place.device(0), stream=stf.CudaStream(stream.handle)
+        )
         ptr = array.ptr
         view = array[2:4]
         capsule = view.__dlpack__()
@@ -372,7 +390,7 @@ def test_free_failure_becomes_a_runtime_warning(ctx, monkeypatch):
     with pytest.warns(RuntimeWarning, match="injected driver failure"):
         del array
         gc.collect()
-    for allocation in allocations:                 # release it after all
+    for allocation in allocations:  # release it after all
         original(allocation, None)
 
 
@@ -381,19 +399,25 @@ def test_stream_handshake_records_only_when_needed(ctx, backend):
     producer = native.create_stream(0)
     consumer = native.create_stream(0)
     try:
-        array = stf.DeviceArray.from_host(np.arange(4.0), stf.data_place.device(0),
-                                          stream=stf.CudaStream(producer.handle))
+        array = stf.DeviceArray.from_host(
+            np.arange(4.0),
+            stf.data_place.device(0),
+            stream=stf.CudaStream(producer.handle),
+        )
         recorded = producer.recorded
-        array.__dlpack__(stream=-1)                  # no synchronisation
-        array.__dlpack__(stream=producer.handle)     # the allocation stream itself
+        array.__dlpack__(stream=-1)  # no synchronisation
+        array.__dlpack__(stream=producer.handle)  # the allocation stream itself
         assert producer.recorded == recorded
-        array.__dlpack__(stream=consumer.handle)     # waits on an allocation event
+        array.__dlpack__(stream=consumer.handle)  # waits on an allocation event
         assert producer.recorded == recorded + 1
-        array.__dlpack__(stream=None)                # legacy default stream
+        array.__dlpack__(stream=None)  # legacy default stream
         assert producer.recorded == recorded + 2
-        stf.DeviceArray(0, np.float64, stf.data_place.device(0),
-                        stream=stf.CudaStream(producer.handle)).__dlpack__(
-            stream=consumer.handle)                  # empty: nothing to wait for
+        stf.DeviceArray(
+            0,
+            np.float64,
+            stf.data_place.device(0),
+            stream=stf.CudaStream(producer.handle),
+        ).__dlpack__(stream=consumer.handle)  # empty: nothing to wait for
         assert producer.recorded == recorded + 2
         if backend == "cuda":
             assert array.__cuda_array_interface__["stream"] == producer.handle
@@ -414,6 +438,7 @@ def test_device_array_as_logical_data(ctx):
         else:
             import cupy
             from helpers.gpu import cupy_stream
+
             with cupy_stream(t.stream_ptr()):
                 cupy.asarray(view)[...] *= 3
     np.testing.assert_array_equal(ctx.wait(ld), 3 * np.arange(6.0))
@@ -423,7 +448,9 @@ def test_device_array_as_logical_data(ctx):
 
 def test_torch_from_dlpack(ctx, backend):
     torch = pytest.importorskip("torch")
-    array = stf.DeviceArray.from_host(np.arange(5, dtype=np.int64), stf.data_place.device(0))
+    array = stf.DeviceArray.from_host(
+        np.arange(5, dtype=np.int64), stf.data_place.device(0)
+    )
     if backend == "cuda" and not torch.cuda.is_available():
         pytest.skip("PyTorch sees no CUDA device")
     finalizer = array._finalizer
@@ -445,15 +472,16 @@ def test_dlpack_export_builds_a_capsule_owned_by_the_consumer():
     values = np.arange(6, dtype=np.float32)
     owner = _Owner(values)
     alive = weakref.ref(owner)
-    capsule = stf.dlpack_export(owner, values.ctypes.data, (2, 3), 2, 32, 0,
-                                device_type=1)
+    capsule = stf.dlpack_export(
+        owner, values.ctypes.data, (2, 3), 2, 32, 0, device_type=1
+    )
     del owner
     assert alive() is not None
     alias = np.from_dlpack(_Producer(capsule))
     assert _name(capsule) == b"used_dltensor"
     del capsule
     gc.collect()
-    assert alive() is not None                      # the consumer holds it now
+    assert alive() is not None  # the consumer holds it now
     np.testing.assert_array_equal(alias, values.reshape(2, 3))
     del alias
     gc.collect()
@@ -467,27 +495,31 @@ def test_dlpack_export_versioned_and_reference_defaults():
     tensor = _dlpack.read_capsule(capsule)
     assert tensor.device == (2, 5) and tensor.dtype == np.int16
     assert tensor.strides is None and tensor.ptr == values.ctypes.data
-    versioned = stf.dlpack_export(values, values.ctypes.data, [3], 0, 16, 0,
-                                  device_type=1, versioned=True)
+    versioned = stf.dlpack_export(
+        values, values.ctypes.data, [3], 0, 16, 0, device_type=1, versioned=True
+    )
     assert _name(versioned) == b"dltensor_versioned"
     np.testing.assert_array_equal(np.from_dlpack(_Producer(versioned)), values)
 
 
-@pytest.mark.parametrize("args, kwargs, error", [
-    ((1.0, (3,), 2, 32, 0), {}, TypeError),
-    ((0, 3, 2, 32, 0), {}, TypeError),
-    ((0, (3.0,), 2, 32, 0), {}, TypeError),
-    ((0, (3,), "f", 32, 0), {}, TypeError),
-    ((0, (3,), 2, 32, None), {}, TypeError),
-    ((0, (3,), 2, 32, 0), {"device_type": "cuda"}, TypeError),
-    ((0, (3,), 3, 32, 0), {}, ValueError),
-    ((0, (3,), 9, 32, 0), {}, ValueError),
-    ((0, (3,), 2, 12, 0), {}, ValueError),
-    ((0, (3,), 2, 0, 0), {}, ValueError),
-    ((0, (3,), 2, -8, 0), {}, ValueError),
-    ((0, (-3,), 2, 32, 0), {}, ValueError),
-    ((-16, (3,), 2, 32, 0), {}, ValueError),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, error",
+    [
+        ((1.0, (3,), 2, 32, 0), {}, TypeError),
+        ((0, 3, 2, 32, 0), {}, TypeError),
+        ((0, (3.0,), 2, 32, 0), {}, TypeError),
+        ((0, (3,), "f", 32, 0), {}, TypeError),
+        ((0, (3,), 2, 32, None), {}, TypeError),
+        ((0, (3,), 2, 32, 0), {"device_type": "cuda"}, TypeError),
+        ((0, (3,), 3, 32, 0), {}, ValueError),
+        ((0, (3,), 9, 32, 0), {}, ValueError),
+        ((0, (3,), 2, 12, 0), {}, ValueError),
+        ((0, (3,), 2, 0, 0), {}, ValueError),
+        ((0, (3,), 2, -8, 0), {}, ValueError),
+        ((0, (-3,), 2, 32, 0), {}, ValueError),
+        ((-16, (3,), 2, 32, 0), {}, ValueError),
+    ],
+)
 def test_dlpack_export_argument_errors(args, kwargs, error):
     before = len(_dlpack._exports)
     with pytest.raises(error):
@@ -507,9 +539,10 @@ def test_renamed_capsule_does_not_run_the_deleter():
         assert _set_name(capsule, used) == 0
         del capsule
         gc.collect()
-        assert alive() is not None                   # renamed: the consumer owns it
-        struct = (_dlpack.DLManagedTensorVersioned if versioned
-                  else _dlpack.DLManagedTensor).from_address(address)
+        assert alive() is not None  # renamed: the consumer owns it
+        struct = (
+            _dlpack.DLManagedTensorVersioned if versioned else _dlpack.DLManagedTensor
+        ).from_address(address)
         deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(struct.deleter)
         worker = threading.Thread(target=deleter, args=(address,))
         worker.start()
@@ -565,10 +598,10 @@ def test_cpu_dlpack_producers_keep_read_only_flag_and_strides():
 
     with stf.context(backend="emulated") as ctx:
         ld = ctx.logical_data(DLPackOnly(values))
-        assert ld.readonly and ld.shape == (2, 3)   # from the versioned capsule's flags
+        assert ld.readonly and ld.shape == (2, 3)  # from the versioned capsule's flags
         np.testing.assert_array_equal(ctx.wait(ld), values)
         source = np.arange(6.0).reshape(2, 3)
-        transposed = ctx.logical_data(DLPackOnly(source.T))       # registered in place
+        transposed = ctx.logical_data(DLPackOnly(source.T))  # registered in place
         with ctx.task(transposed.rw()) as t:
             t.run(lambda xp, a: xp.multiply(a, 2, out=a))
         with pytest.raises(ShapeError, match="stride -24 of axis 0"):
@@ -607,6 +640,7 @@ def test_cuda_dlpack_producer_registers_on_the_cuda_backend(backend, monkeypatch
         with ctx.task(ld.rw()) as t:
             import cupy
             from helpers.gpu import cupy_stream
+
             with cupy_stream(t.stream_ptr()):
                 cupy.asarray(t.get_arg_cai(0))[...] += 1
     np.testing.assert_array_equal(array.copy_to_host(), np.arange(1.0, 9.0))

@@ -21,6 +21,7 @@ CHUNK = 100
 
 def _device_count(backend: str) -> int:
     from stflow.backends import get_backend
+
     return get_backend(backend).device_count
 
 
@@ -35,14 +36,20 @@ def _run_seeds(backend: str, seeds: range, **options) -> None:
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
 
 
-@pytest.mark.parametrize("first", range(0, SEEDS, CHUNK),
-                         ids=lambda first: f"seeds{first}-{min(first + CHUNK, SEEDS) - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, SEEDS, CHUNK),
+    ids=lambda first: f"seeds{first}-{min(first + CHUNK, SEEDS) - 1}",
+)
 def test_random_programs_match_the_oracle(backend, first):
     _run_seeds(backend, range(first, min(first + CHUNK, SEEDS)))
 
 
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 500), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 500), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_random_programs_on_the_null_backend_match_the_oracle(first):
     """The null backend (everything completes when enqueued) runs the runtime unchanged."""
     _run_seeds("null", range(first, first + CHUNK))
@@ -58,8 +65,11 @@ def test_campaign_of_large_programs(backend, first):
     _run_seeds(backend, range(first, first + 500), max_data=10, max_ops=120)
 
 
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 500), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 500), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
     devices = _device_count(backend)
     failures = []
@@ -71,8 +81,11 @@ def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
 
 
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 400), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 400), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_random_scoped_programs_match_the_unrolled_oracle(backend, first):
     """Graph scopes, repeat/while loops and launchable graphs (stackable_context)
     around random runs of tasks, against the oracle with the repetitions unrolled."""
@@ -86,8 +99,11 @@ def test_random_scoped_programs_match_the_unrolled_oracle(backend, first):
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
 
 
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 200), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 200), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_scoped_programs_abandoned_by_an_exception_keep_the_root(backend, first):
     """Issue 24: a program that raises inside its ``with stackable_context()`` with
     push() scopes open: the scopes are discarded (with a warning) and the root
@@ -112,11 +128,16 @@ def test_campaign_of_large_scoped_programs(backend, first):
 
 # -- under memory pressure: random small budgets make the runtime evict ----------------
 
+
 @pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 300), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
-def test_random_programs_under_a_tight_memory_budget_match_the_oracle(backend, mode,
-                                                                      first):
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 300), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
+def test_random_programs_under_a_tight_memory_budget_match_the_oracle(
+    backend, mode, first
+):
     """Each seed runs within a budget between the smallest its program fits in and
     1.5 times that (``memory_budget="tight"``): instances are evicted, the only valid
     copies written back first, and the results must not change."""
@@ -127,8 +148,12 @@ def test_random_programs_under_a_tight_memory_budget_match_the_oracle(backend, m
             if mode == "scopes":
                 check_scoped_program(seed, devices, backend, memory_budget="tight")
             else:
-                check_program(generate_program(seed, devices), backend,
-                              use_graph=mode == "graph", memory_budget="tight")
+                check_program(
+                    generate_program(seed, devices),
+                    backend,
+                    use_graph=mode == "graph",
+                    memory_budget="tight",
+                )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
@@ -136,9 +161,13 @@ def test_random_programs_under_a_tight_memory_budget_match_the_oracle(backend, m
 
 # -- grids of places: grid tasks, composite and replicated data -------------------------
 
+
 @pytest.mark.parametrize("mode", ["stream", "graph", "scopes", "tight"])
-@pytest.mark.parametrize("first", range(0, min(SEEDS, 300), CHUNK),
-                         ids=lambda first: f"seeds{first}-{first + CHUNK - 1}")
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 300), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_random_programs_on_grids_match_the_oracle(backend, mode, first):
     """Some tasks run on grids of places (their bodies on a random member's stream)
     and some data are accessed at composite places (blocked, cyclic or scattered
@@ -150,9 +179,12 @@ def test_random_programs_on_grids_match_the_oracle(backend, mode, first):
             if mode == "scopes":
                 check_scoped_program(seed, devices, backend, grids=True)
             else:
-                check_program(generate_program(seed, devices, grids=True), backend,
-                              use_graph=mode == "graph",
-                              memory_budget="tight" if mode == "tight" else None)
+                check_program(
+                    generate_program(seed, devices, grids=True),
+                    backend,
+                    use_graph=mode == "graph",
+                    memory_budget="tight" if mode == "tight" else None,
+                )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])

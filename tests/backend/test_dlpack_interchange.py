@@ -50,13 +50,28 @@ class _Stream:
         self.handle = handle
 
 
-def _capsule_over(values, owner=None, device=(2, 0), byte_offset=0, readonly=False,
-                  versioned=True, shape=None):
+def _capsule_over(
+    values,
+    owner=None,
+    device=(2, 0),
+    byte_offset=0,
+    readonly=False,
+    versioned=True,
+    shape=None,
+):
     code, bits = _dlpack.dtype_code(values.dtype)
-    return _dlpack.export_capsule(owner if owner is not None else values,
-                                  values.ctypes.data, shape or values.shape, code, bits,
-                                  device[0], device[1], versioned, readonly=readonly,
-                                  byte_offset=byte_offset)
+    return _dlpack.export_capsule(
+        owner if owner is not None else values,
+        values.ctypes.data,
+        shape or values.shape,
+        code,
+        bits,
+        device[0],
+        device[1],
+        versioned,
+        readonly=readonly,
+        byte_offset=byte_offset,
+    )
 
 
 @pytest.fixture(params=["stflow", "cuda.core"])
@@ -78,7 +93,7 @@ def test_the_pointer_is_the_producers_own(reader):
     producer = _Producer(_capsule_over(values, readonly=True))
     source = _sources._from_gpu_dlpack(producer, (2, 0), _Stream())
     assert [call["stream"] for call in producer.calls] == [0x5EED]
-    assert tuple(producer.calls[0]["max_version"]) >= (1, 0)     # a versioned one asked
+    assert tuple(producer.calls[0]["max_version"]) >= (1, 0)  # a versioned one asked
     assert source.ptr == values.ctypes.data and source.shape == (3, 4)
     assert source.dtype == np.int32 and source.readonly and source.strides is None
     assert source.interface == "dlpack" and source.dlpack_device == (2, 0)
@@ -117,7 +132,7 @@ def test_stream_zero_is_asked_as_the_legacy_default_stream(reader):
     values = np.arange(3.0)
     producer = _Producer(_capsule_over(values))
     _sources._from_gpu_dlpack(producer, (2, 0), _Stream(0))
-    assert [call["stream"] for call in producer.calls] == [1]   # DLPack forbids 0
+    assert [call["stream"] for call in producer.calls] == [1]  # DLPack forbids 0
 
 
 def test_the_memory_owner_lives_as_long_as_the_source(reader):
@@ -129,11 +144,12 @@ def test_the_memory_owner_lives_as_long_as_the_source(reader):
     producer = _Producer(_capsule_over(owner.values, owner=owner))
     del owner
     source = _sources._from_gpu_dlpack(producer, (2, 0), _Stream())
-    producer.capsule = None               # only the source refers to the tensor now
+    producer.capsule = None  # only the source refers to the tensor now
     gc.collect()
     assert alive() is not None and len(_dlpack._exports) == exports + 1
-    values = np.frombuffer((np.ctypeslib.as_ctypes_type(np.float64) * 4).from_address(
-        source.ptr), np.float64)
+    values = np.frombuffer(
+        (np.ctypeslib.as_ctypes_type(np.float64) * 4).from_address(source.ptr), np.float64
+    )
     np.testing.assert_array_equal(values, np.arange(4.0))
     del source, values
     gc.collect()
@@ -155,13 +171,14 @@ def test_producers_without_max_version_are_asked_again(reader):
 
     source = _sources._from_gpu_dlpack(Old(), (2, 0), _Stream())
     assert source.ptr == values.ctypes.data and source.shape == (3,)
-    assert Old.calls == 1        # the call with max_version failed before the producer
+    assert Old.calls == 1  # the call with max_version failed before the producer
 
 
 def test_refusals_say_what_to_pass(reader):
     values = np.zeros(4, np.uint16)
-    bfloat16 = _Producer(_dlpack.export_capsule(values, values.ctypes.data, (4,), 4, 16,
-                                                2, 0, True))
+    bfloat16 = _Producer(
+        _dlpack.export_capsule(values, values.ctypes.data, (4,), 4, 16, 2, 0, True)
+    )
     try:
         import ml_dtypes  # noqa: F401 - with it, cuda.core reads bfloat16
     except ImportError:
@@ -178,7 +195,7 @@ def _fake_cuda_core(monkeypatch, view_type):
 
 def test_without_cuda_core_stflow_reads_the_capsule(monkeypatch):
     for name in ("cuda.core.utils", "cuda.core.experimental.utils"):
-        monkeypatch.setitem(sys.modules, name, None)      # import fails
+        monkeypatch.setitem(sys.modules, name, None)  # import fails
     monkeypatch.setattr(_sources, "_view_type", _sources._UNKNOWN)
     assert _sources.strided_memory_view() is None
     values = np.arange(3.0)
@@ -202,7 +219,7 @@ def test_a_cuda_core_that_drops_the_byte_offset_is_not_used(monkeypatch):
         def from_dlpack(cls, obj, stream_ptr=None):
             tensor = _dlpack.read_capsule(obj.__dlpack__(stream=None))
             view = cls()
-            view.ptr = tensor.ptr - 8        # what reading data alone gives
+            view.ptr = tensor.ptr - 8  # what reading data alone gives
             return view
 
     _fake_cuda_core(monkeypatch, DropsOffset)
@@ -230,8 +247,12 @@ class _Both(_Producer):
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.values.shape, "typestr": self.values.dtype.str,
-                "data": (self.values.ctypes.data, False), "version": self.version}
+        return {
+            "shape": self.values.shape,
+            "typestr": self.values.dtype.str,
+            "data": (self.values.ctypes.data, False),
+            "version": self.version,
+        }
 
 
 def test_cai_version_2_with_dlpack_is_read_through_dlpack(reader):
@@ -247,17 +268,17 @@ def test_cai_version_2_with_dlpack_is_read_through_dlpack(reader):
     assert source.interface == "dlpack" and streams == [(2, 0)]
     assert [call["stream"] for call in old.calls] == [0xABC]
     assert source.ptr == values.ctypes.data and source.ordered_on.handle == 0xABC
-    new = _Both(values, version=3)                   # v3 can name its stream: CAI
+    new = _Both(values, version=3)  # v3 can name its stream: CAI
     source = _sources.describe_buffer(new, producer_stream)
     assert source.interface == "cai" and new.calls == []
-    assert _sources.describe_buffer(old, None).interface == "cai"     # emulated
+    assert _sources.describe_buffer(old, None).interface == "cai"  # emulated
 
 
 # -- CPU producers and the emulated export ----------------------------------------------
 def test_torch_cpu_tensor_registered_in_place_is_written_back():
     torch = pytest.importorskip("torch")
     tensor = torch.arange(12, dtype=torch.float64).reshape(3, 4)
-    columns = tensor[:, 1::2]                        # strided: registered in place
+    columns = tensor[:, 1::2]  # strided: registered in place
     with stf.context(backend="emulated") as ctx:
         whole = ctx.logical_data(torch.arange(5, dtype=torch.int32))
         part = ctx.logical_data(columns)
@@ -278,13 +299,13 @@ def test_emulated_device_array_exports_numpys_capsule():
         finalizer = array._finalizer
         exports = len(_dlpack._exports)
         view = np.from_dlpack(array)
-        assert len(_dlpack._exports) == exports                   # not stflow's exporter
+        assert len(_dlpack._exports) == exports  # not stflow's exporter
         assert view.ctypes.data == array.ptr and view.flags.writeable
-        view[2] = 42.0                                            # zero-copy both ways
+        view[2] = 42.0  # zero-copy both ways
         np.testing.assert_array_equal(array.copy_to_host(), [0, 1, 42, 3, 4, 5])
         del array
         gc.collect()
-        assert finalizer.alive                                    # the consumer owns it
+        assert finalizer.alive  # the consumer owns it
         del view
         gc.collect()
         assert not finalizer.alive
@@ -293,8 +314,9 @@ def test_emulated_device_array_exports_numpys_capsule():
 
 def test_emulated_device_array_refusals_come_before_numpy():
     with stf.context(backend="emulated"):
-        array = stf.DeviceArray(size=2, dtype=np.dtype([("a", "<i4")]),
-                                dplace=stf.data_place.device(0))
+        array = stf.DeviceArray(
+            size=2, dtype=np.dtype([("a", "<i4")]), dplace=stf.data_place.device(0)
+        )
         with pytest.raises(BufferError, match="no DLPack equivalent"):
             array.__dlpack__()
         plain = stf.DeviceArray(size=2, dtype=np.float32, dplace=stf.data_place.host())

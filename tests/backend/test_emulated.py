@@ -24,7 +24,7 @@ def test_device_memory_is_separate_and_poisoned():
     assert np.isnan(array).all()
     array[:] = 1.0
     backend.free(allocation, None)
-    assert np.isnan(array).all()            # freed memory is poisoned again
+    assert np.isnan(array).all()  # freed memory is poisoned again
 
 
 def test_launched_work_runs_in_stream_order_and_errors_are_deferred():
@@ -52,7 +52,7 @@ def test_views_expose_the_array_interface_and_expire():
             assert read_view["data"][1] is True and write_view["data"][1] is False
             assert read_view.__dlpack_device__() == (1, 0)
             with pytest.raises(ValueError):
-                np.asarray(read_view)[0] = 5.0          # read() views are read-only
+                np.asarray(read_view)[0] = 5.0  # read() views are read-only
             np.asarray(write_view)[:] = np.asarray(read_view) + 1
             np.testing.assert_array_equal(np.from_dlpack(write_view), [1, 2, 3])
         with pytest.raises(ScopeError, match="after the task ended"):
@@ -77,12 +77,18 @@ def test_host_callback_cannot_submit_work():
 
 @pytest.mark.parametrize("value, ok", [("3", True), ("0", False), ("x", False)])
 def test_device_count_from_the_environment(value, ok):
-    code = ("import stflow as stf\n"
-            "with stf.context(backend='emulated') as ctx:\n"
-            "    print(ctx._runtime.backend.device_count)\n")
+    code = (
+        "import stflow as stf\n"
+        "with stf.context(backend='emulated') as ctx:\n"
+        "    print(ctx._runtime.backend.device_count)\n"
+    )
     env = {"STFLOW_EMULATED_DEVICES": value, "PATH": ""}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**__import__("os").environ, **env})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, **env},
+    )
     if ok:
         assert result.stdout.strip() == value
     else:
@@ -90,16 +96,17 @@ def test_device_count_from_the_environment(value, ok):
 
 
 def test_seed_from_the_environment_is_used():
-    code = ("from stflow.backends.emulated import get_backend\n"
-            "print(get_backend().seed)\n")
+    code = "from stflow.backends.emulated import get_backend\nprint(get_backend().seed)\n"
     env = {**__import__("os").environ, "STFLOW_EMULATION_SEED": "1234"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
     assert result.stdout.strip() == "1234"
 
 
 def test_arrays_from_views_outlive_the_context_safely():
     import gc
+
     with stf.context(backend="emulated") as ctx:
         ld = ctx.logical_data_empty((1 << 16,), np.float64)
         with ctx.task(stf.exec_place.device(0), ld.write()) as t:
@@ -107,17 +114,20 @@ def test_arrays_from_views_outlive_the_context_safely():
             kept[:] = 1.0
     gc.collect()
     churn = [np.full(1 << 16, 7.0) for _ in range(20)]
-    assert np.isnan(kept).all() and len(churn) == 20     # poisoned, never released
+    assert np.isnan(kept).all() and len(churn) == 20  # poisoned, never released
 
 
 def test_place_factories_do_not_emit_the_fallback_notice():
-    code = ("import warnings, numpy as np, stflow as stf\n"
-            "warnings.simplefilter('error')\n"
-            "ctx = stf.context(backend='emulated')\n"
-            "print(stf.exec_place.device(1).device_id)\n"
-            "ctx.finalize()\n")
+    code = (
+        "import warnings, numpy as np, stflow as stf\n"
+        "warnings.simplefilter('error')\n"
+        "ctx = stf.context(backend='emulated')\n"
+        "print(stf.exec_place.device(1).device_id)\n"
+        "ctx.finalize()\n"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "STFLOW_BACKEND"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"

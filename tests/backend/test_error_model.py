@@ -23,17 +23,26 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.backends import device_bytes_in_use, make_default
+from helpers.bodies import fill_with
 
 import stflow as stf
 import stflow.emulated
 from stflow._interchange.views import TaskView
-from stflow.errors import (AccessModeError, ContextFinalizedError, ContextMismatchError,
-                           DeviceOrdinalError, NegativeCountError, NegativeIndexError,
-                           PlaceAllocationError, PlaceError, ShapeError, STFError,
-                           TokenArgumentError, UnfinalizedContextWarning)
-
-from helpers.backends import device_bytes_in_use, make_default
-from helpers.bodies import fill_with
+from stflow.errors import (
+    AccessModeError,
+    ContextFinalizedError,
+    ContextMismatchError,
+    DeviceOrdinalError,
+    NegativeCountError,
+    NegativeIndexError,
+    PlaceAllocationError,
+    PlaceError,
+    ShapeError,
+    STFError,
+    TokenArgumentError,
+    UnfinalizedContextWarning,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,8 +56,13 @@ class _CAI:
     """A minimal CUDA Array Interface exporter (never dereferenced by the checks)."""
 
     def __init__(self, **fields):
-        interface = {"version": 3, "shape": (4,), "typestr": "<f4",
-                     "data": (1 << 20, False), "strides": None}
+        interface = {
+            "version": 3,
+            "shape": (4,),
+            "typestr": "<f4",
+            "data": (1 << 20, False),
+            "strides": None,
+        }
         interface.update(fields)
         self.__cuda_array_interface__ = interface
 
@@ -78,6 +92,7 @@ def _foreign(call):
             call(ctx, ld)
         finally:
             other.finalize()
+
     return site
 
 
@@ -87,6 +102,7 @@ def _stackable_leaves(call):
             a = sctx.logical_data_empty((1,), np.float64, name="a")
             b = sctx.logical_data_empty((1,), np.float64, name="b")
             call(a, b)
+
     return site
 
 
@@ -99,93 +115,250 @@ def _nine_terms(a, b):
 
 # (site, stflow class, the reference's builtin, the reference's key phrase)
 REFERENCE_SITES = [
-    pytest.param(lambda ctx, b: ctx.task(stf.exec_place.device(99)).start(),
-                 DeviceOrdinalError, RuntimeError, "invalid device id",
-                 id="exec_place.device(99)-task"),
-    pytest.param(lambda ctx, b: ctx.task(ctx.logical_data(np.zeros(2)).rw(
-                     stf.data_place.device(99))).start(),
-                 DeviceOrdinalError, RuntimeError, "invalid device id",
-                 id="data_place.device(99)-dependency"),
-    pytest.param(lambda ctx, b: stf.data_place.device(-1), DeviceOrdinalError,
-                 ValueError, "invalid device id", id="data_place.device(-1)"),
-    pytest.param(lambda ctx, b: stf.data_place.affine().allocate(8),
-                 PlaceAllocationError, MemoryError, "data_place.allocate failed",
-                 id="affine.allocate"),
-    pytest.param(lambda ctx, b: stf.data_place.host().allocate(-1), ValueError,
-                 ValueError, "non-negative", id="allocate(-1)"),
-    pytest.param(lambda ctx, b: stf.exec_place.host().get_place(-1), NegativeIndexError,
-                 OverflowError, "negative", id="get_place(-1)"),
-    pytest.param(_token_get_arg, TokenArgumentError, RuntimeError,
-                 "cannot materialize a token argument", id="token-get_arg"),
-    pytest.param(lambda ctx, b: _finalized(b)[0].fence(), ContextFinalizedError,
-                 RuntimeError, "context handle is NULL", id="fence-after-finalize"),
-    pytest.param(lambda ctx, b: (lambda c, ld: c.wait(ld))(*_finalized(b)),
-                 ContextFinalizedError, RuntimeError, "context handle is NULL",
-                 id="wait-after-finalize"),
-    pytest.param(_foreign(lambda ctx, ld: ctx.task(ld.read())), ContextMismatchError,
-                 ValueError, "different context", id="task-foreign-data"),
-    pytest.param(_foreign(lambda ctx, ld: ctx.cuda_kernel(ld.read())),
-                 ContextMismatchError, ValueError, "different context",
-                 id="cuda_kernel-foreign-data"),
-    pytest.param(_foreign(lambda ctx, ld: ctx.host_launch(ld.read(), fn=print)),
-                 ContextMismatchError, ValueError, "different context",
-                 id="host_launch-foreign-data"),
-    pytest.param(_foreign(lambda ctx, ld: ctx.wait(ld)), ContextMismatchError,
-                 ValueError, "different context", id="wait-foreign-data"),
-    pytest.param(lambda ctx, b: ctx.logical_data(np.zeros(4)).borrow_ctx_handle()
-                 .finalize(), RuntimeError, RuntimeError,
-                 "cannot finalize borrowed context", id="borrowed-finalize"),
-    pytest.param(lambda ctx, b: ctx.logical_data(np.ones((10, 10))[::-2, :]), ShapeError,
-                 ValueError, "is negative", id="negative-stride-buffer"),
-    pytest.param(lambda ctx, b: ctx.logical_data(_CAI(shape=(4,), strides=(0,))),
-                 ShapeError, ValueError, "zero", id="cai-broadcast"),
-    pytest.param(lambda ctx, b: ctx.logical_data(_CAI(shape=(2, 2), strides=(8,))),
-                 ShapeError, ValueError, "strides must match the number of dimensions",
-                 id="cai-strides-length"),
-    pytest.param(lambda ctx, b: ctx.logical_data(_CAI(shape=(-1,))), ShapeError,
-                 ValueError, "non-negative", id="cai-negative-extent"),
-    pytest.param(lambda ctx, b: ctx.logical_data(_CAI(stream=0)), ValueError,
-                 ValueError, "disallowed", id="cai-stream-0"),
-    pytest.param(lambda ctx, b: ctx.logical_data_empty(10), TypeError, TypeError,
-                 "shape must be an iterable of integers", id="empty-bare-int"),
-    pytest.param(lambda ctx, b: ctx.logical_data_empty(()), ValueError, ValueError,
-                 "shape must contain at least one dimension", id="empty-no-dimension"),
-    pytest.param(lambda ctx, b: ctx.logical_data_empty((0,)), ValueError, ValueError,
-                 "all shape dimensions must be positive integers", id="empty-zero"),
-    pytest.param(lambda ctx, b: stf.DeviceArray(-1, np.float32, stf.data_place.host()),
-                 ValueError, ValueError, "non-negative", id="DeviceArray(-1)"),
-    pytest.param(lambda ctx, b: stf.DeviceArray(
-                     2, np.dtype([("x", np.float32), ("y", np.float32)]),
-                     stf.data_place.host()).__dlpack__(),
-                 BufferError, BufferError, "structured", id="dlpack-structured"),
-    pytest.param(_stackable_leaves(lambda a, b: stf.cond(a, "!=", 0.5)), ValueError,
-                 ValueError, "comparison operator", id="cond-op"),
-    pytest.param(_stackable_leaves(lambda a, b: stf.cond(1.0, ">", 0.5)), TypeError,
-                 TypeError, "stackable logical_data", id="cond-not-data"),
-    pytest.param(_stackable_leaves(lambda a, b: stf.cond(a, ">", np.zeros(4))),
-                 TypeError, TypeError, "real scalar", id="cond-threshold"),
-    pytest.param(_stackable_leaves(lambda a, b: a > b), TypeError, TypeError,
-                 "comparing two logical data", id="compare-two-data"),
-    pytest.param(_stackable_leaves(lambda a, b: a > "0.5"), TypeError, TypeError,
-                 "real scalar", id="compare-str"),
-    pytest.param(_stackable_leaves(lambda a, b: bool(a > 0.5)), TypeError, TypeError,
-                 "truth value", id="cond-bool"),
-    pytest.param(_stackable_leaves(lambda a, b: ((a > 0.5) & (b < 1.0)) | (a < 0.1)),
-                 NotImplementedError, NotImplementedError, "mixed", id="cond-mixed"),
-    pytest.param(_stackable_leaves(_nine_terms), ValueError, ValueError, "at most 8",
-                 id="cond-nine-terms"),
-    pytest.param(lambda ctx, b: stf.stackable_context(backend=b).repeat(-1),
-                 NegativeCountError, OverflowError, "non-negative", id="repeat(-1)"),
+    pytest.param(
+        lambda ctx, b: ctx.task(stf.exec_place.device(99)).start(),
+        DeviceOrdinalError,
+        RuntimeError,
+        "invalid device id",
+        id="exec_place.device(99)-task",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.task(
+            ctx.logical_data(np.zeros(2)).rw(stf.data_place.device(99))
+        ).start(),
+        DeviceOrdinalError,
+        RuntimeError,
+        "invalid device id",
+        id="data_place.device(99)-dependency",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.data_place.device(-1),
+        DeviceOrdinalError,
+        ValueError,
+        "invalid device id",
+        id="data_place.device(-1)",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.data_place.affine().allocate(8),
+        PlaceAllocationError,
+        MemoryError,
+        "data_place.allocate failed",
+        id="affine.allocate",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.data_place.host().allocate(-1),
+        ValueError,
+        ValueError,
+        "non-negative",
+        id="allocate(-1)",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.exec_place.host().get_place(-1),
+        NegativeIndexError,
+        OverflowError,
+        "negative",
+        id="get_place(-1)",
+    ),
+    pytest.param(
+        _token_get_arg,
+        TokenArgumentError,
+        RuntimeError,
+        "cannot materialize a token argument",
+        id="token-get_arg",
+    ),
+    pytest.param(
+        lambda ctx, b: _finalized(b)[0].fence(),
+        ContextFinalizedError,
+        RuntimeError,
+        "context handle is NULL",
+        id="fence-after-finalize",
+    ),
+    pytest.param(
+        lambda ctx, b: (lambda c, ld: c.wait(ld))(*_finalized(b)),
+        ContextFinalizedError,
+        RuntimeError,
+        "context handle is NULL",
+        id="wait-after-finalize",
+    ),
+    pytest.param(
+        _foreign(lambda ctx, ld: ctx.task(ld.read())),
+        ContextMismatchError,
+        ValueError,
+        "different context",
+        id="task-foreign-data",
+    ),
+    pytest.param(
+        _foreign(lambda ctx, ld: ctx.cuda_kernel(ld.read())),
+        ContextMismatchError,
+        ValueError,
+        "different context",
+        id="cuda_kernel-foreign-data",
+    ),
+    pytest.param(
+        _foreign(lambda ctx, ld: ctx.host_launch(ld.read(), fn=print)),
+        ContextMismatchError,
+        ValueError,
+        "different context",
+        id="host_launch-foreign-data",
+    ),
+    pytest.param(
+        _foreign(lambda ctx, ld: ctx.wait(ld)),
+        ContextMismatchError,
+        ValueError,
+        "different context",
+        id="wait-foreign-data",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(np.zeros(4)).borrow_ctx_handle().finalize(),
+        RuntimeError,
+        RuntimeError,
+        "cannot finalize borrowed context",
+        id="borrowed-finalize",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(np.ones((10, 10))[::-2, :]),
+        ShapeError,
+        ValueError,
+        "is negative",
+        id="negative-stride-buffer",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(_CAI(shape=(4,), strides=(0,))),
+        ShapeError,
+        ValueError,
+        "zero",
+        id="cai-broadcast",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(_CAI(shape=(2, 2), strides=(8,))),
+        ShapeError,
+        ValueError,
+        "strides must match the number of dimensions",
+        id="cai-strides-length",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(_CAI(shape=(-1,))),
+        ShapeError,
+        ValueError,
+        "non-negative",
+        id="cai-negative-extent",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data(_CAI(stream=0)),
+        ValueError,
+        ValueError,
+        "disallowed",
+        id="cai-stream-0",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data_empty(10),
+        TypeError,
+        TypeError,
+        "shape must be an iterable of integers",
+        id="empty-bare-int",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data_empty(()),
+        ValueError,
+        ValueError,
+        "shape must contain at least one dimension",
+        id="empty-no-dimension",
+    ),
+    pytest.param(
+        lambda ctx, b: ctx.logical_data_empty((0,)),
+        ValueError,
+        ValueError,
+        "all shape dimensions must be positive integers",
+        id="empty-zero",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.DeviceArray(-1, np.float32, stf.data_place.host()),
+        ValueError,
+        ValueError,
+        "non-negative",
+        id="DeviceArray(-1)",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.DeviceArray(
+            2, np.dtype([("x", np.float32), ("y", np.float32)]), stf.data_place.host()
+        ).__dlpack__(),
+        BufferError,
+        BufferError,
+        "structured",
+        id="dlpack-structured",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: stf.cond(a, "!=", 0.5)),
+        ValueError,
+        ValueError,
+        "comparison operator",
+        id="cond-op",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: stf.cond(1.0, ">", 0.5)),
+        TypeError,
+        TypeError,
+        "stackable logical_data",
+        id="cond-not-data",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: stf.cond(a, ">", np.zeros(4))),
+        TypeError,
+        TypeError,
+        "real scalar",
+        id="cond-threshold",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: a > b),
+        TypeError,
+        TypeError,
+        "comparing two logical data",
+        id="compare-two-data",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: a > "0.5"),
+        TypeError,
+        TypeError,
+        "real scalar",
+        id="compare-str",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: bool(a > 0.5)),
+        TypeError,
+        TypeError,
+        "truth value",
+        id="cond-bool",
+    ),
+    pytest.param(
+        _stackable_leaves(lambda a, b: ((a > 0.5) & (b < 1.0)) | (a < 0.1)),
+        NotImplementedError,
+        NotImplementedError,
+        "mixed",
+        id="cond-mixed",
+    ),
+    pytest.param(
+        _stackable_leaves(_nine_terms),
+        ValueError,
+        ValueError,
+        "at most 8",
+        id="cond-nine-terms",
+    ),
+    pytest.param(
+        lambda ctx, b: stf.stackable_context(backend=b).repeat(-1),
+        NegativeCountError,
+        OverflowError,
+        "non-negative",
+        id="repeat(-1)",
+    ),
 ]
 
 
 @pytest.mark.parametrize("site, stflow_class, builtin, phrase", REFERENCE_SITES)
-def test_reference_raise_sites(backend, monkeypatch, site, stflow_class, builtin,
-                               phrase):
+def test_reference_raise_sites(backend, monkeypatch, site, stflow_class, builtin, phrase):
     make_default(monkeypatch, backend)
     with stf.context(backend=backend) as ctx:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ResourceWarning)   # repeat(-1)'s context
+            warnings.simplefilter("ignore", ResourceWarning)  # repeat(-1)'s context
             with pytest.raises(builtin, match=phrase) as info:
                 site(ctx, backend)
         assert isinstance(info.value, stflow_class)
@@ -198,7 +371,7 @@ def test_reference_raise_site_of_the_numba_launcher(backend):
     numba_interop = pytest.importorskip("stflow.interop.numba")
     try:
         kernel = numba_interop.jit(lambda x: None)
-    except stf.errors.BackendUnavailableError as exc:          # pragma: no cover
+    except stf.errors.BackendUnavailableError as exc:  # pragma: no cover
         pytest.skip(str(exc))
     with pytest.raises(TypeError, match="No STF context could be inferred"):
         kernel[1, 1](1.0)
@@ -224,9 +397,11 @@ def test_classes_of_the_reference_builtins():
 
 # -- deferred errors (I-7) ------------------------------------------------------------
 
+
 def _raiser(error):
     def fn(*arrays):
         raise error
+
     return fn
 
 
@@ -246,42 +421,46 @@ def test_deferred_errors_are_raised_one_per_call_oldest_first(backend):
     with stf.context(backend=backend) as ctx:
         ld = _three_failures(ctx)
         with pytest.raises(KeyError, match="first") as first:
-            ctx.wait(ld)                       # except KeyError works as in the reference
-        assert not hasattr(first.value, "exceptions")      # never an ExceptionGroup
+            ctx.wait(ld)  # except KeyError works as in the reference
+        assert not hasattr(first.value, "exceptions")  # never an ExceptionGroup
         assert "raised by host_launch 'one'" in _notes(first.value)
-        assert any("2 more pending" in note and "check_errors()" in note
-                   for note in _notes(first.value))
+        assert any(
+            "2 more pending" in note and "check_errors()" in note
+            for note in _notes(first.value)
+        )
         pending = ctx.pending_errors()
         assert [type(e) for e in pending] == [ValueError, ZeroDivisionError]
         assert [type(e) for e in ctx.pending_errors()] == [ValueError, ZeroDivisionError]
         try:
             ctx.check_errors()
-        except ValueError as exc:              # the reference's except clause
+        except ValueError as exc:  # the reference's except clause
             assert any("1 more pending" in note for note in _notes(exc))
         else:
             pytest.fail("check_errors() raised nothing")
         with pytest.raises(ZeroDivisionError) as last:
             ctx.check_errors()
         assert any("none more pending" in note for note in _notes(last.value))
-        ctx.check_errors()                     # nothing left: no-op
+        ctx.check_errors()  # nothing left: no-op
         assert ctx.pending_errors() == []
-        np.testing.assert_array_equal(ctx.wait(ld), np.zeros(2))   # still usable
+        np.testing.assert_array_equal(ctx.wait(ld), np.zeros(2))  # still usable
 
 
 def test_error_log_raises_in_submission_order_not_capture_order():
     from stflow._core.errors import ErrorLog
+
     log = ErrorLog()
-    log.capture(KeyError("submitted late"), order=5)      # captured first
+    log.capture(KeyError("submitted late"), order=5)  # captured first
     log.capture(ValueError("submitted early"), order=2)
     assert [type(e) for e in log.pending()] == [ValueError, KeyError]
-    assert len(log) == 2                                  # pending() does not clear
+    assert len(log) == 2  # pending() does not clear
     with pytest.raises(ValueError) as info:
         log.raise_pending("wait()")
-    assert info.value.__notes__[-1].startswith("stflow: asynchronous error raised at "
-                                               "wait(); 1 more pending")
+    assert info.value.__notes__[-1].startswith(
+        "stflow: asynchronous error raised at wait(); 1 more pending"
+    )
     with pytest.raises(KeyError):
         log.raise_pending("check_errors()")
-    log.raise_pending("check_errors()")                   # empty: nothing raised
+    log.raise_pending("check_errors()")  # empty: nothing raised
     assert not log
 
 
@@ -293,10 +472,10 @@ def test_fence_never_raises_deferred_errors(backend):
         _wait_until(lambda: len(ctx.pending_errors()) == 3)
         assert isinstance(ctx.fence(), int)
         with pytest.raises(KeyError):
-            ctx.finalize()                     # the oldest; the others stay pending
+            ctx.finalize()  # the oldest; the others stay pending
     assert [type(e) for e in ctx.pending_errors()] == [ValueError, ZeroDivisionError]
     with pytest.raises(ValueError):
-        ctx.check_errors()                     # works after finalize()
+        ctx.check_errors()  # works after finalize()
     with pytest.raises(ZeroDivisionError):
         ctx.check_errors()
 
@@ -325,12 +504,12 @@ def test_borrowed_context_reports_into_the_owners_queue(backend):
         borrowed = ld.borrow_ctx_handle()
         borrowed.host_launch(ld.rw(), fn=_raiser(KeyError("from borrowed")))
         with pytest.raises(KeyError, match="from borrowed"):
-            ctx.wait(ld)                       # the owner sees it
+            ctx.wait(ld)  # the owner sees it
         borrowed.host_launch(ld.rw(), fn=_raiser(ValueError("again")))
         _wait_until(lambda: len(ctx.pending_errors()) == 1)
         assert borrowed.pending_errors() == ctx.pending_errors()
         with pytest.raises(ValueError, match="again"):
-            borrowed.check_errors()            # one queue, whoever asks
+            borrowed.check_errors()  # one queue, whoever asks
         assert ctx.pending_errors() == []
 
 
@@ -346,10 +525,10 @@ def test_caller_stream_finalize_raises_what_was_captured_so_far(backend):
             stflow.emulated.launch(t.stream_ptr(), release.wait, 10.0)
             inner.host_launch(fn=_raiser(ValueError("late")))
             with pytest.raises(KeyError, match="early"):
-                inner.finalize()               # does not block: "late" has not run
+                inner.finalize()  # does not block: "late" has not run
             assert inner.pending_errors() == []
             release.set()
-        outer.wait(x)                          # the stream has run the callbacks now
+        outer.wait(x)  # the stream has run the callbacks now
         with pytest.raises(ValueError, match="late"):
             inner.check_errors()
 
@@ -359,7 +538,7 @@ def test_stackable_context_delegates_the_error_model(backend):
         ld = sctx.logical_data(np.zeros(2), name="x")
         sctx.host_launch(ld.rw(), fn=_raiser(KeyError("one")))
         sctx.host_launch(ld.rw(), fn=_raiser(ValueError("two")))
-        assert isinstance(sctx.fence(), int)   # never raises them
+        assert isinstance(sctx.fence(), int)  # never raises them
         _wait_until(lambda: len(sctx.pending_errors()) == 2)
         with pytest.raises(KeyError):
             sctx.check_errors()
@@ -370,12 +549,13 @@ def test_stackable_context_delegates_the_error_model(backend):
 
 # -- contexts ended without finalize() (I-6) ---------------------------------------------
 
+
 def _abandoned(backend, data, fail=False):
     """Create a context that modifies ``data`` (and fails a callback), then drop it."""
     ctx = stf.context(backend=backend)
     ld = ctx.logical_data(data, name="user")
     with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
-        fill_with(t, 0, 7.0)             # the device instance: written back at finalize
+        fill_with(t, 0, 7.0)  # the device instance: written back at finalize
     del t
     if fail:
         ctx.host_launch(fn=_raiser(KeyError("nobody catches this")))
@@ -385,30 +565,35 @@ def _abandoned(backend, data, fail=False):
 @pytest.mark.device_memory
 def test_collected_context_never_writes_the_users_array(backend):
     user = np.zeros(4)
-    warm = stf.context(backend=backend)    # what the first context loads stays loaded
+    warm = stf.context(backend=backend)  # what the first context loads stays loaded
     with warm.task(stf.exec_place.device(0), warm.logical_data(np.zeros(4)).rw()) as t:
         fill_with(t, 0, 7.0)
     del t
     warm.finalize()
     before = device_bytes_in_use(backend)
     ctx, ld = _abandoned(backend, user)
-    with pytest.warns(ResourceWarning, match="without an explicit finalize"), \
-            pytest.warns(UnfinalizedContextWarning, match="'user' were NOT written"):
+    with (
+        pytest.warns(ResourceWarning, match="without an explicit finalize"),
+        pytest.warns(UnfinalizedContextWarning, match="'user' were NOT written"),
+    ):
         del ctx
         gc.collect()
     np.testing.assert_array_equal(user, np.zeros(4))
-    assert device_bytes_in_use(backend) <= before      # memory freed
+    assert device_bytes_in_use(backend) <= before  # memory freed
     with pytest.raises(ContextFinalizedError):
         ld.read()
     del ld
-    gc.collect()                                       # dropping the data is safe
+    gc.collect()  # dropping the data is safe
 
 
 def test_collected_context_turns_errors_into_runtime_warnings(backend):
     user = np.zeros(4)
     ctx, ld = _abandoned(backend, user, fail=True)
-    with pytest.warns(RuntimeWarning, match="nobody catches this"), \
-            pytest.warns(ResourceWarning), pytest.warns(UnfinalizedContextWarning):
+    with (
+        pytest.warns(RuntimeWarning, match="nobody catches this"),
+        pytest.warns(ResourceWarning),
+        pytest.warns(UnfinalizedContextWarning),
+    ):
         del ctx, ld
         gc.collect()
     np.testing.assert_array_equal(user, np.zeros(4))
@@ -436,8 +621,10 @@ def test_collected_stackable_context_with_an_open_scope(backend):
     sctx.push()
     with sctx.task(ld.rw()):
         pass
-    with pytest.warns(ResourceWarning, match="stackable_context collected.*1 open"), \
-            warnings.catch_warnings():
+    with (
+        pytest.warns(ResourceWarning, match="stackable_context collected.*1 open"),
+        warnings.catch_warnings(),
+    ):
         warnings.simplefilter("ignore", UnfinalizedContextWarning)
         del sctx, ld
         gc.collect()
@@ -453,8 +640,8 @@ def test_collected_context_with_a_started_task_is_released_later(backend):
     with pytest.warns(ResourceWarning), warnings.catch_warnings():
         warnings.simplefilter("ignore", UnfinalizedContextWarning)
         del ctx
-        gc.collect()                  # does not block on the started task
-    t.end()                           # the helper thread releases everything now
+        gc.collect()  # does not block on the started task
+    t.end()  # the helper thread releases everything now
     runtime = t._runtime
     _wait_until(lambda: runtime.finalized)
     np.testing.assert_array_equal(user, np.zeros(2))
@@ -474,8 +661,12 @@ with ctx.task(stf.exec_place.device(0), ld.rw()) as t:
 
 
 def test_context_alive_at_exit_is_abandoned_with_a_visible_warning():
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(_AT_EXIT)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_AT_EXIT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "user after exit: [0.0, 0.0, 0.0, 0.0]" in result.stdout
     # A UserWarning: shown with the default warning filters, once for the context.
@@ -486,13 +677,14 @@ def test_context_alive_at_exit_is_abandoned_with_a_visible_warning():
 
 # -- task views and the read-only check (I-34) ----------------------------------------
 
+
 def test_cuda_task_views_advertise_writable_memory_for_every_mode():
     view = TaskView(0x1000, (2, 3), np.float32, 0, readonly=True)
     assert view.__cuda_array_interface__["data"] == (0x1000, False)
     assert view["data"][1] is False and not view.readonly
     assert view.read_only_access
     plain = stf.stf_cai(0x1000, (2,), np.float32, readonly=True)
-    assert plain["data"] == (0x1000, True)            # stf_cai keeps its keyword
+    assert plain["data"] == (0x1000, True)  # stf_cai keeps its keyword
 
 
 def test_torch_accepts_the_view_of_a_read_dependency(backend):
@@ -526,11 +718,14 @@ def test_write_through_the_pointer_of_a_read_dependency_is_detected(backend):
     with stf.context(backend=backend) as ctx:
         x = ctx.logical_data(source, name="x")
         y = ctx.logical_data(np.zeros(3), name="y")
-        with pytest.raises(AccessModeError, match=r"task 'sneaky' declared read\(\) on "
-                                                  r"logical data 'x'"):
+        with pytest.raises(
+            AccessModeError,
+            match=r"task 'sneaky' declared read\(\) on "
+            r"logical data 'x'",
+        ):
             with ctx.task(x.read(), y.rw(), symbol="sneaky") as t:
                 ctypes.c_double.from_address(t.get_arg(0)).value = 42.0
-        with ctx.task(x.rw(), symbol="honest") as t:       # ended: the context is usable
+        with ctx.task(x.rw(), symbol="honest") as t:  # ended: the context is usable
             np.asarray(t.get_arg_cai(0))[1] = 9.0
         assert ctx.wait(x).tolist()[1] == 9.0
 
@@ -543,12 +738,12 @@ def test_write_by_launched_work_of_a_read_dependency_is_deferred(backend):
         go = threading.Event()
 
         def poke(ptr):
-            go.wait(10.0)                                # still queued at end()
+            go.wait(10.0)  # still queued at end()
             ctypes.c_double.from_address(ptr).value = -1.0
 
         with ctx.task(x.read(), symbol="launcher") as t:
             stflow.emulated.launch(t.stream_ptr(), poke, t.get_arg(0))
-        go.set()                                         # end() enqueued the check
+        go.set()  # end() enqueued the check
         with pytest.raises(AccessModeError, match="task 'launcher' declared read"):
             ctx.wait(x)
 

@@ -12,10 +12,9 @@ small, so the whole file takes a few seconds. ``cholesky_distributed`` needs
 from __future__ import annotations
 
 import pytest
-
 from helpers.examples import example_names, load_example
 
-DISTRIBUTED = {"cholesky_distributed"}      # tests/mpi/test_cholesky_distributed_defaults.py
+DISTRIBUTED = {"cholesky_distributed"}  # tests/mpi/test_cholesky_distributed_defaults.py
 NAMES = [name for name in example_names() if name not in DISTRIBUTED]
 
 
@@ -34,6 +33,7 @@ def test_the_example_passes_with_its_defaults(name, capsys):
 @pytest.mark.parametrize("argv", [[], ["--backend", "auto"]], ids=["defaults", "auto"])
 def test_the_halo_stencil_uses_every_device_of_the_default_backend(argv, capsys):
     from stflow.backends import default_backend
+
     devices = default_backend().device_count
     assert load_example("halo_stencil").main(argv) == 0
     out = capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers.examples import load_example
 
 
@@ -20,8 +19,9 @@ def test_fdtd_matches_numpy(backend, loop, size, steps):
     fields = example.run(size, steps, backend, loop=loop)
     expected = example.reference(size, steps)
     for name, array in expected.items():
-        np.testing.assert_allclose(fields[name], array, rtol=1e-12, atol=1e-14,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            fields[name], array, rtol=1e-12, atol=1e-14, err_msg=name
+        )
     assert np.abs(fields["ez"]).max() > 0 and np.abs(fields["hx"]).max() > 0 or steps < 2
 
 

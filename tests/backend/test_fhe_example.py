@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.examples import load_example
 
 import stflow as stf
-
-from helpers.examples import load_example
 
 
 def _example():
@@ -24,8 +23,9 @@ def test_the_circuits_decrypt_to_the_plaintext_results(backend, use_graph, lengt
     b = rng.integers(0, example.PRIME, length, dtype=np.int64)
     sums, products = example.run(a, b, backend=backend, use_graph=use_graph)
     np.testing.assert_array_equal(sums, (2 * b) % example.PRIME)
-    np.testing.assert_array_equal(products,
-                                  example.plaintext(example.product_circuit, a, b))
+    np.testing.assert_array_equal(
+        products, example.plaintext(example.product_circuit, a, b)
+    )
 
 
 def test_ciphertexts_hide_the_values_and_decrypt_by_degree(backend):
@@ -41,7 +41,7 @@ def test_ciphertexts_hide_the_values_and_decrypt_by_degree(backend):
         scheme.decrypt(cube, cubes)
         with ctx.task(ea.data.read(), ctx.logical_data(raw).write()) as t:
             t.run(lambda xp, c, r: r.__setitem__(Ellipsis, c))
-    np.testing.assert_array_equal(cubes, a ** 3 % example.PRIME)
+    np.testing.assert_array_equal(cubes, a**3 % example.PRIME)
     assert not np.array_equal(raw[1:], a[1:])
 
 

@@ -14,12 +14,11 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.bodies import add_to, fill_with
 
 import stflow as stf
 from stflow.errors import BufferOverlapError, ScopeError, ShapeError
 from stflow.instrument import DotRecorder, TraceRecorder
-
-from helpers.bodies import add_to, fill_with
 
 # -- item 1: a tuple of views whatever the number of dependencies -------------------
 
@@ -79,7 +78,7 @@ def test_a_single_view_used_as_a_tuple_names_views(backend):
                 print(*t.args_cai())
             with pytest.raises(TypeError, match=r"task\.views\(\)"):
                 len(view)
-            assert view                        # still true, as before __len__
+            assert view  # still true, as before __len__
             add_to(t, 0, None, 1.0)
         assert ctx.wait(x).tolist() == [1.0] * 4
 
@@ -98,12 +97,13 @@ def test_registering_one_array_twice_is_an_error(backend):
     a = np.zeros(8)
     with stf.context(backend=backend) as ctx:
         first = ctx.logical_data(a, name="first")
-        with pytest.raises(BufferOverlapError,
-                           match=r"is the buffer of logical data 'first'.*existing"):
+        with pytest.raises(
+            BufferOverlapError, match=r"is the buffer of logical data 'first'.*existing"
+        ):
             ctx.logical_data(a)
         with pytest.raises(BufferOverlapError, match="overlaps the buffer"):
             ctx.logical_data(a[6:])
-        assert first.shape == (8,)      # alive until here
+        assert first.shape == (8,)  # alive until here
     assert issubclass(BufferOverlapError, ValueError)
 
 
@@ -111,7 +111,7 @@ def test_overlapping_slices_are_an_error_and_disjoint_ones_are_not(backend):
     a = np.arange(12.0)
     with stf.context(backend=backend) as ctx:
         low = ctx.logical_data(a[:6])
-        high = ctx.logical_data(a[6:])                     # touching, not overlapping
+        high = ctx.logical_data(a[6:])  # touching, not overlapping
         with pytest.raises(BufferOverlapError):
             ctx.logical_data(a[5:7])
         with ctx.task(low.rw(), high.rw()) as t:
@@ -155,27 +155,31 @@ def test_a_buffer_is_free_again_once_its_data_is_collected(backend, fence):
         del first, t
         gc.collect()
         if fence:
-            ctx.fence()                 # drains the retired data (its write-back)
-        again = ctx.logical_data(a)     # starts from the written-back value
+            ctx.fence()  # drains the retired data (its write-back)
+        again = ctx.logical_data(a)  # starts from the written-back value
         with ctx.task(stf.exec_place.device(0), again.rw()) as t:
             add_to(t, 0, None, 1.0)
     assert a.tolist() == [6.0] * 4
     with stf.context(backend=backend) as ctx:
-        ctx.logical_data(a)             # another context: no conflict
+        ctx.logical_data(a)  # another context: no conflict
 
 
-@pytest.mark.parametrize("make, match", [
-    (lambda: np.ma.masked_array([1.0, 2.0], mask=[False, True]), r"mask.*filled"),
-    (lambda: np.zeros((1, 2)).view(np.matrix), r"numpy\.matrix.*asarray"),
-])
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: np.ma.masked_array([1.0, 2.0], mask=[False, True]), r"mask.*filled"),
+        (lambda: np.zeros((1, 2)).view(np.matrix), r"numpy\.matrix.*asarray"),
+    ],
+)
 def test_subclasses_that_would_lose_meaning_are_refused(backend, make, match):
     with stf.context(backend=backend) as ctx:
         with pytest.raises(TypeError, match=match):
             ctx.logical_data(make())
 
 
-def test_other_subclasses_are_refused_and_plain_byte_subclasses_accepted(backend,
-                                                                          tmp_path):
+def test_other_subclasses_are_refused_and_plain_byte_subclasses_accepted(
+    backend, tmp_path
+):
     class Tagged(np.ndarray):
         pass
 
@@ -211,8 +215,9 @@ def test_unfinalized_context_warnings_point_at_the_users_line(backend):
             fill_with(t, 0, 1.0)
         del ctx, x, t
         gc.collect()
-    unfinalized = [w for w in caught
-                   if issubclass(w.category, stf.errors.UnfinalizedContextWarning)]
+    unfinalized = [
+        w for w in caught if issubclass(w.category, stf.errors.UnfinalizedContextWarning)
+    ]
     assert unfinalized, [str(w.message) for w in caught]
     assert all(w.filename == __file__ for w in unfinalized)
     assert a.tolist() == [0.0] * 4
@@ -220,7 +225,8 @@ def test_unfinalized_context_warnings_point_at_the_users_line(backend):
 
 def test_the_backend_notice_points_at_the_users_line(tmp_path):
     script = tmp_path / "first_program.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import warnings
         import stflow as stf
         with warnings.catch_warnings(record=True) as caught:
@@ -229,10 +235,16 @@ def test_the_backend_notice_points_at_the_users_line(tmp_path):
             ctx.finalize()
         notices = [w for w in caught if w.category is stf.errors.BackendNotice]
         print(ctx.backend, [(w.filename, w.lineno) for w in notices])
-        """))
+        """)
+    )
     env = {k: v for k, v in os.environ.items() if k != "STFLOW_BACKEND"}
-    result = subprocess.run([sys.executable, str(script)], capture_output=True,
-                            text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     backend, _, located = result.stdout.strip().partition(" ")
     if backend == "cuda":
@@ -242,14 +254,17 @@ def test_the_backend_notice_points_at_the_users_line(tmp_path):
 
 def test_warn_user_skips_every_stflow_frame():
     from stflow._core.errors import warn_user
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warn_user("notice", UserWarning); line = _line()  # noqa: E702
+        warn_user("notice", UserWarning)
+        line = _line()  # noqa: E702
     assert (caught[0].filename, caught[0].lineno) == (__file__, line)
 
 
 def _line() -> int:
     import inspect
+
     frame = inspect.currentframe()
     assert frame is not None and frame.f_back is not None
     return frame.f_back.f_lineno
@@ -297,8 +312,8 @@ def test_dot_draws_loop_bodies_as_clusters_and_fences(backend):
     dot, _, a = _loop_program(backend)
     assert a.tolist() == [4.0] * 4
     text = dot.to_dot()
-    cluster = text[text.index("subgraph cluster_"):]
-    cluster = cluster[:cluster.index("}")]
+    cluster = text[text.index("subgraph cluster_") :]
+    cluster = cluster[: cluster.index("}")]
     assert 'label="repeat(3)"' in cluster
     assert "task 'step'" in cluster and "task 'init'" not in cluster
     step = next(r.ident for r in dot.records if r.label == "task 'step'")
@@ -317,7 +332,7 @@ def test_dot_draws_waits_after_the_writer(backend):
     text = dot.to_dot()
     fill = next(r.ident for r in dot.records if "fill" in r.label)
     wait = next(ident for ident, label, _ in dot.syncs if label.startswith("wait"))
-    assert f'w{wait} [label="wait \'x\'", shape=octagon' in text
+    assert f"w{wait} [label=\"wait 'x'\", shape=octagon" in text
     assert f"w{fill} -> w{wait};" in text
 
 
@@ -341,4 +356,4 @@ def test_the_trace_labels_copies_before_a_loop_as_such(backend):
     assert "copy before scope 'y'" in copies
     writebacks = {e["name"] for e in spans if e["cat"] == "writeback"}
     assert writebacks <= {"write-back 'x'", "write-back 'y'"}
-    assert "write-back 'y'" not in writebacks          # y was only read
+    assert "write-back 'y'" not in writebacks  # y was only read

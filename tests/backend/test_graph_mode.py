@@ -32,10 +32,11 @@ def test_results_match_stream_mode(graph_ctx):
     ctx = graph_ctx
     lx, ly = ctx.logical_data(X), ctx.logical_data(Y)
     for step in range(4):
-        with ctx.task(stf.exec_place.device(step % 2 and _last_device(ctx)), lx.read(),
-                      ly.rw()) as t:
+        with ctx.task(
+            stf.exec_place.device(step % 2 and _last_device(ctx)), lx.read(), ly.rw()
+        ) as t:
             _axpy(t, 2.0)
-    assert Y[1] == 1.0                          # nothing ran yet: recorded only
+    assert Y[1] == 1.0  # nothing ran yet: recorded only
     np.testing.assert_array_equal(ctx.wait(ly), 1 + 8 * np.arange(16.0))
     assert ctx.statistics().graph_instantiations == 1
 
@@ -46,9 +47,9 @@ def test_work_runs_when_the_graph_is_replayed(graph_ctx):
     token = ctx.token()
     ctx.host_launch(token.rw(), fn=lambda: log.append("first"))
     ctx.host_launch(token.rw(), fn=lambda: log.append("second"))
-    assert log == []                             # recorded, not run
+    assert log == []  # recorded, not run
     with stf.context(backend=ctx.backend, stream=ctx.fence()):
-        pass                                     # a stream context on the fence stream
+        pass  # a stream context on the fence stream
     ctx.finalize()
     assert log == ["first", "second"]
 
@@ -66,13 +67,14 @@ def test_epochs_follow_each_other(graph_ctx):
     ctx = graph_ctx
     ld = ctx.logical_data(np.zeros(3))
     for epoch in range(3):
-        with ctx.task(stf.exec_place.device(epoch % 2 and _last_device(ctx)),
-                      ld.rw()) as t:
+        with ctx.task(
+            stf.exec_place.device(epoch % 2 and _last_device(ctx)), ld.rw()
+        ) as t:
             add_to(t, 0, None, 1.0)
         ctx.fence()
     np.testing.assert_array_equal(ctx.wait(ld), [3.0, 3.0, 3.0])
-    stats = ctx.statistics()       # one executable per fence, new or updated (one device:
-    assert stats.graph_instantiations + stats.graph_updates == 3   # same topologies)
+    stats = ctx.statistics()  # one executable per fence, new or updated (one device:
+    assert stats.graph_instantiations + stats.graph_updates == 3  # same topologies)
 
 
 def test_trace_of_a_graph_mode_context(backend):
@@ -90,6 +92,7 @@ def test_graph_mode_on_a_caller_stream(backend):
     """``context(use_graph=True, stream=s)``: the graphs launch on ``s``, after what
     ``s`` held, and ``finalize()`` orders the write-back on ``s`` without waiting."""
     from stflow.backends import get_backend
+
     real = get_backend(backend)
     caller = real.create_stream(0)
     X = np.zeros(8)
@@ -112,6 +115,7 @@ def test_graph_mode_on_a_caller_stream(backend):
 
 def test_long_epochs_are_launched_in_parts(backend, monkeypatch):
     import stflow._graph.scopes as scopes
+
     monkeypatch.setattr(scopes, "EPOCH_TASKS", 50)
     with stf.context(backend=backend, use_graph=True) as ctx:
         ld = ctx.logical_data(np.zeros(4))
@@ -119,5 +123,5 @@ def test_long_epochs_are_launched_in_parts(backend, monkeypatch):
             with ctx.task(ld.rw()) as t:
                 add_to(t, 0, None, 1.0)
         stats = ctx.statistics()
-        assert stats.graph_instantiations + stats.graph_updates == 3   # 3 x 50 launched
+        assert stats.graph_instantiations + stats.graph_updates == 3  # 3 x 50 launched
         np.testing.assert_array_equal(ctx.wait(ld), np.full(4, 175.0))

@@ -19,6 +19,7 @@ N = 1000
 
 def _devices(backend: str) -> int:
     from stflow.backends import get_backend
+
     return get_backend(backend).device_count
 
 
@@ -34,11 +35,13 @@ def _on_stream(t, stream, fn, *indices):
     views = [t.get_arg_cai(i) for i in indices]
     if t._runtime.backend.name == "emulated":
         from stflow.emulated import launch
+
         launch(stream, lambda *arrays: fn(np, *arrays), *views)
         return
     import cupy
 
     from stflow.testing import cupy_array, cupy_stream
+
     with cupy_stream(stream):
         fn(cupy, *[cupy_array(v) for v in views])
 
@@ -49,6 +52,7 @@ def first_half(coords, dims, grid):
 
 
 # -- places ----------------------------------------------------------------------------
+
 
 def test_grids_are_built_from_devices_or_places_with_c_order_dims():
     grid = stf.exec_place_grid.from_devices([0, 0])
@@ -70,37 +74,66 @@ def test_grids_are_built_from_devices_or_places_with_c_order_dims():
     assert nested.size == 5
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: stf.exec_place_grid.from_devices([]), ValueError, "at least one device"),
-    (lambda: stf.exec_place_grid.from_devices([0] * 65), ValueError, "at most 64"),
-    (lambda: stf.exec_place_grid.from_devices([0, -1]), PlaceError, "-1"),
-    (lambda: stf.exec_place_grid.from_devices(3), TypeError, "sequence"),
-    (lambda: stf.exec_place_grid.create([]), ValueError, "at least one place"),
-    (lambda: stf.exec_place_grid.create([0, 1]), TypeError, "exec_place"),
-    (lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 3, (2, 2)),
-     ValueError, "hold 4 places"),
-    (lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 2, (2, True)),
-     TypeError, "Python ints"),
-    (lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 2, (1, 1, 1, 1, 2)),
-     ValueError, "1 to 4 axes"),
-    (lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 2, (2, 0)),
-     ValueError, "positive"),
-    (lambda: stf.exec_place_grid.from_devices([0, 0]).reshape((3,)), ValueError,
-     "hold 3"),
-    # the reference's phrase, so pytest.raises(match=...) written for it still works
-    (lambda: stf.exec_place_grid.from_devices([0, 0]).reshape((3,)), ValueError,
-     "cannot reshape"),
-    (lambda: stf.exec_place_grid.from_devices([0, 0]).collapse_axes(0, 1), ValueError,
-     "first <= last"),
-    (lambda: stf.exec_place_grid.from_devices([0, 0])[2], IndexError, "out of range"),
-    (lambda: stf.exec_place_grid.from_devices([0, 0])[-1], IndexError, "negative"),
-    (lambda: stf.exec_place_grid.machine("socket"), ValueError, "granularity"),
-    (lambda: stf.data_place.composite(stf.exec_place_grid.from_devices([0, 0]), 3),
-     TypeError, "callable"),
-    (lambda: stf.data_place.composite(None, first_half), TypeError, "exec_place"),
-    (lambda: stf.data_place.replicated(5), TypeError, "exec_place"),
-    (lambda: stf.exec_place_grid(), TypeError, "from_devices"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: stf.exec_place_grid.from_devices([]), ValueError, "at least one device"),
+        (lambda: stf.exec_place_grid.from_devices([0] * 65), ValueError, "at most 64"),
+        (lambda: stf.exec_place_grid.from_devices([0, -1]), PlaceError, "-1"),
+        (lambda: stf.exec_place_grid.from_devices(3), TypeError, "sequence"),
+        (lambda: stf.exec_place_grid.create([]), ValueError, "at least one place"),
+        (lambda: stf.exec_place_grid.create([0, 1]), TypeError, "exec_place"),
+        (
+            lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 3, (2, 2)),
+            ValueError,
+            "hold 4 places",
+        ),
+        (
+            lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 2, (2, True)),
+            TypeError,
+            "Python ints",
+        ),
+        (
+            lambda: stf.exec_place_grid.create(
+                [stf.exec_place.host()] * 2, (1, 1, 1, 1, 2)
+            ),
+            ValueError,
+            "1 to 4 axes",
+        ),
+        (
+            lambda: stf.exec_place_grid.create([stf.exec_place.host()] * 2, (2, 0)),
+            ValueError,
+            "positive",
+        ),
+        (
+            lambda: stf.exec_place_grid.from_devices([0, 0]).reshape((3,)),
+            ValueError,
+            "hold 3",
+        ),
+        # the reference's phrase, so pytest.raises(match=...) written for it still works
+        (
+            lambda: stf.exec_place_grid.from_devices([0, 0]).reshape((3,)),
+            ValueError,
+            "cannot reshape",
+        ),
+        (
+            lambda: stf.exec_place_grid.from_devices([0, 0]).collapse_axes(0, 1),
+            ValueError,
+            "first <= last",
+        ),
+        (lambda: stf.exec_place_grid.from_devices([0, 0])[2], IndexError, "out of range"),
+        (lambda: stf.exec_place_grid.from_devices([0, 0])[-1], IndexError, "negative"),
+        (lambda: stf.exec_place_grid.machine("socket"), ValueError, "granularity"),
+        (
+            lambda: stf.data_place.composite(stf.exec_place_grid.from_devices([0, 0]), 3),
+            TypeError,
+            "callable",
+        ),
+        (lambda: stf.data_place.composite(None, first_half), TypeError, "exec_place"),
+        (lambda: stf.data_place.replicated(5), TypeError, "exec_place"),
+        (lambda: stf.exec_place_grid(), TypeError, "from_devices"),
+    ],
+)
 def test_bad_grid_arguments_raise_clear_errors(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -118,9 +151,11 @@ def test_layout_places_report_their_kind_and_refuse_raw_allocation():
         composite.allocate(16)
 
 
-def test_machine_has_one_place_per_device_and_a_blocked_affine_place(backend,
-                                                                     monkeypatch):
+def test_machine_has_one_place_per_device_and_a_blocked_affine_place(
+    backend, monkeypatch
+):
     from helpers.backends import make_default
+
     make_default(monkeypatch, backend)
     machine = stf.exec_place_grid.machine()
     count = _devices(backend)
@@ -132,14 +167,20 @@ def test_machine_has_one_place_per_device_and_a_blocked_affine_place(backend,
             x = ctx.logical_data(X)
             with ctx.task(machine, x.rw()) as t:
                 for member in range(count):
-                    _on_stream(t, t.get_stream_at_index(member),
-                               lambda xp, a, m=member: a.__setitem__(
-                                   slice(m * N // count, (m + 1) * N // count),
-                                   a[m * N // count:(m + 1) * N // count] * 2), 0)
+                    _on_stream(
+                        t,
+                        t.get_stream_at_index(member),
+                        lambda xp, a, m=member: a.__setitem__(
+                            slice(m * N // count, (m + 1) * N // count),
+                            a[m * N // count : (m + 1) * N // count] * 2,
+                        ),
+                        0,
+                    )
         np.testing.assert_array_equal(X, np.arange(N) * 2.0)
 
 
 # -- tasks on grids ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("use_graph", [False, True], ids=["streams", "graph"])
 def test_each_member_writes_its_part_of_a_composite_array(backend, use_graph):
@@ -155,16 +196,24 @@ def test_each_member_writes_its_part_of_a_composite_array(backend, use_graph):
             assert len(streams) == 2 and all(s != 0 for s in streams)
             assert streams == [t.get_stream_at_index(0), t.get_stream_at_index(1)]
             if not use_graph:
-                assert streams[0] != streams[1]       # one stream per member
-            _on_stream(t, streams[0], lambda xp, a: a.__setitem__(
-                slice(0, N // 2), a[:N // 2] + 1000), 0)
-            _on_stream(t, streams[1], lambda xp, a: a.__setitem__(
-                slice(N // 2, N), -a[N // 2:]), 0)
-        with ctx.task(x.rw()) as t:                    # a scalar task reads it back
+                assert streams[0] != streams[1]  # one stream per member
+            _on_stream(
+                t,
+                streams[0],
+                lambda xp, a: a.__setitem__(slice(0, N // 2), a[: N // 2] + 1000),
+                0,
+            )
+            _on_stream(
+                t,
+                streams[1],
+                lambda xp, a: a.__setitem__(slice(N // 2, N), -a[N // 2 :]),
+                0,
+            )
+        with ctx.task(x.rw()) as t:  # a scalar task reads it back
             _on_stream(t, t.stream_ptr(), lambda xp, a: a.__imul__(2), 0)
     expected = np.arange(N, dtype=np.float64)
-    expected[:N // 2] += 1000
-    expected[N // 2:] *= -1
+    expected[: N // 2] += 1000
+    expected[N // 2 :] *= -1
     np.testing.assert_array_equal(X, expected * 2)
 
 
@@ -196,10 +245,10 @@ def test_a_grid_without_an_affine_place_names_the_three_remedies(backend):
         with pytest.raises(PlaceError, match="mapper=.*machine.*set_affine_data_place"):
             with ctx.task(grid, x.rw()):
                 pass
-        with ctx.task(grid, x.rw(stf.data_place.device(0))) as t:   # explicit: fine
+        with ctx.task(grid, x.rw(stf.data_place.device(0))) as t:  # explicit: fine
             _on_stream(t, t.get_stream_at_index(1), lambda xp, a: a.__iadd__(1), 0)
         assert ctx.wait(x)[0] == 2.0
-        with ctx.task(grid, ctx.token().rw()):                     # tokens need none
+        with ctx.task(grid, ctx.token().rw()):  # tokens need none
             pass
 
 
@@ -214,6 +263,7 @@ def test_set_exec_place_takes_the_reference_keyword(backend):
 
 # -- composite places -------------------------------------------------------------------
 
+
 def test_the_mapper_decides_where_each_chunk_lives(backend):
     """Every chunk is mapped in the memory of the member the mapper names (the
     emulated backend registers chunks per virtual device; CUDA: see tests/gpu)."""
@@ -221,6 +271,7 @@ def test_the_mapper_decides_where_each_chunk_lives(backend):
         pytest.skip("chunk placement on CUDA is checked in tests/gpu")
     from stflow.backends import get_backend
     from stflow.backends.emulated import COMPOSITE_CHUNK
+
     count = _devices(backend)
     grid = _grid_of(backend, count, mapper=stf.partitions.cyclic(COMPOSITE_CHUNK))
     X = np.arange(4096, dtype=np.uint8)
@@ -230,8 +281,10 @@ def test_the_mapper_decides_where_each_chunk_lives(backend):
         with ctx.task(grid, x.read()) as t:
             ptr = t.get_arg_cai(0).ptr
         ctx.wait(x)
-        located = [get_backend(backend).locate(ptr + chunk * COMPOSITE_CHUNK)
-                   for chunk in range(4096 // COMPOSITE_CHUNK)]
+        located = [
+            get_backend(backend).locate(ptr + chunk * COMPOSITE_CHUNK)
+            for chunk in range(4096 // COMPOSITE_CHUNK)
+        ]
     assert located == [chunk % count for chunk in range(4096 // COMPOSITE_CHUNK)]
     del calls
 
@@ -254,17 +307,24 @@ def test_the_mapper_sees_the_reference_contract(backend):
     assert all(len(c) == 4 and c[1:] == (0, 0, 0) for c, _, _ in seen)
 
 
-@pytest.mark.parametrize("mapper, error, match", [
-    (lambda c, d, g: (_ for _ in ()).throw(RuntimeError("mapper boom")), RuntimeError,
-     "mapper boom"),
-    (lambda c, d, g: g[0] + 5, ValueError, "out-of-range"),
-    (lambda c, d, g: (0, 1, 0, 0), ValueError, "out-of-range"),
-    (lambda c, d, g: -1, ValueError, "out-of-range"),
-    (lambda c, d, g: "zero", ValueError, "grid coordinate"),
-    (lambda c, d, g: (0, 0, 0, 0, 0), ValueError, "1 to 4"),
-])
-def test_a_bad_mapper_fails_the_start_and_leaves_the_context_usable(backend, mapper,
-                                                                    error, match):
+@pytest.mark.parametrize(
+    "mapper, error, match",
+    [
+        (
+            lambda c, d, g: (_ for _ in ()).throw(RuntimeError("mapper boom")),
+            RuntimeError,
+            "mapper boom",
+        ),
+        (lambda c, d, g: g[0] + 5, ValueError, "out-of-range"),
+        (lambda c, d, g: (0, 1, 0, 0), ValueError, "out-of-range"),
+        (lambda c, d, g: -1, ValueError, "out-of-range"),
+        (lambda c, d, g: "zero", ValueError, "grid coordinate"),
+        (lambda c, d, g: (0, 0, 0, 0, 0), ValueError, "1 to 4"),
+    ],
+)
+def test_a_bad_mapper_fails_the_start_and_leaves_the_context_usable(
+    backend, mapper, error, match
+):
     X = np.arange(64, dtype=np.float32)
     grid = _grid_of(backend, 2, mapper=mapper)
     with stf.context(backend=backend) as ctx:
@@ -283,7 +343,7 @@ def test_composite_data_round_trips_through_host_callbacks_and_scalar_tasks(back
     X = np.arange(N, dtype=np.float64)
     with stf.context(backend=backend) as ctx:
         x = ctx.logical_data(X)
-        with ctx.task(stf.exec_place.device(0), x.rw(composite)) as t:   # a scalar task
+        with ctx.task(stf.exec_place.device(0), x.rw(composite)) as t:  # a scalar task
             _on_stream(t, t.stream_ptr(), lambda xp, a: a.__imul__(3), 0)
         sums = []
         ctx.host_launch(x.read(), fn=lambda a: sums.append(float(a.sum())))
@@ -305,6 +365,7 @@ def test_reductions_into_composite_data_are_combined(backend):
 
 # -- replicated places -----------------------------------------------------------------
 
+
 def test_replicated_reads_copy_the_data_to_every_member(backend):
     count = _devices(backend)
     grid = _grid_of(backend, 2 * count, mapper=stf.partitions.blocked())
@@ -317,7 +378,7 @@ def test_replicated_reads_copy_the_data_to_every_member(backend):
         for place in (stf.data_place.replicated(), stf.data_place.replicated(grid)):
             with ctx.task(grid, a.read(place), y.rw()) as t:
                 copies = {t.get_member_arg_cai(0, m).ptr for m in range(grid.size)}
-                assert len(copies) == count           # one copy per device
+                assert len(copies) == count  # one copy per device
                 assert t.get_member_arg_cai(0, 0).ptr == t.get_arg_cai(0).ptr
                 assert t.get_member_arg_cai(1, 1).ptr == t.get_arg_cai(1).ptr
                 with pytest.raises(IndexError, match="out of range"):
@@ -326,20 +387,25 @@ def test_replicated_reads_copy_the_data_to_every_member(backend):
                 views = [t.get_member_arg_cai(0, member), t.get_arg_cai(1)]
                 if backend == "emulated":
                     from stflow.backends import get_backend
-                    assert get_backend(backend).locate(views[0].ptr) == \
-                        grid[member].device_id
+
+                    assert (
+                        get_backend(backend).locate(views[0].ptr)
+                        == grid[member].device_id
+                    )
                 stream = t.get_stream_at_index(member)
                 if backend == "emulated":
                     from stflow.emulated import launch
+
                     launch(stream, lambda src, dst: dst.__iadd__(src), *views)
                 else:
                     import cupy
 
                     from stflow.testing import cupy_array, cupy_stream
+
                     with cupy.cuda.Device(grid[member].device_id), cupy_stream(stream):
                         cupy_array(views[1])[...] += cupy_array(views[0])
         with ctx.task(stf.exec_place.device(0), a.read(stf.data_place.replicated())):
-            pass                             # deferred on a single place: affine
+            pass  # deferred on a single place: affine
         del stats
     np.testing.assert_array_equal(Y, 2 * A)
 
@@ -391,10 +457,16 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("devices", [1, 2, 4])
 def test_grids_over_1_2_and_4_virtual_devices(devices):
-    environment = dict(os.environ, STFLOW_EMULATED_DEVICES=str(devices),
-                       STFLOW_BACKEND="emulated")
-    result = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True,
-                            text=True, env=environment, timeout=120)
+    environment = dict(
+        os.environ, STFLOW_EMULATED_DEVICES=str(devices), STFLOW_BACKEND="emulated"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIPT],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok", str(devices)]
 
@@ -422,13 +494,15 @@ def test_the_c_order_form_of_the_mapper_contract_with_data_rank(backend):
 
 def test_data_rank_merges_leading_axes():
     from stflow._places.partition import chunk_owners
+
     seen = []
 
     def record(coords, shape, grid_dims):
         seen.append((coords, shape))
         return (0, 1) if coords[-1] >= 5 else (0, 0)
 
-    owners = chunk_owners(record, 4 * 10 * 8, 40, (1, 2), "test", data_rank=2,
-                          shape=(2, 2, 10), itemsize=8)
+    owners = chunk_owners(
+        record, 4 * 10 * 8, 40, (1, 2), "test", data_rank=2, shape=(2, 2, 10), itemsize=8
+    )
     assert seen[0] == ((0, 0), (4, 10)) and seen[1] == ((0, 5), (4, 10))
     assert owners == [0, 1] * 4

@@ -10,11 +10,10 @@ import sys
 
 import numpy as np
 import pytest
+from helpers.bodies import add_to
 
 import stflow as stf
 from stflow.instrument import DotRecorder, TraceRecorder, transitive_reduction
-
-from helpers.bodies import add_to
 
 
 def _known_program(ctx):
@@ -34,8 +33,10 @@ def _known_program(ctx):
 
 
 def _named_edges(recorder, reduce):
-    names = {r.ident: r.label.replace("task ", "").replace("host_launch ", "").strip("'")
-             for r in recorder.records}
+    names = {
+        r.ident: r.label.replace("task ", "").replace("host_launch ", "").strip("'")
+        for r in recorder.records
+    }
     return {(names[a], names[b]) for a, b in recorder.edges(reduce)}
 
 
@@ -45,18 +46,28 @@ def test_dot_has_exactly_the_inferred_edges(backend):
         ctx.attach(recorder)
         _known_program(ctx)
     assert _named_edges(recorder, reduce=True) == {
-        ("t1", "t2"), ("t1", "t3"), ("t2", "t4"), ("t3", "t4"), ("t2", "h"), ("t3", "h")}
+        ("t1", "t2"),
+        ("t1", "t3"),
+        ("t2", "t4"),
+        ("t3", "t4"),
+        ("t2", "h"),
+        ("t3", "h"),
+    }
     assert _named_edges(recorder, reduce=False) == _named_edges(recorder, True) | {
-        ("t1", "t4")}
+        ("t1", "t4")
+    }
     dot = recorder.to_dot()
     assert dot.startswith("digraph stflow {") and dot.rstrip().endswith("}")
-    assert "shape=note" in dot          # the copy of a to the device, shown apart
+    assert "shape=note" in dot  # the copy of a to the device, shown apart
     assert dot.count(" -> w") == 6 + dot.count("[style=dashed]")
 
 
 def test_transitive_reduction():
     assert transitive_reduction({(1, 2), (2, 3), (1, 3), (3, 4), (1, 4)}) == {
-        (1, 2), (2, 3), (3, 4)}
+        (1, 2),
+        (2, 3),
+        (3, 4),
+    }
     assert transitive_reduction(set()) == set()
 
 
@@ -68,15 +79,16 @@ def test_trace_has_tracks_spans_and_flows(backend):
     trace = json.loads(json.dumps(recorder.to_json()))
     events = trace["traceEvents"]
     spans = {e["name"]: e for e in events if e["ph"] == "X"}
-    assert {"task 't1'", "task 't2'", "task 't3'", "task 't4'", "host_launch 'h'"} <= \
-        set(spans)
+    assert {"task 't1'", "task 't2'", "task 't3'", "task 't4'", "host_launch 'h'"} <= set(
+        spans
+    )
     processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert {"device 0", "host"} <= processes
     copies = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]
     assert copies and all(e["args"]["bytes"] > 0 for e in copies)
     assert all(e["dur"] > 0 and e["ts"] >= 0 for e in spans.values())
     t1, t4 = spans["task 't1'"], spans["task 't4'"]
-    assert t4["ts"] >= t1["ts"] + t1["dur"] - 1e-3      # t4 ran after t1 on the device
+    assert t4["ts"] >= t1["ts"] + t1["dur"] - 1e-3  # t4 ran after t1 on the device
     starts = [e for e in events if e["ph"] == "s"]
     finishes = [e for e in events if e["ph"] == "f"]
     assert len(starts) == len(finishes) >= 6
@@ -98,23 +110,28 @@ def test_statistics_count_copies_by_direction(backend):
     assert stats.tasks == 2 and stats.host_callbacks == 1
     assert (stats.copies_h2d, stats.bytes_h2d) == (1, 8000)
     assert stats.copies_d2d == (1 if last else 0)
-    assert stats.copies_d2h >= 2                    # to managed, and for wait()
+    assert stats.copies_d2h >= 2  # to managed, and for wait()
     assert stats.allocations == 1 + (1 if last else 0) + 1
     assert stats.waits_issued + stats.waits_skipped >= 2
-    assert stats.backend == backend and (stats.seed is not None) == (backend == "emulated")
+    assert stats.backend == backend and (stats.seed is not None) == (
+        backend == "emulated"
+    )
     assert "2 tasks" in str(stats)
 
 
 def test_environment_variables_write_files(tmp_path):
     dot, trace = tmp_path / "graph.dot", tmp_path / "trace.json"
-    code = ("import numpy as np, stflow as stf\n"
-            "with stf.context(backend='emulated') as ctx:\n"
-            "    x = ctx.logical_data(np.ones(4), name='x')\n"
-            "    with ctx.task(x.rw(), symbol='scale') as t: pass\n"
-            "    ctx.host_launch(x.read(), fn=print, symbol='show')\n")
+    code = (
+        "import numpy as np, stflow as stf\n"
+        "with stf.context(backend='emulated') as ctx:\n"
+        "    x = ctx.logical_data(np.ones(4), name='x')\n"
+        "    with ctx.task(x.rw(), symbol='scale') as t: pass\n"
+        "    ctx.host_launch(x.read(), fn=print, symbol='show')\n"
+    )
     env = {**os.environ, "STFLOW_DOT_FILE": str(dot), "STFLOW_TRACE_FILE": str(trace)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr
     assert "w1" in dot.read_text() or "scale" in dot.read_text()
     assert "'scale'" in dot.read_text() and "'show'" in dot.read_text()
@@ -130,10 +147,18 @@ def test_attach_rejects_other_objects():
 
 def test_the_demo_trace_and_graph(tmp_path):
     dot, trace = tmp_path / "demo.dot", tmp_path / "demo.json"
-    env = {**os.environ, "STFLOW_DOT_FILE": str(dot), "STFLOW_TRACE_FILE": str(trace),
-           "STFLOW_BACKEND": "emulated"}
-    result = subprocess.run([sys.executable, "-m", "stflow.demo", "--size", "small",
-                             "--iterations", "3"], capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "STFLOW_DOT_FILE": str(dot),
+        "STFLOW_TRACE_FILE": str(trace),
+        "STFLOW_BACKEND": "emulated",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "stflow.demo", "--size", "small", "--iterations", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr
     assert "PASS" in result.stdout and "statistics:" in result.stdout
     events = json.loads(trace.read_text())["traceEvents"]
@@ -153,32 +178,45 @@ def test_the_summary_of_a_real_program_counts_its_tasks_copies_and_edges(backend
     with stf.context(backend=backend) as ctx:
         ctx.attach(recorder)
         _known_program(ctx)
-        _known_program(ctx)                         # each symbol twice
+        _known_program(ctx)  # each symbol twice
     text = recorder.to_dot()
     copies = sum(len(r.transfers) for r in recorder.records)
-    assert f"summary of {10 + copies} nodes (10 tasks and host callbacks, {copies} " \
-           "copies, 0 waits and fences) in 5 groups by symbol" in text
+    assert (
+        f"summary of {10 + copies} nodes (10 tasks and host callbacks, {copies} "
+        "copies, 0 waits and fences) in 5 groups by symbol" in text
+    )
     for symbol in ("t1", "t2", "t3", "t4"):
         assert f"task '{symbol}'\\n× 2 on dev0" in text
     assert "host_launch 'h'\\n× 2 on host" in text
     counts = [int(n) for n in re.findall(r' -> g\d+ \[label="(\d+)"\]', text)]
-    assert sum(counts) == len(recorder.edges()) == 12     # 6 per program (new data)
+    assert sum(counts) == len(recorder.edges()) == 12  # 6 per program (new data)
     assert " copies in, " in text or " copy in, " in text
 
 
 def test_the_demo_graph_from_the_environment_is_summarised(tmp_path):
     dot = tmp_path / "demo.dot"
-    env = {**os.environ, "STFLOW_DOT_FILE": str(dot), "STFLOW_BACKEND": "emulated",
-           "STFLOW_DOT_MAX_NODES": "40"}
-    command = [sys.executable, "-m", "stflow.demo", "--size", "small",
-               "--iterations", "3"]
+    env = {
+        **os.environ,
+        "STFLOW_DOT_FILE": str(dot),
+        "STFLOW_BACKEND": "emulated",
+        "STFLOW_DOT_MAX_NODES": "40",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "stflow.demo",
+        "--size",
+        "small",
+        "--iterations",
+        "3",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     graph = dot.read_text()
     assert "groups by symbol; max_nodes=40." in graph
     assert "task 'matvec[0]'\\n× 3 on dev0" in graph
     assert "STFLOW_DOT_MAX_NODES=0" in graph
-    env["STFLOW_DOT_MAX_NODES"] = "0"                 # and the full graph
+    env["STFLOW_DOT_MAX_NODES"] = "0"  # and the full graph
     result = subprocess.run(command, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     graph = dot.read_text()

@@ -20,8 +20,12 @@ import stflow as stf
 from stflow.errors import BackendUnavailableError
 from stflow.interop import _common
 from stflow.interop.cupy import cupy_arg, cupy_arguments, cupy_task
-from stflow.interop.numba import (get_arg_numba, jit, numba_arguments, numba_task,
-                                  stf_kernel_decorator)
+from stflow.interop.numba import (
+    get_arg_numba,
+    jit,
+    numba_task,
+    stf_kernel_decorator,
+)
 from stflow.interop.pytorch import pytorch_task, tensor_arg, tensor_arguments
 
 
@@ -34,8 +38,13 @@ def _torch(backend):
 
 def _run(code: str, **env: str) -> str:
     environment = {**os.environ, "STFLOW_BACKEND": "emulated", **env}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                            capture_output=True, text=True, env=environment, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -57,21 +66,36 @@ def test_importing_the_adapters_imports_no_framework():
 def test_public_names():
     import stflow.interop.numba as numba_adapter
     import stflow.interop.pytorch as pytorch_adapter
-    assert numba_adapter.__all__ == ["get_arg_numba", "jit", "numba_arguments",
-                                     "numba_task", "stf_kernel_decorator"]
+
+    assert numba_adapter.__all__ == [
+        "get_arg_numba",
+        "jit",
+        "numba_arguments",
+        "numba_task",
+        "stf_kernel_decorator",
+    ]
     assert pytorch_adapter.__all__ == ["pytorch_task", "tensor_arg", "tensor_arguments"]
     import stflow.interop
+
     assert set(stflow.interop.__all__) == {"cupy", "numba", "pytorch", "warp"}
     with pytest.raises(AttributeError):
         stflow.interop.tensorflow  # noqa: B018
 
 
-@pytest.mark.parametrize("module, extra, call", [
-    ("torch", "torch", lambda ctx, ld: pytorch_task(ctx, ld.rw())),
-    ("numba", "numba", lambda ctx, ld: numba_task(ctx, ld.rw()).__enter__()),
-    ("warp", "warp", lambda ctx, ld: __import__(
-        "stflow.interop.warp", fromlist=["warp_task"]).warp_task(ctx, ld.rw())),
-])
+@pytest.mark.parametrize(
+    "module, extra, call",
+    [
+        ("torch", "torch", lambda ctx, ld: pytorch_task(ctx, ld.rw())),
+        ("numba", "numba", lambda ctx, ld: numba_task(ctx, ld.rw()).__enter__()),
+        (
+            "warp",
+            "warp",
+            lambda ctx, ld: __import__(
+                "stflow.interop.warp", fromlist=["warp_task"]
+            ).warp_task(ctx, ld.rw()),
+        ),
+    ],
+)
 def test_missing_framework_names_the_extra(monkeypatch, module, extra, call):
     for name in [m for m in sys.modules if m.startswith(module + ".")] + [module]:
         monkeypatch.setitem(sys.modules, name, None)
@@ -79,7 +103,7 @@ def test_missing_framework_names_the_extra(monkeypatch, module, extra, call):
         ld = ctx.logical_data(np.zeros(4))
         with pytest.raises(BackendUnavailableError, match=rf"stflow\[{extra}\]"):
             call(ctx, ld)
-        np.testing.assert_array_equal(ctx.wait(ld), np.zeros(4))   # nothing pending
+        np.testing.assert_array_equal(ctx.wait(ld), np.zeros(4))  # nothing pending
 
 
 # -- PyTorch -------------------------------------------------------------------------
@@ -104,7 +128,7 @@ def test_pytorch_task_tensors_share_the_data(backend):
             ty += 2 * tx
         if backend == "cuda":
             assert torch.cuda.current_stream().cuda_stream != int(scope.task.stream_ptr())
-        with pytorch_task(ctx, ly.rw()) as (ty,):          # a tuple also for one
+        with pytorch_task(ctx, ly.rw()) as (ty,):  # a tuple also for one
             ty *= 10
         with pytorch_task(ctx, order.read()) as nothing:
             assert nothing is None
@@ -137,7 +161,7 @@ def test_pytorch_body_error_ends_the_task(backend):
             with pytorch_task(ctx, ld.rw()) as (tensor,):
                 tensor += 1
                 raise KeyError("body")
-        with pytorch_task(ctx, ld.rw()) as (tensor,):   # the data is free again
+        with pytorch_task(ctx, ld.rw()) as (tensor,):  # the data is free again
             tensor += 1
         np.testing.assert_array_equal(ctx.wait(ld), np.full(3, 2.0))
 
@@ -250,8 +274,8 @@ def test_kernel_configuration_errors():
     with pytest.raises(AttributeError, match="immutable"):
         launcher._grid = 2
     with pytest.raises(TypeError, match="dependency"):
-        launcher(np.zeros(3))                         # no dep, no context
-    assert kernel._kernel is None and calls == []     # nothing compiled
+        launcher(np.zeros(3))  # no dep, no context
+    assert kernel._kernel is None and calls == []  # nothing compiled
 
     @jit(debug=False)
     def other(x):
@@ -264,6 +288,7 @@ def test_kernel_configuration_errors():
 def _numba_real_mode():
     numba = pytest.importorskip("numba")
     from numba.core import config
+
     return numba, bool(config.ENABLE_CUDASIM)
 
 
@@ -284,7 +309,8 @@ def test_numba_without_simulator_on_the_emulated_backend():
 
 def test_numba_adapter_under_the_simulator():
     pytest.importorskip("numba")
-    out = _run("""
+    out = _run(
+        """
         import numpy as np
         import stflow as stf
         from numba import cuda
@@ -322,7 +348,9 @@ def test_numba_adapter_under_the_simulator():
         assert y.tolist() == (2 * (1 + np.arange(16.0))).tolist(), y
         assert x.tolist() == (-np.arange(16.0)).tolist(), x
         print("ok")
-    """, NUMBA_ENABLE_CUDASIM="1")
+    """,
+        NUMBA_ENABLE_CUDASIM="1",
+    )
     assert out.strip().endswith("ok")
 
 
@@ -339,8 +367,8 @@ def test_numba_on_the_cuda_backend(backend):
         pytest.skip("Numba sees no CUDA device")
     for config in (getattr(numba, "config", None), getattr(cuda, "config", None)):
         if config is not None and hasattr(config, "CUDA_LOW_OCCUPANCY_WARNINGS"):
-            config.CUDA_LOW_OCCUPANCY_WARNINGS = 0      # a tiny grid, on purpose
-    warnings.filterwarnings("ignore", message=".*Grid size")   # after an escape
+            config.CUDA_LOW_OCCUPANCY_WARNINGS = 0  # a tiny grid, on purpose
+    warnings.filterwarnings("ignore", message=".*Grid size")  # after an escape
 
     @cuda.jit
     def raw_add(x, y):
@@ -353,8 +381,10 @@ def test_numba_on_the_cuda_backend(backend):
     with stf.context(backend="cuda") as ctx:
         lx, ly = ctx.logical_data(x), ctx.logical_data(y)
         with numba_task(ctx, lx.read(), ly.rw()) as (arrays, stream):
-            assert arrays[0].__cuda_array_interface__["data"][0] == \
-                arrays[0].device_ctypes_pointer.value
+            assert (
+                arrays[0].__cuda_array_interface__["data"][0]
+                == arrays[0].device_ctypes_pointer.value
+            )
             raw_add[2, 128, cuda.external_stream(int(stream))](*arrays)
         add[2, 128](lx.read(), ly.rw())
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(256.0))
@@ -395,6 +425,7 @@ def test_warp_task_arrays(backend):
     wp = pytest.importorskip("warp")
     wp.config.quiet = True
     from stflow.interop.warp import warp_arg, warp_arguments, warp_task
+
     if backend == "cuda" and not wp.is_cuda_available():
         pytest.skip("Warp sees no CUDA device")
     x = np.arange(8, dtype=np.float32)
@@ -407,10 +438,11 @@ def test_warp_task_arrays(backend):
             assert wx.shape == (8,) and wx.dtype == wp.float32
             if backend == "emulated":
                 assert str(wy.device) == "cpu"
-                wy.numpy()[:] += 2 * wx.numpy()        # zero-copy on the CPU
+                wy.numpy()[:] += 2 * wx.numpy()  # zero-copy on the CPU
             else:
-                assert wp.get_stream(wy.device).cuda_stream == \
-                    int(scope.task.stream_ptr())
+                assert wp.get_stream(wy.device).cuda_stream == int(
+                    scope.task.stream_ptr()
+                )
                 wp.copy(wy, wx)
         with ctx.task(ly.rw()) as t:
             assert warp_arg(t, 0).ptr == t.get_arg(0)

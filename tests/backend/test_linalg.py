@@ -15,8 +15,11 @@ DTYPES = pytest.mark.parametrize("dtype", [np.float64, np.float32])
 
 
 def _tol(dtype):
-    return dict(rtol=1e-10, atol=1e-10) if dtype == np.float64 else dict(rtol=2e-4,
-                                                                          atol=2e-4)
+    return (
+        dict(rtol=1e-10, atol=1e-10)
+        if dtype == np.float64
+        else dict(rtol=2e-4, atol=2e-4)
+    )
 
 
 def _run(backend, use_graph, arrays, body, *modes):
@@ -31,18 +34,26 @@ def _run(backend, use_graph, arrays, body, *modes):
 
 @MODES
 @DTYPES
-@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False),
-                                             (False, True), (True, True)])
+@pytest.mark.parametrize(
+    "trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)]
+)
 def test_gemm(backend, use_graph, dtype, trans_a, trans_b):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((7, 5) if trans_a else (5, 7)).astype(dtype)
     b = rng.standard_normal((3, 7) if trans_b else (7, 3)).astype(dtype)
     c = rng.standard_normal((5, 3)).astype(dtype)
     expected = 2.0 * ((a.T if trans_a else a) @ (b.T if trans_b else b)) - c
-    _run(backend, use_graph, [a, b, c],
-         lambda xp, a, b, c: linalg.gemm(a, b, c, alpha=2.0, beta=-1.0,
-                                         trans_a=trans_a, trans_b=trans_b),
-         "read", "read", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, b, c],
+        lambda xp, a, b, c: linalg.gemm(
+            a, b, c, alpha=2.0, beta=-1.0, trans_a=trans_a, trans_b=trans_b
+        ),
+        "read",
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(c, expected, **_tol(dtype))
 
 
@@ -54,9 +65,15 @@ def test_gemv(backend, use_graph, trans):
     x = rng.standard_normal(6 if trans else 4)
     y = rng.standard_normal(4 if trans else 6)
     expected = 0.5 * ((a.T if trans else a) @ x) + 3.0 * y
-    _run(backend, use_graph, [a, x, y],
-         lambda xp, a, x, y: linalg.gemv(a, x, y, alpha=0.5, beta=3.0, trans=trans),
-         "read", "read", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, x, y],
+        lambda xp, a, x, y: linalg.gemv(a, x, y, alpha=0.5, beta=3.0, trans=trans),
+        "read",
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(y, expected, rtol=1e-12)
 
 
@@ -68,17 +85,23 @@ def test_syrk_writes_the_lower_triangle_only(backend, use_graph, trans):
     c = rng.standard_normal((6, 6))
     before = c.copy()
     full = -(a.T @ a if trans else a @ a.T) + before
-    _run(backend, use_graph, [a, c],
-         lambda xp, a, c: linalg.syrk(a, c, alpha=-1.0, beta=1.0, trans=trans),
-         "read", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, c],
+        lambda xp, a, c: linalg.syrk(a, c, alpha=-1.0, beta=1.0, trans=trans),
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(np.tril(c), np.tril(full), rtol=1e-12)
     np.testing.assert_array_equal(np.triu(c, 1), np.triu(before, 1))
 
 
 @MODES
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("lower,trans", [(True, False), (True, True),
-                                         (False, False), (False, True)])
+@pytest.mark.parametrize(
+    "lower,trans", [(True, False), (True, True), (False, False), (False, True)]
+)
 def test_trsm(backend, use_graph, side, lower, trans):
     rng = np.random.default_rng(4)
     order = 5
@@ -86,12 +109,19 @@ def test_trsm(backend, use_graph, side, lower, trans):
     b = rng.standard_normal((order, 3) if side == "left" else (3, order))
     tri = np.tril(a) if lower else np.triu(a)
     op = tri.T if trans else tri
-    expected = (np.linalg.solve(op, 2 * b) if side == "left"
-                else np.linalg.solve(op.T, 2 * b.T).T)
-    _run(backend, use_graph, [a, b],
-         lambda xp, a, b: linalg.trsm(a, b, side=side, lower=lower, trans=trans,
-                                      alpha=2.0),
-         "read", "rw")
+    expected = (
+        np.linalg.solve(op, 2 * b) if side == "left" else np.linalg.solve(op.T, 2 * b.T).T
+    )
+    _run(
+        backend,
+        use_graph,
+        [a, b],
+        lambda xp, a, b: linalg.trsm(
+            a, b, side=side, lower=lower, trans=trans, alpha=2.0
+        ),
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(b, expected, rtol=1e-10)
 
 
@@ -101,10 +131,16 @@ def test_potrf_factors_in_place_and_keeps_the_upper_triangle(backend, use_graph)
     r = rng.standard_normal((8, 8))
     spd = r @ r.T + 8 * np.eye(8)
     a = spd.copy()
-    a[np.triu_indices(8, 1)] = 99.0             # never read, never written
+    a[np.triu_indices(8, 1)] = 99.0  # never read, never written
     info = np.full(1, -1, dtype=np.int32)
-    _run(backend, use_graph, [a, info],
-         lambda xp, a, info: linalg.potrf(a, info=info), "rw", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, info],
+        lambda xp, a, info: linalg.potrf(a, info=info),
+        "rw",
+        "rw",
+    )
     np.testing.assert_allclose(np.tril(a), np.linalg.cholesky(spd), rtol=1e-12)
     np.testing.assert_array_equal(a[np.triu_indices(8, 1)], 99.0)
     assert info[0] == 0
@@ -114,8 +150,15 @@ def test_potrf_factors_in_place_and_keeps_the_upper_triangle(backend, use_graph)
 def test_dot_into_a_one_element_array(backend, use_graph):
     x, y = np.arange(10.0), np.linspace(0, 1, 10)
     out = np.zeros(1)
-    _run(backend, use_graph, [x, y, out],
-         lambda xp, x, y, out: linalg.dot(x, y, out), "read", "read", "write")
+    _run(
+        backend,
+        use_graph,
+        [x, y, out],
+        lambda xp, x, y, out: linalg.dot(x, y, out),
+        "read",
+        "read",
+        "write",
+    )
     assert out[0] == pytest.approx(float(x @ y))
 
 
@@ -128,8 +171,8 @@ def test_tiles_of_a_bigger_matrix(backend, use_graph):
     expected[4:, 4:] -= m[4:, :4] @ m[:4, 4:]
 
     def body(xp, whole):
-        linalg.gemm(whole[4:, :4], whole[:4, 4:], whole[4:, 4:], alpha=-1.0,
-                    beta=1.0)
+        linalg.gemm(whole[4:, :4], whole[:4, 4:], whole[4:, 4:], alpha=-1.0, beta=1.0)
+
     _run(backend, use_graph, [m], body, "rw")
     np.testing.assert_allclose(m, expected, rtol=1e-12)
 
@@ -148,11 +191,13 @@ def test_a_tiled_cholesky_in_a_loop_scope(backend, use_graph):
             with sctx.task(src.read(), a.write()) as t:
                 t.run(lambda xp, s, a: a.__setitem__(Ellipsis, s))
             with sctx.task(a.rw()) as t:
+
                 def factor(xp, a):
                     linalg.potrf(a[:4, :4])
                     linalg.trsm(a[:4, :4], a[4:, :4], side="right", trans=True)
                     linalg.syrk(a[4:, :4], a[4:, 4:], alpha=-1.0, beta=1.0)
                     linalg.potrf(a[4:, 4:])
+
                 t.run(factor)
     np.testing.assert_allclose(np.tril(out), np.linalg.cholesky(spd), rtol=1e-10)
 
@@ -167,10 +212,16 @@ def test_trmm(backend, use_graph, side, lower, trans):
     tri = np.tril(a) if lower else np.triu(a)
     op = tri.T if trans else tri
     expected = -(op @ b if side == "left" else b @ op)
-    _run(backend, use_graph, [a, b],
-         lambda xp, a, b: linalg.trmm(a, b, side=side, lower=lower, trans=trans,
-                                      alpha=-1.0),
-         "read", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, b],
+        lambda xp, a, b: linalg.trmm(
+            a, b, side=side, lower=lower, trans=trans, alpha=-1.0
+        ),
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(b, expected, rtol=1e-12)
 
 
@@ -187,15 +238,26 @@ def test_trtri(backend, use_graph, dtype, lower, unit):
         np.fill_diagonal(triangle, 1.0)
     expected = np.linalg.inv(triangle.astype(np.float64))
     info = np.full(1, -1, dtype=np.int32)
-    _run(backend, use_graph, [a, info],
-         lambda xp, a, info: linalg.trtri(a, lower=lower, unit_diagonal=unit,
-                                          info=info), "rw", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, info],
+        lambda xp, a, info: linalg.trtri(a, lower=lower, unit_diagonal=unit, info=info),
+        "rw",
+        "rw",
+    )
     mine = np.tril(a, -1 if unit else 0) if lower else np.triu(a, 1 if unit else 0)
-    want = np.tril(expected, -1 if unit else 0) if lower else \
-        np.triu(expected, 1 if unit else 0)
+    want = (
+        np.tril(expected, -1 if unit else 0)
+        if lower
+        else np.triu(expected, 1 if unit else 0)
+    )
     np.testing.assert_allclose(mine, want, **_tol(dtype))
-    kept = np.triu_indices(n, 0 if unit else 1) if lower else \
-        np.tril_indices(n, 0 if unit else -1)
+    kept = (
+        np.triu_indices(n, 0 if unit else 1)
+        if lower
+        else np.tril_indices(n, 0 if unit else -1)
+    )
     np.testing.assert_array_equal(a[kept], before[kept])
     assert info[0] == 0
 
@@ -229,10 +291,17 @@ def test_gemm_batched(backend, use_graph, dtype, trans_a, trans_b):
     op_a = np.swapaxes(a, 1, 2) if trans_a else a
     op_b = np.swapaxes(b, 1, 2) if trans_b else b
     expected = 2.0 * (op_a @ op_b) + 0.5 * c
-    _run(backend, use_graph, [a, b, c],
-         lambda xp, a, b, c: linalg.gemm_batched(a, b, c, alpha=2.0, beta=0.5,
-                                                 trans_a=trans_a, trans_b=trans_b),
-         "read", "read", "rw")
+    _run(
+        backend,
+        use_graph,
+        [a, b, c],
+        lambda xp, a, b, c: linalg.gemm_batched(
+            a, b, c, alpha=2.0, beta=0.5, trans_a=trans_a, trans_b=trans_b
+        ),
+        "read",
+        "read",
+        "rw",
+    )
     np.testing.assert_allclose(c, expected, **_tol(dtype))
 
 
@@ -246,8 +315,9 @@ def test_gemm_batched_on_views_with_a_shared_matrix(backend, use_graph):
     expected = whole.copy()
     expected[:, :3, 3:6] = shared @ whole[:, 3:6, :3] - whole[:, :3, 3:6]
 
-    def body(xp, whole, shared):                 # the two views do not overlap
+    def body(xp, whole, shared):  # the two views do not overlap
         linalg.gemm_batched(shared, whole[:, 3:6, :3], whole[:, :3, 3:6], beta=-1.0)
+
     _run(backend, use_graph, [whole, shared], body, "rw", "read")
     np.testing.assert_allclose(whole, expected, rtol=1e-12)
 
@@ -265,11 +335,14 @@ def test_potri_of_one_tile_in_a_loop_scope(backend):
             with sctx.task(src.read(), a.write()) as t:
                 t.run(lambda xp, s, a: a.__setitem__(Ellipsis, s))
             with sctx.task(a.rw()) as t:
+
                 def potri(xp, a):
                     linalg.potrf(a)
                     linalg.trtri(a)
                     linalg.lauum(a)
+
                 t.run(potri)
     lower = np.tril(out)
-    np.testing.assert_allclose(lower + np.tril(lower, -1).T, np.linalg.inv(spd),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        lower + np.tril(lower, -1).T, np.linalg.inv(spd), rtol=1e-10, atol=1e-12
+    )

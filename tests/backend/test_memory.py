@@ -11,16 +11,15 @@ from __future__ import annotations
 import gc
 import tracemalloc
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
+from helpers.bodies import add_to
 
 import stflow as stf
-from stflow.backends import get_backend
 from stflow._graph.recording import Graph
-
-from helpers.bodies import add_to
+from stflow.backends import get_backend
 
 
 def _live(kind: type) -> int:
@@ -55,7 +54,7 @@ def test_graph_mode_epochs_keep_nothing_of_earlier_epochs(backend):
                     add_to(t, 0, None, 1.0)
                 if i % 100 == 99:
                     ctx.fence()
-            ctx.wait(x)                     # the device caught up: graphs can go
+            ctx.wait(x)  # the device caught up: graphs can go
             ctx.fence()
 
         grown, graphs = _growth(4, epochs)
@@ -76,7 +75,7 @@ def test_graph_scopes_keep_nothing_of_earlier_scopes(backend):
                         add_to(t, 0, None, 1.0)
             stream = native.stream_from_handle(sctx.fence())
             native.synchronize(native.record(stream))
-            sctx.fence()                    # releases the completed graphs
+            sctx.fence()  # releases the completed graphs
 
         grown, graphs = _growth(5, scopes)
         assert graphs <= 4, f"{graphs} more recorded graphs alive after 500 scopes"
@@ -97,8 +96,9 @@ def test_contexts_on_one_user_stream_leave_nothing_behind(backend):
     native.synchronize(native.record(user))
     gc.collect()
     assert user.waited == {}, "contexts left ordering state on the user's stream"
-    assert sum(ref() is not None for ref in streams) == 0, \
+    assert sum(ref() is not None for ref in streams) == 0, (
         "the user's stream keeps finished contexts' streams alive"
+    )
 
 
 @pytest.mark.device_memory
@@ -118,6 +118,6 @@ def test_a_thousand_contexts_leave_device_memory_and_threads_as_they_were(backen
     for _ in range(1000):
         one()
     gc.collect()
-    slack = 0 if backend == "emulated" else 2 << 20      # the driver's own bookkeeping
+    slack = 0 if backend == "emulated" else 2 << 20  # the driver's own bookkeeping
     assert device_bytes_in_use(backend) - memory <= slack
     assert threading.active_count() == threads

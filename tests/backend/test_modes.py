@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import stflow as stf
-from stflow._graph.mode import GraphMode
 from stflow._engine.mode import Mode
+from stflow._graph.mode import GraphMode
 from stflow.backends import get_backend
 from tests.helpers.bodies import add_to
 
@@ -76,6 +76,7 @@ class _Logged(Mode):
             def logged(*args, **kwargs):
                 calls.append(name)
                 return value(*args, **kwargs)
+
             return logged
         return value
 
@@ -91,12 +92,22 @@ def test_the_runtime_calls_its_mode_where_the_modes_differ(backend):
     with ctx.task(x.rw()) as t:
         add_to(t, 0, None, 2.0)
     task_calls = mode.calls[2:]
-    for hook in ("admit", "pools", "free_stream", "body_started", "body_ended",
-                 "released"):
+    for hook in (
+        "admit",
+        "pools",
+        "free_stream",
+        "body_started",
+        "body_ended",
+        "released",
+    ):
         assert hook in task_calls, hook
-    assert task_calls.index("admit") < task_calls.index("body_started") < \
-        task_calls.index("body_ended") < task_calls.index("released")
-    assert "noted" not in task_calls                 # stream mode records nothing
+    assert (
+        task_calls.index("admit")
+        < task_calls.index("body_started")
+        < task_calls.index("body_ended")
+        < task_calls.index("released")
+    )
+    assert "noted" not in task_calls  # stream mode records nothing
     del mode.calls[:]
     np.testing.assert_array_equal(ctx.wait(x), 2.0)
     assert mode.calls.index("boundary") < mode.calls.index("resume")
@@ -104,8 +115,12 @@ def test_the_runtime_calls_its_mode_where_the_modes_differ(backend):
     ctx.finalize()
     for hook in ("check_finalize", "quiesce", "close", "finalized"):
         assert hook in mode.calls, hook
-    assert mode.calls.index("check_finalize") < mode.calls.index("quiesce") < \
-        mode.calls.index("close") < mode.calls.index("finalized")
+    assert (
+        mode.calls.index("check_finalize")
+        < mode.calls.index("quiesce")
+        < mode.calls.index("close")
+        < mode.calls.index("finalized")
+    )
     np.testing.assert_array_equal(X, 2.0)
 
 
@@ -125,7 +140,7 @@ def test_lent_place_resources_hold_native_streams_in_graph_mode(backend):
     with stf.context(backend=backend, use_graph=True) as ctx:
         pools = ctx.place_resources._pools
         assert pools.backend is native
-        assert pools.compute is not ctx._runtime.root_pools   # its own, not the graph's
+        assert pools.compute is not ctx._runtime.root_pools  # its own, not the graph's
     with stf.context(backend=backend) as ctx:
         pools = ctx.place_resources._pools
         assert pools.backend is native and pools.compute is ctx._runtime.root_pools
@@ -143,7 +158,7 @@ def test_started_work_names_what_eviction_leaves_alone(backend):
             assert len(private) == 1 and private[0].allocation is not None
         finally:
             t.end()
-        assert t.held_private() == private          # kept until the task is collected
+        assert t.held_private() == private  # kept until the task is collected
 
 
 def test_a_launchable_graph_holds_its_data_between_launches(backend):
@@ -153,7 +168,7 @@ def test_a_launchable_graph_holds_its_data_between_launches(backend):
         with sctx.launchable_graph_scope() as lg:
             with sctx.task(x.rw()) as t:
                 add_to(t, 0, None, 1.0)
-            lg.launch()                  # recorded: held until reset
+            lg.launch()  # recorded: held until reset
             held = lg._state
             assert held in sctx._ctx._runtime.started
             assert held.held_plan() is None and held.held_private() == ()

@@ -10,16 +10,27 @@ import pytest
 import stflow as stf
 from stflow.errors import ScopeError
 from stflow.testing import check_scoped_program
-from stflow.testing._programs import (READ, WRITE, DataSpec, Program, TaskOp,
-                                      initial_arrays, run_oracle)
-from stflow.testing._scoped import (_first_unwritten_read, _unrolled,
-                                    generate_scoped_program)
+from stflow.testing._programs import (
+    READ,
+    WRITE,
+    DataSpec,
+    Program,
+    TaskOp,
+    initial_arrays,
+    run_oracle,
+)
+from stflow.testing._scoped import (
+    _first_unwritten_read,
+    _unrolled,
+    generate_scoped_program,
+)
 from tests.helpers.bodies import _run, add_to
 
 
 def _devices(backend: str) -> int:
     """The backend's devices: the programs' places must exist (one GPU, or two)."""
     from stflow.backends import get_backend
+
     return get_backend(backend).device_count
 
 
@@ -48,6 +59,7 @@ def _copy(sctx, dst, src):
 
 
 # -- deep nestings ---------------------------------------------------------------------
+
 
 def _newton_like(sctx, U, A, inner):
     """while (2 times) { data made in the body; inner while (``inner`` times) }."""
@@ -87,13 +99,16 @@ def test_burger_nesting_repeat_graph_repeat_while_while(sctx):
     np.testing.assert_array_equal(snaps, 3.0)
 
 
-@pytest.mark.parametrize("shape", [
-    ("graph", "graph", "graph", "repeat"),
-    ("repeat", "while", "graph", "repeat"),
-    ("while", "repeat", "repeat", "graph"),
-    ("graph", "while", "graph", "while"),
-    ("repeat", "graph", "repeat", "while"),
-])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ("graph", "graph", "graph", "repeat"),
+        ("repeat", "while", "graph", "repeat"),
+        ("while", "repeat", "repeat", "graph"),
+        ("graph", "while", "graph", "while"),
+        ("repeat", "graph", "repeat", "while"),
+    ],
+)
 def test_four_deep_nestings(sctx, shape):
     X = np.zeros(3)
     x = sctx.logical_data(X)
@@ -157,19 +172,25 @@ def test_scoped_programs_write_empty_data_before_reading_it(depth):
 def test_the_oracle_gives_never_written_data_the_poison_pattern():
     """What the emulated and null backends give it, in every run: not np.empty's
     leftovers."""
-    program = Program(0, [DataSpec((4,), "float64", "empty"),
-                          DataSpec((4,), "int32", "empty"),
-                          DataSpec((4,), "float64", "array")],
-                      [TaskOp("task", ((0, READ, None), (1, READ, None),
-                                       (2, WRITE, None)), 1.0)], 2)
+    program = Program(
+        0,
+        [
+            DataSpec((4,), "float64", "empty"),
+            DataSpec((4,), "int32", "empty"),
+            DataSpec((4,), "float64", "array"),
+        ],
+        [TaskOp("task", ((0, READ, None), (1, READ, None), (2, WRITE, None)), 1.0)],
+        2,
+    )
     program.initial = initial_arrays(program)
     final = run_oracle(program).final[2]
     assert np.isnan(final).all()
 
 
 @pytest.mark.parametrize("shape", ["repeat", "nested"])
-def test_a_repeat_0_holding_the_only_write_leaves_the_data_unwritten(backend, sctx,
-                                                                     shape):
+def test_a_repeat_0_holding_the_only_write_leaves_the_data_unwritten(
+    backend, sctx, shape
+):
     """The smallest scope structure of seeds 23 and 130: the write that initialises
     empty data is in a repeat(0), its read in later scopes. Nothing of the repeat(0)
     runs: the reader sees never-written memory (the poison pattern here)."""
@@ -209,8 +230,10 @@ def test_a_repeat_0_holding_the_only_write_leaves_the_data_unwritten(backend, sc
 _RUNS = 12
 
 
-@pytest.mark.parametrize(("seed", "depth"), [(340, 3), (644, 3), (1084, 3), (1123, 3),
-                                           (405, 5), (695, 5), (1125, 5)])
+@pytest.mark.parametrize(
+    ("seed", "depth"),
+    [(340, 3), (644, 3), (1084, 3), (1123, 3), (405, 5), (695, 5), (1125, 5)],
+)
 def test_deep_scoped_programs_that_discard_hoisted_imports(backend, seed, depth):
     for _ in range(3):
         check_scoped_program(seed, _devices(backend), backend, depth=depth, max_ops=40)
@@ -229,8 +252,9 @@ def test_a_discarded_body_keeps_the_import_it_hoisted_into_a_launchable_graph(ba
             with sctx.launchable_graph_scope() as lg:
                 with sctx.task(last, x.rw()) as t:
                     _run(t, lambda xp, a: a.__setitem__(Ellipsis, a * 0.5 + 1.0), 0)
-                with sctx.task(stf.exec_place.device(0),
-                               x.rw(stf.data_place.host())) as t:
+                with sctx.task(
+                    stf.exec_place.device(0), x.rw(stf.data_place.host())
+                ) as t:
                     _run(t, lambda xp, a: a.__setitem__(Ellipsis, a * 0.5 + 2.0), 0)
                 with sctx.repeat(0):
                     with sctx.task(last, x.rw(stf.data_place.device(0))) as t:
@@ -315,6 +339,7 @@ def test_a_repeat_0_holding_loops_records_nothing(sctx):
 
 # -- host callbacks in graph scopes ------------------------------------------------------
 
+
 def test_host_launch_in_nested_graph_scopes(sctx):
     X = np.zeros(2)
     x = sctx.logical_data(X)
@@ -379,9 +404,11 @@ def test_nested_graph_scope_spans_devices(sctx, backend):
 
 # -- what the emulated graphs refuse, as the CUDA driver does ------------------------------
 
+
 def test_emulated_graphs_refuse_edges_between_graphs():
     from stflow.backends import get_backend
     from stflow.backends._emulated_graphs import EmulatedGraphError
+
     graphs = get_backend("emulated").graphs
     top = graphs.create_graph()
     other = graphs.create_graph()
@@ -395,14 +422,14 @@ def test_emulated_graphs_refuse_edges_between_graphs():
         get_backend("emulated").launch_host_func(stream, lambda: None)
         (inner,) = graphs.end_capture(stream)
         with pytest.raises(EmulatedGraphError, match="loop body 1 deep"):
-            graphs.add_dependencies(top, [inner], loop)      # a node of the body
+            graphs.add_dependencies(top, [inner], loop)  # a node of the body
         with pytest.raises(EmulatedGraphError, match="top-level graph"):
-            graphs.add_dependencies(body, [first], inner)    # a node of the parent
+            graphs.add_dependencies(body, [first], inner)  # a node of the parent
         with pytest.raises(EmulatedGraphError, match="itself"):
             graphs.add_dependencies(top, [loop], loop)
         with pytest.raises(EmulatedGraphError):
             graphs.begin_capture(stream, other, [first])
-        graphs.add_dependencies(top, [first], loop)          # kept once
+        graphs.add_dependencies(top, [first], loop)  # kept once
         assert loop.deps.count(first) == 1
         graphs.remove_node(top, loop)
         with pytest.raises(EmulatedGraphError, match="removed"):
@@ -412,6 +439,7 @@ def test_emulated_graphs_refuse_edges_between_graphs():
 
 
 # -- no_export data ------------------------------------------------------------------------
+
 
 def test_no_export_data_lives_in_its_scope(sctx):
     X = np.zeros(3)
@@ -423,7 +451,7 @@ def test_no_export_data_lives_in_its_scope(sctx):
             _run(t, lambda xp, a: a.fill(2.0), 0)
         with sctx.task(x.rw(), tmp.read()) as t:
             _run(t, lambda xp, a, b: a.__iadd__(b), 0, 1)
-        with sctx.graph_scope():            # nested scopes may use it
+        with sctx.graph_scope():  # nested scopes may use it
             with sctx.task(x.rw(), tmp.read()) as t:
                 _run(t, lambda xp, a, b: a.__iadd__(b), 0, 1)
     with pytest.raises(ScopeError, match="no_export=True.*closed"):
@@ -444,7 +472,7 @@ def test_no_export_data_is_fresh_in_every_iteration(sctx):
             body = sctx._runtime.mode.scopes.innermost
             tmp = sctx.logical_data_zeros((2,), np.float64, no_export=True)
             with sctx.task(stf.exec_place.device(0), tmp.rw()) as t:
-                add_to(t, 0, None, 1.0)                   # the zeros are refilled
+                add_to(t, 0, None, 1.0)  # the zeros are refilled
             with sctx.task(stf.exec_place.device(0), x.rw(), tmp.read()) as t:
                 add_to(t, 0, 1, 1.0)
     assumed = {key for key, _ in body.assumed}
@@ -463,6 +491,7 @@ def test_no_export_at_the_root_is_ordinary_data(sctx):
 
 
 # -- read-only data --------------------------------------------------------------------------
+
 
 def test_read_only_data_is_imported_once_for_every_scope(sctx):
     S = np.arange(4.0)
@@ -490,7 +519,7 @@ def test_set_read_only_refuses_data_in_use_by_an_open_scope(sctx):
         with pytest.raises(ScopeError, match="set_read_only.*open scope"):
             x.set_read_only()
     assert not x.readonly
-    x.set_read_only()                           # once the scope closed
+    x.set_read_only()  # once the scope closed
     with sctx.graph_scope():
         with sctx.graph_scope():
             with sctx.task(x.read()):

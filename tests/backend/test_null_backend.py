@@ -30,13 +30,13 @@ def test_operations_complete_when_enqueued():
     host[:] = [1, 2, 3, 4]
     backend.copy(target.ptr, source.ptr, 32, stream)
     device = backend.host_array(target, (4,), np.dtype(np.float64), True)
-    np.testing.assert_array_equal(device, [1, 2, 3, 4])     # no synchronisation needed
+    np.testing.assert_array_equal(device, [1, 2, 3, 4])  # no synchronisation needed
     backend.fill(target.ptr, 32, np.float64(7).tobytes(), stream)
     np.testing.assert_array_equal(device, [7, 7, 7, 7])
     event = backend.record(stream)
     assert backend.query(event) and stream.last_event is event and event.seq == 1
     backend.free(target, stream)
-    assert np.isnan(device).all()                           # freed memory is poisoned
+    assert np.isnan(device).all()  # freed memory is poisoned
     backend.destroy_stream(stream)
 
 
@@ -68,8 +68,13 @@ def test_programs_give_the_sequential_results():
         np.testing.assert_array_equal(ctx.wait(y), 6 * np.arange(6.0))
         stats = ctx.statistics()
     # x in; y from its fill (device 0) to device 1, to the host, into wait()'s array
-    assert (stats.tasks, stats.copies_h2d, stats.copies_d2d, stats.copies_d2h,
-            stats.copies_h2h) == (4, 1, 1, 1, 1)
+    assert (
+        stats.tasks,
+        stats.copies_h2d,
+        stats.copies_d2d,
+        stats.copies_d2h,
+        stats.copies_h2h,
+    ) == (4, 1, 1, 1, 1)
     np.testing.assert_array_equal(data, np.arange(6.0))
 
 
@@ -80,7 +85,7 @@ def test_cuda_kernels_are_python_callables_and_work_cannot_be_submitted_from_the
 
         def kernel(array, value):
             array += value
-            ctx.task(x.read()).start()              # submitting from device work
+            ctx.task(x.read()).start()  # submitting from device work
 
         with ctx.cuda_kernel(x.rw()) as k:
             k.launch(kernel, 1, 1, (k.get_arg(0), 2.5))

@@ -16,8 +16,11 @@ import pytest
 import stflow as stf
 import stflow.backends as backends
 from stflow.backends._base import Backend
-from stflow.backends._emulated_green import (EMULATED_SM_COUNT, EMULATED_SM_GRANULARITY,
-                                             EmulatedContext)
+from stflow.backends._emulated_green import (
+    EMULATED_SM_COUNT,
+    EMULATED_SM_GRANULARITY,
+    EmulatedContext,
+)
 from stflow.backends.emulated import EmulatedBackend
 from stflow.backends.null import NullBackend
 from stflow.errors import BackendUnavailableError, PlaceError
@@ -38,11 +41,13 @@ def test_emulated_split_device_gives_contexts_of_rounded_sizes(emulated):
     assert len({ctx.handle for ctx in contexts}) == 4
     # Rounded up to the granularity; the co-scheduled count is a lower bound.
     assert [sms for _, sms in emulated.split_device(0, 3, 2, 0)] == [4, 4]
-    assert [sms for _, sms in emulated.split_device(0, 1, None, 0)] == \
-        [EMULATED_SM_GRANULARITY] * (EMULATED_SM_COUNT // EMULATED_SM_GRANULARITY)
+    assert [sms for _, sms in emulated.split_device(0, 1, None, 0)] == [
+        EMULATED_SM_GRANULARITY
+    ] * (EMULATED_SM_COUNT // EMULATED_SM_GRANULARITY)
     assert [sms for _, sms in emulated.split_device(0, 4, 3, 10)] == [10, 10, 10]
-    with pytest.raises(RuntimeError, match="could not partition device 0 into 3 places "
-                                           "of 16 SMs.*2 fit"):
+    with pytest.raises(
+        RuntimeError, match="could not partition device 0 into 3 places of 16 SMs.*2 fit"
+    ):
         emulated.split_device(0, 16, 3, 0)
 
 
@@ -52,27 +57,30 @@ def test_emulated_context_partition_finds_its_contexts(emulated):
     assert emulated.context_partition(None, other.handle) == (1, other)
     # A context is known to every virtual-device backend, like a CUcontext value.
     assert NullBackend(devices=2).context_partition(ctx, ctx.handle) == (1, ctx)
-    with pytest.raises(PlaceError, match="0x1234 is not a context of the emulated "
-                                         "backend.*backing_context"):
+    with pytest.raises(
+        PlaceError,
+        match="0x1234 is not a context of the emulated backend.*backing_context",
+    ):
         emulated.context_partition(0x1234, 0x1234)
 
 
 def test_emulated_domains_and_enter_partition(emulated):
     assert [emulated.locality_domain_count(d) for d in range(2)] == [1, 1]
-    (ctx, _), = emulated.split_device(0, 8, 1, 0)
+    ((ctx, _),) = emulated.split_device(0, 8, 1, 0)
     emulated.set_current_device(1)
     assert emulated.enter_partition(ctx) is None
-    assert emulated.current_device() == 1           # entering changes no device
+    assert emulated.current_device() == 1  # entering changes no device
 
 
 def test_contract_defaults_have_no_partitions():
     # What a backend that implements none of them answers (``_base.Backend``).
     bare = types.SimpleNamespace(name="bare")
     assert Backend.locality_domain_count(bare, 0) == 1
-    with pytest.raises(BackendUnavailableError, match="bare backend cannot partition") \
-            as caught:
+    with pytest.raises(
+        BackendUnavailableError, match="bare backend cannot partition"
+    ) as caught:
         Backend.split_device(bare, 0, 8, None, 0)
-    assert isinstance(caught.value, RuntimeError)   # the reference's error type
+    assert isinstance(caught.value, RuntimeError)  # the reference's error type
     with pytest.raises(PlaceError, match="not a context of the bare backend"):
         Backend.context_partition(bare, object(), 0x10)
     assert Backend.enter_partition(bare, object()) is None
@@ -114,7 +122,7 @@ class _Partitioned(NullBackend):
         return made
 
     def context_partition(self, context, handle):
-        if handle == 0x7FFF:                    # "the primary context of device 1"
+        if handle == 0x7FFF:  # "the primary context of device 1"
             return 1, None
         ctx, native = self.contexts[handle]
         return ctx.device, native
@@ -140,11 +148,15 @@ def test_locality_domains_come_from_the_backend(partitioned):
     assert grid.size == 3
     assert [repr(place) for place in (grid[0], grid[2])] == [
         "exec_place(locality_domain(dev=1,id=0), sm_split='backfill')",
-        "exec_place(locality_domain(dev=1,id=2), sm_split='backfill')"]
+        "exec_place(locality_domain(dev=1,id=2), sm_split='backfill')",
+    ]
     assert grid[2].affine_data_place.kind == "locality_domain(dev=1,id=2)"
     assert stf.data_place.locality_domain(0, 2).device_id == 0
-    with pytest.raises(PlaceError, match="locality domain 3 does not exist on device 0; "
-                                         r"valid ordinals are 0\.\.2"):
+    with pytest.raises(
+        PlaceError,
+        match="locality domain 3 does not exist on device 0; "
+        r"valid ordinals are 0\.\.2",
+    ):
         stf.exec_place.locality_domain(0, 3)
     assert stf.exec_place_grid.machine("locality_domain").size == 6
 
@@ -155,7 +167,7 @@ def test_green_places_are_the_backends_contexts(partitioned):
     natives = [partitioned.contexts[place.backing_context.handle][1] for place in places]
     assert places[0]._stream_key != places[1]._stream_key
     again = stf.exec_place.from_context(places[1].backing_context.handle, dev_id=1)
-    assert again._stream_key == places[1]._stream_key          # one partition a context
+    assert again._stream_key == places[1]._stream_key  # one partition a context
     with pytest.raises(PlaceError, match="belongs to device 1, not 0"):
         stf.exec_place.from_context(places[0].backing_context, dev_id=0)
     primary = stf.exec_place.from_context(0x7FFF)
@@ -166,7 +178,7 @@ def test_green_places_are_the_backends_contexts(partitioned):
     assert partitioned.entered == [natives[1]]
     with primary:
         pass
-    assert partitioned.entered == [natives[1]]             # no partition to enter
+    assert partitioned.entered == [natives[1]]  # no partition to enter
     resources = stf.exec_place_resources()
     places[0].pick_stream(resources)
     made = [p for p in partitioned.stream_partitions if p is not None]
@@ -196,8 +208,9 @@ def test_a_backend_without_partitions_says_so(monkeypatch):
 
     plain = Plain(devices=1)
     monkeypatch.setattr(backends, "default_backend", lambda notify=True: plain)
-    with pytest.raises(RuntimeError, match="green_context_helper: the plain backend "
-                                           "cannot partition"):
+    with pytest.raises(
+        RuntimeError, match="green_context_helper: the plain backend cannot partition"
+    ):
         stf.green_context_helper(8)
     with pytest.raises(BackendUnavailableError, match="plain backend cannot partition"):
         stf.green_places(8)
@@ -223,7 +236,7 @@ def test_places_take_declared_protocols_only():
     assert isinstance(resources, StreamResources)
     assert int(stf.exec_place.host().pick_stream(resources)) != 0
 
-    class Lookalike:                      # a _pick_stream alone is not the protocol
+    class Lookalike:  # a _pick_stream alone is not the protocol
         def _pick_stream(self, place, for_computation):
             return 1
 

@@ -19,12 +19,11 @@ import time
 
 import numpy as np
 import pytest
+from helpers.backends import make_default
+from helpers.bodies import add_to, fill_with
 
 import stflow as stf
 from stflow.errors import ContextFinalizedError, PlaceError
-
-from helpers.backends import make_default
-from helpers.bodies import add_to, fill_with
 
 
 @pytest.fixture
@@ -60,8 +59,10 @@ def test_locality_domain_count_is_at_least_one_per_device(default):
         assert stf.locality_domain_count(0) == 1
 
 
-@pytest.mark.parametrize("bad, error", [(-1, PlaceError), (99, PlaceError),
-                                        (1.0, TypeError), (True, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [(-1, PlaceError), (99, PlaceError), (1.0, TypeError), (True, TypeError)],
+)
 def test_locality_domain_count_checks_the_ordinal(default, bad, error):
     with pytest.raises(error):
         stf.locality_domain_count(bad)
@@ -109,6 +110,7 @@ def test_locality_domain_allocation_roundtrip(default):
 
 def test_tasks_on_each_locality_domain(default):
     from stflow._places.places import locality_domain_places
+
     places = locality_domain_places(0)
     assert len(places) == stf.locality_domain_count(0)
     X = np.zeros(64)
@@ -138,7 +140,7 @@ def test_one_domain_places_share_the_device_streams(default):
 def _helper(sm_count=8):
     try:
         return stf.green_context_helper(sm_count)
-    except RuntimeError as exc:                 # a GPU without green-context support
+    except RuntimeError as exc:  # a GPU without green-context support
         pytest.skip(f"green contexts unavailable: {exc}")
 
 
@@ -157,7 +159,7 @@ def test_green_context_helper_members(default):
         helper.get_view(-1)
     with pytest.raises(TypeError):
         stf.green_ctx_view()
-    if default == "emulated":       # 32 SMs per virtual device
+    if default == "emulated":  # 32 SMs per virtual device
         assert count == 4 and len(stf.green_context_helper(3)) == 8
 
 
@@ -201,8 +203,11 @@ def test_tasks_on_a_green_place_run_in_its_partition(default, use_graph):
             with ctx.task(place, lX.rw()) as t:
                 add_to(t, 0, None, 1.0)
                 stream = _stream_of(ctx, t)
-                expected = None if place.backing_context is None else \
-                    place.backing_context._partition
+                expected = (
+                    None
+                    if place.backing_context is None
+                    else place.backing_context._partition
+                )
                 assert stream.partition is expected
         a = _task_streams(ctx, first, lX, 4)
         b = _task_streams(ctx, second, lX, 4)
@@ -246,7 +251,7 @@ def test_green_places_errors(default):
 def test_emulated_green_places_split_32_sms(monkeypatch):
     make_default(monkeypatch, "emulated")
     assert len(stf.green_places(8)) == 4
-    assert len(stf.green_places(3)) == 8                  # rounded up to 4 SMs
+    assert len(stf.green_places(3)) == 8  # rounded up to 4 SMs
     assert len(stf.green_places(4, coscheduled_sm_count=8)) == 4
     assert stf.green_places(2, 3)[0].backing_context.sm_count == 2
     with pytest.raises(RuntimeError, match="32 SMs"):
@@ -277,7 +282,7 @@ def test_partitions_follow_the_cuda_contexts_capability_not_the_name(monkeypatch
 def test_green_place_from_another_backend_is_refused(backend, monkeypatch):
     if backend != "emulated":
         make_default(monkeypatch, "emulated")
-        place = stf.green_places(8, 1)[0]         # an emulated partition
+        place = stf.green_places(8, 1)[0]  # an emulated partition
         with stf.context(backend=backend) as ctx:
             lX = ctx.logical_data(np.zeros(4))
             with pytest.raises(PlaceError, match="emulated backend"):
@@ -315,7 +320,7 @@ def test_from_context_of_a_green_context(default):
     place = stf.exec_place.from_context(backing)
     assert place.backing_context is backing
     assert place.kind == "device" and place.affine_data_place.device_id == 0
-    assert place._stream_key == green._stream_key        # the same partition
+    assert place._stream_key == green._stream_key  # the same partition
     by_int = stf.exec_place.from_context(int(backing.handle), dev_id=0)
     assert by_int._stream_key == green._stream_key
     with pytest.raises(PlaceError, match="belongs to device 0"):
@@ -337,15 +342,23 @@ def test_emulated_from_context_refuses_unknown_handles(monkeypatch):
 
 
 def test_from_handle_roundtrip(default):
-    places = [stf.exec_place.device(0), stf.exec_place.host(),
-              stf.exec_place.locality_domain(0, 0)]
+    places = [
+        stf.exec_place.device(0),
+        stf.exec_place.host(),
+        stf.exec_place.locality_domain(0, 0),
+    ]
     for place in places:
         assert stf.exec_place.from_handle(place._handle_int) is place
-    memories = [stf.data_place.device(0), stf.data_place.host(), stf.data_place.managed(),
-                stf.data_place.affine(), stf.data_place.locality_domain(0, 0)]
+    memories = [
+        stf.data_place.device(0),
+        stf.data_place.host(),
+        stf.data_place.managed(),
+        stf.data_place.affine(),
+        stf.data_place.locality_domain(0, 0),
+    ]
     for memory in memories:
         handle = memory._handle_int
-        assert handle == memory._handle_int != 0          # stable
+        assert handle == memory._handle_int != 0  # stable
         assert stf.data_place.from_handle(handle) is memory
     assert len({m._handle_int for m in memories} | {p._handle_int for p in places}) == 8
 
@@ -367,7 +380,7 @@ def test_from_handle_errors(default):
     handle = place._handle_int
     del place
     gc.collect()
-    with pytest.raises(PlaceError):                       # the place is gone
+    with pytest.raises(PlaceError):  # the place is gone
         stf.exec_place.from_handle(handle)
 
 
@@ -382,7 +395,7 @@ def test_pick_stream_from_standalone_resources(default):
     assert stream.__cuda_stream__() == (0, int(stream))
     assert len(computing) == 4 and len(moving) == 4 and not computing & moving
     other = {int(place.pick_stream(stf.exec_place_resources())) for _ in range(4)}
-    assert not other & computing                          # separate registries
+    assert not other & computing  # separate registries
     with place:
         assert int(place.pick_stream(resources)) in computing
     assert stf.exec_place.host().pick_stream(resources) != 0
@@ -406,6 +419,7 @@ def test_pick_stream_of_a_green_place_is_in_its_partition(default):
     resources = stf.exec_place_resources()
     handle = place.pick_stream(resources)
     from stflow.backends import get_backend
+
     stream = get_backend(default).stream_from_handle(int(handle))
     assert stream.partition is not None
     assert int(stf.exec_place.device(0).pick_stream(resources)) != int(handle)
@@ -437,6 +451,7 @@ def test_resources_wait_for_queued_work_when_collected(default):
     if default != "emulated":
         pytest.skip("the emulated launch is the portable way to queue slow work")
     from stflow.emulated import launch
+
     done = threading.Event()
 
     def slow():
@@ -468,8 +483,12 @@ def test_async_resources_share_streams_across_contexts(default):
         with stf.context(backend=default, handle=resources) as ctx:
             assert ctx._async_resources is resources
             lX = ctx.logical_data(X)
-            seen.append({int(s.handle) for s in
-                         _task_streams(ctx, stf.exec_place.device(0), lX, 4)})
+            seen.append(
+                {
+                    int(s.handle)
+                    for s in _task_streams(ctx, stf.exec_place.device(0), lX, 4)
+                }
+            )
             with ctx.task(lX.rw()) as t:
                 add_to(t, 0, None, 1.0)
     assert seen[0] & seen[1] and seen[1] & seen[2]
@@ -489,7 +508,7 @@ def test_async_resources_share_the_graph_cache(default):
                 add_to(t, 0, None, 1.0)
         updates.append(recorder.graph_updates)
     np.testing.assert_array_equal(X, np.full(8, 3.0))
-    if default == "cuda":           # the same topology: later contexts update
+    if default == "cuda":  # the same topology: later contexts update
         assert updates[1] + updates[2] >= 1
 
 
@@ -507,6 +526,7 @@ def test_async_resources_collection_waits_for_caller_stream_work(default):
     if default != "emulated":
         pytest.skip("the emulated launch is the portable way to queue slow work")
     from stflow.emulated import launch
+
     done = threading.Event()
 
     def slow(_):
@@ -517,8 +537,9 @@ def test_async_resources_collection_waits_for_caller_stream_work(default):
         token = outer.token()
         with outer.task(token.rw()) as t:
             resources = stf.async_resources()
-            inner = stf.context(backend="emulated", stream=t.stream_ptr(),
-                                handle=resources)
+            inner = stf.context(
+                backend="emulated", stream=t.stream_ptr(), handle=resources
+            )
             lY = inner.logical_data(np.zeros(4))
             with inner.task(stf.exec_place.device(0), lY.rw()) as u:
                 launch(u.stream_ptr(), slow, u.get_arg_cai(0))
@@ -567,10 +588,16 @@ _DEVICE_COUNT_SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("devices", [1, 2, 4])
 def test_emulated_device_counts(devices):
     import stflow.emulated  # noqa: F401 - the script uses stf.emulated
+
     code = "import stflow.emulated\n" + _DEVICE_COUNT_SCRIPT.format(devices=devices)
-    env = dict(os.environ, STFLOW_EMULATED_DEVICES=str(devices),
-               STFLOW_BACKEND="emulated", STFLOW_PURE_PYTHON="1")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                            text=True, env=env, timeout=120)
+    env = dict(
+        os.environ,
+        STFLOW_EMULATED_DEVICES=str(devices),
+        STFLOW_BACKEND="emulated",
+        STFLOW_PURE_PYTHON="1",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"ok {devices}"

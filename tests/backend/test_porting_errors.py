@@ -68,7 +68,7 @@ def test_fence_does_not_raise_deferred_errors_as_documented():
     ctx = stf.context(backend="emulated")
     ld = ctx.logical_data(np.zeros(4))
     ctx.host_launch(ld.read(), fn=_fail, symbol="bad")
-    ctx.fence()                                  # never raises (as the reference)
+    ctx.fence()  # never raises (as the reference)
     assert "host_launch 'bad'" in _deferred(ctx)
 
 
@@ -84,8 +84,11 @@ def _array_libraries():
     yield "torch.from_dlpack", torch.from_dlpack
 
 
-@pytest.mark.parametrize("name, convert", list(_array_libraries()),
-                         ids=[name for name, _ in _array_libraries()])
+@pytest.mark.parametrize(
+    "name, convert",
+    list(_array_libraries()),
+    ids=[name for name, _ in _array_libraries()],
+)
 def test_the_views_tuple_refuses_conversion_to_an_array(backend, name, convert):
     x, y = np.zeros(4), np.zeros(4)
     with stf.context(backend=backend) as ctx:
@@ -94,10 +97,10 @@ def test_the_views_tuple_refuses_conversion_to_an_array(backend, name, convert):
             with pytest.raises(TypeError, match="index it"):
                 convert(t.views())
             with pytest.raises(TypeError, match="index it"):
-                convert(t.args_cai())              # the same tuple for 2+ views
+                convert(t.args_cai())  # the same tuple for 2+ views
             views = t.views()
             assert isinstance(views, tuple) and len(views) == 2
-            first, second = views                  # unpacking and indexing still work
+            first, second = views  # unpacking and indexing still work
             assert views[0] is first
 
 
@@ -129,10 +132,10 @@ def test_an_emulated_view_says_why_it_has_no_cuda_array_interface():
         ld = ctx.logical_data(np.zeros(4))
         with ctx.task(ld.rw()) as t:
             (view,) = t.views()
-            assert not hasattr(view, "__cuda_array_interface__")   # probes stay false
+            assert not hasattr(view, "__cuda_array_interface__")  # probes stay false
             with pytest.raises(AttributeError, match="emulated backend") as caught:
                 view.__cuda_array_interface__
             assert "numpy.asarray(view)" in str(caught.value)
-            assert type(view).__name__ == "EmulatedView"            # as the docs say
+            assert type(view).__name__ == "EmulatedView"  # as the docs say
             assert repr(view).startswith("EmulatedView(")
-            assert np.asarray(view).ctypes.data == view.ptr         # zero-copy still
+            assert np.asarray(view).ctypes.data == view.ptr  # zero-copy still

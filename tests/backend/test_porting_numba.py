@@ -18,9 +18,18 @@ pytest.importorskip("numba")
 
 
 def _run(code: str) -> str:
-    environment = {**os.environ, "STFLOW_BACKEND": "emulated", "NUMBA_ENABLE_CUDASIM": "1"}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                            capture_output=True, text=True, env=environment, timeout=300)
+    environment = {
+        **os.environ,
+        "STFLOW_BACKEND": "emulated",
+        "NUMBA_ENABLE_CUDASIM": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -52,7 +61,9 @@ _KERNELS = """
 
 
 def test_the_reference_numba_patterns_run_under_the_simulator():
-    out = _run(_KERNELS + """
+    out = _run(
+        _KERNELS
+        + """
     # stream mode: the axpy chain
     X, Y, Z = (np.ones(16, dtype=np.float32) for _ in range(3))
     ctx = stf.context()
@@ -114,12 +125,15 @@ def test_the_reference_numba_patterns_run_under_the_simulator():
     ctx.finalize()
     assert x.tolist() == [3.0] * 8
     print("ok")
-    """)
+    """
+    )
     assert out.strip().endswith("ok")
 
 
 def test_simulator_misuse_is_refused_clearly():
-    out = _run(_KERNELS + """
+    out = _run(
+        _KERNELS
+        + """
     from stflow.errors import ScopeError
     try:
         cuda.external_stream(0x1234)                 # not a stream of stflow's
@@ -156,5 +170,6 @@ def test_simulator_misuse_is_refused_clearly():
     else:
         raise AssertionError("the kernel's error was lost")
     print("ok")
-    """)
+    """
+    )
     assert out.strip().endswith("ok")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.examples import load_example
 
 import stflow as stf
-
-from helpers.examples import load_example
 
 
 def _example():
@@ -26,8 +25,9 @@ def test_the_tiled_inverse_matches_numpy(backend, n, nb):
     a = _spd(n, seed=n)
     inverse, _ = _example().potri(a, nb, backend)
     expected = np.linalg.inv(a)
-    np.testing.assert_allclose(inverse, expected, rtol=0,
-                               atol=1e-11 * np.abs(expected).max())
+    np.testing.assert_allclose(
+        inverse, expected, rtol=0, atol=1e-11 * np.abs(expected).max()
+    )
     np.testing.assert_array_equal(inverse, inverse.T)
 
 
@@ -44,15 +44,24 @@ def test_each_stage_alone(backend):
     n, nb = 90, 32
     count = -(-n // nb)
     lower = np.linalg.cholesky(_spd(n, seed=1))
-    for stage, expected in ((example.trtri, np.linalg.inv(lower)),
-                            (example.lauum, lower.T @ lower)):
+    for stage, expected in (
+        (example.trtri, np.linalg.inv(lower)),
+        (example.lauum, lower.T @ lower),
+    ):
         result = lower.copy()
         with stf.context(backend=backend) as ctx:
             grid = stf.tiles(ctx, result, nb, name="L")
-            stage(ctx, {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)},
-                  count)
-        np.testing.assert_allclose(np.tril(result), np.tril(expected), rtol=0,
-                                   atol=1e-12 * np.abs(expected).max())
+            stage(
+                ctx,
+                {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)},
+                count,
+            )
+        np.testing.assert_allclose(
+            np.tril(result),
+            np.tril(expected),
+            rtol=0,
+            atol=1e-12 * np.abs(expected).max(),
+        )
 
 
 def test_bad_arguments_are_refused():
@@ -66,5 +75,7 @@ def test_bad_arguments_are_refused():
 def test_the_script_says_pass():
     example = _example()
     assert example.main(["--backend", "emulated", "--n", "200", "--nb", "64"]) == 0
-    assert example.main(["--backend", "emulated", "--n", "128", "--nb", "32",
-                         "--graph"]) == 0
+    assert (
+        example.main(["--backend", "emulated", "--n", "128", "--nb", "32", "--graph"])
+        == 0
+    )

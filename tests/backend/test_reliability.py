@@ -8,12 +8,11 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers.bodies import _run, add_to
 
 import stflow as stf
 import stflow.emulated  # stf.emulated.launch (a submodule: imported, not lazy)
 from stflow.errors import ScopeError
-
-from helpers.bodies import _run, add_to
 
 
 def _fill(sctx, ld, value):
@@ -22,6 +21,7 @@ def _fill(sctx, ld, value):
 
 
 # -- a body that never runs has no effect at all -----------------------------------------
+
 
 def test_a_write_in_repeat_zero_leaves_the_data_alone(backend):
     X = np.arange(4.0)
@@ -36,7 +36,7 @@ def test_repeat_zero_inside_a_graph_scope_and_after_device_work(backend):
     X = np.arange(4.0)
     with stf.stackable_context(backend=backend) as sctx:
         x = sctx.logical_data(X)
-        with sctx.task(x.rw()) as t:                 # on the device: host copy stale
+        with sctx.task(x.rw()) as t:  # on the device: host copy stale
             add_to(t, 0, None, 1.0)
         with sctx.graph_scope():
             with sctx.repeat(0):
@@ -51,7 +51,7 @@ def test_a_host_read_in_repeat_zero_in_a_while_loop_keeps_the_device_write(backe
     with stf.stackable_context(backend=backend) as sctx:
         x = sctx.logical_data(X)
         counter = sctx.logical_data(np.array([2], dtype=np.int64))
-        with sctx.task(x.rw()) as t:                 # the only valid copy: on a device
+        with sctx.task(x.rw()) as t:  # the only valid copy: on a device
             add_to(t, 0, None, 5.0)
         with sctx.while_loop() as loop:
             with sctx.repeat(0):
@@ -64,6 +64,7 @@ def test_a_host_read_in_repeat_zero_in_a_while_loop_keeps_the_device_write(backe
 
 
 # -- views and handles outlive nothing ----------------------------------------------------
+
 
 def test_views_of_an_ended_task_refuse_every_use(backend):
     with stf.context(backend=backend) as ctx:
@@ -99,10 +100,11 @@ def test_views_contexts_and_data_refuse_pickle_and_copy(backend):
                 copy.copy(thing)
             with pytest.raises(TypeError, match="cannot be copied"):
                 copy.deepcopy(thing)
-        assert copy.copy(x.rw()).ld is x                  # a dependency is a value
+        assert copy.copy(x.rw()).ld is x  # a dependency is a value
 
 
 # -- deep nesting ---------------------------------------------------------------------------
+
 
 def test_deeply_nested_repeats_run_or_fail_loudly(backend):
     X = np.zeros(2)
@@ -128,7 +130,7 @@ def test_an_error_of_device_work_in_nested_scopes_reaches_finalize(backend):
                 with sctx.repeat(3):
                     with sctx.task(x.rw()) as t:
                         _run(t, _fail, 0)
-    errors = [caught.value]                 # the oldest; one per call (API I-7)
+    errors = [caught.value]  # the oldest; one per call (API I-7)
     while sctx.pending_errors():
         with pytest.raises(ValueError) as later:
             sctx.check_errors()

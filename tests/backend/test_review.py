@@ -25,6 +25,7 @@ def _emulated_only(backend):
 
 # -- logical data ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", [(), (3, 0)], ids=["0-d", "zero-size"])
 def test_empty_like_keeps_shape_of_0d_and_zero_size_data(backend, shape):
     # API.md 3.5: empty_like() -> "same shape and dtype" (registered data may be 0-d or empty)
@@ -46,10 +47,12 @@ def test_register_fixed_size_arrays_without_buffer_format(backend, dtype):
 
 def test_padded_structured_dtype_views_keep_the_dtype(backend):
     if backend != "emulated":
-        pytest.skip("host access to a task view (numpy.asarray) is the emulated "
-                    "backend's; CUDA views are device memory")
+        pytest.skip(
+            "host access to a task view (numpy.asarray) is the emulated "
+            "backend's; CUDA views are device memory"
+        )
     # API.md 4: numpy.asarray(view) is a zero-copy view of the data (same dtype); 3.7 same
-    dt = np.dtype([("a", "u1"), ("b", "f8")], align=True)      # a C struct with padding
+    dt = np.dtype([("a", "u1"), ("b", "f8")], align=True)  # a C struct with padding
     src = np.zeros(3, dt)
     src["b"] = [1.0, 2.0, 3.0]
     seen = []
@@ -75,12 +78,14 @@ def test_huge_shape_does_not_wrap_to_a_tiny_allocation(backend):
 
 # -- collected logical data --------------------------------------------------------------
 
+
 @pytest.mark.timeout(20)
 def test_wait_completes_write_back_of_collected_data(backend):
     # API.md 3.5: a collected logical data's write-back is "complete by the context's
     # next fence() stream, wait() or finalize()"
     _emulated_only(backend)
     import stflow.emulated as em
+
     a = np.zeros(4)
 
     def slow(arr):
@@ -88,7 +93,7 @@ def test_wait_completes_write_back_of_collected_data(backend):
         arr[:] = 7.0
 
     with stf.context(backend=backend) as ctx:
-        y = ctx.logical_data(np.zeros(0))       # any data; this one needs no copy
+        y = ctx.logical_data(np.zeros(0))  # any data; this one needs no copy
         x = ctx.logical_data(a)
         with ctx.task(x.rw()) as t:
             em.launch(t.stream_ptr(), slow, t.get_arg_cai(0))
@@ -96,7 +101,6 @@ def test_wait_completes_write_back_of_collected_data(backend):
         gc.collect()
         ctx.wait(y)
         assert a.tolist() == [7.0] * 4, "write-back of the collected data not complete"
-
 
 
 def test_collected_data_releases_user_buffer_after_write_back(backend):
@@ -123,6 +127,7 @@ def test_collected_data_releases_user_buffer_after_write_back(backend):
 
 # -- deferred errors ----------------------------------------------------------------------
 
+
 @pytest.mark.timeout(20)
 def test_async_errors_are_raised_in_submission_order(backend):
     # API.md 1.1 / I-7: pending exceptions are raised one per call, oldest first
@@ -142,8 +147,8 @@ def test_async_errors_are_raised_in_submission_order(backend):
         y = ctx.logical_data(np.zeros(4))
         with ctx.task(x.rw()) as t:
             em.launch(t.stream_ptr(), time.sleep, 0.02)
-        ctx.host_launch(x.read(), fn=first)       # submitted first, runs after the task
-        ctx.host_launch(y.read(), fn=second)      # submitted second, ready at once
+        ctx.host_launch(x.read(), fn=first)  # submitted first, runs after the task
+        ctx.host_launch(y.read(), fn=second)  # submitted second, ready at once
         with pytest.raises(Exception) as info:
             ctx.finalize()
         order = [type(info.value).__name__]
@@ -167,11 +172,11 @@ def test_caller_stream_context_reports_late_errors_when_collected(backend):
     with stf.context(backend=backend) as outer:
         x = outer.logical_data(np.zeros(4))
         with outer.task(x.rw()) as t:
-            em.launch(t.stream_ptr(), time.sleep, 0.2)   # the callback runs after finalize
+            em.launch(t.stream_ptr(), time.sleep, 0.2)  # the callback runs after finalize
             inner = stf.context(stream=t.stream_ptr(), backend=backend)
             inner.host_launch(fn=boom)
-            inner.finalize()                              # nothing captured yet
-        outer.wait(x)                                     # the callback has run now
+            inner.finalize()  # nothing captured yet
+        outer.wait(x)  # the callback has run now
         with pytest.warns(RuntimeWarning, match="late"):
             del inner
             gc.collect()
@@ -179,12 +184,14 @@ def test_caller_stream_context_reports_late_errors_when_collected(backend):
 
 # -- failures inside start() ------------------------------------------------------------
 
+
 @pytest.mark.timeout(20)
 def test_failed_start_leaves_no_untracked_copy_behind(backend):
     # API.md 1.1: "After an exception the context stays usable"; a copy enqueued by a
     # start() that then failed (out of memory) must not overwrite a later task's write
     _emulated_only(backend)
     import stflow.emulated as em
+
     a = np.arange(4.0)
     started, gate = threading.Event(), threading.Event()
 
@@ -196,12 +203,12 @@ def test_failed_start_leaves_no_untracked_copy_behind(backend):
     with stf.context(backend=backend) as ctx:
         x = ctx.logical_data(a)
         huge = ctx.logical_data_empty((2**50,), np.uint8)
-        em.launch(ctx.fence(), hold)                   # hold the emulated device
+        em.launch(ctx.fence(), hold)  # hold the emulated device
         assert started.wait(10)
         with pytest.raises(MemoryError):
-            with ctx.task(dev0, x.read(), huge.write()):   # copies x, then OOM on huge
+            with ctx.task(dev0, x.read(), huge.write()):  # copies x, then OOM on huge
                 pass
-        for _ in range(3):                             # round-robin back to that stream
+        for _ in range(3):  # round-robin back to that stream
             with ctx.task(dev0):
                 pass
         with ctx.task(dev0, x.write()) as t:
@@ -212,6 +219,7 @@ def test_failed_start_leaves_no_untracked_copy_behind(backend):
 
 
 # -- threads and finalize ----------------------------------------------------------------
+
 
 @pytest.mark.timeout(20)
 def test_finalize_on_another_thread_does_not_lose_a_blocked_task(backend):
@@ -241,10 +249,10 @@ def test_finalize_on_another_thread_does_not_lose_a_blocked_task(backend):
 
         blocked = threading.Thread(target=second)
         blocked.start()
-        time.sleep(0.02)                               # t2 waits for t1
+        time.sleep(0.02)  # t2 waits for t1
         closer = threading.Thread(target=ctx.finalize)
         closer.start()
-        time.sleep(0.02)                               # finalize waits for t1
+        time.sleep(0.02)  # finalize waits for t1
         np.asarray(t1.get_arg_cai(0))[:] += 1
         t1.end()
         blocked.join(10)
@@ -258,6 +266,7 @@ def test_finalize_on_another_thread_does_not_lose_a_blocked_task(backend):
 
 # -- finalized context -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", ["add_dep", "set_exec_place", "end", "stream_ptr"])
 def test_task_methods_after_finalize_raise_context_finalized(backend, method):
     # API.md I-5: every method of a finalized context's tasks raises ContextFinalizedError
@@ -266,8 +275,11 @@ def test_task_methods_after_finalize_raise_context_finalized(backend, method):
     t = ctx.task()
     d = x.read()
     ctx.finalize()
-    call = {"add_dep": lambda: t.add_dep(d),
-            "set_exec_place": lambda: t.set_exec_place(stf.exec_place.host()),
-            "end": t.end, "stream_ptr": t.stream_ptr}[method]
+    call = {
+        "add_dep": lambda: t.add_dep(d),
+        "set_exec_place": lambda: t.set_exec_place(stf.exec_place.host()),
+        "end": t.end,
+        "stream_ptr": t.stream_ptr,
+    }[method]
     with pytest.raises(ContextFinalizedError):
         call()

@@ -23,6 +23,7 @@ from stflow.instrument import NvtxRanges, TraceRecorder
 def _strict_json(text: str) -> dict:
     def refuse(constant: str) -> None:
         raise ValueError(f"{constant} is not JSON")
+
     return json.loads(text, parse_constant=refuse)
 
 
@@ -37,13 +38,13 @@ def test_trace_of_caller_stream_context_has_valid_timestamps(tmp_path):
     with stf.context(backend="emulated") as outer:
         x = outer.logical_data(np.zeros(4))
         with outer.task(x.rw()) as t:
-            launch(t.stream_ptr(), lambda: gate.wait(10))    # hold the caller stream
+            launch(t.stream_ptr(), lambda: gate.wait(10))  # hold the caller stream
             try:
                 inner = stf.context(stream=t.stream_ptr(), backend="emulated")
                 inner.attach(TraceRecorder(str(path)))
                 y = inner.logical_data(np.ones(3))
                 inner.host_launch(y.rw(), fn=lambda a: None)
-                inner.finalize()                              # does not block the host
+                inner.finalize()  # does not block the host
                 text = path.read_text() if path.exists() else "{}"
             finally:
                 gate.set()
@@ -60,12 +61,14 @@ def test_trace_spans_on_one_stream_nest_or_are_disjoint():
     recorder = TraceRecorder()
     ctx.attach(recorder)
     tokens = [ctx.token() for _ in range(5)]
-    tasks = [ctx.task(stf.exec_place.device(0), k.write(), symbol=f"t{i}")
-             for i, k in enumerate(tokens)]
+    tasks = [
+        ctx.task(stf.exec_place.device(0), k.write(), symbol=f"t{i}")
+        for i, k in enumerate(tokens)
+    ]
     for t in tasks:
         t.start()
     streams = [int(t.stream_ptr()) for t in tasks]
-    assert streams[0] == streams[-1]          # round robin over 4 streams per place
+    assert streams[0] == streams[-1]  # round robin over 4 streams per place
     tasks[0].end()
     for t in reversed(tasks[1:]):
         t.end()
@@ -74,7 +77,8 @@ def test_trace_spans_on_one_stream_nest_or_are_disjoint():
     for event in recorder.to_json()["traceEvents"]:
         if event["ph"] == "X":
             by_track.setdefault((event["pid"], event["tid"]), []).append(
-                (event["ts"], event["ts"] + event["dur"], event["name"]))
+                (event["ts"], event["ts"] + event["dur"], event["name"])
+            )
     for spans in by_track.values():
         for a in spans:
             for b in spans:
@@ -97,8 +101,9 @@ def test_trace_dependent_task_starts_after_its_predecessor_ends():
         x = ctx.logical_data_empty((4,), name="x")
         with ctx.task(stf.exec_place.device(0), x.write(), symbol="p"):
             pass
-        with ctx.task(stf.exec_place.device(1), x.read(stf.data_place.device(0)),
-                      symbol="q"):
+        with ctx.task(
+            stf.exec_place.device(1), x.read(stf.data_place.device(0)), symbol="q"
+        ):
             pass
         ctx.finalize()
         events = recorder.to_json()["traceEvents"]
@@ -123,8 +128,10 @@ def test_statistics_count_the_waits_of_fence():
         before = ctx.statistics()
         ctx.fence()
         after = ctx.statistics()
-    assert (after.waits_issued + after.waits_skipped
-            >= before.waits_issued + before.waits_skipped + 2)
+    assert (
+        after.waits_issued + after.waits_skipped
+        >= before.waits_issued + before.waits_skipped + 2
+    )
 
 
 def test_nvtx_ranges_without_nvtx_raises_backend_unavailable():
@@ -133,10 +140,12 @@ def test_nvtx_ranges_without_nvtx_raises_backend_unavailable():
     # ModuleNotFoundError escapes NvtxRanges().
     try:
         import nvtx  # noqa: F401
+
         pytest.skip("nvtx is installed")
     except ImportError:
         pass
     from stflow.errors import BackendUnavailableError
+
     with pytest.raises(BackendUnavailableError, match=r"stflow\[nvtx\]"):
         NvtxRanges()
 
@@ -166,9 +175,13 @@ def test_scheduler_survives_failing_work_without_owner_under_warnings_as_errors(
         print("DONE" if done else "HUNG", flush=True)
         os._exit(0)   # a dead scheduler would also hang the atexit finalize
     """)
-    result = subprocess.run([sys.executable, "-W", "error", "-c", script],
-                            capture_output=True, text=True, timeout=30,
-                            env={**os.environ, "STFLOW_BACKEND": "emulated"})
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "STFLOW_BACKEND": "emulated"},
+    )
     assert "DONE" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
@@ -179,6 +192,7 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
     # before finalize() and drain_retired is never tested by such programs.
     from stflow._engine.registry import DataRegistry
     from stflow.testing import _programs as programs
+
     retired_live = []
     original = DataRegistry.retire
 
@@ -188,10 +202,15 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
 
     monkeypatch.setattr(DataRegistry, "retire", spy)
     program = programs.Program(
-        seed=3, devices=2,
+        seed=3,
+        devices=2,
         data=[programs.DataSpec((8,), "float64", "array")],
-        ops=[programs.TaskOp("task", ((0, programs.RW, None),), 1.0, 0),
-             programs.Op("drop", 0), programs.Op("fence")])
+        ops=[
+            programs.TaskOp("task", ((0, programs.RW, None),), 1.0, 0),
+            programs.Op("drop", 0),
+            programs.Op("fence"),
+        ],
+    )
     program.initial = programs.initial_arrays(program)
     programs.check_program(program)
     assert any(retired_live), "the dropped data was only collected after finalize()"
@@ -204,6 +223,7 @@ def test_generator_produces_tasks_with_repeated_data():
     # checked against the oracle.
     from stflow.testing import generate_program
     from stflow.testing._programs import TaskOp
+
     for seed in range(300):
         for op in generate_program(seed, 2).ops:
             if isinstance(op, TaskOp):

@@ -35,8 +35,9 @@ def test_dlpack_of_x87_long_double_raises_buffer_error(backend):
     if np.finfo(np.longdouble).nmant != 63:
         pytest.skip("long double is not the x87 extended type here")
     with stf.context(backend=backend):
-        array = stf.DeviceArray.from_host(np.array([1.5, 2.5], np.longdouble),
-                                          stf.data_place.device(0))
+        array = stf.DeviceArray.from_host(
+            np.array([1.5, 2.5], np.longdouble), stf.data_place.device(0)
+        )
         with pytest.raises(BufferError):
             np.from_dlpack(array)
 
@@ -65,10 +66,10 @@ def test_emulated_kernel_captures_ctypes_structure_at_launch(backend):
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data(np.zeros(2))
         with ctx.cuda_kernel(ld.rw()) as k:
-            k.launch(lambda x: gate.wait(5), 1, 1, (k.get_arg(0),))   # holds the stream
+            k.launch(lambda x: gate.wait(5), 1, 1, (k.get_arg(0),))  # holds the stream
             params = Params(1.0)
             k.launch(lambda p: seen.append(p.alpha), 1, 1, (params,))
-            params.alpha = 99.0          # after the call: must not reach the kernel
+            params.alpha = 99.0  # after the call: must not reach the kernel
             gate.set()
     assert seen == [1.0]
 
@@ -76,8 +77,9 @@ def test_emulated_kernel_captures_ctypes_structure_at_launch(backend):
 # API.md 3.32 / 3.4: a fill value that does not fit is a ValueError before anything is
 # submitted; uint8 <- 300 is refused ("cannot be stored ... without loss"), but int8 <- 1000
 # and int32 <- 2**40 are silently wrapped (-24, 0) and written.
-@pytest.mark.parametrize("dtype, value", [(np.int8, 1000), (np.int32, 2**40),
-                                          (np.int64, 2**63)])
+@pytest.mark.parametrize(
+    "dtype, value", [(np.int8, 1000), (np.int32, 2**40), (np.int64, 2**63)]
+)
 def test_fill_value_out_of_range_for_signed_integers_is_refused(backend, dtype, value):
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data_empty((3,), dtype)

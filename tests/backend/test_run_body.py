@@ -14,7 +14,7 @@ def test_a_body_runs_in_stream_order_on_every_backend(backend, use_graph):
     with stf.context(backend=backend, use_graph=use_graph) as ctx:
         x, y = ctx.logical_data(X), ctx.logical_data(Y)
         with ctx.task(x.rw(), y.read()) as t:
-            t.run(lambda xp, a, b: a.__iadd__(2 * b))           # every dependency
+            t.run(lambda xp, a, b: a.__iadd__(2 * b))  # every dependency
         with ctx.task(y.read(), x.rw(), ctx.token().rw()) as t:
             t.run(lambda xp, a: a.__imul__(xp.float64(10)), 1)  # only dependency 1
     np.testing.assert_array_equal(X, np.full(8, 70.0))

@@ -32,13 +32,16 @@ def _decrement_counter(sctx, counter):
 
 # -- graph scopes -----------------------------------------------------------------
 
+
 def test_graph_scope_runs_its_work_in_order_with_the_root(sctx):
     X = np.zeros(8)
     x = sctx.logical_data(X)
     _increment(sctx, x)
     with sctx.graph_scope():
         _increment(sctx, x, 2.0)
-        _increment(sctx, x, 3.0, stf.exec_place.device(sctx._runtime.backend.device_count - 1))
+        _increment(
+            sctx, x, 3.0, stf.exec_place.device(sctx._runtime.backend.device_count - 1)
+        )
     _increment(sctx, x, 10.0)
     sctx.finalize()
     np.testing.assert_array_equal(X, 16.0)
@@ -89,7 +92,7 @@ def test_fence_and_finalize_refuse_open_scopes(sctx):
         sctx.fence()
     with pytest.raises(ScopeError, match="1 scope"):
         sctx.finalize()
-    sctx.pop()                                   # still usable
+    sctx.pop()  # still usable
     sctx.fence()
     sctx.finalize()
 
@@ -111,6 +114,7 @@ def test_host_launch_at_the_root_and_in_a_graph_scope_not_in_loops(sctx):
 
 # -- loops ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("count", [0, 1, 4])
 def test_repeat_runs_the_body_count_times(sctx, count):
     X = np.zeros(5)
@@ -124,15 +128,16 @@ def test_repeat_runs_the_body_count_times(sctx, count):
 def test_repeat_checks_count(sctx):
     with pytest.raises(ValueError, match="non-negative") as info:
         sctx.repeat(-1)
-    assert isinstance(info.value, OverflowError)      # as the reference's size_t
+    assert isinstance(info.value, OverflowError)  # as the reference's size_t
     for bad in (2.0, True, "3"):
         with pytest.raises(TypeError, match="int"):
             sctx.repeat(bad)
 
 
 @pytest.mark.parametrize("start, iterations", [(5, 5), (0, 1), (-3, 1)])
-def test_while_loop_runs_at_least_once_then_while_the_condition_holds(sctx, start,
-                                                                       iterations):
+def test_while_loop_runs_at_least_once_then_while_the_condition_holds(
+    sctx, start, iterations
+):
     N = np.array([start], dtype=np.int64)
     X = np.zeros(4)
     n, x = sctx.logical_data(N), sctx.logical_data(X)
@@ -153,7 +158,7 @@ def test_while_loop_three_argument_form_and_combined_conditions(sctx):
         _decrement_counter(sctx, n)
         with sctx.task(r.rw()) as t:
             _run(t, lambda xp, a: a.__imul__(0.5), 0)
-        loop.continue_while((n > 0) & ~(r <= 1.0))     # stops when r <= 1
+        loop.continue_while((n > 0) & ~(r <= 1.0))  # stops when r <= 1
     with sctx.while_loop() as loop:
         _decrement_counter(sctx, n)
         loop.continue_while(n, ">", 0)
@@ -191,11 +196,11 @@ def test_loop_over_two_devices(sctx, backend):
             with sctx.task(stf.exec_place.device(0), x.rw()) as t:
                 _run(t, lambda xp, a: a.__imul__(2.0), 0)
 
-    if backend == "cuda":       # a conditional node's body is on one device
+    if backend == "cuda":  # a conditional node's body is on one device
         with pytest.raises(ScopeError, match="device"):
             body()
         sctx.finalize()
-        np.testing.assert_array_equal(X, np.arange(6.0))      # discarded
+        np.testing.assert_array_equal(X, np.arange(6.0))  # discarded
         return
     body()
     sctx.finalize()
@@ -252,20 +257,24 @@ def test_cond_handle_lets_device_code_set_the_condition(sctx, backend):
     if backend != "emulated":
         pytest.skip("custom condition code is device code on CUDA (see test_gpu_graphs)")
     from stflow.emulated import launch, set_conditional
+
     N = np.array([4], dtype=np.int64)
     n = sctx.logical_data(N)
     with sctx.while_loop() as loop:
         handle = loop.cond_handle
         with loop.condition_task(n.rw()) as t:
+
             def step(a):
                 a -= 1
                 set_conditional(handle, a[0] > 0)
+
             launch(t.stream_ptr(), step, t.get_arg_cai(0))
     sctx.finalize()
     assert N[0] == 0
 
 
 # -- data ---------------------------------------------------------------------------
+
 
 def test_read_only_data_and_push(sctx):
     x = sctx.logical_data(np.ones(3))
@@ -338,6 +347,7 @@ def test_cond_expressions(sctx):
 
 # -- launchable graphs -----------------------------------------------------------------
 
+
 def test_launchable_graph_scope_runs_exactly_as_often_as_launched(sctx):
     X, Y = np.zeros(4), np.zeros(2)
     x, y = sctx.logical_data(X), sctx.logical_data(Y)
@@ -349,7 +359,7 @@ def test_launchable_graph_scope_runs_exactly_as_often_as_launched(sctx):
     with pytest.raises(RuntimeError, match="reset"):
         lg.launch()
     with sctx.launchable_graph_scope() as lg2:
-        _increment(sctx, y)                     # never launched: y unchanged
+        _increment(sctx, y)  # never launched: y unchanged
     _increment(sctx, y, 3.0)
     sctx.finalize()
     np.testing.assert_array_equal(X, 5.0)
@@ -378,9 +388,9 @@ def test_pop_prologue_shared(sctx):
     with pytest.raises(ScopeError, match="launchable"):
         sctx.finalize()
     with pytest.raises(ScopeError, match="launchable graph"):
-        _increment(sctx, x)                     # the data is held by the graph
+        _increment(sctx, x)  # the data is held by the graph
     lg.reset()
-    lg.reset()                                  # idempotent
+    lg.reset()  # idempotent
     assert not alias.valid
     sctx.finalize()
     np.testing.assert_array_equal(X, 4.0)
@@ -391,6 +401,7 @@ def test_pop_prologue_shared(sctx):
 
 
 # -- task_graph --------------------------------------------------------------------------
+
 
 def test_task_graph_records_once_and_launches_many_times(backend):
     g = stf.task_graph(backend=backend)
@@ -444,9 +455,9 @@ def test_an_exception_with_pushed_scopes_open_still_writes_the_root_back(backend
         with pytest.raises(_Boom):
             with stf.stackable_context(backend=backend) as sctx:
                 x, y = sctx.logical_data(X), sctx.logical_data(Y)
-                _increment(sctx, x, 1.0)                  # root: kept
+                _increment(sctx, x, 1.0)  # root: kept
                 sctx.push()
-                _increment(sctx, x, 10.0)                 # in scopes: discarded
+                _increment(sctx, x, 10.0)  # in scopes: discarded
                 sctx.push()
                 _increment(sctx, y, 5.0)
                 raise _Boom
@@ -454,8 +465,7 @@ def test_an_exception_with_pushed_scopes_open_still_writes_the_root_back(backend
     np.testing.assert_array_equal(Y, np.zeros(4))
 
 
-def test_an_exception_with_a_launchable_graph_alive_still_writes_the_root_back(
-        backend):
+def test_an_exception_with_a_launchable_graph_alive_still_writes_the_root_back(backend):
     X, Y = np.zeros(3), np.zeros(3)
     with pytest.warns(UserWarning, match=r"1 launchable graph\(s\) not reset"):
         with pytest.raises(_Boom):
@@ -468,7 +478,7 @@ def test_an_exception_with_a_launchable_graph_alive_still_writes_the_root_back(
                 lg.launch()
                 lg.launch()
                 raise _Boom
-    np.testing.assert_array_equal(X, np.full(3, 4.0))     # two launches ran
+    np.testing.assert_array_equal(X, np.full(3, 4.0))  # two launches ran
     np.testing.assert_array_equal(Y, np.full(3, 3.0))
 
 

@@ -43,7 +43,7 @@ def test_write_back_touches_the_view_only(backend, make, shape):
         ld = ctx.logical_data(view, name="view")
         assert ld.shape == view.shape
         _double_on(ctx, ld, 0)
-        with ctx.task(stf.exec_place.host(), ld.rw()) as t:   # the user's own memory
+        with ctx.task(stf.exec_place.host(), ld.rw()) as t:  # the user's own memory
             t.run(lambda xp, a: xp.multiply(a, 2, out=a))
         np.testing.assert_array_equal(ctx.wait(ld), make(expected))
     np.testing.assert_array_equal(parent, expected)
@@ -58,8 +58,12 @@ def test_device_tasks_see_dense_copies_and_host_tasks_the_view():
         with ctx.task(stf.exec_place.device(1), ld.read()) as t:
             array = np.asarray(t.get_arg_cai(0))
             seen["device"] = (array.flags.c_contiguous, array.strides)
-        ctx.host_launch(ld.read(), fn=lambda a: seen.__setitem__(
-            "host", (a.strides, np.shares_memory(a, parent))))
+        ctx.host_launch(
+            ld.read(),
+            fn=lambda a: seen.__setitem__(
+                "host", (a.strides, np.shares_memory(a, parent))
+            ),
+        )
     assert seen["device"] == (True, (40, 8))
     assert seen["host"] == (view.strides, True)
 
@@ -78,30 +82,32 @@ def test_views_of_one_parent_side_by_side_and_interleaved(backend):
             t.run(lambda xp, a, b: a.__iadd__(b))
     assert (parent[:, :5] == 2 + 4).all() and (parent[:, 6:11] == 4).all()
     assert (parent[::2, 11] == 6).all() and (parent[1::2, 11] == 8).all()
-    assert (parent[:, 5] == SENTINEL).all()          # the gap column
+    assert (parent[:, 5] == SENTINEL).all()  # the gap column
 
 
 def test_overlapping_strided_registrations_raise():
     A = np.zeros((8, 8))
     with stf.context(backend="emulated") as ctx:
-        grid = stf.tiles(ctx, A, 4)                      # kept: collected data retires
-        with pytest.raises(BufferOverlapError, match="overlaps the buffer of logical "
-                                                     "data 'tile\\[0,0\\]'"):
-            stf.tiles(ctx, A, 2)                         # a second grid over A
+        grid = stf.tiles(ctx, A, 4)  # kept: collected data retires
+        with pytest.raises(
+            BufferOverlapError,
+            match="overlaps the buffer of logical data 'tile\\[0,0\\]'",
+        ):
+            stf.tiles(ctx, A, 2)  # a second grid over A
         with pytest.raises(BufferOverlapError):
-            ctx.logical_data(A)                          # the whole array
+            ctx.logical_data(A)  # the whole array
         with pytest.raises(BufferOverlapError):
-            ctx.logical_data(A[3:5, 3:5])                # across four tiles
+            ctx.logical_data(A[3:5, 3:5])  # across four tiles
         assert len(grid) == 4
     B = np.zeros((6, 6))
     with stf.context(backend="emulated") as ctx:
         kept = [ctx.logical_data(B[::2]), ctx.logical_data(B[1::2])]  # disjoint: fine
         with pytest.raises(BufferOverlapError):
-            ctx.logical_data(B[:, ::2])                  # shares rows with both
+            ctx.logical_data(B[:, ::2])  # shares rows with both
         assert len(kept) == 2
     C = np.zeros((6, 6))
     C.setflags(write=False)
-    with stf.context(backend="emulated") as ctx:         # read-only overlaps: harmless
+    with stf.context(backend="emulated") as ctx:  # read-only overlaps: harmless
         kept = [ctx.logical_data(C[:4]), ctx.logical_data(C[:, 1:3])]
         assert all(ld.readonly for ld in kept)
 
@@ -124,12 +130,16 @@ def test_reductions_into_strided_data(backend):
     with stf.context(backend=backend) as ctx:
         ld = ctx.logical_data(view)
         for k in range(4):
-            place = stf.exec_place.host() if k == 3 else \
-                stf.exec_place.device(k % ctx._runtime.device_count)
+            place = (
+                stf.exec_place.host()
+                if k == 3
+                else stf.exec_place.device(k % ctx._runtime.device_count)
+            )
             with ctx.task(place, ld.reduce("sum")) as t:
                 t.run(lambda xp, a: a.__iadd__(2.0))
-        with ctx.task(stf.exec_place.host(), ld.reduce("max", stf.data_place.host())) \
-                as t:
+        with ctx.task(
+            stf.exec_place.host(), ld.reduce("max", stf.data_place.host())
+        ) as t:
             t.run(lambda xp, a: a.__setitem__(Ellipsis, 5.0))
     assert (view == 9.0).all()
     untouched = parent.copy()
@@ -144,8 +154,9 @@ def test_graph_mode_moves_strided_data(backend):
     with stf.context(backend=backend, use_graph=True) as ctx:
         ld = ctx.logical_data(view)
         for k in range(3):
-            with ctx.task(stf.exec_place.device(k % ctx._runtime.device_count),
-                          ld.rw()) as t:
+            with ctx.task(
+                stf.exec_place.device(k % ctx._runtime.device_count), ld.rw()
+            ) as t:
                 t.run(lambda xp, a: a.__iadd__(1.0))
     assert (view == 6.0).all()
     assert (parent[0] == SENTINEL).all() and (parent[:, ::2] == SENTINEL).all()
@@ -171,17 +182,19 @@ def test_tiles_are_registered_in_place():
     with stf.context(backend="emulated") as ctx:
         grid = stf.tiles(ctx, A, (4, 4))
         for _, tile in grid:
-            ctx.host_launch(tile.read(), fn=lambda a: shared.append(
-                np.shares_memory(a, A)))
+            ctx.host_launch(
+                tile.read(), fn=lambda a: shared.append(np.shares_memory(a, A))
+            )
     assert shared == [True] * 4
 
 
 def test_page_locking_covers_the_span_of_a_view_without_a_contiguous_owner():
     from stflow._engine.registry import _span_of
+
     fortran = np.asfortranarray(np.arange(20.0).reshape(4, 5))
-    assert _span_of(fortran) is fortran                  # contiguous: itself
-    rows = fortran[1:3]                                  # strided, owner F-contiguous
-    assert rows.base is fortran                          # the owner is what is pinned
+    assert _span_of(fortran) is fortran  # contiguous: itself
+    rows = fortran[1:3]  # strided, owner F-contiguous
+    assert rows.base is fortran  # the owner is what is pinned
     owner = np.zeros(100)
     strided = np.lib.stride_tricks.as_strided(owner, (3, 4), (160, 16))
     span = _span_of(strided)

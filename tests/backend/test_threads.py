@@ -11,11 +11,10 @@ import time
 
 import numpy as np
 import pytest
+from helpers.bodies import _run, add_to
 
 import stflow as stf
 from stflow.errors import ScopeError
-
-from helpers.bodies import _run, add_to
 from stflow.testing import run_threads
 
 MODES = ["stream", "graph"]
@@ -26,6 +25,7 @@ def _context(backend, mode):
 
 
 # -- graph mode's epochs, shared by threads ----------------------------------------------
+
 
 @pytest.mark.parametrize("mode", MODES)
 def test_threads_incrementing_their_own_data_lose_nothing(backend, mode):
@@ -43,6 +43,7 @@ def test_threads_incrementing_their_own_data_lose_nothing(backend, mode):
                         ctx.fence()
                     if k % 40 == i:
                         assert ctx.wait(data[i])[0] == k + 1
+
             return run
 
         run_threads([worker(i) for i in range(8)])
@@ -119,6 +120,7 @@ def test_tasks_nested_in_a_body_keep_the_body_in_order(backend, mode):
 
 # -- stackable contexts: scopes are per thread ---------------------------------------------
 
+
 def test_every_newly_arriving_thread_waits_for_a_body_started_alone(backend):
     """Graph mode: the first thread's body, started while it submitted alone, shares
     its capture with the prologue's events; not only the second thread but also a
@@ -131,19 +133,19 @@ def test_every_newly_arriving_thread_waits_for_a_body_started_alone(backend):
         z, w = ctx.logical_data(Z), ctx.logical_data(W)
         dev0 = stf.exec_place.device(0)
 
-        def first():                    # copies x and y to device 0, then a long body
+        def first():  # copies x and y to device 0, then a long body
             with ctx.task(dev0, x.rw(), y.read()) as t:
                 started.set()
                 assert second_waits.wait(10)
-                time.sleep(0.2)         # the third thread arrives meanwhile
+                time.sleep(0.2)  # the third thread arrives meanwhile
                 add_to(t, 0, 1, 1.0)
 
-        def second():                   # arrives first among the others
+        def second():  # arrives first among the others
             assert started.wait(10)
             with ctx.task(w.rw()) as t:
                 add_to(t, 0, None, 1.0)
 
-        def third():                    # reads y at device 0: after the first's copy
+        def third():  # reads y at device 0: after the first's copy
             assert started.wait(10)
             time.sleep(0.05)
             second_waits.set()
@@ -177,11 +179,11 @@ def test_another_threads_root_work_is_not_recorded_into_my_scope(backend):
             for _ in range(3):
                 with sctx.task(b.rw()) as t:
                     add_to(t, 0, None, 1.0)
-            sctx.fence()                 # this thread is at the root: allowed
+            sctx.fence()  # this thread is at the root: allowed
             b_done.set()
 
         run_threads([scoped, root])
-    np.testing.assert_array_equal(A, np.zeros(4))      # the scope was discarded
+    np.testing.assert_array_equal(A, np.zeros(4))  # the scope was discarded
     np.testing.assert_array_equal(B, np.full(4, 3.0))  # the root work was not
 
 
@@ -203,6 +205,7 @@ def test_two_threads_record_scopes_of_their_own_at_once(backend):
                 with sctx.task(data[i].rw()) as t:
                     add_to(t, 0, None, 10.0)
                 sctx.pop()
+
             return run
 
         run_threads([worker(0), worker(1)])
@@ -225,7 +228,7 @@ def test_root_work_on_data_of_another_threads_open_scope_waits_until_it_closes(b
                 time.sleep(0.2)
                 with sctx.task(x.rw()) as t:
                     add_to(t, 0, None, 1.0)
-                closed.set()                     # just before the scope launches
+                closed.set()  # just before the scope launches
 
         def root():
             assert touched.wait(10)
@@ -257,11 +260,12 @@ def test_threads_waiting_for_each_others_scopes_get_an_error_not_a_hang(backend)
                 except ScopeError as exc:
                     assert "would wait forever" in str(exc)
                     outcomes[name] = "refused"
+
             return run
 
         run_threads([worker("a", x, y), worker("b", y, x)])
     assert sorted(outcomes.values()) == ["done", "refused"]
-    np.testing.assert_array_equal(X + Y, np.full(2, 2.0))   # one scope ran, entirely
+    np.testing.assert_array_equal(X + Y, np.full(2, 2.0))  # one scope ran, entirely
 
 
 def test_finalize_waits_for_the_scopes_other_threads_have_open(backend):
@@ -288,6 +292,7 @@ def test_finalize_waits_for_the_scopes_other_threads_have_open(backend):
 def test_push_and_pop_are_per_thread(backend):
     entered = threading.Event()
     with stf.stackable_context(backend=backend) as sctx:
+
         def pusher():
             sctx.push()
             entered.set()
@@ -317,15 +322,16 @@ def test_scopes_of_several_threads_read_read_only_data_at_once(backend):
                     with sctx.graph_scope():
                         with sctx.task(data[i].rw(), s.read()) as t:
                             add_to(t, 0, 1, 1.0)
-                        both_read.wait()         # both scopes hold a read of s now
+                        both_read.wait()  # both scopes hold a read of s now
                         if discard:
                             raise KeyError("discarded")
                 except KeyError:
                     pass
+
             return run
 
         run_threads([worker(0, False), worker(1, True)])
-        with sctx.task(data[1].rw(), s.read()) as t:   # after a discarded reader
+        with sctx.task(data[1].rw(), s.read()) as t:  # after a discarded reader
             add_to(t, 0, 1, 2.0)
     np.testing.assert_array_equal(outs[0], S)
     np.testing.assert_array_equal(outs[1], 2.0 * S)
@@ -333,8 +339,10 @@ def test_scopes_of_several_threads_read_read_only_data_at_once(backend):
 
 # -- registration against retirement ----------------------------------------------------
 
-def test_registration_is_one_step_against_another_threads_retirement(backend,
-                                                                      monkeypatch):
+
+def test_registration_is_one_step_against_another_threads_retirement(
+    backend, monkeypatch
+):
     """Issue 24: registering (scan the byte ranges, then insert) ran outside the
     runtime's lock, so another thread retiring collected data (removing its range)
     between the two shifted the scan onto a range past the new buffer: a spurious
@@ -343,14 +351,16 @@ def test_registration_is_one_step_against_another_threads_retirement(backend,
     import stflow._engine.registry as registry
 
     if stf.__compiled__:
-        pytest.skip("compiled, _registry does not look its bisect module up at run "
-                    "time: the pause cannot be patched in")
+        pytest.skip(
+            "compiled, _registry does not look its bisect module up at run "
+            "time: the pause cannot be patched in"
+        )
     base = np.zeros(30)
     scanning, retired = threading.Event(), threading.Event()
     me = []
     real = registry.bisect
 
-    class Bisect:                       # the registering thread's scan pauses
+    class Bisect:  # the registering thread's scan pauses
         insort = staticmethod(real.insort)
 
         @staticmethod
@@ -359,13 +369,13 @@ def test_registration_is_one_step_against_another_threads_retirement(backend,
             if me and threading.get_ident() == me[0] and len(key) == 1:
                 me.clear()
                 scanning.set()
-                retired.wait(0.3)       # long enough for a retirement not locked out
+                retired.wait(0.3)  # long enough for a retirement not locked out
             return index
 
     monkeypatch.setattr(registry, "bisect", Bisect)
     with stf.context(backend=backend) as ctx:
-        low = [ctx.logical_data(base[0:10])]          # retired meanwhile
-        high = ctx.logical_data(base[20:30])          # past the new buffer
+        low = [ctx.logical_data(base[0:10])]  # retired meanwhile
+        high = ctx.logical_data(base[20:30])  # past the new buffer
         other = ctx.logical_data(np.zeros(4))
         made = []
 
@@ -375,7 +385,7 @@ def test_registration_is_one_step_against_another_threads_retirement(backend,
 
         def retire():
             assert scanning.wait(10)
-            low.clear()                 # collected: its range goes at the next task
+            low.clear()  # collected: its range goes at the next task
             with ctx.task(other.rw()) as t:
                 add_to(t, 0, None, 1.0)
             retired.set()
@@ -394,10 +404,11 @@ def test_threads_registering_and_collecting_data_see_no_false_overlap(backend):
     import sys
 
     interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)         # threads switch often: a tight interleaving
+    sys.setswitchinterval(1e-5)  # threads switch often: a tight interleaving
     try:
         kept = [[] for _ in range(8)]
         with stf.context(backend=backend) as ctx:
+
             def worker(i):
                 def run():
                     for k in range(15):
@@ -408,11 +419,12 @@ def test_threads_registering_and_collecting_data_see_no_false_overlap(backend):
                             add_to(t, 0, None, 1.0)
                         if k % 3 == 0:
                             ctx.host_launch(ld.read(), fn=lambda a: None)
-                        del ld          # collected: retired at a later submission
+                        del ld  # collected: retired at a later submission
                         if k % 8 == i:
                             gc.collect()
                         if k % 10 == 0:
                             ctx.fence()
+
                 return run
 
             run_threads([worker(i) for i in range(8)])
@@ -438,7 +450,7 @@ def test_root_reductions_into_data_of_another_threads_open_scope_wait(backend, o
                 with sctx.task(x.reduce("sum")) as t:
                     _run(t, lambda xp, a: a.fill(1.0), 0)
                 reduced.set()
-                time.sleep(0.3)         # the other thread's reduction waits
+                time.sleep(0.3)  # the other thread's reduction waits
                 order.append("scope closed")
 
         def root():
@@ -463,13 +475,13 @@ def test_root_work_that_waited_is_admitted_again(backend):
         x, y = sctx.logical_data(X), sctx.logical_data(Y)
         runtime = sctx._runtime
 
-        def holder():                   # holds y until the scope has touched x
+        def holder():  # holds y until the scope has touched x
             with sctx.task(y.rw()) as t:
                 holding.set()
                 assert touched.wait(10)
                 add_to(t, 0, None, 1.0)
 
-        def root():                     # waits for y; x is free when it starts
+        def root():  # waits for y; x is free when it starts
             assert holding.wait(10)
             with sctx.task(x.rw(), y.read()) as t:
                 order.append("root")
@@ -478,7 +490,7 @@ def test_root_work_that_waited_is_admitted_again(backend):
         def scoped():
             assert holding.wait(10)
             deadline = time.monotonic() + 10
-            while True:                 # until the root task waits for y
+            while True:  # until the root task waits for y
                 with runtime.lock:
                     if runtime.waiters:
                         break
@@ -488,7 +500,7 @@ def test_root_work_that_waited_is_admitted_again(backend):
                 with sctx.task(x.rw()) as t:
                     add_to(t, 0, None, 1.0)
                 touched.set()
-                time.sleep(0.3)         # the root task must not go ahead meanwhile
+                time.sleep(0.3)  # the root task must not go ahead meanwhile
                 order.append("scope closed")
 
         run_threads([holder, root, scoped])

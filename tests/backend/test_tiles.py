@@ -6,28 +6,31 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers.bodies import add_to
 
 import stflow as stf
 from stflow.errors import AccessModeError, UnfinalizedContextWarning
 
-from helpers.bodies import add_to
-
 
 def _negate_every_tile(ctx, grid):
     for (i, j), tile in grid:
-        device = (i + j) % ctx._runtime.device_count    # two devices where there are
+        device = (i + j) % ctx._runtime.device_count  # two devices where there are
         with ctx.task(stf.exec_place.device(device), tile.rw()) as t:
-            add_to(t, 0, 0, -2.0)                  # x += -2 x
+            add_to(t, 0, 0, -2.0)  # x += -2 x
 
 
-@pytest.mark.parametrize("shape, tile_shape, grid_shape", [
-    ((6, 8), (2, 4), (3, 2)),                      # exact
-    ((7, 5), (3, 2), (3, 3)),                      # odd sizes: smaller last tiles
-    ((5, 5), 8, (1, 1)),                           # one tile bigger than the array
-    ((1, 9), (1, 1), (1, 9)),
-])
-def test_tiles_cover_the_array_and_are_written_back(backend, shape, tile_shape,
-                                                    grid_shape):
+@pytest.mark.parametrize(
+    "shape, tile_shape, grid_shape",
+    [
+        ((6, 8), (2, 4), (3, 2)),  # exact
+        ((7, 5), (3, 2), (3, 3)),  # odd sizes: smaller last tiles
+        ((5, 5), 8, (1, 1)),  # one tile bigger than the array
+        ((1, 9), (1, 1), (1, 9)),
+    ],
+)
+def test_tiles_cover_the_array_and_are_written_back(
+    backend, shape, tile_shape, grid_shape
+):
     A = np.arange(np.prod(shape), dtype=np.float64).reshape(shape) + 1
     expected = -A
     with stf.context(backend=backend) as ctx:
@@ -41,9 +44,10 @@ def test_tiles_cover_the_array_and_are_written_back(backend, shape, tile_shape,
             assert grid[i, j] is tile
         assert (covered == 1).all()
         _negate_every_tile(ctx, grid)
-        assert not np.array_equal(A, expected)     # written at finalize, not before
-        np.testing.assert_array_equal(ctx.wait(grid[-1, -1]),
-                                      expected[grid.bounds(-1, -1)])
+        assert not np.array_equal(A, expected)  # written at finalize, not before
+        np.testing.assert_array_equal(
+            ctx.wait(grid[-1, -1]), expected[grid.bounds(-1, -1)]
+        )
     np.testing.assert_array_equal(A, expected)
 
 
@@ -63,7 +67,7 @@ def test_tasks_see_contiguous_tiles_of_a_fortran_array():
 
 def test_tiles_of_a_strided_view_write_into_the_view():
     base = np.zeros((6, 6))
-    view = base[::2, 1::2]                         # 3 x 3, not contiguous
+    view = base[::2, 1::2]  # 3 x 3, not contiguous
     with stf.context(backend="emulated") as ctx:
         grid = stf.tiles(ctx, view, 2)
         for _, tile in grid:
@@ -107,6 +111,7 @@ def test_an_abandoned_context_leaves_the_array_as_it_was():
         warnings.simplefilter("ignore", UnfinalizedContextWarning)
         del ctx, grid
         import gc
+
         gc.collect()
     assert (A == 1).all()
 
@@ -130,5 +135,6 @@ def test_mistakes_are_refused_with_the_fix():
             grid[2, 0]
         with pytest.raises(TypeError, match=r"grid\[i, j\]"):
             grid[0]
-        assert repr(grid) == ("<stflow.TileGrid 2x2 tiles of 2x2 over an array of "
-                              "shape (3, 3)>")
+        assert repr(grid) == (
+            "<stflow.TileGrid 2x2 tiles of 2x2 over an array of shape (3, 3)>"
+        )

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers.backends import cuda_unavailable_reason, make_default
 
 _HERE = Path(__file__).parent
@@ -41,6 +40,7 @@ def _needs_cuda():
 @pytest.fixture
 def cuda():
     from stflow.backends import get_backend
+
     return get_backend("cuda")
 
 

@@ -13,6 +13,7 @@ import stflow as stf
 def test_burger_nesting_with_pytorch_bodies():
     torch = pytest.importorskip("torch")
     from stflow.interop.pytorch import pytorch_task
+
     U_host = np.zeros(64)
     with stf.stackable_context(backend="cuda") as sctx:
         U = sctx.logical_data(U_host, name="U")

@@ -14,6 +14,7 @@ def _chunk_devices(ptr: int, nbytes: int, chunk: int) -> list[int]:
     """The device holding each ``chunk`` of ``[ptr, ptr + nbytes)``, asked from the
     driver (``cuMemRetainAllocationHandle`` / ``cuMemGetAllocationPropertiesFromHandle``)."""
     from cuda.bindings import driver
+
     devices = []
     for offset in range(0, nbytes, chunk):
         err, handle = driver.cuMemRetainAllocationHandle(ptr + offset)
@@ -30,10 +31,11 @@ def _chunk_devices(ptr: int, nbytes: int, chunk: int) -> list[int]:
 def test_each_chunk_lives_on_the_device_its_member_names(cuda, cupy):
     count = cuda.device_count
     granularity = cuda.composite_granularity(list(range(count)))
-    grid = stf.exec_place_grid.create([stf.exec_place.device(i % count)
-                                       for i in range(4)],
-                                      mapper=stf.partitions.cyclic(granularity))
-    X = np.arange(6 * granularity // 8, dtype=np.float64)      # 6 chunks
+    grid = stf.exec_place_grid.create(
+        [stf.exec_place.device(i % count) for i in range(4)],
+        mapper=stf.partitions.cyclic(granularity),
+    )
+    X = np.arange(6 * granularity // 8, dtype=np.float64)  # 6 chunks
     with stf.context(backend="cuda") as ctx:
         x = ctx.logical_data(X)
         with ctx.task(grid, x.rw()) as t:
@@ -45,7 +47,7 @@ def test_each_chunk_lives_on_the_device_its_member_names(cuda, cupy):
                 member = chunk % 4
                 with cupy_stream(t.get_stream_at_index(member)):
                     a = cupy_array(view)
-                    a[chunk * per_member:(chunk + 1) * per_member] *= -1
+                    a[chunk * per_member : (chunk + 1) * per_member] *= -1
             placed = _chunk_devices(ptr, X.nbytes, granularity)
     assert placed == [(chunk % 4) % count for chunk in range(6)]
     np.testing.assert_array_equal(X, -np.arange(X.size, dtype=np.float64))
@@ -53,9 +55,10 @@ def test_each_chunk_lives_on_the_device_its_member_names(cuda, cupy):
 
 def test_composite_data_moves_between_devices_and_host(cuda, cupy):
     count = cuda.device_count
-    grid = stf.exec_place_grid.create([stf.exec_place.device(i % count)
-                                       for i in range(2)],
-                                      mapper=stf.partitions.blocked())
+    grid = stf.exec_place_grid.create(
+        [stf.exec_place.device(i % count) for i in range(2)],
+        mapper=stf.partitions.blocked(),
+    )
     X = np.arange(1 << 20, dtype=np.float32)
     with stf.context(backend="cuda") as ctx:
         x = ctx.logical_data(X)
@@ -74,9 +77,10 @@ def test_composite_data_moves_between_devices_and_host(cuda, cupy):
 
 def test_grid_tasks_in_graph_mode(cuda, cupy):
     count = cuda.device_count
-    grid = stf.exec_place_grid.create([stf.exec_place.device(i % count)
-                                       for i in range(2)],
-                                      mapper=stf.partitions.blocked())
+    grid = stf.exec_place_grid.create(
+        [stf.exec_place.device(i % count) for i in range(2)],
+        mapper=stf.partitions.blocked(),
+    )
     X = np.ones(4096)
     with stf.context(backend="cuda", use_graph=True) as ctx:
         x = ctx.logical_data(X)

@@ -7,8 +7,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from helpers.gpu import launch_spin, sync
+
 from stflow.backends._base import HOST, MANAGED, callback_state
 from stflow.errors import CudaError, PlaceError, ScopeError
 
@@ -42,6 +42,7 @@ def test_describe_names_the_devices(cuda):
 def test_get_backend_is_a_singleton_and_machine_init_is_idempotent(cuda):
     import stflow as stf
     from stflow.backends import get_backend
+
     assert get_backend("cuda") is cuda
     stf.machine_init()
     cuda.machine_init()
@@ -66,26 +67,31 @@ def test_allocate_and_locate(cuda, stream, place, nbytes):
         assert cuda.locate(allocation.ptr + nbytes - 1) == PLACES[place]
     finally:
         cuda.free(allocation, stream)
-        cuda.free(allocation, stream)        # a second free does nothing
+        cuda.free(allocation, stream)  # a second free does nothing
 
 
 @pytest.mark.parametrize("place", ["device", "host", "managed"])
-def test_own_allocations_are_classified_without_the_driver(cuda, stream, place,
-                                                           monkeypatch):
+def test_own_allocations_are_classified_without_the_driver(
+    cuda, stream, place, monkeypatch
+):
     """The kind of a buffer the backend allocated is remembered by base address (a
     copy between its own buffers asks the driver nothing) and forgotten at free."""
     from stflow.backends import _cuda_driver as _cu
+
     allocation = cuda.allocate(PLACES[place], 4096, stream, np.dtype(np.uint8))
     ptr = allocation.ptr
-    from_driver = cuda.pointer_kind(ptr + 1)         # not a base: asks the driver
+    from_driver = cuda.pointer_kind(ptr + 1)  # not a base: asks the driver
     asked = []
     real = _cu.driver.cuPointerGetAttributes
-    monkeypatch.setattr(_cu.driver, "cuPointerGetAttributes",
-                        lambda *args: asked.append(args) or real(*args))
+    monkeypatch.setattr(
+        _cu.driver,
+        "cuPointerGetAttributes",
+        lambda *args: asked.append(args) or real(*args),
+    )
     assert cuda.pointer_kind(ptr) == from_driver and not asked
     cuda.free(allocation, stream)
     sync(cuda, stream)
-    cuda.pointer_kind(ptr)                          # freed: the driver answers
+    cuda.pointer_kind(ptr)  # freed: the driver answers
     assert len(asked) == 1
 
 
@@ -111,37 +117,37 @@ def test_device_allocation_without_a_stream_is_usable_at_once(cuda, stream):
 def test_locate_pageable_and_registered_host_memory(cuda):
     small = np.zeros(16)
     assert cuda.locate(small.ctypes.data) == HOST
-    assert cuda.register_host(np.zeros(0)) is None     # nothing to page-lock
-    big = np.zeros(1 << 18)                           # 2 MiB
+    assert cuda.register_host(np.zeros(0)) is None  # nothing to page-lock
+    big = np.zeros(1 << 18)  # 2 MiB
     token = cuda.register_host(big)
     try:
         assert token is not None
         assert cuda.locate(big.ctypes.data) == HOST
-        assert cuda.register_host(big) == token       # shared, counted
+        assert cuda.register_host(big) == token  # shared, counted
         cuda.unregister_host(token)
-        assert cuda.is_pinned(big.ctypes.data, big.nbytes)   # one user left
+        assert cuda.is_pinned(big.ctypes.data, big.nbytes)  # one user left
     finally:
         cuda.unregister_host(token)
-    cuda.settle_host_registrations()                  # the last one is deferred
+    cuda.settle_host_registrations()  # the last one is deferred
     assert not cuda.is_pinned(big.ctypes.data, big.nbytes)
     cuda.unregister_host(None)
 
 
 def test_unregistering_is_deferred_and_registering_again_waits_for_it(cuda):
-    big = np.zeros(64 << 17)                          # 64 MiB, never touched: populated
+    big = np.zeros(64 << 17)  # 64 MiB, never touched: populated
     token = cuda.register_host(big)
     assert token is not None and cuda.is_pinned(big.ctypes.data, big.nbytes)
-    cuda.unregister_host(token)                       # returns before the driver call
-    again = cuda.register_host(big)                   # waits, then registers anew
+    cuda.unregister_host(token)  # returns before the driver call
+    again = cuda.register_host(big)  # waits, then registers anew
     assert again == token and cuda.is_pinned(big.ctypes.data, big.nbytes)
     cuda.unregister_host(again)
     cuda.settle_host_registrations()
     assert not cuda.is_pinned(big.ctypes.data, big.nbytes)
-    assert not big.any()                              # populating wrote nothing
+    assert not big.any()  # populating wrote nothing
 
 
 def test_register_host_refusal_is_not_an_error(cuda):
-    data = np.frombuffer(bytes(2 << 20), np.uint8)    # read-only pages
+    data = np.frombuffer(bytes(2 << 20), np.uint8)  # read-only pages
     token = cuda.register_host(data)
     cuda.unregister_host(token)
 
@@ -158,6 +164,7 @@ def test_out_of_memory_is_a_memory_error_and_a_cuda_error(cuda):
 def test_place_allocator_uses_the_cuda_backend(cuda_by_default):
     cuda = cuda_by_default
     import stflow as stf
+
     ptr = stf.data_place.device(0).allocate(4096)
     try:
         assert cuda.locate(ptr) == 0
@@ -197,8 +204,8 @@ def test_copy_from_pageable_memory_reads_it_in_stream_order(cuda, stream, cupy, 
     """The driver would read a pageable source at call time; stflow must not."""
     flag = cuda.allocate(0, 4, stream, np.dtype(np.int32))
     source = np.zeros(1000, np.int64)
-    launch_spin(stream.handle, flag.ptr, 1)                     # keeps the stream busy
-    cuda.launch_host_func(stream, lambda: source.fill(5))       # runs after the kernel
+    launch_spin(stream.handle, flag.ptr, 1)  # keeps the stream busy
+    cuda.launch_host_func(stream, lambda: source.fill(5))  # runs after the kernel
     dst, keep = _buffer(cuda, target, source.nbytes, stream)
     out = np.zeros(1000, np.int64)
     cuda.copy(dst, source.ctypes.data, source.nbytes, stream)
@@ -209,14 +216,22 @@ def test_copy_from_pageable_memory_reads_it_in_stream_order(cuda, stream, cupy, 
     cuda.free(flag, stream)
 
 
-@pytest.mark.parametrize("source, target", [("device", "pageable"), ("host", "host"),
-                                            ("pageable", "device"), ("host", "pageable")])
+@pytest.mark.parametrize(
+    "source, target",
+    [
+        ("device", "pageable"),
+        ("host", "host"),
+        ("pageable", "device"),
+        ("host", "pageable"),
+    ],
+)
 def test_copies_never_block_the_host(cuda, stream, cupy, source, target):
     import time
+
     flag = cuda.allocate(0, 4, stream, np.dtype(np.int32))
     src, src_keep = _buffer(cuda, source, 4096, stream)
     dst, dst_keep = _buffer(cuda, target, 4096, stream)
-    cuda.fill(src, 4096, b"\x2a", stream)                 # pageable: a host callback
+    cuda.fill(src, 4096, b"\x2a", stream)  # pageable: a host callback
     launch_spin(stream.handle, flag.ptr, 1)
     start = time.perf_counter()
     cuda.copy(dst, src, 4096, stream)
@@ -236,22 +251,25 @@ FILLS = [
     (np.int8, -3),
     (np.uint8, 0),
     (np.float16, 1.5),
-    (np.int16, 0x0101),                          # a 2-byte value of one repeated byte
+    (np.int16, 0x0101),  # a 2-byte value of one repeated byte
     (np.float32, 2.5),
     (np.int32, -123456),
     (np.float64, 1.0),
     (np.int64, -2),
     (np.complex64, 1 - 2j),
-    (np.complex128, 1.5 + 2.5j),                 # 16 bytes
-    (np.dtype([("a", "u1"), ("b", "<i2")]), (1, -2)),                       # 3 bytes
-    (np.dtype([("x", "<f8", (3,))]), ([1.0, 2.0, 3.0],)),                   # 24 bytes
-    (np.dtype([("x", "<i4", (25,))]), (list(range(25)),)),                  # 100 bytes
+    (np.complex128, 1.5 + 2.5j),  # 16 bytes
+    (np.dtype([("a", "u1"), ("b", "<i2")]), (1, -2)),  # 3 bytes
+    (np.dtype([("x", "<f8", (3,))]), ([1.0, 2.0, 3.0],)),  # 24 bytes
+    (np.dtype([("x", "<i4", (25,))]), (list(range(25)),)),  # 100 bytes
 ]
 
 
 @pytest.mark.parametrize("place", ["device", "host", "managed", "pageable"])
-@pytest.mark.parametrize("dtype, value", FILLS, ids=[
-    f"{np.dtype(d).itemsize}B-{np.dtype(d).str}" for d, _ in FILLS])
+@pytest.mark.parametrize(
+    "dtype, value",
+    FILLS,
+    ids=[f"{np.dtype(d).itemsize}B-{np.dtype(d).str}" for d, _ in FILLS],
+)
 def test_fill_patterns(cuda, stream, place, dtype, value):
     dtype = np.dtype(dtype)
     element = np.array(value, dtype)
@@ -259,7 +277,7 @@ def test_fill_patterns(cuda, stream, place, dtype, value):
         nbytes = count * dtype.itemsize
         ptr, keep = _buffer(cuda, place, nbytes + 8, stream)
         try:
-            cuda.fill(ptr, nbytes + 8, b"\xee", stream)     # canary after the data
+            cuda.fill(ptr, nbytes + 8, b"\xee", stream)  # canary after the data
             cuda.fill(ptr, nbytes, element.tobytes(), stream)
             out = np.empty(count, dtype)
             tail = np.zeros(8, np.uint8)
@@ -297,12 +315,12 @@ def test_record_counts_and_pools_events(cuda, stream):
     assert first.handle is not second.handle
     handle = second.handle
     stream.last_event = None
-    del second                                # collected: its handle is reusable
+    del second  # collected: its handle is reusable
     assert any(h is handle for h in stream.events)
     sync(cuda, stream)
     assert cuda.query(first)
     third = cuda.record(stream)
-    assert third.seq == 4                     # sync() recorded the third event
+    assert third.seq == 4  # sync() recorded the third event
 
 
 def test_wait_orders_a_copy_after_a_long_kernel(cuda, stream, cupy):
@@ -333,7 +351,7 @@ def test_stream_from_handle(cuda, stream, cupy):
     event = cuda.record(wrapped)
     cuda.wait(stream, event)
     cuda.synchronize(event)
-    cuda.destroy_stream(wrapped)                     # not owned: left alone
+    cuda.destroy_stream(wrapped)  # not owned: left alone
     foreign.synchronize()
 
 
@@ -370,6 +388,7 @@ def test_synchronize_producer_waits_for_the_producer(cuda, cupy):
 
 def test_timestamps_share_the_host_clock(cuda, stream, cupy):
     import time
+
     flag = cuda.allocate(0, 4, stream, np.dtype(np.int32))
     before = cuda.timestamp(None)
     first = cuda.timestamp(stream)
@@ -395,9 +414,11 @@ def test_host_callbacks_run_in_stream_order(cuda, stream, cupy):
     # are released (collected): only this test's callables are checked.
     earlier = set(cuda._host_funcs)
     for i in range(3):
+
         def callback(i=i):
             seen.append((i, int(view[0]), callback_state.active))
             threads.add(threading.get_ident())
+
         cuda.launch_host_func(stream, callback)
     sync(cuda, stream)
     assert seen == [(0, 5, True), (1, 5, True), (2, 5, True)]

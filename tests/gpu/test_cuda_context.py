@@ -7,9 +7,9 @@ import gc
 
 import numpy as np
 import pytest
+from helpers.gpu import cupy_stream, free_device_memory, launch_spin
 
 import stflow as stf
-from helpers.gpu import cupy_stream, free_device_memory, launch_spin
 from stflow.errors import PlaceError, ScopeError
 
 
@@ -95,8 +95,10 @@ def test_host_launch_sees_device_results_in_order(cupy):
                 with cupy_stream(t.stream_ptr()):
                     (view,) = _cupy_views(cupy, t)
                     view += 1
-            ctx.host_launch(ld.read(), fn=lambda a, i=i: seen.append((i, float(a[0]),
-                                                                     a.flags.writeable)))
+            ctx.host_launch(
+                ld.read(),
+                fn=lambda a, i=i: seen.append((i, float(a[0]), a.flags.writeable)),
+            )
     assert seen == [(i, 2.0 + i, False) for i in range(5)]
 
 
@@ -110,7 +112,7 @@ def test_host_launch_exception_raised_at_wait_and_finalize():
     ctx.host_launch(ld.rw(), fn=broken)
     with pytest.raises(ValueError, match="bad host work"):
         ctx.wait(ld)
-    np.testing.assert_array_equal(ctx.wait(ld), np.zeros(8))     # still usable
+    np.testing.assert_array_equal(ctx.wait(ld), np.zeros(8))  # still usable
     ctx.host_launch(ld.rw(), fn=broken)
     with pytest.raises(ValueError, match="bad host work"):
         ctx.finalize()
@@ -138,7 +140,7 @@ def test_register_cupy_array_in_place(cupy):
         ld = ctx.logical_data(x, dplace=stf.data_place.device(0))
         assert ld.shape == x.shape and ld.dtype == np.float32
         with ctx.task(ld.rw()) as t:
-            assert t.get_arg(0) == x.data.ptr          # the reference instance itself
+            assert t.get_arg(0) == x.data.ptr  # the reference instance itself
             with cupy_stream(t.stream_ptr()):
                 (view,) = _cupy_views(cupy, t)
                 view *= 3
@@ -174,7 +176,7 @@ def test_register_cupy_array_produced_on_a_stream(cupy):
         __cuda_array_interface__ = interface
 
     with stf.context(backend="cuda") as ctx:
-        ld = ctx.logical_data(Produced())            # synchronises the producer stream
+        ld = ctx.logical_data(Produced())  # synchronises the producer stream
         np.testing.assert_array_equal(ctx.wait(ld), [11])
 
 
@@ -202,7 +204,7 @@ def test_caller_stream_context(cupy):
         with cupy_stream(t.stream_ptr()):
             (view,) = _cupy_views(cupy, t)
             view += 4
-    ctx.finalize()                                   # enqueued on the caller stream
+    ctx.finalize()  # enqueued on the caller stream
     caller.synchronize()
     np.testing.assert_array_equal(data, np.full(256, 4, np.float32))
 
@@ -228,8 +230,11 @@ def test_nested_context_on_a_task_stream(cupy):
 # -- places -------------------------------------------------------------------------
 @pytest.mark.parametrize("where", ["host", "managed", "device"])
 def test_fill_and_read_at_every_place(where):
-    place = {"host": stf.data_place.host(), "managed": stf.data_place.managed(),
-             "device": stf.data_place.device(0)}[where]
+    place = {
+        "host": stf.data_place.host(),
+        "managed": stf.data_place.managed(),
+        "device": stf.data_place.device(0),
+    }[where]
     with stf.context(backend="cuda") as ctx:
         ld = ctx.logical_data_full((1000,), np.complex128(1 - 1j), where=place)
         np.testing.assert_array_equal(ctx.wait(ld), np.full(1000, 1 - 1j))
@@ -240,8 +245,8 @@ def test_fill_and_read_at_every_place(where):
 def test_fifty_contexts_leave_device_memory_unchanged(cuda, cupy):
     def run_one(i):
         with stf.context(backend="cuda") as ctx:
-            a = ctx.logical_data_zeros((1 << 20,), np.float64, name=f"a{i}")   # 8 MiB
-            b = ctx.logical_data(np.arange(1 << 18, dtype=np.float32))         # 1 MiB
+            a = ctx.logical_data_zeros((1 << 20,), np.float64, name=f"a{i}")  # 8 MiB
+            b = ctx.logical_data(np.arange(1 << 18, dtype=np.float32))  # 1 MiB
             with ctx.task(a.rw(), b.read()) as t:
                 with cupy_stream(t.stream_ptr()):
                     va, vb = _cupy_views(cupy, t)
@@ -251,11 +256,11 @@ def test_fifty_contexts_leave_device_memory_unchanged(cuda, cupy):
             ctx.wait(a)
 
     def settle():
-        gc.collect()                              # arrays of earlier tests
+        gc.collect()  # arrays of earlier tests
         cupy.get_default_memory_pool().free_all_blocks()
         return free_device_memory(cuda)
 
-    run_one(-1)                                   # warm up pools, kernels, streams
+    run_one(-1)  # warm up pools, kernels, streams
     before = settle()
     for i in range(50):
         run_one(i)

@@ -60,8 +60,13 @@ def _source(program: str, prelude: str = "") -> str:
 def _run(program: str, prelude: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, STFLOW_PURE_PYTHON="1")
     source = _source(program, prelude)
-    return subprocess.run([sys.executable, "-X", "faulthandler", "-c", source],
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", source],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _check(result: subprocess.CompletedProcess) -> None:
@@ -75,17 +80,23 @@ def test_stackable_repeat_after_a_numba_device_reset():
     stflow-only work: numba-cuda 0.30 itself cannot launch after its own reset
     (``CUDA_ERROR_CONTEXT_IS_DESTROYED`` from Numba alone, checked on an H200)."""
     pytest.importorskip("numba.cuda")
-    _check(_run(prelude=_NUMBA, program="""
+    _check(
+        _run(
+            prelude=_NUMBA,
+            program="""
         run_numba(1.0)
         cuda.get_current_device().reset()
         run_fill(2.0)
         run_fill(4.0)
         print("OK")
-    """))
+    """,
+        )
+    )
 
 
 def test_context_after_a_driver_level_primary_context_reset():
-    _check(_run("""
+    _check(
+        _run("""
         from cuda.bindings import driver
         run_fill(1.0)
         backend = get_backend("cuda")
@@ -101,7 +112,8 @@ def test_context_after_a_driver_level_primary_context_reset():
             got = ctx.wait(z)
         assert (got == 5.0).all(), got
         print("OK")
-    """))
+    """)
+    )
 
 
 def test_revalidation_is_a_no_op_without_a_reset(cuda):

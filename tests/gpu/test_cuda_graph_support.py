@@ -11,8 +11,8 @@ import random
 
 import numpy as np
 import pytest
-
 from helpers.gpu import cupy_stream, sync
+
 from stflow.backends._base import HOST
 from stflow.backends._graphs import GraphSupport
 from stflow.errors import ScopeError
@@ -51,6 +51,7 @@ class Tracked:
 
     def close(self):
         from stflow.backends._cuda_graphs import _Executable
+
         for made in reversed(self.made):
             if isinstance(made, _Executable):
                 self.support.destroy_exec(made)
@@ -106,10 +107,11 @@ def run(graphs, cuda, stream, executable, times=1):
     the test queued eagerly on other streams (CuPy's fills of its inputs, on CuPy's
     stream, which a non-blocking ``stream`` does not wait for) completed."""
     from cuda.bindings import driver
+
     for device in range(cuda.device_count):
         cuda._push(device)
         try:
-            err, = driver.cuCtxSynchronize()
+            (err,) = driver.cuCtxSynchronize()
         finally:
             cuda._pop(device)
         assert not err, err
@@ -119,8 +121,11 @@ def run(graphs, cuda, stream, executable, times=1):
 
 
 def ptr(array):
-    return array.data.ptr if hasattr(array, "data") and hasattr(array.data, "ptr") \
+    return (
+        array.data.ptr
+        if hasattr(array, "data") and hasattr(array.data, "ptr")
         else array.ctypes.data
+    )
 
 
 def kept_host_funcs(cuda):
@@ -130,6 +135,7 @@ def kept_host_funcs(cuda):
 # -- captures ----------------------------------------------------------------------
 def test_the_backend_has_graph_support(cuda):
     from stflow.backends._cuda_graphs import CudaGraphSupport
+
     assert isinstance(cuda.graphs, CudaGraphSupport)
     assert isinstance(cuda.graphs, GraphSupport)
 
@@ -146,7 +152,7 @@ def test_fill_copy_and_host_function_run_at_every_launch(cuda, stream, graphs, h
         cuda.launch_host_func(stream, lambda: seen.append(out.copy()))
     assert len(leaves) == 1
     sync(cuda, stream)
-    assert not out.any() and seen == []             # captured, not run
+    assert not out.any() and seen == []  # captured, not run
     executable = graphs.instantiate(graph)
     run(graphs, cuda, stream, executable)
     out[:] = 0
@@ -154,10 +160,10 @@ def test_fill_copy_and_host_function_run_at_every_launch(cuda, stream, graphs, h
     assert len(seen) == 2 and all((s == 7).all() for s in seen)
     assert kept_host_funcs(cuda) == kept + 1
     graphs.destroy_graph(graph)
-    run(graphs, cuda, stream, executable)             # outlives its graph
+    run(graphs, cuda, stream, executable)  # outlives its graph
     assert len(seen) == 3
     graphs.destroy_exec(executable)
-    sync(cuda, stream)                                # reaps the launch events
+    sync(cuda, stream)  # reaps the launch events
     assert kept_host_funcs(cuda) == kept
     cuda.free(device, None)
 
@@ -166,7 +172,7 @@ def test_captures_depend_on_earlier_captures(cuda, graphs, host, cupy):
     first, second, launcher = (cuda.create_stream(0) for _ in range(3))
     x = cupy.zeros(16, cupy.float32)
     y = cupy.zeros(16, cupy.float32)
-    cupy.multiply(x, 2, out=y)                        # compiled before any capture
+    cupy.multiply(x, 2, out=y)  # compiled before any capture
     out = host(16, np.float32)
     graph = graphs.create_graph()
     with capture(graphs, first, graph) as filled:
@@ -176,7 +182,7 @@ def test_captures_depend_on_earlier_captures(cuda, graphs, host, cupy):
             cupy.multiply(x, 2, out=y)
     with capture(graphs, first, graph, doubled):
         cuda.copy(out.ctypes.data, ptr(y), y.nbytes, first)
-    assert graphs.topology(graph) == (3, 2)           # three child nodes in a chain
+    assert graphs.topology(graph) == (3, 2)  # three child nodes in a chain
     run(graphs, cuda, launcher, graphs.instantiate(graph))
     assert (out == 6).all()
     for s in (first, second, launcher):
@@ -210,7 +216,7 @@ def test_a_stream_captures_once_at_a_time(cuda, stream, graphs):
 def test_pageable_copies_and_long_fills_are_captured(cuda, stream, graphs):
     source = np.arange(1000, dtype=np.int64)
     target = np.zeros_like(source)
-    pattern = np.arange(3, dtype=np.float64).tobytes()     # 24 bytes: pinned tile
+    pattern = np.arange(3, dtype=np.float64).tobytes()  # 24 bytes: pinned tile
     device = cuda.allocate(0, source.nbytes, None, np.dtype(np.int64))
     filled = cuda.allocate(0, 24 * 512, None, np.dtype(np.float64))
     back = np.zeros(3 * 512, np.float64)
@@ -224,7 +230,7 @@ def test_pageable_copies_and_long_fills_are_captured(cuda, stream, graphs):
     run(graphs, cuda, stream, executable)
     assert (target == source).all()
     assert (back == np.tile([0.0, 1.0, 2.0], 512)).all()
-    source *= 3                                       # read again at the next launch
+    source *= 3  # read again at the next launch
     run(graphs, cuda, stream, executable)
     assert (target == np.arange(1000) * 3).all()
     cuda.free(device, None)
@@ -241,8 +247,9 @@ def _fill_and_copy_graph(cuda, graphs, stream, device, out, value, seen):
     return graph
 
 
-def test_update_gives_an_executable_the_parameters_of_another_graph(cuda, stream,
-                                                                    graphs, host):
+def test_update_gives_an_executable_the_parameters_of_another_graph(
+    cuda, stream, graphs, host
+):
     kept = kept_host_funcs(cuda)
     devices = [cuda.allocate(0, 16, None, np.dtype(np.uint8)) for _ in range(2)]
     outs = [host(16, np.uint8) for _ in range(2)]
@@ -258,11 +265,11 @@ def test_update_gives_an_executable_the_parameters_of_another_graph(cuda, stream
     assert seen == [1, 2] and (outs[1] == 2).all()
     graphs.destroy_graph(first)
     sync(cuda, stream)
-    assert kept_host_funcs(cuda) == kept + 1          # the first graph's is released
+    assert kept_host_funcs(cuda) == kept + 1  # the first graph's is released
     other = graphs.create_graph()
     with capture(graphs, stream, other):
         cuda.fill(devices[0].ptr, 16, b"\x03", stream)
-    assert graphs.update(executable, other) is False   # another topology inside
+    assert graphs.update(executable, other) is False  # another topology inside
     for device in devices:
         cuda.free(device, None)
 
@@ -276,21 +283,23 @@ def _while_loop(cuda, graphs, stream, graph, deps, counter, iterations, cupy):
         with cupy_stream(stream.handle):
             counter -= 1
             iterations += 1
-        graphs.set_condition(stream, handle, [(ptr(counter), counter.dtype, ">", 0,
-                                               False)], "all")
+        graphs.set_condition(
+            stream, handle, [(ptr(counter), counter.dtype, ">", 0, False)], "all"
+        )
     graphs.end_loop_body(body, handle, sinks)
     return node
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("start", [1, 5])
-def test_while_loop_runs_until_its_condition_is_false(cuda, stream, graphs, host, cupy,
-                                                      dtype, start):
+def test_while_loop_runs_until_its_condition_is_false(
+    cuda, stream, graphs, host, cupy, dtype, start
+):
     counter = cupy.zeros(1, dtype)
     initial = cupy.full(1, start, dtype)
     iterations = cupy.zeros(1, cupy.int32)
     counter -= 1
-    iterations += 1                                   # compiled before any capture
+    iterations += 1  # compiled before any capture
     out = host()
     graph = graphs.create_graph()
     with capture(graphs, stream, graph) as ready:
@@ -300,7 +309,7 @@ def test_while_loop_runs_until_its_condition_is_false(cuda, stream, graphs, host
     with capture(graphs, stream, graph, [node]):
         cuda.copy(out.ctypes.data, ptr(iterations), 4, stream)
     executable = graphs.instantiate(graph)
-    for _ in range(2):                                # the counter is reset per launch
+    for _ in range(2):  # the counter is reset per launch
         out[:] = -1
         run(graphs, cuda, stream, executable)
         assert out[0] == start
@@ -313,8 +322,12 @@ def _term_value(dtype, op, threshold, negate, holds):
     else:
         base = [threshold - 1, threshold, threshold + 1]
     for value in base:
-        truth = {">": value > threshold, "<": value < threshold,
-                 ">=": value >= threshold, "<=": value <= threshold}[op]
+        truth = {
+            ">": value > threshold,
+            "<": value < threshold,
+            ">=": value >= threshold,
+            "<=": value <= threshold,
+        }[op]
         if (truth != negate) == holds:
             return value
     raise AssertionError("no value found")
@@ -323,8 +336,9 @@ def _term_value(dtype, op, threshold, negate, holds):
 @pytest.mark.parametrize("count", range(1, 9))
 @pytest.mark.parametrize("combiner", ["all", "any"])
 @pytest.mark.parametrize("seed", range(3))
-def test_condition_terms_are_combined(cuda, stream, graphs, host, cupy, count, combiner,
-                                      seed):
+def test_condition_terms_are_combined(
+    cuda, stream, graphs, host, cupy, count, combiner, seed
+):
     rng = random.Random(seed * 100 + count * 2 + (combiner == "any"))
     terms, values, initial, false = [], [], [], []
     wanted = []
@@ -337,10 +351,12 @@ def test_condition_terms_are_combined(cuda, stream, graphs, host, cupy, count, c
         wanted.append(holds)
         value = cupy.zeros(1, dtype)
         values.append(value)
-        initial.append(cupy.full(1, _term_value(dtype, op, threshold, negate, holds),
-                                 dtype))
-        false.append(cupy.full(1, _term_value(dtype, op, threshold, negate, False),
-                               dtype))
+        initial.append(
+            cupy.full(1, _term_value(dtype, op, threshold, negate, holds), dtype)
+        )
+        false.append(
+            cupy.full(1, _term_value(dtype, op, threshold, negate, False), dtype)
+        )
         terms.append((ptr(value), np.dtype(dtype), op, threshold, negate))
     iterations = cupy.zeros(1, cupy.int32)
     iterations += 1
@@ -355,7 +371,7 @@ def test_condition_terms_are_combined(cuda, stream, graphs, host, cupy, count, c
         with cupy_stream(stream.handle):
             iterations += 1
         graphs.set_condition(stream, handle, terms, combiner)
-        for value, stop in zip(values, false):        # false at the next evaluation
+        for value, stop in zip(values, false):  # false at the next evaluation
             cuda.copy(ptr(value), ptr(stop), value.nbytes, stream)
     graphs.end_loop_body(body, handle, sinks)
     with capture(graphs, stream, graph, [node]):
@@ -372,11 +388,13 @@ def test_bad_conditions_are_refused(cuda, stream, graphs):
     with pytest.raises(ValueError, match="1 to 8 terms"):
         graphs.set_condition(stream, 1, [term] * 9, "all")
     with pytest.raises(ValueError, match="not float16"):
-        graphs.set_condition(stream, 1, [(0, np.dtype(np.float16), ">", 0.0, False)],
-                             "all")
+        graphs.set_condition(
+            stream, 1, [(0, np.dtype(np.float16), ">", 0.0, False)], "all"
+        )
     with pytest.raises(ValueError, match="not '=='"):
-        graphs.set_condition(stream, 1, [(0, np.dtype(np.int32), "==", 0.0, False)],
-                             "all")
+        graphs.set_condition(
+            stream, 1, [(0, np.dtype(np.int32), "==", 0.0, False)], "all"
+        )
 
 
 def _counting_loop(cuda, graphs, stream, graph, deps, count, iterations, cupy):
@@ -462,8 +480,9 @@ def test_nested_loops(cuda, stream, graphs, host, cupy):
     inner = _counting_loop(cuda, graphs, stream, body, [], 2, iterations, cupy)
     with capture(graphs, stream, body, [inner]) as reset:
         cuda.copy(ptr(counter), ptr(initial), 8, stream)
-    inner_while = _while_loop(cuda, graphs, stream, body, reset, counter, iterations,
-                              cupy)
+    inner_while = _while_loop(
+        cuda, graphs, stream, body, reset, counter, iterations, cupy
+    )
     graphs.end_loop_body(body, handle, [inner_while])
     with capture(graphs, stream, graph, [outer]):
         cuda.copy(out.ctypes.data, ptr(iterations), 4, stream)
@@ -471,7 +490,7 @@ def test_nested_loops(cuda, stream, graphs, host, cupy):
     for _ in range(2):
         out[:] = -1
         run(graphs, cuda, stream, executable)
-        assert out[0] == 3 * (2 + 4)     # the inner loops restart in every iteration
+        assert out[0] == 3 * (2 + 4)  # the inner loops restart in every iteration
 
 
 def test_device_copies_run_in_a_loop_body(cuda, stream, graphs, host, cupy):
@@ -487,8 +506,8 @@ def test_device_copies_run_in_a_loop_body(cuda, stream, graphs, host, cupy):
     with capture(graphs, stream, body) as sinks:
         with cupy_stream(stream.handle):
             total += 1
-        cuda.copy(out.ctypes.data, ptr(total), 4, stream)        # device -> pinned
-        cuda.copy(ptr(total), step.ctypes.data, 4, stream)       # pinned -> device
+        cuda.copy(out.ctypes.data, ptr(total), 4, stream)  # device -> pinned
+        cuda.copy(ptr(total), step.ctypes.data, 4, stream)  # pinned -> device
     graphs.end_loop_body(body, handle, sinks)
     run(graphs, cuda, stream, graphs.instantiate(graph))
     assert out[0] == 3
@@ -555,7 +574,8 @@ def test_a_loop_body_stays_on_the_loop_device(cuda, graphs):
     other = cuda.create_stream(1)
     graph = graphs.create_graph()
     body = graphs.add_loop(graph, [], 0, 2)[1]
-    with pytest.raises(ScopeError, match="work of device 1 cannot run in the body of "
-                                         "a loop on device 0"):
+    with pytest.raises(
+        ScopeError, match="work of device 1 cannot run in the body of a loop on device 0"
+    ):
         graphs.begin_capture(other, body, [])
     cuda.destroy_stream(other)

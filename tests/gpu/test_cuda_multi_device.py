@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.gpu import cupy_stream, sync
 
 import stflow as stf
-from helpers.gpu import cupy_stream, sync
 from stflow.backends._base import HOST
 
 
@@ -50,7 +50,7 @@ def test_peer_copy_and_cross_device_wait(two):
     a = two.allocate(0, 4 << 20, first, np.dtype(np.uint8))
     b = two.allocate(1, 4 << 20, second, np.dtype(np.uint8))
     two.fill(a.ptr, 4 << 20, b"\x11", first)
-    two.wait(second, two.record(first))              # an event of device 0
+    two.wait(second, two.record(first))  # an event of device 0
     two.copy(b.ptr, a.ptr, 4 << 20, second)
     out = np.zeros(4 << 20, np.uint8)
     two.copy(out.ctypes.data, b.ptr, out.nbytes, second)

@@ -11,9 +11,9 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers.gpu import cupy_stream
 
 import stflow as stf
-from helpers.gpu import cupy_stream
 from stflow._interchange import sources as _sources
 
 
@@ -48,8 +48,11 @@ def _torch_view(torch, t, index=0):
 
 def test_the_registered_pointer_is_the_producers(reader, torch, cupy, stream):
     base = torch.arange(40, dtype=torch.float64, device="cuda").reshape(4, 10)
-    cases = [(base, base.data_ptr()), (base[1:], base[1:].data_ptr()),
-             (base[:, 1::2], base[:, 1:].data_ptr())]
+    cases = [
+        (base, base.data_ptr()),
+        (base[1:], base[1:].data_ptr()),
+        (base[:, 1::2], base[:, 1:].data_ptr()),
+    ]
     for tensor, ptr in cases:
         for producer in (tensor, DLPackOnly(tensor)):
             source = _sources.describe_buffer(producer, lambda device: stream)
@@ -125,7 +128,7 @@ def test_torch_pending_work_is_ordered_before_the_task(reader, torch, wrap):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         x = torch.zeros(1 << 20, dtype=torch.float32, device="cuda")
-        torch.cuda._sleep(200_000_000)              # GPU cycles, on the side stream
+        torch.cuda._sleep(200_000_000)  # GPU cycles, on the side stream
         x.fill_(7)
         with stf.context(backend="cuda") as ctx:
             ld = ctx.logical_data(DLPackOnly(x) if wrap else x)
@@ -138,13 +141,13 @@ def test_torch_pending_work_is_ordered_before_the_task(reader, torch, wrap):
 
 def test_the_producer_lives_while_stflow_uses_it(reader, torch):
     x = torch.arange(256, dtype=torch.float32, device="cuda")
-    same_memory = x.view(-1)          # another tensor object over the same memory
+    same_memory = x.view(-1)  # another tensor object over the same memory
     alive = weakref.ref(x)
     ctx = stf.context(backend="cuda")
     ld = ctx.logical_data(DLPackOnly(x))
     del x
     gc.collect()
-    assert alive() is not None                 # stflow keeps it (view or capsule)
+    assert alive() is not None  # stflow keeps it (view or capsule)
     with ctx.task(ld.rw()) as t:
         with torch.cuda.stream(torch.cuda.ExternalStream(int(t.stream_ptr()))):
             _torch_view(torch, t).add_(1)
@@ -152,8 +155,9 @@ def test_the_producer_lives_while_stflow_uses_it(reader, torch):
     assert alive() is not None
     ctx.finalize()
     torch.cuda.synchronize()
-    np.testing.assert_array_equal(same_memory.cpu().numpy(),
-                                  np.arange(1.0, 257.0, dtype=np.float32))
-    del ld, ctx, t, same_memory                # a view of x keeps x (its base) alive
+    np.testing.assert_array_equal(
+        same_memory.cpu().numpy(), np.arange(1.0, 257.0, dtype=np.float32)
+    )
+    del ld, ctx, t, same_memory  # a view of x keeps x (its base) alive
     gc.collect()
-    assert alive() is None                     # released once stflow is done
+    assert alive() is None  # released once stflow is done

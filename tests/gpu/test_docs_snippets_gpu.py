@@ -8,13 +8,13 @@ run in order in one fresh process.
 from __future__ import annotations
 
 import pytest
-
 from helpers.docs_snippets import blocks, pages, run_page
 
 pytestmark = pytest.mark.gpu
 
-GPU_PAGES = [p for p in pages() if any(b.runs_on_gpu and "gpu" in b.flags
-                                       for b in blocks(p))]
+GPU_PAGES = [
+    p for p in pages() if any(b.runs_on_gpu and "gpu" in b.flags for b in blocks(p))
+]
 
 
 @pytest.mark.parametrize("path", GPU_PAGES, ids=[p.name for p in GPU_PAGES])

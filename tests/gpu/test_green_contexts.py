@@ -32,8 +32,10 @@ BLOCKS = 4096
 
 def _total_sms():
     from cuda.bindings import driver
+
     err, value = driver.cuDeviceGetAttribute(
-        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0)
+        driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0
+    )
     assert not err
     return int(value)
 
@@ -41,14 +43,16 @@ def _total_sms():
 def _sms_used(cupy, place, use_graph=False):
     """The SMs the kernel's blocks ran on, in a task on ``place``."""
     from stflow.testing import cupy_array, cupy_stream
+
     kernel = cupy.RawKernel(SMID_SOURCE, "record_smid")
     out = np.full(BLOCKS, -1, dtype=np.int32)
     with stf.context(backend="cuda", use_graph=use_graph) as ctx:
         lout = ctx.logical_data(out)
         with ctx.task(place, lout.write()) as t:
             with cupy_stream(t.stream_ptr()):
-                kernel((BLOCKS,), (64,), (cupy_array(t.get_arg_cai(0)),
-                                          np.uint64(20_000)))
+                kernel(
+                    (BLOCKS,), (64,), (cupy_array(t.get_arg_cai(0)), np.uint64(20_000))
+                )
     assert (out >= 0).all()
     return set(out.tolist())
 
@@ -107,6 +111,7 @@ def test_green_places_counts_and_errors(cuda_by_default):
 
 def test_green_places_restore_the_current_context(cuda_by_default):
     from cuda.bindings import driver
+
     cuda_by_default.set_current_device(0)
     err, before = driver.cuCtxGetCurrent()
     try:
@@ -119,12 +124,13 @@ def test_green_places_restore_the_current_context(cuda_by_default):
 
 def test_from_context_primary_context_is_a_device_place(cuda_by_default):
     from cuda.bindings import driver
+
     err, device = driver.cuDeviceGet(0)
     err, primary = driver.cuDevicePrimaryCtxRetain(device)
     try:
         place = stf.exec_place.from_context(int(primary))
         assert place.kind == "device" and place.device_id == 0
-        assert place._stream_key == 0                       # the device's own pools
+        assert place._stream_key == 0  # the device's own pools
         assert place.backing_context == int(primary)
         resources = stf.exec_place_resources()
         with place:
@@ -142,6 +148,7 @@ def test_from_context_keeps_a_cuda_core_context_alive(green, cupy):
     assert place.backing_context is ref()
     X = np.arange(64.0)
     from stflow.testing import cupy_array, cupy_stream
+
     with stf.context(backend="cuda") as sctx:
         lX = sctx.logical_data(X)
         with sctx.task(place, lX.rw()) as t:
@@ -154,7 +161,9 @@ def test_locality_domain_count_reads_the_driver(cuda_by_default):
     count = stf.locality_domain_count(0)
     assert count >= 1
     from cuda.bindings import driver
-    attribute = getattr(driver.CUdevice_attribute,
-                        "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT", None)
+
+    attribute = getattr(
+        driver.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT", None
+    )
     if attribute is None:
-        assert count == 1                 # bindings older than CUDA 13.4
+        assert count == 1  # bindings older than CUDA 13.4

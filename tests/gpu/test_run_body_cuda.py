@@ -19,8 +19,9 @@ def test_bodies_get_the_instances_of_their_task(cupy, use_graph):
         x, y = ctx.logical_data(X), ctx.logical_data(Y)
         for _ in range(3):
             with ctx.task(x.rw(), y.read()) as t:
-                t.run(lambda xp, a, b: (seen.append((a.data.ptr, a.shape)),
-                                        a.__iadd__(b)))
+                t.run(
+                    lambda xp, a, b: (seen.append((a.data.ptr, a.shape)), a.__iadd__(b))
+                )
     np.testing.assert_array_equal(X, np.arange(12.0).reshape(3, 4) + 6.0)
     assert len({ptr for ptr, _ in seen}) == 1 and {s for _, s in seen} == {(3, 4)}
 
@@ -30,9 +31,11 @@ def test_a_body_changing_its_arrays_shape_does_not_change_the_next(cupy):
     with stf.context(backend="cuda") as ctx:
         x = ctx.logical_data(X)
         with ctx.task(x.rw()) as t:
+
             def flatten(xp, a):
-                a.shape = (6,)                       # the body's own view
+                a.shape = (6,)  # the body's own view
                 a += 1.0
+
             t.run(flatten)
         with ctx.task(x.rw()) as t:
             t.run(lambda xp, a: (None if a.shape == (2, 3) else 1 / 0, a.__imul__(2.0)))
@@ -49,9 +52,9 @@ def test_bodies_on_tiles_and_on_memory_reused_after_free(cupy):
     expected = np.arange(64.0).reshape(8, 8)
     for i in range(2):
         for j in range(2):
-            expected[4 * i:4 * i + 4, 4 * j:4 * j + 4] += 100.0 * (i * 2 + j)
+            expected[4 * i : 4 * i + 4, 4 * j : 4 * j + 4] += 100.0 * (i * 2 + j)
     np.testing.assert_array_equal(A, expected)
-    for value in range(3):                          # fresh contexts, fresh allocations
+    for value in range(3):  # fresh contexts, fresh allocations
         Z = np.zeros(1000)
         with stf.context(backend="cuda") as ctx:
             z = ctx.logical_data(Z)

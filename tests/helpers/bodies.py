@@ -26,11 +26,13 @@ def _run(t, fn, *indices):
     views = [t.get_arg_cai(i) for i in indices]
     if t._runtime.backend.name == "emulated":
         from stflow.emulated import launch
+
         launch(t.stream_ptr(), lambda *arrays: fn(np, *arrays), *views)
         return
     import cupy
 
     from stflow.testing import cupy_array, cupy_stream
+
     with cupy_stream(t.stream_ptr()):
         fn(cupy, *[cupy_array(v) for v in views])
 

@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NOT_PYTHON = frozenset({"bash", "console", "text", "dot", "toml", "yaml", "json"})
 PYTHON_FLAGS = frozenset({"gpu", "fragment", "continues"})
-SELF_CONTAINED = frozenset({"README.md"})   # pages whose blocks never continue
+SELF_CONTAINED = frozenset({"README.md"})  # pages whose blocks never continue
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>.*)$")
 
@@ -52,7 +52,7 @@ class Block:
     """One fenced code block of a Markdown page."""
 
     path: Path
-    line: int            # 1-based line of the first line of code
+    line: int  # 1-based line of the first line of code
     language: str
     flags: set[str] = field(default_factory=set)
     needs: list[str] = field(default_factory=list)
@@ -101,11 +101,13 @@ def blocks(path: Path) -> list[Block]:
         i += 1
         where = f"{path.relative_to(ROOT)}:{start}"
         if not words:
-            raise ValueError(f"{where}: a code block without an info string; mark it "
-                             "(```python, ```python fragment, ```text, ```bash ...)")
+            raise ValueError(
+                f"{where}: a code block without an info string; mark it "
+                "(```python, ```python fragment, ```text, ```bash ...)"
+            )
         language, rest = words[0], words[1:]
         if language.startswith("{") and language.endswith("}"):
-            continue                   # a MyST directive ({toctree}, {eval-rst})
+            continue  # a MyST directive ({toctree}, {eval-rst})
         block = Block(path, start + 1, language, code="\n".join(body) + "\n")
         if language == "python":
             for word in rest:
@@ -114,21 +116,29 @@ def blocks(path: Path) -> list[Block]:
                 elif word.startswith("needs="):
                     block.needs.extend(filter(None, word[6:].split(",")))
                 else:
-                    raise ValueError(f"{where}: unknown marker {word!r} on a python "
-                                     f"block; use one of {sorted(PYTHON_FLAGS)} or "
-                                     "needs=MODULE")
+                    raise ValueError(
+                        f"{where}: unknown marker {word!r} on a python "
+                        f"block; use one of {sorted(PYTHON_FLAGS)} or "
+                        "needs=MODULE"
+                    )
             if block.continues and not block.code.lstrip().startswith("#"):
-                raise ValueError(f"{where}: a 'continues' block builds on the blocks "
-                                 "above it; say so to the reader in its first line "
-                                 "(# continues the block above: ...)")
+                raise ValueError(
+                    f"{where}: a 'continues' block builds on the blocks "
+                    "above it; say so to the reader in its first line "
+                    "(# continues the block above: ...)"
+                )
             if block.continues and path.name in SELF_CONTAINED:
-                raise ValueError(f"{where}: the blocks of {path.name} are copied "
-                                 "alone; make this one self-contained (its imports "
-                                 "and data) instead of marking it 'continues'")
+                raise ValueError(
+                    f"{where}: the blocks of {path.name} are copied "
+                    "alone; make this one self-contained (its imports "
+                    "and data) instead of marking it 'continues'"
+                )
         elif language not in NOT_PYTHON or rest:
-            raise ValueError(f"{where}: unknown info string {match['info'].strip()!r}; "
-                             f"use python [gpu|fragment|needs=MODULE] or one of "
-                             f"{sorted(NOT_PYTHON)}")
+            raise ValueError(
+                f"{where}: unknown info string {match['info'].strip()!r}; "
+                f"use python [gpu|fragment|needs=MODULE] or one of "
+                f"{sorted(NOT_PYTHON)}"
+            )
         found.append(block)
     return found
 
@@ -177,29 +187,52 @@ class Outcome:
     failure: str | None
 
 
-def run_page(path: Path, selected: list[Block], *, timeout: float,
-             env: dict[str, str] | None = None) -> Outcome:
+def run_page(
+    path: Path,
+    selected: list[Block],
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> Outcome:
     """Run ``selected`` blocks of ``path`` in order in one fresh process, each in a
     fresh namespace unless it ``continues`` the blocks before it."""
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(ROOT / "src"), child_env.get("PYTHONPATH", "")]))
+        filter(None, [str(ROOT / "src"), child_env.get("PYTHONPATH", "")])
+    )
     selection = json.dumps([(b.line, b.code, b.needs, b.continues) for b in selected])
     try:
         done = subprocess.run(
-            [sys.executable, "-W", "error::DeprecationWarning:stflow",
-             "-c", _CHILD, str(path), selection],
-            cwd=ROOT, env=child_env, capture_output=True, text=True, timeout=timeout)
+            [
+                sys.executable,
+                "-W",
+                "error::DeprecationWarning:stflow",
+                "-c",
+                _CHILD,
+                str(path),
+                selection,
+            ],
+            cwd=ROOT,
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         output, code = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
+
         def text(data: object) -> str:
             return data.decode() if isinstance(data, bytes) else str(data or "")
+
         output = text(exc.stdout) + text(exc.stderr)
         starts = re.findall(r"STFLOW-DOCS start (\d+)", output)
         last = f"{path.relative_to(ROOT)}:{starts[-1]}" if starts else "(none started)"
-        return Outcome([], [], f"timed out after {timeout} s in the block at {last}\n"
-                               f"{output[-3000:]}")
+        return Outcome(
+            [],
+            [],
+            f"timed out after {timeout} s in the block at {last}\n{output[-3000:]}",
+        )
     ran = [int(n) for n in re.findall(r"STFLOW-DOCS ok (\d+)", output)]
     skipped = re.findall(r"STFLOW-DOCS skipped (\d+ needs .*)", output)
     failure = None

@@ -20,10 +20,11 @@ SPIN_CYCLES = 200_000_000
 """About 0.1 s at H200 clocks: far longer than any host-side submission in a test."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spin_kernel() -> Any:
     """A one-thread CuPy kernel: spin ``cycles`` clock ticks, then store ``value``."""
     import cupy
+
     return cupy.RawKernel(SPIN_SOURCE, "spin_then_store")
 
 
@@ -34,15 +35,18 @@ def cupy_stream(handle: Any) -> Any:
     object speaking the CUDA stream protocol (``__cuda_stream__``).
     """
     from stflow.testing import cupy_stream as stream
+
     return stream(handle)
 
 
-def launch_spin(stream_handle: int, out_ptr: int, value: int,
-                cycles: int = SPIN_CYCLES) -> None:
+def launch_spin(
+    stream_handle: int, out_ptr: int, value: int, cycles: int = SPIN_CYCLES
+) -> None:
     """Enqueue the spin kernel on a raw stream; it writes ``value`` (int32) at the end."""
     with cupy_stream(stream_handle):
-        spin_kernel()((1,), (1,), (np.uint64(cycles), np.uint64(out_ptr),
-                                   np.int32(value)))
+        spin_kernel()(
+            (1,), (1,), (np.uint64(cycles), np.uint64(out_ptr), np.int32(value))
+        )
 
 
 def sync(backend: Any, stream: Any) -> None:
@@ -53,8 +57,9 @@ def sync(backend: Any, stream: Any) -> None:
 def free_device_memory(backend: Any) -> int:
     """Free bytes on device 0 after synchronising it and trimming the memory pools."""
     from cuda.bindings import driver
+
     backend.set_current_device(0)
-    err, = driver.cuCtxSynchronize()
+    (err,) = driver.cuCtxSynchronize()
     assert not err, err
     backend.trim_pools()
     err, free, _total = driver.cuMemGetInfo()

@@ -25,14 +25,16 @@ class CudaAwareStandIn:
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Any:
         if hasattr(buf, "__cuda_array_interface__"):
             import cupy
-            buf = cupy.asnumpy(cupy.asarray(buf))      # the request keeps it alive
+
+            buf = cupy.asnumpy(cupy.asarray(buf))  # the request keeps it alive
         return self.comm.Isend(buf, dest=dest, tag=tag)
 
     def Irecv(self, buf: Any, source: int, tag: int = 0) -> Any:
         if not hasattr(buf, "__cuda_array_interface__"):
             return self.comm.Irecv(buf, source=source, tag=tag)
         import cupy
-        device = cupy.asarray(buf)                     # a view of the same memory
+
+        device = cupy.asarray(buf)  # a view of the same memory
         host = np.empty(device.nbytes, np.uint8)
         return _IntoDevice(self.comm.Irecv(host, source=source, tag=tag), host, device)
 
@@ -46,6 +48,7 @@ class _IntoDevice:
 
     def _arrived(self) -> None:
         import cupy
+
         self.device.reshape(-1).view(np.uint8).set(self.host)
         cupy.cuda.get_current_stream().synchronize()
         self.done = True

@@ -25,10 +25,10 @@ def test_a_chain_visits_every_rank_and_the_owner_gets_the_result(comm, backend):
             with ctx.task(x.rw(), rank=step % size) as t:
                 assert t.runs_here == (rank == step % size)
                 t.run(lambda xp, a, step=step: a.__iadd__(step + 1.0))
-        seen = ctx.wait(x)                       # the value, on every rank
+        seen = ctx.wait(x)  # the value, on every rank
     total = sum(range(1, 2 * size + 1))
     np.testing.assert_array_equal(seen, np.full(8, total))
-    expected = np.full(8, total) if rank == 0 else np.zeros(8)   # owner only
+    expected = np.full(8, total) if rank == 0 else np.zeros(8)  # owner only
     np.testing.assert_array_equal(X, expected)
 
 
@@ -38,13 +38,13 @@ def test_fence_gives_a_stream_that_completes_after_the_ranks_work(comm, backend)
     this rank executed."""
     import threading
     import time
+
     ran = []
     with stf.distributed_context(comm, backend=backend) as ctx:
         owned = [ctx.logical_data(np.zeros(4), owner=r) for r in range(comm.Get_size())]
         for data in owned:
             with ctx.task(data.rw()) as t:
-                t.run(lambda xp, a: (time.sleep(0.05), a.__iadd__(1.0),
-                                     ran.append(1)))
+                t.run(lambda xp, a: (time.sleep(0.05), a.__iadd__(1.0), ran.append(1)))
         handle = ctx.fence()
         assert isinstance(handle, int) and handle
         if backend == "emulated":
@@ -53,22 +53,23 @@ def test_fence_gives_a_stream_that_completes_after_the_ranks_work(comm, backend)
             assert done.wait(10)
         else:
             from cuda.bindings import driver
-            err, = driver.cuStreamSynchronize(handle)
+
+            (err,) = driver.cuStreamSynchronize(handle)
             assert not err, err
-        assert ran == [1]                  # the one task this rank executed
+        assert ran == [1]  # the one task this rank executed
 
 
 def test_tasks_run_where_their_written_data_lives(comm, backend):
     size, rank = comm.Get_size(), comm.Get_rank()
     arrays = [np.full(4, float(r)) for r in range(size)]
     expected = [a.copy() for a in arrays]
-    for r in range(size):                        # the same program, sequentially
+    for r in range(size):  # the same program, sequentially
         expected[r] += 10 * expected[(r - 1) % size]
     with stf.distributed_context(comm, backend=backend) as ctx:
         data = [ctx.logical_data(a, owner=r) for r, a in enumerate(arrays)]
         for r in range(size):
             with ctx.task(data[r].rw(), data[(r - 1) % size].read()) as t:
-                assert t.runs_here == (rank == r)          # the owner of data[r]
+                assert t.runs_here == (rank == r)  # the owner of data[r]
                 t.run(lambda xp, mine, other: mine.__iadd__(10 * other))
     for r in range(size):
         want = expected[r] if r == rank else np.full(4, float(r))
@@ -108,7 +109,7 @@ def test_bad_owners_and_dependencies_are_refused(comm):
             ctx.logical_data_empty((4, -1))
         with pytest.raises(TypeError):
             ctx.logical_data_empty((4,), dtype="no such type")
-        zero_d = ctx.logical_data_empty((), np.int32)            # accepted, like empty
+        zero_d = ctx.logical_data_empty((), np.int32)  # accepted, like empty
         assert zero_d.shape == () and zero_d.dtype == np.int32
         assert ctx.logical_data_empty((3, 0)).shape == (3, 0)
 
@@ -121,24 +122,36 @@ class _HalfACommunicator:
         return 1
 
 
-@pytest.mark.parametrize("comm_given, got", [
-    (None, "got None;"), (0, "got int 0;"), ("COMM_WORLD", "got str 'COMM_WORLD';"),
-    ("the module", "got the module mpi4py.MPI;"),
-    (_HalfACommunicator(), "got an object of type _HalfACommunicator without Isend, "
-                           "Irecv, Bcast, allgather, Barrier, Abort;")])
-def test_what_is_not_a_communicator_is_refused_naming_what_arrived(comm, comm_given,
-                                                                   got):
+@pytest.mark.parametrize(
+    "comm_given, got",
+    [
+        (None, "got None;"),
+        (0, "got int 0;"),
+        ("COMM_WORLD", "got str 'COMM_WORLD';"),
+        ("the module", "got the module mpi4py.MPI;"),
+        (
+            _HalfACommunicator(),
+            "got an object of type _HalfACommunicator without Isend, "
+            "Irecv, Bcast, allgather, Barrier, Abort;",
+        ),
+    ],
+)
+def test_what_is_not_a_communicator_is_refused_naming_what_arrived(comm, comm_given, got):
     from mpi4py import MPI
+
     if comm_given == "the module":
         comm_given = MPI
     with pytest.raises(TypeError) as refused:
         stf.distributed_context(comm_given, backend="emulated")
     message = str(refused.value)
-    assert message.startswith("distributed_context: comm must be an MPI communicator "
-                              "(an mpi4py.MPI.Intracomm such as MPI.COMM_WORLD")
+    assert message.startswith(
+        "distributed_context: comm must be an MPI communicator "
+        "(an mpi4py.MPI.Intracomm such as MPI.COMM_WORLD"
+    )
     assert got in message
-    assert message.endswith("distributed_context(MPI.COMM_WORLD) (pip install "
-                            "'stflow[mpi]')")
+    assert message.endswith(
+        "distributed_context(MPI.COMM_WORLD) (pip install 'stflow[mpi]')"
+    )
 
 
 class _Delegating:
@@ -163,11 +176,12 @@ def test_an_object_with_a_communicators_methods_will_do(comm):
 
 def test_the_null_and_inter_communicators_are_refused(comm):
     from mpi4py import MPI
+
     with pytest.raises(ValueError, match="comm is MPI.COMM_NULL, which has no ranks"):
         stf.distributed_context(MPI.COMM_NULL, backend="emulated")
     size, rank = comm.Get_size(), comm.Get_rank()
     if size < 2:
-        return                            # an intercommunicator needs two groups
+        return  # an intercommunicator needs two groups
     half = comm.Split(rank % 2, rank)
     inter = half.Create_intercomm(0, comm, 1 - rank % 2, tag=7)
     try:
@@ -199,8 +213,9 @@ def test_random_programs_in_graph_mode_match_the_oracle(comm, backend, first):
     for seed in range(first, min(first + 50, SEEDS // 3)):
         for reductions in (False, True):
             try:
-                check_distributed_program(seed, comm, backend, reductions=reductions,
-                                          use_graph=True)
+                check_distributed_program(
+                    seed, comm, backend, reductions=reductions, use_graph=True
+                )
             except AssertionError as exc:
                 failures.append(f"seed {seed} (reductions={reductions}): {exc}")
     assert not failures, "\n\n".join(failures[:2])
@@ -214,14 +229,14 @@ def test_tokens_order_across_ranks_and_bring_no_arrays(comm):
     with stf.distributed_context(comm, backend="emulated") as ctx:
         x = ctx.logical_data(X, owner=0)
         token = ctx.token(owner=last)
-        with ctx.task(token.rw(), x.rw(), rank=last) as t:   # a token and a data
-            t.run(lambda xp, a: a.__iadd__(1.0))            # one array: the data
+        with ctx.task(token.rw(), x.rw(), rank=last) as t:  # a token and a data
+            t.run(lambda xp, a: a.__iadd__(1.0))  # one array: the data
             if t.runs_here:
                 assert len(t.views()) == 1
-        with ctx.task(token.read(), rank=0) as t:           # tokens only
+        with ctx.task(token.read(), rank=0) as t:  # tokens only
             t.run(lambda xp: None)
         ctx.host_launch(token.read(), x.read(), rank=0, fn=lambda a: seen.append(a[0]))
-        with ctx.task(x.rw(stf.data_place.host()), rank=last) as t:   # a data place
+        with ctx.task(x.rw(stf.data_place.host()), rank=last) as t:  # a data place
             t.run(lambda xp, a: a.__imul__(5.0))
     if rank == 0:
         assert seen == [1.0]
@@ -233,6 +248,7 @@ def test_each_rank_runs_on_its_device_and_gives_the_previous_one_back(comm):
     picks one; the previous current device returns at finalize; bad ordinals are
     refused."""
     from stflow.backends import get_backend
+
     backend = get_backend("emulated")
     before = backend.current_device()
     seen = []
@@ -253,22 +269,24 @@ def test_each_rank_runs_on_its_device_and_gives_the_previous_one_back(comm):
 
 def test_task_symbols_name_the_local_tasks(comm):
     from stflow.instrument import DotRecorder
+
     recorder = DotRecorder()
     with stf.distributed_context(comm, backend="emulated") as ctx:
         ctx.local.attach(recorder)
-        x = ctx.logical_data(np.zeros(2))                   # owned by rank 0
+        x = ctx.logical_data(np.zeros(2))  # owned by rank 0
         with ctx.task(x.rw(), symbol="named") as t:
             t.run(lambda xp, a: a.__iadd__(1.0))
     assert ("named" in recorder.to_dot()) == (comm.Get_rank() == 0)
 
 
-def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
-                                                              monkeypatch):
+def test_values_larger_than_a_piece_travel_as_several_messages(
+    comm, backend, monkeypatch
+):
     """Above STFLOW_MPI_PIECE bytes a value goes as pieces (here of 20 bytes, so
     float64 elements and the pieces' edges do not line up): values, partial sums of
     reductions, 0-d and empty data arrive whole, on every rank."""
     monkeypatch.setenv("STFLOW_MPI_PIECE", "20")
-    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")  # device buffers go whole
     size, rank = comm.Get_size(), comm.Get_rank()
     X = np.arange(37, dtype=np.float64)
     S = np.zeros(37)
@@ -295,14 +313,22 @@ def test_values_larger_than_a_piece_travel_as_several_messages(comm, backend,
         np.testing.assert_allclose(S, want_s)
 
 
-@pytest.mark.parametrize("piece, limit, use_graph, ahead, buffers", [
-    ("8", "512", False, "0", "1"), ("3", "1", False, "0", "1"),
-    ("5", "64", True, "0", "1"), ("8", "512", False, "1", "1"),
-    ("4", "64", False, "1", "1"), ("1000", "100000", False, "1", "1"),
-    ("1000", "100000", False, "0", "2"), ("6", "512", False, "1", "3")])
-def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monkeypatch,
-                                                            piece, limit, use_graph,
-                                                            ahead, buffers):
+@pytest.mark.parametrize(
+    "piece, limit, use_graph, ahead, buffers",
+    [
+        ("8", "512", False, "0", "1"),
+        ("3", "1", False, "0", "1"),
+        ("5", "64", True, "0", "1"),
+        ("8", "512", False, "1", "1"),
+        ("4", "64", False, "1", "1"),
+        ("1000", "100000", False, "1", "1"),
+        ("1000", "100000", False, "0", "2"),
+        ("6", "512", False, "1", "3"),
+    ],
+)
+def test_random_programs_with_small_pieces_match_the_oracle(
+    comm, backend, monkeypatch, piece, limit, use_graph, ahead, buffers
+):
     """The differential test with every value cut into pieces of a few bytes, and
     senders waiting for their receivers above a few hundred bytes, or at every send;
     in stream and graph mode; sends posted where they are made, or ahead (once their
@@ -313,13 +339,18 @@ def test_random_programs_with_small_pieces_match_the_oracle(comm, backend, monke
     monkeypatch.setenv("STFLOW_MPI_SEND_LIMIT", limit)
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", ahead)
     monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", buffers)
-    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")    # device buffers go whole
+    monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")  # device buffers go whole
     failures = []
     for seed in range(0, max(SEEDS // 6, 10)):
         try:
-            check_distributed_program(seed, comm, backend, reductions=seed % 2 == 1,
-                                      use_graph=use_graph,
-                                      edge_reductions=seed % 4 >= 2)
+            check_distributed_program(
+                seed,
+                comm,
+                backend,
+                reductions=seed % 2 == 1,
+                use_graph=use_graph,
+                edge_reductions=seed % 4 >= 2,
+            )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
@@ -330,14 +361,15 @@ def test_message_buffers_are_pooled_and_freed_at_finalize(comm, backend, monkeyp
     emulated backend runs the same path): a value exchanged again and again reuses a
     few buffers, and finalize frees them all."""
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
-    monkeypatch.delenv("STFLOW_MPI_SEND_LIMIT", raising=False)   # spares are kept
+    monkeypatch.delenv("STFLOW_MPI_SEND_LIMIT", raising=False)  # spares are kept
     from stflow._dist.staging import PinnedStaging
+
     size = comm.Get_size()
     with stf.distributed_context(comm, backend=backend) as ctx:
         staging = ctx._exchanges.staging
         assert isinstance(staging, PinnedStaging)
         x = ctx.logical_data(np.zeros(1000), owner=0)
-        for step in range(30):               # every task moves x to the next rank
+        for step in range(30):  # every task moves x to the next rank
             with ctx.task(x.rw(), rank=step % size) as t:
                 t.run(lambda xp, a: a.__iadd__(1))
         result = ctx.wait(x)
@@ -365,8 +397,9 @@ def test_ranks_other_than_the_owner_keep_no_host_copy_of_the_data(comm, backend)
 
 
 @pytest.mark.parametrize("reductions", [False, True])
-def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatch,
-                                                       reductions):
+def test_device_buffers_handed_to_mpi_match_the_oracle(
+    comm, backend, monkeypatch, reductions
+):
     """STFLOW_MPI_CUDA_AWARE=1: values go to MPI as device buffers (on the emulated
     backend its device memory, which any MPI can read; on CUDA it needs a CUDA-aware
     MPI, so only the emulated backend runs it here); with reductions, half the
@@ -374,14 +407,20 @@ def test_device_buffers_handed_to_mpi_match_the_oracle(comm, backend, monkeypatc
     if backend != "emulated":
         pytest.skip("device buffers to a CUDA-aware MPI only")
     from stflow._dist.staging import DirectStaging
+
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     with stf.distributed_context(comm, backend=backend) as ctx:
         assert isinstance(ctx._exchanges.staging, DirectStaging)
     failures = []
     for seed in range(0, max(SEEDS // 3, 10)):
         try:
-            check_distributed_program(seed, comm, backend, reductions=reductions,
-                                      edge_reductions=reductions and seed % 2 == 1)
+            check_distributed_program(
+                seed,
+                comm,
+                backend,
+                reductions=reductions,
+                edge_reductions=reductions and seed % 2 == 1,
+            )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])
@@ -394,7 +433,7 @@ def test_work_only_one_rank_touches_can_go_to_its_local_context(comm, backend):
     with stf.distributed_context(comm, backend=backend) as ctx:
         shared = ctx.logical_data(np.zeros(4), owner=0)
         scratch = ctx.local.logical_data(np.full(4, float(rank)))
-        if rank == size - 1:                       # only this rank does this work
+        if rank == size - 1:  # only this rank does this work
             for _ in range(3):
                 with ctx.local.task(scratch.rw()) as t:
                     t.run(lambda xp, a: a.__iadd__(1.0))
@@ -421,9 +460,9 @@ def test_data_from_tensors_and_array_interfaces(comm, backend):
     with stf.distributed_context(comm, backend=backend) as ctx:
         x = ctx.logical_data(given, owner=owner)
         assert (x.shape, x.dtype) == ((6,), np.dtype(np.float64))
-        with ctx.task(x.rw(), rank=0) as t:         # travels to rank 0 and back
+        with ctx.task(x.rw(), rank=0) as t:  # travels to rank 0 and back
             t.run(lambda xp, a: a.__imul__(2))
         seen = ctx.wait(x)
     np.testing.assert_array_equal(seen, 2 * np.arange(6))
-    if rank == owner:                               # written back into the tensor
+    if rank == owner:  # written back into the tensor
         np.testing.assert_array_equal(mine.numpy(), 2 * np.arange(6))

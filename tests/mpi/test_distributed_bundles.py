@@ -15,20 +15,29 @@ def test_a_bundle_of_fields_owned_by_different_ranks(comm, backend):
     out = np.zeros(4)
     seen = []
     with stf.distributed_context(comm, backend=backend) as ctx:
-        fields = {f"part{k}": stf.constant(ctx.logical_data(arrays[k], owner=k))
-                  for k in range(size)}
+        fields = {
+            f"part{k}": stf.constant(ctx.logical_data(arrays[k], owner=k))
+            for k in range(size)
+        }
         token = ctx.token(owner=size - 1)
         b = ctx.bundle(**fields, order=token)
         y = ctx.logical_data(out, owner=0, name="y")
         for executing in range(size):
             with ctx.task(b.rw(), y.rw(), rank=executing) as t:
                 # the parts come to the executing rank; the token is None there
-                t.run(lambda xp, parts, y: y.__iadd__(sum(
-                    field for field in parts if field is not None)))
+                t.run(
+                    lambda xp, parts, y: y.__iadd__(
+                        sum(field for field in parts if field is not None)
+                    )
+                )
                 if t.runs_here:
                     assert t.get(0).order is None and len(t.views()) == 2
-        ctx.host_launch(b.read(), y.read(), fn=lambda parts, y: seen.append(
-            (parts._fields, y.copy())), rank=size - 1)
+        ctx.host_launch(
+            b.read(),
+            y.read(),
+            fn=lambda parts, y: seen.append((parts._fields, y.copy())),
+            rank=size - 1,
+        )
         with pytest.raises(TypeError, match="must be data of this distributed"):
             ctx.bundle(x=np.zeros(2))
     total = size * sum(range(1, size + 1))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers.backends import cuda_unavailable_reason
 
 import stflow as stf
-from helpers.backends import cuda_unavailable_reason
 from stflow.testing import check_distributed_program
 
 SEEDS = int(os.environ.get("STFLOW_DISTRIBUTED_SEEDS", "300"))
@@ -24,8 +24,10 @@ def test_device_buffers_on_cuda_match_the_oracle(comm, monkeypatch, reductions):
     reason = cuda_unavailable_reason()
     if reason:
         pytest.skip(reason)
-    from stflow._dist.staging import DirectStaging, mpi_cuda_aware
     from helpers.mpi_cuda import CudaAwareStandIn
+
+    from stflow._dist.staging import DirectStaging, mpi_cuda_aware
+
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     cuda_comm = comm if mpi_cuda_aware() else CudaAwareStandIn(comm)
     with stf.distributed_context(cuda_comm, backend="cuda") as ctx:
@@ -33,8 +35,13 @@ def test_device_buffers_on_cuda_match_the_oracle(comm, monkeypatch, reductions):
     failures = []
     for seed in range(0, max(SEEDS // 3, 10)):
         try:
-            check_distributed_program(seed, cuda_comm, "cuda", reductions=reductions,
-                                      edge_reductions=reductions and seed % 2 == 1)
+            check_distributed_program(
+                seed,
+                cuda_comm,
+                "cuda",
+                reductions=reductions,
+                edge_reductions=reductions and seed % 2 == 1,
+            )
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, "\n\n".join(failures[:2])

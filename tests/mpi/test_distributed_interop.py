@@ -18,7 +18,7 @@ import stflow as stf
 from stflow.errors import RemoteTaskError
 
 
-def _axpy(a, x, y, n):                    # an emulated "kernel": a Python callable
+def _axpy(a, x, y, n):  # an emulated "kernel": a Python callable
     y[:n] += a * x[:n]
 
 
@@ -36,8 +36,9 @@ def test_cuda_kernel_launches_on_the_executing_rank_only(comm):
             # the same code on every rank; only rank r launches
             with ctx.cuda_kernel(x.read(), y[r].rw()) as k:
                 assert k.rank == r and k.runs_here == (r == rank)
-                k.launch(_axpy, 1, 1, (float(r), k.get_arg(0), k.get_arg(1),
-                                       ctypes.c_int(4)))
+                k.launch(
+                    _axpy, 1, 1, (float(r), k.get_arg(0), k.get_arg(1), ctypes.c_int(4))
+                )
         seen = [ctx.wait(y[r]) for r in range(size)]
     for r in range(size):
         np.testing.assert_array_equal(seen[r], _expected(size)[r])
@@ -52,7 +53,7 @@ def test_a_kernel_argument_elsewhere_is_only_a_placeholder(comm):
             if not k.runs_here:
                 assert "nothing on this rank" in repr(arg)
                 with pytest.raises(TypeError):
-                    ctypes.c_void_p(arg)                # not an address
+                    ctypes.c_void_p(arg)  # not an address
             k.launch(lambda a: a.__iadd__(1), 1, 1, (arg,))
         np.testing.assert_array_equal(ctx.wait(x), np.ones(4))
 
@@ -72,19 +73,20 @@ def test_a_cuda_kernel_takes_its_place_first_or_by_keyword(comm):
 def test_pytorch_task_yields_tensors_where_the_task_executes(comm, backend):
     torch = pytest.importorskip("torch")
     from stflow.interop.pytorch import pytorch_task, tensor_arguments
+
     size, rank = comm.Get_size(), comm.Get_rank()
     with stf.distributed_context(comm, backend=backend) as ctx:
         x = ctx.logical_data(np.full(4, 2.0), owner=0)
         y = [ctx.logical_data(np.ones(4), owner=r) for r in range(size)]
         for r in range(size):
             with pytorch_task(ctx, y[r].rw(), x.read()) as tensors:
-                if tensors:                             # false where it does not run
+                if tensors:  # false where it does not run
                     ty, tx = tensors
                     assert isinstance(ty, torch.Tensor)
                     ty.add_(float(r) * tx)
                 else:
                     assert r != rank
-            with ctx.task(y[r].rw()) as t:              # the adapter's functions
+            with ctx.task(y[r].rw()) as t:  # the adapter's functions
                 if t.runs_here:
                     tensor_arguments(t).mul_(1)
         seen = [ctx.wait(y[r]) for r in range(size)]
@@ -95,6 +97,7 @@ def test_pytorch_task_yields_tensors_where_the_task_executes(comm, backend):
 def test_unpacking_tensors_on_another_rank_names_the_guard(comm, backend):
     pytest.importorskip("torch")
     from stflow.interop.pytorch import pytorch_task
+
     size, rank = comm.Get_size(), comm.Get_rank()
     with stf.distributed_context(comm, backend=backend) as ctx:
         y = ctx.logical_data(np.ones(4), owner=size - 1)
@@ -111,16 +114,18 @@ def test_unpacking_tensors_on_another_rank_names_the_guard(comm, backend):
 def test_numba_jit_kernels_launch_on_the_executing_rank(comm, backend):
     if backend != "emulated":
         pytest.skip("Numba's CUDA simulator")
-    if "numba" not in sys.modules:        # the simulator is chosen at Numba's import
+    if "numba" not in sys.modules:  # the simulator is chosen at Numba's import
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     try:
         from helpers.numba_kernels import scale_add
-    except Exception as exc:              # noqa: BLE001 - absent, or broken (numba-cuda
-        pytest.skip(f"numba.cuda does not import here: {exc}")   # 0.30.4, NumPy 2.5)
+    except Exception as exc:  # noqa: BLE001 - absent, or broken (numba-cuda
+        pytest.skip(f"numba.cuda does not import here: {exc}")  # 0.30.4, NumPy 2.5)
     from numba import config
+
     if not config.ENABLE_CUDASIM:
         pytest.skip("Numba was imported without its CUDA simulator")
     from stflow.interop.numba import jit, numba_task
+
     kernel = jit(scale_add)
     size = comm.Get_size()
     with stf.distributed_context(comm, backend="emulated") as ctx:
@@ -144,6 +149,7 @@ def test_numba_jit_kernels_launch_on_the_executing_rank(comm, backend):
 def test_warp_task_on_a_distributed_context(comm):
     pytest.importorskip("warp")
     from stflow.interop.warp import warp_task
+
     size, rank = comm.Get_size(), comm.Get_rank()
     with stf.distributed_context(comm, backend="emulated") as ctx:
         y = ctx.logical_data(np.ones(4), owner=size - 1)

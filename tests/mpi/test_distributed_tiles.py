@@ -11,7 +11,7 @@ import stflow as stf
 
 def _double_every_tile(ctx, grid):
     for _, tile in grid:
-        with ctx.task(tile.rw()) as t:                  # executes on the tile's owner
+        with ctx.task(tile.rw()) as t:  # executes on the tile's owner
             t.run(lambda xp, a: a.__imul__(2.0))
 
 
@@ -27,7 +27,7 @@ def test_default_block_cyclic_tiles_come_back_to_their_owners_only(comm):
             assert tile.owner == owner(i, j)
         _double_every_tile(ctx, grid)
         whole = np.block([[ctx.wait(grid[i, j]) for j in range(3)] for i in range(3)])
-    np.testing.assert_array_equal(whole, 2 * original)        # on every rank
+    np.testing.assert_array_equal(whole, 2 * original)  # on every rank
     for (i, j), _ in grid:
         where = grid.bounds(i, j)
         want = 2 * original[where] if owner(i, j) == rank else original[where]

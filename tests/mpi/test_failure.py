@@ -42,7 +42,6 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-
 def _launcher() -> str | None:
     here = os.path.dirname(sys.executable)
     local = os.path.join(here, "mpiexec")
@@ -58,18 +57,28 @@ def test_a_failure_on_one_rank_ends_every_rank(comm, tmp_path, how):
         pytest.skip("no mpiexec")
     script = tmp_path / "fails.py"
     script.write_text(PROGRAM.format(how=how, divisor=0 if how == "body" else 1))
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_"))}
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               STFLOW_PURE_PYTHON=os.environ.get("STFLOW_PURE_PYTHON", "0"))
-    process = subprocess.run([mpiexec, "--oversubscribe", "-n", "2", sys.executable,
-                              str(script)], capture_output=True, text=True, env=env,
-                             timeout=90)
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_"))
+    }
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        STFLOW_PURE_PYTHON=os.environ.get("STFLOW_PURE_PYTHON", "0"),
+    )
+    process = subprocess.run(
+        [mpiexec, "--oversubscribe", "-n", "2", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,
+    )
     output = process.stdout + process.stderr
     assert process.returncode != 0, output
     assert "finished" not in output, output
     assert "aborting the communicator" in output, output
     want = "the task failed on rank 1" if how == "raise" else "ZeroDivisionError"
-    if how == "finalize":                  # rank 1's finalize() raised, rank 0 waited
+    if how == "finalize":  # rank 1's finalize() raised, rank 0 waited
         assert "in finalize" in output, output
     assert want in output, output

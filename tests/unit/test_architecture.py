@@ -20,38 +20,78 @@ import stflow
 SOURCE = Path(stflow.__file__).parent
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
-PARTS = ("testing", "_demos", "stflow", "interop", "_graph", "_dist", "_handles",
-         "_engine", "_instruments", "_interchange", "backends", "_core", "_places")
+PARTS = (
+    "testing",
+    "_demos",
+    "stflow",
+    "interop",
+    "_graph",
+    "_dist",
+    "_handles",
+    "_engine",
+    "_instruments",
+    "_interchange",
+    "backends",
+    "_core",
+    "_places",
+)
 """From the top down. ``stflow`` is the package's own modules: ``__init__`` and the
 public modules (``stflow.linalg``, the reference's paths such as ``stflow.task_graph``);
 ``testing`` and the demo use the package as programs do."""
 
-FOUNDATION = frozenset({"stflow._core.errors", "stflow._core.config", "stflow._compile",
-                        "stflow.backends._base", "stflow._interchange.views"})
+FOUNDATION = frozenset(
+    {
+        "stflow._core.errors",
+        "stflow._core.config",
+        "stflow._compile",
+        "stflow.backends._base",
+        "stflow._interchange.views",
+    }
+)
 """Modules every part may import: exceptions, settings, the compiled build's marker, the
 backend contract and the stream and view types it names."""
 
 UPWARD: dict[tuple[str, str], str] = {
-    ("stflow._places.gridwork", "stflow._core.streams"):
-        "for types only: a grid's streams are taken from the runtime's pools",
-    ("stflow._places.places", "stflow.backends"):
-        "lazy: a place is checked against the default backend (device count)",
-    ("stflow._places.locality", "stflow.backends"):
-        "lazy: the default backend's devices and locality domains",
-    ("stflow._handles.context", "stflow.fill_utils"):
-        "lazy: ctx.init_logical_data is the public fill_utils function",
-    ("stflow.interop._numba_simulator", "stflow.emulated"):
-        "lazy: the Numba simulator's kernels run as emulated device work",
-    ("stflow.interop._torch_capture", "stflow.emulated"):
-        "lazy: PyTorch bodies on the emulated backend run as emulated device work",
-    ("stflow._handles.bodies", "stflow.interop.cupy"):
-        "lazy: a task body on CUDA gets CuPy arrays and a CuPy stream",
-    ("stflow._handles.tiles", "stflow._dist.context"):
-        "lazy: tiles of a distributed context are owned by ranks",
-    ("stflow._handles.context", "stflow._graph.mode"):
-        "lazy: the one place the mode is chosen (a graph-mode context's GraphMode)",
-    ("stflow._handles.context", "stflow._graph.recording"):
-        "lazy: ... and the recording backend a graph-mode runtime records through",
+    (
+        "stflow._places.gridwork",
+        "stflow._core.streams",
+    ): "for types only: a grid's streams are taken from the runtime's pools",
+    (
+        "stflow._places.places",
+        "stflow.backends",
+    ): "lazy: a place is checked against the default backend (device count)",
+    (
+        "stflow._places.locality",
+        "stflow.backends",
+    ): "lazy: the default backend's devices and locality domains",
+    (
+        "stflow._handles.context",
+        "stflow.fill_utils",
+    ): "lazy: ctx.init_logical_data is the public fill_utils function",
+    (
+        "stflow.interop._numba_simulator",
+        "stflow.emulated",
+    ): "lazy: the Numba simulator's kernels run as emulated device work",
+    (
+        "stflow.interop._torch_capture",
+        "stflow.emulated",
+    ): "lazy: PyTorch bodies on the emulated backend run as emulated device work",
+    (
+        "stflow._handles.bodies",
+        "stflow.interop.cupy",
+    ): "lazy: a task body on CUDA gets CuPy arrays and a CuPy stream",
+    (
+        "stflow._handles.tiles",
+        "stflow._dist.context",
+    ): "lazy: tiles of a distributed context are owned by ranks",
+    (
+        "stflow._handles.context",
+        "stflow._graph.mode",
+    ): "lazy: the one place the mode is chosen (a graph-mode context's GraphMode)",
+    (
+        "stflow._handles.context",
+        "stflow._graph.recording",
+    ): "lazy: ... and the recording backend a graph-mode runtime records through",
 }
 
 
@@ -90,10 +130,14 @@ def imports() -> list[tuple[str, str, int]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    anchor = package.split(".")[
+                        : len(package.split(".")) - node.level + 1
+                    ]
                     base = ".".join(anchor + ([base] if base else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules
-                           else base for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
             else:
                 continue
             for target in targets:
@@ -106,8 +150,11 @@ def imports() -> list[tuple[str, str, int]]:
 
 def _upward() -> list[tuple[str, str, int]]:
     rank = {part: k for k, part in enumerate(PARTS)}
-    return [(a, b, line) for a, b, line in imports()
-            if b not in FOUNDATION and rank[part_of(a)] > rank[part_of(b)]]
+    return [
+        (a, b, line)
+        for a, b, line in imports()
+        if b not in FOUNDATION and rank[part_of(a)] > rank[part_of(b)]
+    ]
 
 
 def test_every_module_belongs_to_a_part():
@@ -117,9 +164,12 @@ def test_every_module_belongs_to_a_part():
 def test_imports_go_down_the_parts():
     unexplained = [(a, b, line) for a, b, line in _upward() if (a, b) not in UPWARD]
     assert not unexplained, (
-        "imports going up the parts (" + " > ".join(PARTS) + "): "
+        "imports going up the parts ("
+        + " > ".join(PARTS)
+        + "): "
         + "; ".join(f"{a}:{line} imports {b}" for a, b, line in unexplained)
-        + ". Move what the lower module needs down, or declare it on a protocol there")
+        + ". Move what the lower module needs down, or declare it on a protocol there"
+    )
 
 
 def test_the_upward_list_holds_no_stale_entry():
@@ -135,9 +185,12 @@ def test_each_part_names_its_modules():
         docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text()))
         assert docstring, f"stflow/{part}/__init__.py says what the part owns"
         if part in ("testing", "backends", "interop"):
-            continue                    # their modules are private details of the part
-        missing = [path.stem for path in folder.glob("*.py")
-                   if path.stem != "__init__" and f"``{path.stem}``" not in docstring]
+            continue  # their modules are private details of the part
+        missing = [
+            path.stem
+            for path in folder.glob("*.py")
+            if path.stem != "__init__" and f"``{path.stem}``" not in docstring
+        ]
         assert not missing, f"stflow/{part}/__init__.py does not name {missing}"
 
 

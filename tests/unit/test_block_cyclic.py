@@ -12,12 +12,24 @@ def test_tiles_are_dealt_round_robin_along_both_axes():
     owner = stf.block_cyclic(2, 3)
     assert owner.ranks == 6
     assert [[owner(i, j) for j in range(4)] for i in range(3)] == [
-        [0, 1, 2, 0], [3, 4, 5, 3], [0, 1, 2, 0]]
+        [0, 1, 2, 0],
+        [3, 4, 5, 3],
+        [0, 1, 2, 0],
+    ]
 
 
-@pytest.mark.parametrize("ranks, grid", [(1, (1, 1)), (2, (1, 2)), (4, (2, 2)),
-                                         (6, (2, 3)), (7, (1, 7)), (12, (3, 4)),
-                                         (16, (4, 4))])
+@pytest.mark.parametrize(
+    "ranks, grid",
+    [
+        (1, (1, 1)),
+        (2, (1, 2)),
+        (4, (2, 2)),
+        (6, (2, 3)),
+        (7, (1, 7)),
+        (12, (3, 4)),
+        (16, (4, 4)),
+    ],
+)
 def test_over_makes_the_most_square_grid_of_exactly_that_many_ranks(ranks, grid):
     owner = stf.block_cyclic.over(ranks)
     assert (owner.p, owner.q) == grid and owner.ranks == ranks

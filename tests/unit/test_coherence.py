@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from helpers.standins import FakeStream, buffer
+
 from stflow._core.access import READ, RW, WRITE
 from stflow._core.coherence import INVALID, MODIFIED, SHARED, DataState
-
-from helpers.standins import FakeStream, buffer
 
 HOST, DEV0, DEV1 = -1, 0, 1
 
@@ -71,9 +71,9 @@ def test_copy_source_prefers_modified_then_device_memory():
     state.released(dev0, WRITE, s.record())
     assert state.valid_source(DEV1) is dev0
     host = state.reference
-    state.copied(host, dev0, s.record())            # now both shared
-    assert state.valid_source(DEV1) is dev0         # device memory before the host
-    assert state.valid_source(DEV0) is host         # never the target itself
+    state.copied(host, dev0, s.record())  # now both shared
+    assert state.valid_source(DEV1) is dev0  # device memory before the host
+    assert state.valid_source(DEV0) is host  # never the target itself
 
 
 def test_writeback_copies_into_the_stale_reference_after_the_writer():
@@ -89,7 +89,7 @@ def test_writeback_copies_into_the_stale_reference_after_the_writer():
 
 def test_no_writeback_when_the_reference_is_current_or_absent():
     assert registered().writeback_plan() is None
-    state = DataState(2, nbytes=8, dtype=None)      # logical_data_empty: no user buffer
+    state = DataState(2, nbytes=8, dtype=None)  # logical_data_empty: no user buffer
     s = FakeStream("s")
     state.released(state.instance(DEV0), WRITE, s.record())
     assert state.writeback_plan() is None
@@ -107,7 +107,7 @@ def test_restore_goes_back_to_a_snapshot():
     before = state.snapshot()
     reader = s.record()
     state.tracker.release(READ, reader)
-    dev0 = state.instance(DEV0)                     # created after the snapshot
+    dev0 = state.instance(DEV0)  # created after the snapshot
     state.released(dev0, WRITE, s.record())
     state.restore(before)
     assert state.tracker.writer is None and state.tracker.readers == {}

@@ -29,11 +29,11 @@ def test_a_rebuilt_library_makes_unchanged_extensions_current(tmp_path):
     package.mkdir()
     python = _module(package, COMPILED_MODULES[0])
     _touch(python, 1000.0)
-    _touch(_extension(python), 900.0)              # older shim
-    assert stale(package)                          # no library: the source is newer
+    _touch(_extension(python), 900.0)  # older shim
+    assert stale(package)  # no library: the source is newer
     _touch(tmp_path / "pkg__mypyc.cpython-311-x86_64-linux-gnu.so", 1001.0)
-    assert not stale(package)                      # rebuilt after the edit
-    _touch(python, 1010.0)                         # edited again since
+    assert not stale(package)  # rebuilt after the edit
+    _touch(python, 1010.0)  # edited again since
     assert stale(package)
 
 
@@ -44,4 +44,4 @@ def test_installed_together_is_not_stale(tmp_path):
         python = _module(package, name)
         _touch(python, 1001.0)
         _touch(_extension(python), 1000.0)
-    assert not stale(package)                      # within 2 s
+    assert not stale(package)  # within 2 s

@@ -37,21 +37,36 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("backends/_cuda_driver.py", "name"): f"{_THIRD_PARTY} (a cuda.bindings CUresult)",
     ("backends/_cuda_graphs.py", "name"): f"{_THIRD_PARTY} (a cuda.bindings CUresult)",
     ("backends/_cuda_graphs.py", "cuGraphAddNode_v2"): f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_graphs.py", "cuGraphAddDependencies_v2"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_graphs.py",
+        "cuGraphAddDependencies_v2",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
     ("backends/_cuda_graphs.py", "cuGraphGetEdges_v2"): f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_graphs.py", "cuStreamGetCaptureInfo_v3"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_graphs.py", "cuStreamUpdateCaptureDependencies_v2"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_graphs.py", "cuGraphNodeGetContainingGraph"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_graphs.py", "cuGraphNodeGetDependencies_v2"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
-    ("backends/_cuda_green.py", "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT"):
-        f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_graphs.py",
+        "cuStreamGetCaptureInfo_v3",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_graphs.py",
+        "cuStreamUpdateCaptureDependencies_v2",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_graphs.py",
+        "cuGraphNodeGetContainingGraph",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_graphs.py",
+        "cuGraphNodeGetDependencies_v2",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
+    (
+        "backends/_cuda_green.py",
+        "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT",
+    ): f"{_THIRD_PARTY} (cuda.bindings)",
     ("backends/_cuda_green.py", "min_partition_size"): f"{_THIRD_PARTY} (driver structs)",
-    ("backends/_cuda_green.py", "coscheduled_alignment"): f"{_THIRD_PARTY} (driver structs)",
+    (
+        "backends/_cuda_green.py",
+        "coscheduled_alignment",
+    ): f"{_THIRD_PARTY} (driver structs)",
     ("backends/_cuda_green.py", "sm_count"): f"{_THIRD_PARTY} (driver structs)",
     ("backends/_cuda_streams.py", "cuStreamGetDevice"): f"{_THIRD_PARTY} (CUDA 12.8+)",
     ("backends/cuda.py", "cuCtxGetId"): f"{_THIRD_PARTY} (CUDA 12.0+)",
@@ -60,23 +75,32 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ("interop/cupy.py", "from_external"): f"{_THIRD_PARTY} (CuPy)",
     ("interop/numba.py", "ENABLE_CUDASIM"): f"{_THIRD_PARTY} (numba.core.config)",
     ("interop/_numba_simulator.py", "external_stream"): f"{_THIRD_PARTY} (numba.cuda)",
-    ("interop/_numba_simulator.py", "_stflow"):
-        "the mark stflow leaves on the Numba simulator functions it wrapped",
+    (
+        "interop/_numba_simulator.py",
+        "_stflow",
+    ): "the mark stflow leaves on the Numba simulator functions it wrapped",
     ("paths.py", "libcudacxx"): f"{_THIRD_PARTY} (cuda.cccl)",
-    ("_interchange/sources.py", "from_dlpack"):
-        f"{_THIRD_PARTY} (cuda.core's StridedMemoryView, from 0.5)",
+    (
+        "_interchange/sources.py",
+        "from_dlpack",
+    ): f"{_THIRD_PARTY} (cuda.core's StridedMemoryView, from 0.5)",
     # protocols of user objects
     ("_core/errors.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
     ("interop/_common.py", "add_note"): f"{_USER} (exceptions: Python 3.11+)",
-    ("_handles/bundles.py", "_fields"): f"{_USER} (named tuples: the view type of a bundle)",
-    ("_handles/task.py", "name"): f"{_USER} (_as_stf_exec_place: the reference's conversion "
-                          "to exec_place)",
+    (
+        "_handles/bundles.py",
+        "_fields",
+    ): f"{_USER} (named tuples: the view type of a bundle)",
+    (
+        "_handles/task.py",
+        "name",
+    ): f"{_USER} (_as_stf_exec_place: the reference's conversion to exec_place)",
     ("_dist/context.py", "name"): f"{_USER} (an mpi4py-like communicator's methods)",
     ("_instruments/progress.py", "write"): f"{_USER} (a file)",
     ("linalg.py", "shape"): f"{_USER} (arrays)",
     ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
     ("linalg.py", "ndarray"): f"{_THIRD_PARTY} (the cupy module, when imported, names "
-                              f"its array type)",
+    f"its array type)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
 }
 
@@ -92,7 +116,7 @@ ALLOWED_CIRCLES: dict[frozenset[str], str] = {
 
 # -- readers of the environment besides _core/config.py: module -> the variables it reads ----
 ALLOWED_ENVIRONMENT: dict[str, tuple[str, ...]] = {
-    "paths.py": ("CUDA_HOME", "CUDA_PATH"),            # where the CUDA toolkit is
+    "paths.py": ("CUDA_HOME", "CUDA_PATH"),  # where the CUDA toolkit is
     "demo.py": ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"),
 }
 """Variables of other programs (the toolkit's, the BLAS libraries'): not settings of
@@ -101,8 +125,10 @@ stflow, so not in ``_config.SETTINGS``; ``_config.OTHER_VARIABLES`` names them."
 
 @functools.lru_cache(maxsize=1)
 def _modules() -> dict[str, ast.Module]:
-    return {path.relative_to(SOURCE).as_posix(): ast.parse(path.read_text())
-            for path in sorted(SOURCE.rglob("*.py"))}
+    return {
+        path.relative_to(SOURCE).as_posix(): ast.parse(path.read_text())
+        for path in sorted(SOURCE.rglob("*.py"))
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,13 +140,15 @@ def _probes() -> list[tuple[str, str, int]]:
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
                 continue
-            if not ((node.func.id == "getattr" and len(node.args) == 3) or
-                    (node.func.id == "hasattr" and len(node.args) == 2)):
+            if not (
+                (node.func.id == "getattr" and len(node.args) == 3)
+                or (node.func.id == "hasattr" and len(node.args) == 2)
+            ):
                 continue
             name = node.args[1]
             text = name.value if isinstance(name, ast.Constant) else ast.unparse(name)
             if isinstance(text, str) and text.startswith("__") and text.endswith("__"):
-                continue                                  # a Python protocol
+                continue  # a Python protocol
             found.append((module, str(text), node.lineno))
     return found
 
@@ -144,24 +172,29 @@ def _imports() -> list[tuple[str, str, int]]:
     found = []
     for module, tree in modules.items():
         name = _dotted(module)
-        package = name.split(".") if module.endswith("__init__.py") else \
-            name.split(".")[:-1]
+        package = (
+            name.split(".") if module.endswith("__init__.py") else name.split(".")[:-1]
+        )
         package = [part for part in package if part]
         for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
                 for alias in node.names:
                     sub = f"{target}.{alias.name}".lstrip(".")
                     targets.append(sub if sub in names else target)
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] \
-                    == "stflow":
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").split(".")[0] == "stflow"
+            ):
                 targets.append((node.module or "").removeprefix("stflow").lstrip("."))
             elif isinstance(node, ast.Import):
-                targets += [alias.name.removeprefix("stflow").lstrip(".")
-                            for alias in node.names
-                            if alias.name.split(".")[0] == "stflow"]
+                targets += [
+                    alias.name.removeprefix("stflow").lstrip(".")
+                    for alias in node.names
+                    if alias.name.split(".")[0] == "stflow"
+                ]
             found += [(module, target, node.lineno) for target in targets]
     return found
 
@@ -174,18 +207,25 @@ def test_no_capability_is_probed_by_name():
         + ". Declare the capability on backends/_base.py (or the owner's or view's "
         "protocol) and call it; test user input with isinstance against stflow's own "
         "classes; for a third-party module or a user protocol add it to ALLOWED_PROBES "
-        "with the reason")
+        "with the reason"
+    )
 
 
 def test_only_backends_import_backend_modules():
-    crossing = [(m, t, line) for m, t, line in _imports()
-                if t.startswith("backends.") and t != "backends._base"
-                and not m.startswith("backends/") and (m, t) not in ALLOWED_BACKEND_IMPORTS]
+    crossing = [
+        (m, t, line)
+        for m, t, line in _imports()
+        if t.startswith("backends.")
+        and t != "backends._base"
+        and not m.startswith("backends/")
+        and (m, t) not in ALLOWED_BACKEND_IMPORTS
+    ]
     assert not crossing, (
         "backend internals imported from outside backends/: "
         + "; ".join(f"stflow/{m}:{line} imports {t}" for m, t, line in crossing)
         + ". Declare what is needed on the contract (backends/_base.py) or export it "
-        "from backends/__init__.py")
+        "from backends/__init__.py"
+    )
 
 
 def _circles() -> list[frozenset[str]]:
@@ -228,9 +268,11 @@ def _circles() -> list[frozenset[str]]:
 def test_no_import_circle():
     circles = [c for c in _circles() if c not in ALLOWED_CIRCLES]
     assert not circles, (
-        "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
+        "import circles: "
+        + "; ".join(" <-> ".join(sorted(c)) for c in circles)
         + ". Move what both need into the lower module (or a protocol of it), so that "
-        "imports only go down")
+        "imports only go down"
+    )
 
 
 def _environment_readers() -> dict[str, list[int]]:
@@ -238,23 +280,32 @@ def _environment_readers() -> dict[str, list[int]]:
     readers: dict[str, list[int]] = {}
     for module, tree in _modules().items():
         for node in ast.walk(tree):
-            touches = (isinstance(node, ast.Attribute) and node.attr in
-                       ("environ", "getenv", "environb") and isinstance(node.value, ast.Name)
-                       and node.value.id == "os") or (
-                isinstance(node, ast.ImportFrom) and node.module == "os" and
-                any(a.name in ("environ", "getenv") for a in node.names))
+            touches = (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("environ", "getenv", "environb")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+            ) or (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(a.name in ("environ", "getenv") for a in node.names)
+            )
             if touches:
                 readers.setdefault(module, []).append(node.lineno)
     return readers
 
 
 def test_settings_are_read_in_config_only():
-    readers = {m: lines for m, lines in _environment_readers().items()
-               if m != "_core/config.py" and m not in ALLOWED_ENVIRONMENT}
+    readers = {
+        m: lines
+        for m, lines in _environment_readers().items()
+        if m != "_core/config.py" and m not in ALLOWED_ENVIRONMENT
+    }
     assert not readers, (
         "the environment is read outside _core/config.py: "
         + "; ".join(f"stflow/{m}:{lines}" for m, lines in readers.items())
-        + ". Add the variable to _config.SETTINGS and call its accessor")
+        + ". Add the variable to _config.SETTINGS and call its accessor"
+    )
 
 
 def test_variables_of_other_programs_are_listed_in_config():
@@ -263,8 +314,9 @@ def test_variables_of_other_programs_are_listed_in_config():
         text = (SOURCE / module).read_text()
         for variable in variables:
             assert variable in text, f"stflow/{module} no longer reads {variable}"
-            assert variable in listed, (f"stflow/{module} reads {variable}: name it in "
-                                        "_config.OTHER_VARIABLES")
+            assert variable in listed, (
+                f"stflow/{module} reads {variable}: name it in _config.OTHER_VARIABLES"
+            )
             assert variable not in {s.name for s in config.SETTINGS}
 
 
@@ -273,12 +325,16 @@ def test_the_allow_lists_hold_no_stale_entries():
     imports = {(m, t) for m, t, _ in _imports()}
     circles = set(_circles())
     readers = _environment_readers()
-    stale = ([f"probe {key}" for key in ALLOWED_PROBES if key not in probes]
-             + [f"import {key}" for key in ALLOWED_BACKEND_IMPORTS if key not in imports]
-             + [f"circle {sorted(c)}" for c in ALLOWED_CIRCLES if c not in circles]
-             + [f"environment {m}" for m in ALLOWED_ENVIRONMENT if m not in readers])
-    assert not stale, ("allow-list entries that match nothing any more (remove them): "
-                       + "; ".join(stale))
+    stale = (
+        [f"probe {key}" for key in ALLOWED_PROBES if key not in probes]
+        + [f"import {key}" for key in ALLOWED_BACKEND_IMPORTS if key not in imports]
+        + [f"circle {sorted(c)}" for c in ALLOWED_CIRCLES if c not in circles]
+        + [f"environment {m}" for m in ALLOWED_ENVIRONMENT if m not in readers]
+    )
+    assert not stale, (
+        "allow-list entries that match nothing any more (remove them): "
+        + "; ".join(stale)
+    )
 
 
 def test_the_checks_see_what_they_look_for():
@@ -286,6 +342,7 @@ def test_the_checks_see_what_they_look_for():
     (a check that finds nothing proves nothing)."""
     assert ("_dist/staging.py", "Query_cuda_support") in {(m, a) for m, a, _ in _probes()}
     assert ("backends/emulated.py", "backends._host_memory") in {
-        (m, t) for m, t, _ in _imports()}
+        (m, t) for m, t, _ in _imports()
+    }
     assert ("_handles/context.py", "backends") in {(m, t) for m, t, _ in _imports()}
     assert "paths.py" in _environment_readers()

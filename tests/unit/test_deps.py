@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from helpers.standins import FakeStream
+
 from stflow._core.access import READ, RW, WRITE
 from stflow._core.deps import AccessTracker, merge_events, needs_wait
-
-from helpers.standins import FakeStream
 
 
 def test_read_after_write_waits_for_the_writer_only():
@@ -16,7 +16,7 @@ def test_read_after_write_waits_for_the_writer_only():
     assert tracker.prerequisites(READ) == [w]
     r = b.record()
     tracker.release(READ, r)
-    assert tracker.prerequisites(READ) == [w]          # readers do not order readers
+    assert tracker.prerequisites(READ) == [w]  # readers do not order readers
 
 
 def test_write_after_read_waits_for_writer_and_every_reader():
@@ -27,7 +27,7 @@ def test_write_after_read_waits_for_writer_and_every_reader():
     r1, r2 = b.record(), c.record()
     tracker.release(READ, r1)
     tracker.release(READ, r2)
-    assert tracker.prerequisites(WRITE) == [w, r1, r2]    # the writer first
+    assert tracker.prerequisites(WRITE) == [w, r1, r2]  # the writer first
     assert tracker.prerequisites(RW) == [w, r1, r2]
 
 
@@ -58,7 +58,7 @@ def test_readers_keep_only_the_newest_event_per_stream():
     first, second = b.record(), b.record()
     tracker.release(READ, first)
     tracker.release(READ, second)
-    tracker.release(READ, first)          # an older event never replaces a newer one
+    tracker.release(READ, first)  # an older event never replaces a newer one
     assert tracker.readers == {b: second}
 
 
@@ -76,9 +76,9 @@ def test_merge_keeps_the_newest_event_of_each_stream():
 def test_no_wait_on_own_stream_and_no_repeated_wait():
     a, b = FakeStream("a"), FakeStream("b")
     a1, a2 = a.record(), a.record()
-    assert not needs_wait(a, a1)           # stream order already holds
+    assert not needs_wait(a, a1)  # stream order already holds
     assert needs_wait(b, a1)
-    assert not needs_wait(b, a1)           # already waited
-    assert needs_wait(b, a2)               # a newer event of a needs a new wait
-    assert not needs_wait(b, a1)           # older than one already waited for
+    assert not needs_wait(b, a1)  # already waited
+    assert needs_wait(b, a2)  # a newer event of a needs a new wait
+    assert not needs_wait(b, a1)  # older than one already waited for
     assert b.waited == {a: 2}

@@ -18,7 +18,6 @@ import textwrap
 import time
 
 import pytest
-
 from helpers.docs_snippets import ROOT, SELF_CONTAINED, blocks, pages, run_page
 
 PAGES = pages()
@@ -29,14 +28,14 @@ def test_every_block_is_marked_and_python_blocks_compile(path):
     for block in blocks(path):
         if block.language == "python":
             source = "\n" * (block.line - 1) + block.code
-            compile(source, str(block.path), "exec")   # SyntaxError names the line
+            compile(source, str(block.path), "exec")  # SyntaxError names the line
 
 
 def _runnable(path):
     try:
         return any(b.runs_on_cpu for b in blocks(path))
     except ValueError:
-        return True      # the test reports the unmarked block
+        return True  # the test reports the unmarked block
 
 
 RUNNABLE = [p for p in PAGES if _runnable(p)]
@@ -49,23 +48,30 @@ def test_python_blocks_run_on_the_emulated_backend(path):
     groups = [[b] for b in selected] if path.name in SELF_CONTAINED else [selected]
     ran, skipped = [], []
     for group in groups:
-        outcome = run_page(path, group, timeout=90, env={
-            "STFLOW_BACKEND": "emulated",
-            # The README tells users without a GPU to set it for the Numba adapter.
-            "NUMBA_ENABLE_CUDASIM": "1",
-            "MPLBACKEND": "Agg",
-        })
+        outcome = run_page(
+            path,
+            group,
+            timeout=90,
+            env={
+                "STFLOW_BACKEND": "emulated",
+                # The README tells users without a GPU to set it for the Numba adapter.
+                "NUMBA_ENABLE_CUDASIM": "1",
+                "MPLBACKEND": "Agg",
+            },
+        )
         assert outcome.failure is None, f"{path.name}: {outcome.failure}"
         ran += outcome.ran
         skipped += outcome.skipped
     if skipped:
-        pytest.skip(f"ran blocks at lines {ran}; skipped (missing optional "
-                    f"module): {skipped}")
+        pytest.skip(
+            f"ran blocks at lines {ran}; skipped (missing optional module): {skipped}"
+        )
     assert len(ran) == len(selected)
 
 
 def test_the_marker_convention_refuses_unmarked_blocks(tmp_path, monkeypatch):
     import helpers.docs_snippets as snippets
+
     monkeypatch.setattr(snippets, "ROOT", tmp_path)
     page = tmp_path / "page.md"
     page.write_text("text\n\n```\nx = 1\n```\n")
@@ -74,35 +80,44 @@ def test_the_marker_convention_refuses_unmarked_blocks(tmp_path, monkeypatch):
     page.write_text("```python gpus\nx = 1\n```\n")
     with pytest.raises(ValueError, match="unknown marker 'gpus'"):
         blocks(page)
-    page.write_text("```python gpu\nx = 1\n```\n```python needs=torch\ny = 2\n```\n"
-                    "```{toctree}\ntutorial\n```\n")
-    first, second = blocks(page)            # MyST directives are not code blocks
+    page.write_text(
+        "```python gpu\nx = 1\n```\n```python needs=torch\ny = 2\n```\n"
+        "```{toctree}\ntutorial\n```\n"
+    )
+    first, second = blocks(page)  # MyST directives are not code blocks
     assert (first.flags, first.line, second.needs) == ({"gpu"}, 2, ["torch"])
     assert not first.runs_on_cpu and first.runs_on_gpu and second.runs_on_cpu
 
 
 def test_a_block_runs_alone_unless_it_says_it_continues(tmp_path, monkeypatch):
     import helpers.docs_snippets as snippets
+
     monkeypatch.setattr(snippets, "ROOT", tmp_path)
     page = tmp_path / "page.md"
     page.write_text("```python\nx = 1\n```\n\n```python\nprint(x + 1)\n```\n")
     outcome = run_page(page, blocks(page), timeout=30)
     assert outcome.ran == [2] and "NameError: name 'x' is not defined" in outcome.failure
-    page.write_text("```python\nx = 1\n```\n\n```python continues\n"
-                    "# continues the block above: x\nassert x == 1\n```\n")
+    page.write_text(
+        "```python\nx = 1\n```\n\n```python continues\n"
+        "# continues the block above: x\nassert x == 1\n```\n"
+    )
     outcome = run_page(page, blocks(page), timeout=30)
     assert outcome.failure is None and outcome.ran == [2, 6]
     # A block that builds on one skipped for a missing module is skipped too.
-    page.write_text("```python needs=no_such_module_stflow\nx = 1\n```\n\n"
-                    "```python continues\n# continues the block above: x\nx\n```\n")
+    page.write_text(
+        "```python needs=no_such_module_stflow\nx = 1\n```\n\n"
+        "```python continues\n# continues the block above: x\nx\n```\n"
+    )
     outcome = run_page(page, blocks(page), timeout=30)
     assert outcome.failure is None and outcome.ran == []
     assert [s.split()[0] for s in outcome.skipped] == ["2", "6"]
 
 
-def test_a_continuing_block_says_so_and_readme_blocks_never_continue(tmp_path,
-                                                                    monkeypatch):
+def test_a_continuing_block_says_so_and_readme_blocks_never_continue(
+    tmp_path, monkeypatch
+):
     import helpers.docs_snippets as snippets
+
     monkeypatch.setattr(snippets, "ROOT", tmp_path)
     page = tmp_path / "page.md"
     page.write_text("```python\nx = 1\n```\n```python continues\nprint(x)\n```\n")
@@ -117,10 +132,13 @@ def test_a_continuing_block_says_so_and_readme_blocks_never_continue(tmp_path,
 
 def test_a_failing_or_hanging_block_names_its_line(tmp_path, monkeypatch):
     import helpers.docs_snippets as snippets
+
     monkeypatch.setattr(snippets, "ROOT", tmp_path)
     page = tmp_path / "page.md"
-    page.write_text("```python\nx = 1\n```\n\n```python continues\n"
-                    "# continues the block above\nassert x == 2\n```\n")
+    page.write_text(
+        "```python\nx = 1\n```\n\n```python continues\n"
+        "# continues the block above\nassert x == 2\n```\n"
+    )
     outcome = run_page(page, blocks(page), timeout=30)
     assert outcome.ran == [2]
     assert 'page.md", line 7' in outcome.failure and "AssertionError" in outcome.failure
@@ -143,10 +161,14 @@ def test_ctrl_c_during_finalize_ends_the_program():
         print("finalizing", flush=True)
         sctx.finalize()
     """)
-    env = dict(os.environ, STFLOW_BACKEND="emulated",
-               PYTHONPATH=str(ROOT / "src"))
-    with subprocess.Popen([sys.executable, "-c", program], env=env, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+    env = dict(os.environ, STFLOW_BACKEND="emulated", PYTHONPATH=str(ROOT / "src"))
+    with subprocess.Popen(
+        [sys.executable, "-c", program],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
         try:
             assert child.stdout is not None
             assert child.stdout.readline().strip() == "finalizing"

@@ -25,12 +25,14 @@ def _long_functions(root: Path = SOURCES) -> dict[str, int]:
         while stack:
             node, prefix = stack.pop()
             for child in ast.iter_child_nodes(node):
-                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                      ast.ClassDef)):
+                if isinstance(
+                    child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+                ):
                     name = f"{prefix}.{child.name}"
                     if not isinstance(child, ast.ClassDef):
-                        first = min([child.lineno] + [d.lineno
-                                                      for d in child.decorator_list])
+                        first = min(
+                            [child.lineno] + [d.lineno for d in child.decorator_list]
+                        )
                         length = (child.end_lineno or child.lineno) - first + 1
                         if length > LIMIT:
                             found[name] = length
@@ -41,10 +43,15 @@ def _long_functions(root: Path = SOURCES) -> dict[str, int]:
 
 
 def test_no_function_is_longer_than_the_limit():
-    over = {name: length for name, length in _long_functions().items()
-            if name not in PENDING_MERGE}
-    assert not over, (f"functions over {LIMIT} lines (docstring included): {over}; "
-                      "split each into named steps")
+    over = {
+        name: length
+        for name, length in _long_functions().items()
+        if name not in PENDING_MERGE
+    }
+    assert not over, (
+        f"functions over {LIMIT} lines (docstring included): {over}; "
+        "split each into named steps"
+    )
 
 
 def test_the_pending_list_names_only_long_functions():
@@ -57,6 +64,8 @@ def test_the_measure_counts_decorators_docstring_and_methods(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "mod.py").write_text(
         "class C:\n    @staticmethod\n    def long():\n        '''doc'''\n"
-        + "        x = 1\n" * 78                       # 81 lines with the decorator
-        + "\n\ndef fits():\n" + "    y = 2\n" * 79)     # 80 lines
+        + "        x = 1\n" * 78  # 81 lines with the decorator
+        + "\n\ndef fits():\n"
+        + "    y = 2\n" * 79
+    )  # 80 lines
     assert _long_functions(tmp_path) == {"pkg.mod.C.long": 81}

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stflow._core.layout import (check_strides, dense_strides, extent, pitched, region,
-                            regions_overlap)
+from stflow._core.layout import (
+    check_strides,
+    dense_strides,
+    extent,
+    pitched,
+    region,
+    regions_overlap,
+)
 from stflow.errors import ShapeError
 
 
@@ -18,29 +24,35 @@ def _layout(view: np.ndarray) -> tuple[int, tuple[int, ...], tuple[int, ...] | N
 PARENT = np.zeros((12, 10))
 
 
-@pytest.mark.parametrize("view, expected", [
-    (PARENT, None),                                    # C order
-    (PARENT[3:5], None),                               # whole rows: still C order
-    (PARENT[:1, 2:7], None),                           # one row: extent 1 ignored
-    (PARENT[2:6, 1:4], (80, 8)),                       # a tile
-    (PARENT[::3], (240, 8)),                           # every third row
-    (PARENT[:, ::3], (80, 24)),                        # interleaved rows (column step)
-    (PARENT.T, (8, 80)),                               # Fortran order
-    (PARENT[:, :1], (80, 8)),                          # a column: rows 80 bytes apart
-    (PARENT[:4, 0], (80,)),                            # ... as a strided vector
-])
+@pytest.mark.parametrize(
+    "view, expected",
+    [
+        (PARENT, None),  # C order
+        (PARENT[3:5], None),  # whole rows: still C order
+        (PARENT[:1, 2:7], None),  # one row: extent 1 ignored
+        (PARENT[2:6, 1:4], (80, 8)),  # a tile
+        (PARENT[::3], (240, 8)),  # every third row
+        (PARENT[:, ::3], (80, 24)),  # interleaved rows (column step)
+        (PARENT.T, (8, 80)),  # Fortran order
+        (PARENT[:, :1], (80, 8)),  # a column: rows 80 bytes apart
+        (PARENT[:4, 0], (80,)),  # ... as a strided vector
+    ],
+)
 def test_check_strides_accepts_positive_disjoint_layouts(view, expected):
     assert check_strides(view.shape, view.strides, view.itemsize, "x") == expected
 
 
-@pytest.mark.parametrize("shape, strides, itemsize, pattern", [
-    ((4,), (-8,), 8, r"stride -8 of axis 0 .* is negative"),
-    ((3, 4), (0, 8), 8, r"stride 0 of axis 0 .* is zero \(a broadcast dimension\)"),
-    ((3, 4), (16, 8), 8, r"elements that share bytes"),
-    ((4,), (4,), 8, r"elements that share bytes"),     # stride below the item size
-    ((3, 3, 3), (24, 16, 8), 8, r"elements that share bytes"),
-    ((2, 3), (8,), 8, r"strides \(8,\) do not match the shape"),
-])
+@pytest.mark.parametrize(
+    "shape, strides, itemsize, pattern",
+    [
+        ((4,), (-8,), 8, r"stride -8 of axis 0 .* is negative"),
+        ((3, 4), (0, 8), 8, r"stride 0 of axis 0 .* is zero \(a broadcast dimension\)"),
+        ((3, 4), (16, 8), 8, r"elements that share bytes"),
+        ((4,), (4,), 8, r"elements that share bytes"),  # stride below the item size
+        ((3, 3, 3), (24, 16, 8), 8, r"elements that share bytes"),
+        ((2, 3), (8,), 8, r"strides \(8,\) do not match the shape"),
+    ],
+)
 def test_check_strides_refuses_what_cannot_be_copied(shape, strides, itemsize, pattern):
     with pytest.raises(ShapeError, match=pattern):
         check_strides(shape, strides, itemsize, "x")
@@ -59,8 +71,11 @@ def test_check_strides_finds_overlap_in_interleaved_two_d_layouts_exactly():
     for _ in range(300):
         shape = tuple(int(n) for n in rng.integers(2, 6, size=2))
         strides = tuple(int(s) for s in rng.integers(1, 40, size=2))
-        addresses = np.sort(np.add.outer(np.arange(shape[0]) * strides[0],
-                                         np.arange(shape[1]) * strides[1]).ravel())
+        addresses = np.sort(
+            np.add.outer(
+                np.arange(shape[0]) * strides[0], np.arange(shape[1]) * strides[1]
+            ).ravel()
+        )
         overlapping = bool(np.any(np.diff(addresses) < 4))
         if overlapping:
             with pytest.raises(ShapeError):
@@ -86,15 +101,15 @@ def test_pitched_copy_of_a_tile_is_one_two_d_copy():
 
 
 def test_pitched_merges_contiguous_dimensions_and_loops_over_planes():
-    rows = np.zeros((6, 8, 10))[1:4, 2:7, :]           # whole rows: one run per plane
+    rows = np.zeros((6, 8, 10))[1:4, 2:7, :]  # whole rows: one run per plane
     merged = pitched(rows.shape, None, rows.strides, 8)
     assert (merged.copies, merged.width, merged.height) == (1, 400, 3)
     assert (merged.dst_pitch, merged.src_pitch) == (400, 640)
-    block = np.zeros((6, 8, 10))[1:4, 2:7, 1:9]        # a 3-D block: one per plane
+    block = np.zeros((6, 8, 10))[1:4, 2:7, 1:9]  # a 3-D block: one per plane
     pieces = pitched(block.shape, None, block.strides, 8)
     assert (pieces.copies, pieces.width, pieces.height) == (3, 64, 5)
     assert list(pieces.offsets()) == [(0, 0), (320, 640), (640, 1280)]
-    dense = pitched((4, 5), None, None, 8)            # C order on both sides: one run
+    dense = pitched((4, 5), None, None, 8)  # C order on both sides: one run
     assert (dense.copies, dense.width, dense.height) == (1, 160, 1)
 
 
@@ -110,8 +125,9 @@ def test_pitched_pieces_move_exactly_the_elements(seed):
     rng = np.random.default_rng(seed)
     ndim = int(rng.integers(1, 4))
     parent = np.arange(float(np.prod([9] * ndim))).reshape([9] * ndim)
-    index = tuple(slice(int(rng.integers(0, 2)), None, int(rng.integers(1, 4)))
-                  for _ in range(ndim))
+    index = tuple(
+        slice(int(rng.integers(0, 2)), None, int(rng.integers(1, 4))) for _ in range(ndim)
+    )
     view = parent[index]
     dst = np.full(view.shape, -1.0)
     pieces = pitched(view.shape, None, view.strides, 8)
@@ -122,13 +138,13 @@ def test_pitched_pieces_move_exactly_the_elements(seed):
         for row in range(pieces.height):
             start = base + src_offset + row * pieces.src_pitch
             at = dst_offset + row * pieces.dst_pitch
-            target[at:at + pieces.width] = source[start:start + pieces.width]
+            target[at : at + pieces.width] = source[start : start + pieces.width]
     np.testing.assert_array_equal(dst, view)
 
 
 def test_regions_overlap_is_exact_for_interleaved_tiles():
     matrix = np.zeros((8, 8))
-    tiles = [matrix[i:i + 4, j:j + 4] for i in (0, 4) for j in (0, 4)]
+    tiles = [matrix[i : i + 4, j : j + 4] for i in (0, 4) for j in (0, 4)]
     regions = [region(*_layout(t)) for t in tiles]
     for a in range(4):
         for b in range(4):

@@ -34,7 +34,7 @@ class Fake:
         self.device = 0
         self.addresses = itertools.count(0x7F00_0000_0000, 0x1000_0000)
         self.handles = itertools.count(0x100)
-        self.fail = {}          # name -> exception class to raise
+        self.fail = {}  # name -> exception class to raise
 
     def names(self):
         return [name for name, _ in self.calls]
@@ -48,6 +48,7 @@ class Fake:
             if name in self.fail:
                 raise self.fail[name](7)
             return result(*args) if callable(result) else result
+
         return call
 
 
@@ -63,22 +64,43 @@ def _modules(fake):
     cublas = types.ModuleType("nvmath.bindings.cublas")
     cublas.cuBLASError = CublasError
     cublas.create = fake.function("cublas.create", lambda: next(fake.handles))
-    for name in ("set_stream", "set_workspace", "set_pointer_mode", "dgemm", "sgemm",
-                 "dgemm_strided_batched", "sgemm_strided_batched", "dgemv", "sgemv",
-                 "dsyrk", "ssyrk", "dtrsm", "strsm", "dtrmm", "strmm", "ddot", "sdot",
-                 "dcopy", "scopy"):
+    for name in (
+        "set_stream",
+        "set_workspace",
+        "set_pointer_mode",
+        "dgemm",
+        "sgemm",
+        "dgemm_strided_batched",
+        "sgemm_strided_batched",
+        "dgemv",
+        "sgemv",
+        "dsyrk",
+        "ssyrk",
+        "dtrsm",
+        "strsm",
+        "dtrmm",
+        "strmm",
+        "ddot",
+        "sdot",
+        "dcopy",
+        "scopy",
+    ):
         setattr(cublas, name, fake.function(f"cublas.{name}"))
     solver = types.ModuleType("nvmath.bindings.cusolverDn")
     solver.create = fake.function("cusolver.create", lambda: next(fake.handles))
     solver.set_stream = fake.function("cusolver.set_stream")
-    solver.dpotrf_buffer_size = fake.function("cusolver.dpotrf_buffer_size",
-                                              lambda h, uplo, n, a, lda: 10 * n)
-    solver.spotrf_buffer_size = fake.function("cusolver.spotrf_buffer_size",
-                                              lambda h, uplo, n, a, lda: 10 * n)
-    solver.xtrtri_buffer_size = fake.function("cusolver.xtrtri_buffer_size",
-                                              lambda *args: (64 * args[3], 0))
-    solver.dlauum_buffer_size = fake.function("cusolver.dlauum_buffer_size",
-                                              lambda h, uplo, n, a, lda: 3 * n)
+    solver.dpotrf_buffer_size = fake.function(
+        "cusolver.dpotrf_buffer_size", lambda h, uplo, n, a, lda: 10 * n
+    )
+    solver.spotrf_buffer_size = fake.function(
+        "cusolver.spotrf_buffer_size", lambda h, uplo, n, a, lda: 10 * n
+    )
+    solver.xtrtri_buffer_size = fake.function(
+        "cusolver.xtrtri_buffer_size", lambda *args: (64 * args[3], 0)
+    )
+    solver.dlauum_buffer_size = fake.function(
+        "cusolver.dlauum_buffer_size", lambda h, uplo, n, a, lda: 3 * n
+    )
     solver.slauum_buffer_size = solver.dlauum_buffer_size
     for name in ("dpotrf", "spotrf", "xtrtri", "dlauum", "slauum"):
         setattr(solver, name, fake.function(f"cusolver.{name}"))
@@ -86,10 +108,15 @@ def _modules(fake):
     status.cuSOLVERError = CusolverError
     runtime = types.ModuleType("cuda.bindings.runtime")
     runtime.cudaGetDevice = fake.function("cudaGetDevice", lambda: (0, fake.device))
-    runtime.cudaMalloc = fake.function("cudaMalloc",
-                                       lambda nbytes: (0, next(fake.addresses)))
-    return {"nvmath.bindings.cublas": cublas, "nvmath.bindings.cusolverDn": solver,
-            "nvmath.bindings.cusolver": status, "cuda.bindings.runtime": runtime}
+    runtime.cudaMalloc = fake.function(
+        "cudaMalloc", lambda nbytes: (0, next(fake.addresses))
+    )
+    return {
+        "nvmath.bindings.cublas": cublas,
+        "nvmath.bindings.cusolverDn": solver,
+        "nvmath.bindings.cusolver": status,
+        "cuda.bindings.runtime": runtime,
+    }
 
 
 @pytest.fixture
@@ -117,14 +144,19 @@ class DeviceArray:
             row = (pitch or cols) * dtype.itemsize
             strides = (row, dtype.itemsize)
             if len(shape) == 3:
-                step = rows * row if batch_stride is None else \
-                    batch_stride * dtype.itemsize
+                step = (
+                    rows * row if batch_stride is None else batch_stride * dtype.itemsize
+                )
                 strides = (step, *strides)
         self.ptr = next(_pointers)
         self.shape = shape
-        self.__cuda_array_interface__ = {"shape": shape, "typestr": dtype.str,
-                                         "strides": strides, "data": (self.ptr, False),
-                                         "version": 3}
+        self.__cuda_array_interface__ = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "strides": strides,
+            "data": (self.ptr, False),
+            "version": 3,
+        }
 
 
 def _scalar(pointer, dtype=F64):
@@ -134,8 +166,14 @@ def _scalar(pointer, dtype=F64):
 
 # -- handles ----------------------------------------------------------------------
 
-HANDLE_SETUP = ["cublas.create", "cublas.set_stream", "cudaMalloc",
-                "cublas.set_workspace", "cusolver.create", "cusolver.set_stream"]
+HANDLE_SETUP = [
+    "cublas.create",
+    "cublas.set_stream",
+    "cudaMalloc",
+    "cublas.set_workspace",
+    "cusolver.create",
+    "cusolver.set_stream",
+]
 
 
 def _library_calls(fake):
@@ -157,12 +195,12 @@ def test_one_pair_of_handles_per_stream(fake):
     assert fake.last("cublas.dgemm")[0] == blas_handle
 
     fake.calls.clear()
-    linalg.gemm(a, b, c, stream=11)                      # the same handles
+    linalg.gemm(a, b, c, stream=11)  # the same handles
     assert fake.names() == ["cublas.dgemm"]
     assert fake.last("cublas.dgemm")[0] == blas_handle
 
     fake.calls.clear()
-    linalg.gemm(a, b, c, stream=12)                      # another stream
+    linalg.gemm(a, b, c, stream=12)  # another stream
     assert fake.names() == HANDLE_SETUP + ["cublas.dgemm"]
     assert fake.calls[1][1][1] == 12
     other = fake.last("cublas.dgemm")[0]
@@ -184,7 +222,7 @@ def test_the_streams_of_every_device_have_handles_per_device(fake, stream):
     linalg.gemm(a, b, c, stream=stream)
     first = fake.last("cublas.dgemm")[0]
     fake.calls.clear()
-    fake.device = 1                                      # another device
+    fake.device = 1  # another device
     linalg.gemm(a, b, c, stream=stream)
     assert _library_calls(fake) == HANDLE_SETUP + ["cublas.dgemm"]
     assert fake.last("cublas.dgemm")[0] != first
@@ -200,8 +238,7 @@ def test_another_thread_has_handles_of_its_own(fake):
     linalg.gemm(a, b, c, stream=5)
     mine = fake.last("cublas.dgemm")[0]
     fake.calls.clear()
-    thread = threading.Thread(target=linalg.gemm, args=(a, b, c),
-                              kwargs={"stream": 5})
+    thread = threading.Thread(target=linalg.gemm, args=(a, b, c), kwargs={"stream": 5})
     thread.start()
     thread.join()
     assert _library_calls(fake) == HANDLE_SETUP + ["cublas.dgemm"]
@@ -220,7 +257,8 @@ def test_the_stream_argument_forms(fake, monkeypatch):
 
     cupy = types.ModuleType("cupy")
     cupy.cuda = types.SimpleNamespace(
-        get_current_stream=lambda: types.SimpleNamespace(ptr=23))
+        get_current_stream=lambda: types.SimpleNamespace(ptr=23)
+    )
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     for stream, handle in ((WithPtr(), 21), (WithProtocol(), 22), (None, 23)):
         fake.calls.clear()
@@ -233,16 +271,17 @@ def test_the_stream_argument_forms(fake, monkeypatch):
 
 # -- argument order: row-major operands, column-major calls ---------------------
 
-@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False),
-                                             (False, True), (True, True)])
+
+@pytest.mark.parametrize(
+    "trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)]
+)
 @pytest.mark.parametrize("dtype", [F64, F32])
 def test_gemm_swaps_the_operands(fake, dtype, trans_a, trans_b):
     m, n, k = 2, 3, 4
     a = DeviceArray((k, m) if trans_a else (m, k), dtype, pitch=9)
     b = DeviceArray((n, k) if trans_b else (k, n), dtype)
     c = DeviceArray((m, n), dtype, pitch=7)
-    linalg.gemm(a, b, c, alpha=2.5, beta=-1.5, trans_a=trans_a, trans_b=trans_b,
-                stream=1)
+    linalg.gemm(a, b, c, alpha=2.5, beta=-1.5, trans_a=trans_a, trans_b=trans_b, stream=1)
     name = "cublas.dgemm" if dtype == F64 else "cublas.sgemm"
     h, op_1, op_2, m_, n_, k_, alpha, p1, ld1, p2, ld2, beta, pc, ldc = fake.last(name)
     # Cᵀ = op(B)ᵀ op(A)ᵀ: b first, n × m, each operand keeping its transpose flag.
@@ -257,11 +296,29 @@ def test_gemm_swaps_the_operands(fake, dtype, trans_a, trans_b):
 def test_gemm_batched_is_one_strided_call(fake):
     count, m, n, k = 5, 2, 3, 4
     a = DeviceArray((count, m, k))
-    b = DeviceArray((k, n))                               # one matrix for all
+    b = DeviceArray((k, n))  # one matrix for all
     c = DeviceArray((count, m, n), pitch=8, batch_stride=40)
     linalg.gemm_batched(a, b, c, alpha=3.0, beta=1.0, trans_b=False, stream=1)
-    (h, op_1, op_2, m_, n_, k_, alpha, pb, ldb, stride_b, pa, lda, stride_a, beta,
-     pc, ldc, stride_c, count_) = fake.last("cublas.dgemm_strided_batched")
+    (
+        h,
+        op_1,
+        op_2,
+        m_,
+        n_,
+        k_,
+        alpha,
+        pb,
+        ldb,
+        stride_b,
+        pa,
+        lda,
+        stride_a,
+        beta,
+        pc,
+        ldc,
+        stride_c,
+        count_,
+    ) = fake.last("cublas.dgemm_strided_batched")
     assert (op_1, op_2, m_, n_, k_) == (OP_N, OP_N, n, m, k)
     assert (pb, ldb, stride_b) == (b.ptr, n, 0)
     assert (pa, lda, stride_a) == (a.ptr, k, m * k)
@@ -306,8 +363,16 @@ def test_triangular_calls_flip_side_and_triangle(fake, name, side, lower, trans)
     m, n = 3, 5
     a = DeviceArray((m, m) if side == "left" else (n, n), pitch=8)
     b = DeviceArray((m, n), pitch=6)
-    getattr(linalg, name)(a, b, side=side, lower=lower, trans=trans,
-                          unit_diagonal=trans, alpha=-2.0, stream=1)
+    getattr(linalg, name)(
+        a,
+        b,
+        side=side,
+        lower=lower,
+        trans=trans,
+        unit_diagonal=trans,
+        alpha=-2.0,
+        stream=1,
+    )
     args = fake.last(f"cublas.d{name}")
     h, side_, uplo, op, diag, m_, n_, alpha, pa, lda, pb, ldb = args[:12]
     assert side_ == (RIGHT if side == "left" else LEFT)
@@ -316,7 +381,7 @@ def test_triangular_calls_flip_side_and_triangle(fake, name, side, lower, trans)
     assert (m_, n_) == (n, m)
     assert (pa, lda, pb, ldb) == (a.ptr, 8, b.ptr, 6)
     assert _scalar(alpha) == -2.0
-    if name == "trmm":                   # cuBLAS's output: b itself
+    if name == "trmm":  # cuBLAS's output: b itself
         assert args[12:] == (b.ptr, 6)
     else:
         assert len(args) == 12
@@ -325,44 +390,49 @@ def test_triangular_calls_flip_side_and_triangle(fake, name, side, lower, trans)
 def test_dot_switches_to_device_pointers_for_one_call(fake):
     x, y, out = DeviceArray((7,)), DeviceArray((7,)), DeviceArray((1,))
     linalg.dot(x, y, out, stream=1)
-    assert fake.names()[-3:] == ["cublas.set_pointer_mode", "cublas.ddot",
-                                 "cublas.set_pointer_mode"]
+    assert fake.names()[-3:] == [
+        "cublas.set_pointer_mode",
+        "cublas.ddot",
+        "cublas.set_pointer_mode",
+    ]
     modes = [args[1] for name, args in fake.calls if name == "cublas.set_pointer_mode"]
     assert modes == [1, 0]
     assert fake.last("cublas.ddot")[1:] == (7, x.ptr, 1, y.ptr, 1, out.ptr)
     fake.fail["cublas.ddot"] = CublasError
     with pytest.raises(RuntimeError, match="dot failed"):
         linalg.dot(x, y, out, stream=1)
-    assert fake.names()[-1] == "cublas.set_pointer_mode"      # back to host mode
+    assert fake.names()[-1] == "cublas.set_pointer_mode"  # back to host mode
     assert fake.last("cublas.set_pointer_mode")[1] == 0
 
 
 # -- cuSOLVER: workspaces, once per size ----------------------------------------
 
+
 def test_potrf_workspace_is_allocated_once_per_size(fake):
     a = DeviceArray((8, 8), pitch=10)
     linalg.potrf(a, stream=1)
     work, info = [args for name, args in fake.calls if name == "cudaMalloc"][1:]
-    assert work == (1024,) and info == (256,)          # 80 doubles, rounded up
+    assert work == (1024,) and info == (256,)  # 80 doubles, rounded up
     h, uplo, n, pa, lda, workspace, lwork, info_ptr = fake.last("cusolver.dpotrf")
     assert (uplo, n, pa, lda, lwork) == (UPPER, 8, a.ptr, 10, 80)
 
     fake.calls.clear()
-    for _ in range(3):                                   # as in a graph capture
+    for _ in range(3):  # as in a graph capture
         linalg.potrf(a, stream=1)
-        linalg.potrf(DeviceArray((4, 4)), stream=1)      # smaller: the same buffer
+        linalg.potrf(DeviceArray((4, 4)), stream=1)  # smaller: the same buffer
     assert "cudaMalloc" not in fake.names()
-    assert fake.names().count("cusolver.dpotrf_buffer_size") == 1   # asked once
-    assert {args[5] for name, args in fake.calls if name == "cusolver.dpotrf"} == \
-        {workspace}
+    assert fake.names().count("cusolver.dpotrf_buffer_size") == 1  # asked once
+    assert {args[5] for name, args in fake.calls if name == "cusolver.dpotrf"} == {
+        workspace
+    }
 
     given = DeviceArray((1,), np.int32)
     big = DeviceArray((30, 30))
     linalg.potrf(big, info=given, stream=1)
-    assert fake.last("cudaMalloc") == (4096,)            # grown: a new buffer
+    assert fake.last("cudaMalloc") == (4096,)  # grown: a new buffer
     args = fake.last("cusolver.dpotrf")
     assert args[5] != workspace and args[7] == given.ptr
-    linalg.potrf(a, stream=1)                            # the bigger one from now on
+    linalg.potrf(a, stream=1)  # the bigger one from now on
     assert fake.last("cusolver.dpotrf")[5] == args[5]
     assert fake.last("cusolver.dpotrf")[7] == info_ptr
 
@@ -375,8 +445,9 @@ def test_trtri_and_lauum_flip_the_triangle(fake, dtype, kind, lower):
     linalg.trtri(a, lower=lower, unit_diagonal=True, info=info, stream=1)
     size_args = fake.last("cusolver.xtrtri_buffer_size")
     assert size_args[1:] == (UPPER if lower else LOWER, UNIT, 6, kind, a.ptr, 7)
-    (h, uplo, diag, n, kind_, pa, lda, work, work_bytes, host, host_bytes,
-     info_ptr) = fake.last("cusolver.xtrtri")
+    (h, uplo, diag, n, kind_, pa, lda, work, work_bytes, host, host_bytes, info_ptr) = (
+        fake.last("cusolver.xtrtri")
+    )
     assert (uplo, diag, n, kind_, pa, lda) == size_args[1:]
     assert work_bytes == 64 * 6 and (host, host_bytes) == (0, 0)
     assert info_ptr == info.ptr
@@ -402,10 +473,10 @@ def test_trtri_with_a_unit_diagonal_keeps_the_diagonal(fake):
         saved = save[4]
         assert save == (blas, 6, a.ptr, 10, saved, 1)
         assert restore == (blas, 6, saved, 1, a.ptr, 10)
-        if dtype == F64:                                  # the handles made now
+        if dtype == F64:  # the handles made now
             assert blas == fake.last("cublas.set_stream")[0]
         fake.calls.clear()
-        linalg.trtri(a, unit_diagonal=True, stream=7)     # as in a capture
+        linalg.trtri(a, unit_diagonal=True, stream=7)  # as in a capture
         assert "cudaMalloc" not in fake.names()
         assert fake.calls[0] == (copy, save) and fake.calls[-1] == (copy, restore)
         fake.calls.clear()
@@ -432,9 +503,13 @@ class FakeCupyArray:
     @property
     def __cuda_array_interface__(self):
         FakeCupyArray.reads += 1
-        return {"shape": self.shape, "typestr": self.dtype.str,
-                "strides": self.strides, "data": (self.data.ptr, False),
-                "version": 3}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "strides": self.strides,
+            "data": (self.data.ptr, False),
+            "version": 3,
+        }
 
 
 class InterfaceOnly:
@@ -466,21 +541,23 @@ def test_cupy_arrays_and_interface_arrays_make_the_same_calls(fake, monkeypatch)
     cupy = types.ModuleType("cupy")
     cupy.ndarray = FakeCupyArray
     cupy.cuda = types.SimpleNamespace(
-        get_current_stream=lambda: types.SimpleNamespace(ptr=31))
+        get_current_stream=lambda: types.SimpleNamespace(ptr=31)
+    )
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     made = []
 
     def cupy_array(shape, pitch):
         made.append(FakeCupyArray(shape, pitch=pitch))
         return made[-1]
-    _every_routine(cupy_array, 3)                       # handles, buffers, sizes
-    _every_routine(cupy_array, None)                    # CuPy's current stream
+
+    _every_routine(cupy_array, 3)  # handles, buffers, sizes
+    _every_routine(cupy_array, None)  # CuPy's current stream
     fake.calls.clear()
     made.clear()
     reads = FakeCupyArray.reads
     _every_routine(cupy_array, 3)
     fast = list(fake.calls)
-    assert FakeCupyArray.reads == reads                 # no interface dictionary
+    assert FakeCupyArray.reads == reads  # no interface dictionary
     fake.calls.clear()
     views = iter([InterfaceOnly(array) for array in made])
     _every_routine(lambda shape, pitch: next(views), 3)
@@ -489,7 +566,7 @@ def test_cupy_arrays_and_interface_arrays_make_the_same_calls(fake, monkeypatch)
     fake.calls.clear()
     made.clear()
     _every_routine(cupy_array, None)
-    assert fake.calls[0][1][0] != fast[0][1][0]         # stream 31's handles
+    assert fake.calls[0][1][0] != fast[0][1][0]  # stream 31's handles
     assert [name for name, _ in fake.calls] == [name for name, _ in fast]
 
 
@@ -498,6 +575,7 @@ def test_numpy_flags_and_stream_objects_take_the_general_checks(fake):
 
     class WithPtr:
         ptr = 3
+
     linalg.gemm(a, b, c, trans_a=np.True_, stream=3)
     first = fake.last("cublas.dgemm")
     linalg.gemm(a, b, c, trans_a=True, stream=WithPtr())
@@ -516,8 +594,7 @@ def test_every_call_after_the_first_allocates_nothing(fake):
 
     def every():
         linalg.gemm(a, b, c, stream=3)
-        linalg.gemm_batched(DeviceArray((3, 4, 4)), b, DeviceArray((3, 4, 4)),
-                            stream=3)
+        linalg.gemm_batched(DeviceArray((3, 4, 4)), b, DeviceArray((3, 4, 4)), stream=3)
         linalg.gemv(a, x, x, stream=3)
         linalg.syrk(a, c, stream=3)
         linalg.trsm(a, b, stream=3)
@@ -526,6 +603,7 @@ def test_every_call_after_the_first_allocates_nothing(fake):
         linalg.potrf(a, stream=3)
         linalg.trtri(a, stream=3)
         linalg.lauum(a, stream=3)
+
     every()
     fake.calls.clear()
     every()
@@ -534,6 +612,7 @@ def test_every_call_after_the_first_allocates_nothing(fake):
 
 
 # -- failures ---------------------------------------------------------------------
+
 
 def test_library_failures_are_runtime_errors(fake):
     a = DeviceArray((2, 2))
@@ -549,14 +628,16 @@ def test_library_failures_are_runtime_errors(fake):
 def test_a_library_that_does_not_load_names_how_to_get_it(fake):
     fake.fail["cublas.create"] = OSError
     with pytest.raises(BackendUnavailableError, match="could not load cuBLAS"):
-        linalg.gemm(DeviceArray((2, 2)), DeviceArray((2, 2)), DeviceArray((2, 2)),
-                    stream=1)
+        linalg.gemm(
+            DeviceArray((2, 2)), DeviceArray((2, 2)), DeviceArray((2, 2)), stream=1
+        )
 
 
 def test_without_nvmath_the_error_names_the_extra(fake, monkeypatch):
     monkeypatch.setitem(sys.modules, "nvmath.bindings.cublas", None)
-    with pytest.raises(BackendUnavailableError,
-                       match=r"nvmath-python.*pip install 'stflow\[linalg\]'"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"nvmath-python.*pip install 'stflow\[linalg\]'"
+    ):
         linalg.trtri(DeviceArray((3, 3)), stream=1)
     assert isinstance(BackendUnavailableError("x"), ImportError)
     # NumPy arrays never need it.
@@ -569,11 +650,17 @@ def test_checks_come_before_any_library_call(fake):
     with pytest.raises(ValueError, match="does not fit"):
         linalg.gemm(DeviceArray((2, 3)), DeviceArray((2, 3)), DeviceArray((2, 3)))
     with pytest.raises(ValueError, match="must not overlap"):
-        linalg.gemm_batched(DeviceArray((3, 2, 2)), DeviceArray((2, 2)),
-                            DeviceArray((3, 2, 2), batch_stride=0))
+        linalg.gemm_batched(
+            DeviceArray((3, 2, 2)),
+            DeviceArray((2, 2)),
+            DeviceArray((3, 2, 2), batch_stride=0),
+        )
     with pytest.raises(ValueError, match="non-negative multiple"):
-        linalg.gemm_batched(DeviceArray((3, 2, 2), batch_stride=-4),
-                            DeviceArray((2, 2)), DeviceArray((3, 2, 2)))
+        linalg.gemm_batched(
+            DeviceArray((3, 2, 2), batch_stride=-4),
+            DeviceArray((2, 2)),
+            DeviceArray((3, 2, 2)),
+        )
     with pytest.raises(TypeError, match="share a dtype"):
         linalg.trsm(DeviceArray((2, 2)), DeviceArray((2, 2), F32))
     with pytest.raises(TypeError, match="float32 and float64"):
@@ -587,8 +674,9 @@ def test_checks_come_before_any_library_call(fake):
 
 def test_empty_operands_call_nothing(fake):
     linalg.gemm(DeviceArray((0, 3)), DeviceArray((3, 4)), DeviceArray((0, 4)), stream=1)
-    linalg.gemm_batched(DeviceArray((0, 2, 2)), DeviceArray((2, 2)),
-                        DeviceArray((0, 2, 2)), stream=1)
+    linalg.gemm_batched(
+        DeviceArray((0, 2, 2)), DeviceArray((2, 2)), DeviceArray((0, 2, 2)), stream=1
+    )
     linalg.trsm(DeviceArray((3, 3)), DeviceArray((3, 0)), stream=1)
     linalg.potrf(DeviceArray((0, 0)), stream=1)
     linalg.trtri(DeviceArray((0, 0)), stream=1)
@@ -601,7 +689,7 @@ def test_without_cupy_the_stream_must_be_given(fake, monkeypatch):
     a = DeviceArray((2, 2))
     with pytest.raises(BackendUnavailableError, match="pass stream="):
         linalg.lauum(a)
-    linalg.lauum(a, stream=4)                           # no CuPy needed
+    linalg.lauum(a, stream=4)  # no CuPy needed
     assert fake.last("cusolver.set_stream")[1] == 4
 
 
@@ -610,17 +698,24 @@ def test_routines_without_info_share_the_handle_word(fake):
     linalg.potrf(a, stream=1)
     linalg.trtri(a, stream=1)
     linalg.lauum(a, stream=1)
-    words = {fake.last("cusolver.dpotrf")[-1], fake.last("cusolver.xtrtri")[-1],
-             fake.last("cusolver.dlauum")[-1]}
+    words = {
+        fake.last("cusolver.dpotrf")[-1],
+        fake.last("cusolver.xtrtri")[-1],
+        fake.last("cusolver.dlauum")[-1],
+    }
     assert len(words) == 1 and 0 not in words
 
 
 def test_importing_linalg_loads_no_cuda_module():
     import subprocess
-    code = ("import sys, numpy as np, stflow.linalg as l; a = np.eye(2); "
-            "l.trtri(a); l.gemm(a, a, a); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('nvmath', 'cupy', 'cuda')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+
+    code = (
+        "import sys, numpy as np, stflow.linalg as l; a = np.eye(2); "
+        "l.trtri(a); l.gemm(a, a, a); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('nvmath', 'cupy', 'cuda')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"

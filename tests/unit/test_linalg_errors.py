@@ -41,11 +41,17 @@ def test_not_positive_definite_raises_with_numpy():
 
 def test_layout_checks_of_device_operands():
     """The CUDA path reads layouts from the CUDA Array Interface (no GPU needed)."""
+
     class Fake:
         def __init__(self, shape, strides):
-            self.__cuda_array_interface__ = {"shape": shape, "strides": strides,
-                                             "typestr": "<f8", "data": (0, False),
-                                             "version": 3}
+            self.__cuda_array_interface__ = {
+                "shape": shape,
+                "strides": strides,
+                "typestr": "<f8",
+                "data": (0, False),
+                "version": 3,
+            }
+
     with pytest.raises(ValueError, match="row-major"):
         linalg.gemm(Fake((4, 4), (8, 32)), Fake((4, 4), None), Fake((4, 4), None))
     with pytest.raises(ValueError, match="positive element stride"):
@@ -73,21 +79,27 @@ def test_batched_shapes():
     with pytest.raises(ValueError, match="does not fit"):
         linalg.gemm_batched(np.ones((3, 2, 4)), np.ones((3, 2, 2)), np.ones((3, 2, 2)))
     with pytest.raises(TypeError, match="share a dtype"):
-        linalg.gemm_batched(np.ones((3, 2, 2), np.float32), np.ones((2, 2)),
-                            np.ones((3, 2, 2)))
+        linalg.gemm_batched(
+            np.ones((3, 2, 2), np.float32), np.ones((2, 2)), np.ones((3, 2, 2))
+        )
 
 
-@pytest.mark.parametrize("call", [
-    lambda: linalg.gemm(np.eye(2), np.eye(2), np.eye(2), trans_a="T"),
-    lambda: linalg.gemm_batched(np.ones((1, 2, 2)), np.eye(2), np.ones((1, 2, 2)),
-                                trans_b=1),
-    lambda: linalg.gemv(np.eye(2), np.ones(2), np.ones(2), trans="N"),
-    lambda: linalg.syrk(np.eye(2), np.eye(2), trans=None),
-    lambda: linalg.trsm(np.eye(2), np.eye(2), lower="U"),
-    lambda: linalg.trmm(np.eye(2), np.eye(2), unit_diagonal="N"),
-    lambda: linalg.trtri(np.eye(2), lower="L"),
-    lambda: linalg.lauum(np.eye(2), lower=0),
-], ids=["gemm", "gemm_batched", "gemv", "syrk", "trsm", "trmm", "trtri", "lauum"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: linalg.gemm(np.eye(2), np.eye(2), np.eye(2), trans_a="T"),
+        lambda: linalg.gemm_batched(
+            np.ones((1, 2, 2)), np.eye(2), np.ones((1, 2, 2)), trans_b=1
+        ),
+        lambda: linalg.gemv(np.eye(2), np.ones(2), np.ones(2), trans="N"),
+        lambda: linalg.syrk(np.eye(2), np.eye(2), trans=None),
+        lambda: linalg.trsm(np.eye(2), np.eye(2), lower="U"),
+        lambda: linalg.trmm(np.eye(2), np.eye(2), unit_diagonal="N"),
+        lambda: linalg.trtri(np.eye(2), lower="L"),
+        lambda: linalg.lauum(np.eye(2), lower=0),
+    ],
+    ids=["gemm", "gemm_batched", "gemv", "syrk", "trsm", "trmm", "trtri", "lauum"],
+)
 def test_flags_must_be_bools(call):
     """A LAPACK-style letter ("U", "T") would otherwise count as True."""
     with pytest.raises(TypeError, match="must be True or False"):

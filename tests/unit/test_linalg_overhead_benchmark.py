@@ -14,9 +14,22 @@ from helpers.docs_snippets import ROOT
 def test_the_fake_mode_reports_every_routine(tmp_path):
     out = tmp_path / "overhead.json"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "linalg_overhead.py"),
-                    "--fake", "--count", "50", "--json", str(out)],
-                   check=True, capture_output=True, text=True, env=env, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "linalg_overhead.py"),
+            "--fake",
+            "--count",
+            "50",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     report = json.loads(out.read_text())
     assert report["fake"] is True
     assert set(report["rows"]) == {"gemm", "syrk", "trsm", "potrf"}

@@ -12,10 +12,12 @@ import stflow
 
 
 def test_import_loads_no_cuda_module():
-    code = ("import sys, stflow, stflow.errors, stflow.testing, stflow.paths; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in "
-            "('cuda', 'cupy', 'numba', 'torch', 'warp')]; "
-            "print(bad); assert not bad, bad")
+    code = (
+        "import sys, stflow, stflow.errors, stflow.testing, stflow.paths; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('cuda', 'cupy', 'numba', 'torch', 'warp')]; "
+        "print(bad); assert not bad, bad"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -39,12 +41,14 @@ def test_version_is_a_string():
 
 def test_private_bindings_alias_reexports_the_same_objects():
     from stflow import _stf_bindings
+
     for name in _stf_bindings.__all__:
         assert getattr(_stf_bindings, name) is getattr(stflow, name)
 
 
 def test_error_classes_derive_from_the_matching_builtin():
     from stflow import errors
+
     assert issubclass(errors.AccessModeError, ValueError)
     assert issubclass(errors.PlaceError, ValueError)
     assert issubclass(errors.ShapeError, ValueError)
@@ -55,9 +59,11 @@ def test_error_classes_derive_from_the_matching_builtin():
     assert issubclass(errors.BackendUnavailableError, ImportError)
     for name in errors.__all__:
         cls = getattr(errors, name)
-        assert issubclass(cls, errors.STFError) or \
-            name in ("BackendNotice", "UnfinalizedContextWarning")
-    assert issubclass(errors.UnfinalizedContextWarning, UserWarning)   # shown by default
+        assert issubclass(cls, errors.STFError) or name in (
+            "BackendNotice",
+            "UnfinalizedContextWarning",
+        )
+    assert issubclass(errors.UnfinalizedContextWarning, UserWarning)  # shown by default
 
 
 def test_cuda_stream_and_stf_cai():
@@ -76,23 +82,29 @@ def test_cuda_stream_and_stf_cai():
 def test_paths_helpers():
     paths = stflow.get_include_paths()
     assert paths.stf is None and len(paths.as_tuple()) == 5
-    for helper in (stflow.get_stf_include_dir, stflow.get_library_dir,
-                   stflow.get_library_path):
+    for helper in (
+        stflow.get_stf_include_dir,
+        stflow.get_library_dir,
+        stflow.get_library_path,
+    ):
         with pytest.raises(RuntimeError, match="no native"):
             helper()
 
 
 def test_auto_backend_falls_back_with_one_notice(monkeypatch):
-    code = ("import warnings, stflow as stf\n"
-            "with warnings.catch_warnings(record=True) as seen:\n"
-            "    warnings.simplefilter('always')\n"
-            "    for _ in range(3):\n"
-            "        with stf.context() as ctx: pass\n"
-            "print(ctx.backend, sum('emulated CPU backend' in str(w.message) "
-            "for w in seen))\n")
+    code = (
+        "import warnings, stflow as stf\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    for _ in range(3):\n"
+        "        with stf.context() as ctx: pass\n"
+        "print(ctx.backend, sum('emulated CPU backend' in str(w.message) "
+        "for w in seen))\n"
+    )
     env = {k: v for k, v in __import__("os").environ.items() if k != "STFLOW_BACKEND"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stderr
     backend, notices = result.stdout.split()
     if backend == "emulated":
@@ -108,11 +120,18 @@ def test_bad_backend_names():
 
 def _probe(env_extra: dict) -> str:
     import os
-    code = ("import stflow, stflow._engine.runtime, stflow._core.plan; "
-            "print(stflow.__compiled__, stflow._engine.runtime.__file__.endswith('.py'), "
-            "stflow._core.plan.__file__.endswith('.py'))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env={**os.environ, **env_extra})
+
+    code = (
+        "import stflow, stflow._engine.runtime, stflow._core.plan; "
+        "print(stflow.__compiled__, stflow._engine.runtime.__file__.endswith('.py'), "
+        "stflow._core.plan.__file__.endswith('.py'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env_extra},
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -124,25 +143,31 @@ def test_pure_python_switch_runs_the_sources_of_every_compiled_module():
 def test_compiled_flag_tells_what_runs():
     from stflow import _compile
     from stflow._engine import runtime as _runtime
+
     assert stflow.__compiled__ is _compile.compiled()
     assert stflow.__compiled__ is (not _runtime.__file__.endswith(".py"))
     compiled = _probe({"STFLOW_PURE_PYTHON": "0"})
-    assert compiled in ("True False False", "False True True")   # all or nothing
+    assert compiled in ("True False False", "False True True")  # all or nothing
 
 
 def test_the_compiled_modules_list_names_real_modules():
     from pathlib import Path
 
     from stflow._compile import COMPILED_MODULES, source
+
     package = Path(stflow.__file__).parent
     assert all(source(package, name).exists() for name in COMPILED_MODULES)
 
 
-@pytest.mark.skipif(__import__("os").environ.get("STFLOW_EXPECT_COMPILED") != "1",
-                    reason="set STFLOW_EXPECT_COMPILED=1 where the compiled build must run")
+@pytest.mark.skipif(
+    __import__("os").environ.get("STFLOW_EXPECT_COMPILED") != "1",
+    reason="set STFLOW_EXPECT_COMPILED=1 where the compiled build must run",
+)
 def test_the_compiled_build_runs_where_expected():
-    assert stflow.__compiled__, "the hot modules run as Python: the compiled build " \
-                                "did not install (see pip install -v .)"
+    assert stflow.__compiled__, (
+        "the hot modules run as Python: the compiled build "
+        "did not install (see pip install -v .)"
+    )
 
 
 def test_cuda_task_views_expire_with_their_task():
@@ -151,6 +176,7 @@ def test_cuda_task_views_expire_with_their_task():
 
     from stflow._interchange.views import TaskView, stf_cai
     from stflow.errors import ScopeError
+
     view = TaskView(0x1000, (4,), np.float64)
     assert isinstance(view, stf_cai)
     assert view.__cuda_array_interface__["data"] == (0x1000, False)

@@ -30,27 +30,82 @@ import stflow as stf
 
 # API.md 1.2, in three parts.
 REFERENCE_PACKAGE_NAMES = {
-    "AccessMode", "CudaStream", "DeviceArray", "TaskGraph", "__version__",
-    "async_resources", "cond", "context", "data_place", "dep", "exec_place",
-    "exec_place_grid", "exec_place_resources", "get_include_paths", "get_library_dir",
-    "get_library_path", "get_stf_include_dir", "green_context_helper", "green_ctx_view",
-    "green_places", "machine_init", "paths", "stackable_context", "task_graph",
+    "AccessMode",
+    "CudaStream",
+    "DeviceArray",
+    "TaskGraph",
+    "__version__",
+    "async_resources",
+    "cond",
+    "context",
+    "data_place",
+    "dep",
+    "exec_place",
+    "exec_place_grid",
+    "exec_place_resources",
+    "get_include_paths",
+    "get_library_dir",
+    "get_library_path",
+    "get_stf_include_dir",
+    "green_context_helper",
+    "green_ctx_view",
+    "green_places",
+    "machine_init",
+    "paths",
+    "stackable_context",
+    "task_graph",
 }
 REFERENCE_BINDING_NAMES = {
-    "LaunchableGraph", "cuda_kernel", "dlpack_export", "logical_data", "read", "rw",
-    "stackable_logical_data", "stackable_task", "stf_cai", "task", "write",
+    "LaunchableGraph",
+    "cuda_kernel",
+    "dlpack_export",
+    "logical_data",
+    "read",
+    "rw",
+    "stackable_logical_data",
+    "stackable_task",
+    "stf_cai",
+    "task",
+    "write",
 }
-STFLOW_ONLY_NAMES = {"reduce", "ProgressBar", "TileGrid", "tiles",    # issue 14
-                     "distributed_context", "block_cyclic",             # issue 12
-                     "bundle", "constant"}                              # issue 25
+STFLOW_ONLY_NAMES = {
+    "reduce",
+    "ProgressBar",
+    "TileGrid",
+    "tiles",  # issue 14
+    "distributed_context",
+    "block_cyclic",  # issue 12
+    "bundle",
+    "constant",
+}  # issue 25
 
 # The reference's ``_stf_bindings.__all__``.
 REFERENCE_BINDINGS_ALL = {
-    "AccessMode", "CudaStream", "LaunchableGraph", "async_resources", "cond", "context",
-    "cuda_kernel", "data_place", "dep", "dlpack_export", "exec_place", "exec_place_grid",
-    "exec_place_resources", "green_context_helper", "green_ctx_view",
-    "locality_domain_count", "logical_data", "machine_init", "read", "rw",
-    "stackable_context", "stackable_logical_data", "stackable_task", "stf_cai", "task",
+    "AccessMode",
+    "CudaStream",
+    "LaunchableGraph",
+    "async_resources",
+    "cond",
+    "context",
+    "cuda_kernel",
+    "data_place",
+    "dep",
+    "dlpack_export",
+    "exec_place",
+    "exec_place_grid",
+    "exec_place_resources",
+    "green_context_helper",
+    "green_ctx_view",
+    "locality_domain_count",
+    "logical_data",
+    "machine_init",
+    "read",
+    "rw",
+    "stackable_context",
+    "stackable_logical_data",
+    "stackable_task",
+    "stf_cai",
+    "task",
     "write",
 }
 
@@ -92,9 +147,14 @@ def _run(code: str) -> str:
 
 # -- __all__ and dir() --------------------------------------------------------------
 
+
 def test_all_is_what_the_spec_lists_and_each_name_once():
-    expected = (REFERENCE_PACKAGE_NAMES | REFERENCE_BINDING_NAMES
-                | {"locality_domain_count"} | STFLOW_ONLY_NAMES)
+    expected = (
+        REFERENCE_PACKAGE_NAMES
+        | REFERENCE_BINDING_NAMES
+        | {"locality_domain_count"}
+        | STFLOW_ONLY_NAMES
+    )
     assert len(stf.__all__) == len(set(stf.__all__)) == 44
     assert set(stf.__all__) == expected
 
@@ -118,16 +178,20 @@ def test_dir_is_sorted_and_complete():
     assert listing == sorted(listing)
     assert set(stf.__all__) <= set(listing)
     assert set(vars(stf)) <= set(listing)
-    assert {"errors", "fill_utils", "interop", "partitions", "IncludePaths"} <= set(listing)
+    assert {"errors", "fill_utils", "interop", "partitions", "IncludePaths"} <= set(
+        listing
+    )
     for name in set(listing) - set(TIER3):
         assert hasattr(stf, name), name
 
 
 def test_star_import_binds_every_exported_name():
-    out = _run("from stflow import *\n"
-               "import stflow\n"
-               "missing = [n for n in stflow.__all__ if n not in globals()]\n"
-               "print(missing, task_graph is stflow.task_graph)")
+    out = _run(
+        "from stflow import *\n"
+        "import stflow\n"
+        "missing = [n for n in stflow.__all__ if n not in globals()]\n"
+        "print(missing, task_graph is stflow.task_graph)"
+    )
     assert out == "[] True"
 
 
@@ -138,6 +202,7 @@ def test_include_paths_resolves_but_is_not_exported():
 
 def test_version_comes_from_the_distribution():
     from importlib.metadata import PackageNotFoundError, version
+
     try:
         expected = version("stflow")
     except PackageNotFoundError:
@@ -147,27 +212,50 @@ def test_version_comes_from_the_distribution():
 
 # -- submodules -----------------------------------------------------------------------
 
+
 def test_paths_is_an_attribute_right_after_import_stflow():
-    out = _run("import sys, stflow as stf\n"
-               "assert stf.paths is sys.modules['stflow.paths']\n"
-               "assert 'paths' in dir(stf)\n"
-               "bad = [m for m in sys.modules if m.split('.')[0] in "
-               "('cuda', 'cupy', 'numba', 'torch', 'warp')]\n"
-               "print(bad, sorted(m for m in sys.modules if m.startswith('stflow.')))")
+    out = _run(
+        "import sys, stflow as stf\n"
+        "assert stf.paths is sys.modules['stflow.paths']\n"
+        "assert 'paths' in dir(stf)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in "
+        "('cuda', 'cupy', 'numba', 'torch', 'warp')]\n"
+        "print(bad, sorted(m for m in sys.modules if m.startswith('stflow.')))"
+    )
     assert out.startswith("[]"), out
 
 
-@pytest.mark.parametrize("module, names", [
-    ("stflow.paths", ["IncludePaths", "get_include_paths", "get_library_dir",
-                      "get_library_path", "get_stf_include_dir", "iter_site_roots"]),
-    ("stflow.fill_utils", ["init_logical_data"]),
-    ("stflow.device_array", ["DeviceArray"]),
-    ("stflow.task_graph", ["TaskGraph", "task_graph"]),
-    ("stflow._stream_utils", ["get_stream_pointer"]),
-    ("stflow.interop.numba", ["get_arg_numba", "jit", "numba_arguments", "numba_task",
-                              "stf_kernel_decorator"]),
-    ("stflow.interop.pytorch", ["pytorch_task", "tensor_arg", "tensor_arguments"]),
-])
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        (
+            "stflow.paths",
+            [
+                "IncludePaths",
+                "get_include_paths",
+                "get_library_dir",
+                "get_library_path",
+                "get_stf_include_dir",
+                "iter_site_roots",
+            ],
+        ),
+        ("stflow.fill_utils", ["init_logical_data"]),
+        ("stflow.device_array", ["DeviceArray"]),
+        ("stflow.task_graph", ["TaskGraph", "task_graph"]),
+        ("stflow._stream_utils", ["get_stream_pointer"]),
+        (
+            "stflow.interop.numba",
+            [
+                "get_arg_numba",
+                "jit",
+                "numba_arguments",
+                "numba_task",
+                "stf_kernel_decorator",
+            ],
+        ),
+        ("stflow.interop.pytorch", ["pytorch_task", "tensor_arg", "tensor_arguments"]),
+    ],
+)
 def test_reference_submodules_import_with_their_names(module, names):
     loaded = importlib.import_module(module)
     assert set(names) <= set(loaded.__all__)
@@ -178,6 +266,7 @@ def test_reference_submodules_import_with_their_names(module, names):
 def test_submodule_classes_are_the_package_objects():
     from stflow.device_array import DeviceArray
     from stflow.task_graph import TaskGraph, task_graph
+
     assert DeviceArray is stf.DeviceArray
     assert TaskGraph is stf.TaskGraph
     assert task_graph is importlib.import_module("stflow._graph.task_graph").task_graph
@@ -195,27 +284,36 @@ def test_green_places_module_imports_without_its_implementation():
 def test_green_places_module_reexports_the_implementation():
     _skip_if_pending("green_places")
     from stflow.green_places import green_places
+
     assert green_places is importlib.import_module("stflow._places.green").green_places
     assert list(inspect.signature(green_places).parameters) == [
-        "sms_per_place", "n_places", "device_id", "coscheduled_sm_count"]
+        "sms_per_place",
+        "n_places",
+        "device_id",
+        "coscheduled_sm_count",
+    ]
 
 
 def test_interop_imports_neither_numba_nor_torch():
-    out = _run("import sys, stflow.interop, stflow.interop.numba, stflow.interop.pytorch\n"
-               "print([m for m in sys.modules if m.split('.')[0] in ('numba', 'torch')])")
+    out = _run(
+        "import sys, stflow.interop, stflow.interop.numba, stflow.interop.pytorch\n"
+        "print([m for m in sys.modules if m.split('.')[0] in ('numba', 'torch')])"
+    )
     assert out == "[]"
 
 
 # -- I-16: task_graph and green_places stay callable ----------------------------------
 
-_FAKE_GREEN = ("import sys, types\n"
-               "fake = types.ModuleType('stflow._places.green')\n"
-               "def green_places(sms_per_place, n_places=None, device_id=0,\n"
-               "                 coscheduled_sm_count=0):\n"
-               "    return ('called', sms_per_place, n_places, device_id,\n"
-               "            coscheduled_sm_count)\n"
-               "fake.green_places = green_places\n"
-               "sys.modules['stflow._places.green'] = fake\n")
+_FAKE_GREEN = (
+    "import sys, types\n"
+    "fake = types.ModuleType('stflow._places.green')\n"
+    "def green_places(sms_per_place, n_places=None, device_id=0,\n"
+    "                 coscheduled_sm_count=0):\n"
+    "    return ('called', sms_per_place, n_places, device_id,\n"
+    "            coscheduled_sm_count)\n"
+    "fake.green_places = green_places\n"
+    "sys.modules['stflow._places.green'] = fake\n"
+)
 
 
 @pytest.mark.parametrize("order", ["function-first", "submodule-first", "from-import"])
@@ -224,17 +322,20 @@ def test_task_graph_is_callable_in_every_import_order(order):
         "function-first": "f = stf.task_graph\nimport stflow.task_graph as m\n",
         "submodule-first": "import stflow.task_graph as m\nf = stf.task_graph\n",
         "from-import": "from stflow import task_graph as f\n"
-                       "from stflow.task_graph import TaskGraph\n"
-                       "import stflow.task_graph as m\n",
+        "from stflow.task_graph import TaskGraph\n"
+        "import stflow.task_graph as m\n",
     }[order]
-    out = _run("import inspect, stflow as stf\n" + steps +
-               "assert callable(f) and callable(stf.task_graph) and callable(m)\n"
-               "g = stf.task_graph(backend='emulated')\n"
-               "assert isinstance(g, stf.TaskGraph)\n"
-               "g.finalize()\n"
-               "h = m(backend='emulated'); h.finalize()\n"
-               "assert m.TaskGraph is stf.TaskGraph\n"
-               "print(inspect.signature(stf.task_graph))")
+    out = _run(
+        "import inspect, stflow as stf\n"
+        + steps
+        + "assert callable(f) and callable(stf.task_graph) and callable(m)\n"
+        "g = stf.task_graph(backend='emulated')\n"
+        "assert isinstance(g, stf.TaskGraph)\n"
+        "g.finalize()\n"
+        "h = m(backend='emulated'); h.finalize()\n"
+        "assert m.TaskGraph is stf.TaskGraph\n"
+        "print(inspect.signature(stf.task_graph))"
+    )
     assert out == "(*, backend: 'str | None' = None) -> 'TaskGraph'"
 
 
@@ -244,13 +345,17 @@ def test_green_places_is_callable_in_every_import_order(order):
         "function-first": "f = stf.green_places\nimport stflow.green_places as m\n",
         "submodule-first": "import stflow.green_places as m\nf = stf.green_places\n",
     }[order]
-    out = _run(_FAKE_GREEN + "import inspect, stflow as stf\n" + steps +
-               "assert f(4) == ('called', 4, None, 0, 0)\n"
-               "assert stf.green_places(8, n_places=2) == ('called', 8, 2, 0, 0)\n"
-               "assert m(2, 1, 0, coscheduled_sm_count=3) == ('called', 2, 1, 0, 3)\n"
-               "from stflow.green_places import green_places\n"
-               "assert green_places is fake.green_places\n"
-               "print(list(inspect.signature(stf.green_places).parameters))")
+    out = _run(
+        _FAKE_GREEN
+        + "import inspect, stflow as stf\n"
+        + steps
+        + "assert f(4) == ('called', 4, None, 0, 0)\n"
+        "assert stf.green_places(8, n_places=2) == ('called', 8, 2, 0, 0)\n"
+        "assert m(2, 1, 0, coscheduled_sm_count=3) == ('called', 2, 1, 0, 3)\n"
+        "from stflow.green_places import green_places\n"
+        "assert green_places is fake.green_places\n"
+        "print(list(inspect.signature(stf.green_places).parameters))"
+    )
     assert out == "['sms_per_place', 'n_places', 'device_id', 'coscheduled_sm_count']"
 
 
@@ -262,8 +367,10 @@ def test_callable_submodules_are_modules():
 
 # -- _stf_bindings ----------------------------------------------------------------------
 
+
 def test_bindings_alias_lists_the_reference_names():
     from stflow import _stf_bindings
+
     assert len(_stf_bindings.__all__) == 26
     assert set(_stf_bindings.__all__) == REFERENCE_BINDINGS_ALL
     assert dir(_stf_bindings) == sorted(dir(_stf_bindings))
@@ -274,24 +381,29 @@ def test_bindings_alias_lists_the_reference_names():
 def test_bindings_alias_names_are_the_package_objects(name):
     _skip_if_pending(name)
     from stflow import _stf_bindings
+
     assert getattr(_stf_bindings, name) is getattr(stf, name)
 
 
 def test_bindings_alias_refuses_other_names():
     from stflow import _stf_bindings
+
     with pytest.raises(AttributeError, match="no attribute 'reduce'"):
         _stf_bindings.reduce  # noqa: B018
 
 
 def test_bindings_alias_imports_lazily():
-    out = _run("import sys, stflow._stf_bindings as b\n"
-               "before = 'stflow._handles.context' in sys.modules\n"
-               "from stflow._stf_bindings import context, stackable_task\n"
-               "print(before, 'stflow._handles.context' in sys.modules)")
+    out = _run(
+        "import sys, stflow._stf_bindings as b\n"
+        "before = 'stflow._handles.context' in sys.modules\n"
+        "from stflow._stf_bindings import context, stackable_task\n"
+        "print(before, 'stflow._handles.context' in sys.modules)"
+    )
     assert out == "False True"
 
 
 # -- _stream_utils.get_stream_pointer (the reference's test_stream_utils contract) ------
+
 
 class _Stream:
     def __init__(self, handle, version=0):
@@ -303,6 +415,7 @@ class _Stream:
 
 def test_get_stream_pointer_accepts_none_ints_and_the_protocol():
     from stflow._stream_utils import get_stream_pointer
+
     assert get_stream_pointer(None) == 0
     assert get_stream_pointer(0) == 0
     assert get_stream_pointer(0xDEADBEEF) == 0xDEADBEEF
@@ -320,12 +433,14 @@ def test_get_stream_pointer_prefers_the_protocol_over_int():
     assert get_stream_pointer(IntStream(999)) == 0x4242
 
 
-@pytest.mark.parametrize("stream", [object(), "0x10", 1.5, True, _Stream(0x1234, 1),
-                                    _Stream("not-an-int")],
-                         ids=["object", "str", "float", "bool", "version-1",
-                              "non-int-handle"])
+@pytest.mark.parametrize(
+    "stream",
+    [object(), "0x10", 1.5, True, _Stream(0x1234, 1), _Stream("not-an-int")],
+    ids=["object", "str", "float", "bool", "version-1", "non-int-handle"],
+)
 def test_get_stream_pointer_rejects(stream):
     from stflow._stream_utils import get_stream_pointer
+
     with pytest.raises(TypeError):
         get_stream_pointer(stream)
 
@@ -343,6 +458,7 @@ def test_get_stream_pointer_rejects_a_malformed_protocol_result():
 
 # -- keyword compatibility ----------------------------------------------------------------
 
+
 def _parameters(function):
     return list(inspect.signature(function).parameters)
 
@@ -350,8 +466,9 @@ def _parameters(function):
 def test_device_array_takes_the_reference_keywords():
     assert _parameters(stf.DeviceArray) == ["size", "dtype", "dplace", "stream"]
     assert _parameters(stf.DeviceArray.from_host) == ["host_array", "dplace", "stream"]
-    array = stf.DeviceArray(size=8, dtype=np.float32, dplace=stf.data_place.host(),
-                            stream=None)
+    array = stf.DeviceArray(
+        size=8, dtype=np.float32, dplace=stf.data_place.host(), stream=None
+    )
     assert array.shape == (8,) and array.size == 8 and array.nbytes == 32
     assert repr(array).startswith("DeviceArray(size=8, dtype=float32")
 
@@ -372,26 +489,38 @@ def test_device_array_shapes_are_a_documented_superset():
     np.testing.assert_array_equal(copy.copy_to_host(), values)
 
 
-@pytest.mark.parametrize("function, parameters", [
-    ("task_graph", []),
-    ("get_include_paths", []),
-    ("get_stf_include_dir", []),
-    ("get_library_dir", []),
-    ("get_library_path", []),
-    ("machine_init", []),
-])
+@pytest.mark.parametrize(
+    "function, parameters",
+    [
+        ("task_graph", []),
+        ("get_include_paths", []),
+        ("get_stf_include_dir", []),
+        ("get_library_dir", []),
+        ("get_library_path", []),
+        ("machine_init", []),
+    ],
+)
 def test_module_functions_take_the_reference_parameters(function, parameters):
     params = inspect.signature(getattr(stf, function)).parameters
-    required = [name for name, p in params.items()
-                if p.default is inspect.Parameter.empty
-                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [
+        name
+        for name, p in params.items()
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     assert required == parameters
 
 
-@pytest.mark.parametrize("name, parameters", [
-    ("locality_domain_count", ["dev_id"]),
-    ("green_places", ["sms_per_place", "n_places", "device_id", "coscheduled_sm_count"]),
-])
+@pytest.mark.parametrize(
+    "name, parameters",
+    [
+        ("locality_domain_count", ["dev_id"]),
+        (
+            "green_places",
+            ["sms_per_place", "n_places", "device_id", "coscheduled_sm_count"],
+        ),
+    ],
+)
 def test_tier3_functions_take_the_reference_keywords(name, parameters):
     _skip_if_pending(name)
     assert _parameters(getattr(stf, name)) == parameters
@@ -399,17 +528,24 @@ def test_tier3_functions_take_the_reference_keywords(name, parameters):
 
 # -- paths ------------------------------------------------------------------------------
 
+
 def test_include_paths_are_pathlib_paths():
     paths = stf.get_include_paths()
     assert paths.stf is None
     for field in paths.as_tuple():
         assert field is None or isinstance(field, Path)
-    assert paths.as_tuple() == (paths.stf, paths.thrust, paths.cub, paths.libcudacxx,
-                                paths.cuda)
+    assert paths.as_tuple() == (
+        paths.stf,
+        paths.thrust,
+        paths.cub,
+        paths.libcudacxx,
+        paths.cuda,
+    )
 
 
-@pytest.mark.parametrize("helper", ["get_stf_include_dir", "get_library_dir",
-                                    "get_library_path"])
+@pytest.mark.parametrize(
+    "helper", ["get_stf_include_dir", "get_library_dir", "get_library_path"]
+)
 def test_native_helpers_raise_and_name_the_distribution(helper):
     with pytest.raises(RuntimeError, match="Unable to locate the CUDASTF") as info:
         getattr(stf.paths, helper)()
@@ -425,6 +561,7 @@ def test_iter_site_roots_yields_unique_resolved_paths():
 
 
 # -- install extras ------------------------------------------------------------------------
+
 
 def _extras():
     tomllib = pytest.importorskip("tomllib")

@@ -15,14 +15,24 @@ import stflow
 
 ROOT = Path(stflow.__file__).parent
 PACKAGE = ROOT / "_places"
-ORDER = ["stream_partitions", "partition", "numbering", "locality", "places", "green",
-         "gridwork"]
+ORDER = [
+    "stream_partitions",
+    "partition",
+    "numbering",
+    "locality",
+    "places",
+    "green",
+    "gridwork",
+]
 """The modules, each importing only those before it (``_places/__init__.py``)."""
 
 
 def _modules() -> dict[str, ast.Module]:
-    return {path.stem: ast.parse(path.read_text(), str(path))
-            for path in sorted(PACKAGE.glob("*.py")) if path.stem != "__init__"}
+    return {
+        path.stem: ast.parse(path.read_text(), str(path))
+        for path in sorted(PACKAGE.glob("*.py"))
+        if path.stem != "__init__"
+    }
 
 
 def _imports(tree: ast.Module) -> set[str]:
@@ -41,9 +51,10 @@ def _imports(tree: ast.Module) -> set[str]:
             if target:
                 found.add(target)
             folder = ROOT.joinpath(*target.split(".")) if target else ROOT
-            for alias in node.names:          # names that are modules themselves
-                if (folder / f"{alias.name}.py").exists() or \
-                        (folder / alias.name / "__init__.py").exists():
+            for alias in node.names:  # names that are modules themselves
+                if (folder / f"{alias.name}.py").exists() or (
+                    folder / alias.name / "__init__.py"
+                ).exists():
                     found.add(f"{target}.{alias.name}".lstrip("."))
     return found
 
@@ -54,17 +65,19 @@ def test_the_package_holds_the_modules_it_lists():
 
 def test_no_module_imports_a_later_one():
     for name, tree in _modules().items():
-        later = {f"_places.{other}" for other in ORDER[ORDER.index(name):]}
+        later = {f"_places.{other}" for other in ORDER[ORDER.index(name) :]}
         assert not _imports(tree) & later, (name, _imports(tree) & later)
 
 
 def test_no_module_imports_a_backend_module():
     for name, tree in _modules().items():
-        backend_modules = {module for module in _imports(tree)
-                           if module.startswith("backends.")} - {"backends._base"}
+        backend_modules = {
+            module for module in _imports(tree) if module.startswith("backends.")
+        } - {"backends._base"}
         assert not backend_modules, (name, backend_modules)
-        assert not any(module.startswith("stflow.backends.")
-                       for module in _imports(tree)), name
+        assert not any(
+            module.startswith("stflow.backends.") for module in _imports(tree)
+        ), name
 
 
 def test_no_module_asks_which_backend_it_has_or_probes():
@@ -77,6 +90,8 @@ def test_no_module_asks_which_backend_it_has_or_probes():
 
 
 def test_the_import_checker_sees_lazy_and_backend_imports():
-    tree = ast.parse("from ..backends import _cuda_green\n"
-                     "def f():\n    from .green import x\n    from . import places\n")
+    tree = ast.parse(
+        "from ..backends import _cuda_green\n"
+        "def f():\n    from .green import x\n    from . import places\n"
+    )
     assert {"backends._cuda_green", "_places.green", "_places.places"} <= _imports(tree)

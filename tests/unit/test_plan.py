@@ -4,14 +4,13 @@ streams, without a backend."""
 from __future__ import annotations
 
 import pytest
+from helpers.standins import FakeStream, always, buffer, never
 
 from stflow._core.access import READ, RW, WRITE
 from stflow._core.coherence import INVALID, MODIFIED, DataState
 from stflow._core.errors import AccessModeError, PlaceError
 from stflow._core.plan import acquire, held, hold, release, remember, resolve, retarget
 from stflow._core.streams import Pool
-
-from helpers.standins import FakeStream, always, buffer, never
 
 HOST, MANAGED, AFFINE = -1, -2, -3
 
@@ -36,8 +35,9 @@ def pool_of(name: str, size: int = 2) -> Pool:
 
 def test_resolution_places_accesses_at_the_affine_or_given_place():
     x, y, z = registered(1), registered(2), registered(3)
-    plan = resolve([(x, RW, None), (y, READ, HOST), (z, READ, AFFINE)], 1, 1, 2, False,
-                   "t")
+    plan = resolve(
+        [(x, RW, None), (y, READ, HOST), (z, READ, AFFINE)], 1, 1, 2, False, "t"
+    )
     assert [a.device for a in plan.accesses] == [1, HOST, 1]
     assert plan.per_dependency is plan.accesses and plan.device == 1
     assert plan.accesses[1].instance is y.reference
@@ -45,10 +45,19 @@ def test_resolution_places_accesses_at_the_affine_or_given_place():
 
 def test_resolution_merges_repeated_data_at_one_place():
     x, y = registered(1), registered(2)
-    plan = resolve([(x, READ, None), (y, READ, HOST), (x, WRITE, None), (y, READ, 1)],
-                   0, 0, 2, False, "t")
+    plan = resolve(
+        [(x, READ, None), (y, READ, HOST), (x, WRITE, None), (y, READ, 1)],
+        0,
+        0,
+        2,
+        False,
+        "t",
+    )
     assert [(a.state, a.mode, a.device) for a in plan.accesses] == [
-        (x, RW, 0), (y, READ, HOST), (y, READ, 1)]
+        (x, RW, 0),
+        (y, READ, HOST),
+        (y, READ, 1),
+    ]
     assert plan.per_dependency[0] is plan.per_dependency[2] is plan.accesses[0]
     assert plan.per_dependency[3] is plan.accesses[2]
 
@@ -87,7 +96,7 @@ def test_first_read_elsewhere_moves_a_copy_then_the_steady_state_moves_nothing()
     release(plan, stream.record(), None)
     assert plan.accesses[0].instance.state is MODIFIED
     assert x.reference.state is INVALID
-    for _ in range(3):                          # a chain: same stream, nothing to do
+    for _ in range(3):  # a chain: same stream, nothing to do
         again = decide(plan, pool, never, 1)
         assert again is stream and plan.moves is None and plan.waits == ()
         assert plan.skipped == 1
@@ -112,7 +121,7 @@ def test_readers_of_a_fresh_copy_wait_for_it_until_it_completed():
     pool = pool_of("p")
     stream = decide(plan, pool, never, 1)
     assert plan.waits == [copy_done] and stream in pool.streams
-    decide(plan, pool, always, 1)                 # completed copies order nothing
+    decide(plan, pool, always, 1)  # completed copies order nothing
     assert plan.waits == () and dev0.ready == {}
 
 
@@ -127,10 +136,10 @@ def test_a_writer_waits_for_every_reader_on_other_streams():
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
     pool = Pool([a, FakeStream("a2")])
     stream = decide(plan, pool, never, 1)
-    assert stream is a                          # the last writer's stream
+    assert stream is a  # the last writer's stream
     assert plan.first is writer_first and plan.others == [reader]
     assert plan.waits == [reader] and plan.skipped == 1
-    decide(plan, pool, never, 1)                  # the wait is remembered: none again
+    decide(plan, pool, never, 1)  # the wait is remembered: none again
     assert plan.waits == [] and plan.skipped == 2
 
 
@@ -147,12 +156,12 @@ def test_acquire_decides_no_waits_so_the_caller_can_decide_again():
     x.tracker.release(READ, reader)
     plan = resolve([(x, RW, 0)], 0, 0, 2, False, "t")
     assert acquire(plan, Pool([a, c]), never, 1) is a
-    assert acquire(plan, Pool([a, c]), never, 2) is a      # deciding again is free
+    assert acquire(plan, Pool([a, c]), never, 2) is a  # deciding again is free
     assert a.waited == {}
     retarget(plan, c)
     assert plan.stream is c and set(plan.waits) == {x.tracker.writer, reader}
     decide(plan, Pool([a, c]), never, 3)
-    assert plan.stream is a and plan.waits == [reader]     # a still waits for b
+    assert plan.stream is a and plan.waits == [reader]  # a still waits for b
 
 
 def test_plan_cache_starts_over_when_full():
@@ -181,8 +190,8 @@ def test_started_work_holds_its_data_until_released():
     writer = resolve([(x, RW, HOST), (y, READ, HOST)], HOST, HOST, 2, False, "w")
     other_reader = resolve([(x, READ, HOST)], HOST, HOST, 2, False, "r2")
     hold(reader, "task r")
-    assert not held(other_reader)               # readers share
-    assert held(writer)                         # a writer waits for the reader
+    assert not held(other_reader)  # readers share
+    assert held(writer)  # a writer waits for the reader
     s = FakeStream("s")
     release(reader, s.record(), "task r")
     assert not held(writer)

@@ -11,12 +11,15 @@ from stflow._dist.staging import BufferPool, piece_bounds, piece_size, send_limi
 from stflow.backends._base import HOST
 
 
-@pytest.mark.parametrize("nbytes, piece, expected", [
-    (0, 4, [(0, 0)]),                      # an empty value is one empty message
-    (4, 4, [(0, 4)]),
-    (5, 4, [(0, 4), (4, 5)]),
-    (12, 4, [(0, 4), (4, 8), (8, 12)]),
-])
+@pytest.mark.parametrize(
+    "nbytes, piece, expected",
+    [
+        (0, 4, [(0, 0)]),  # an empty value is one empty message
+        (4, 4, [(0, 4)]),
+        (5, 4, [(0, 4), (4, 5)]),
+        (12, 4, [(0, 4), (4, 8), (8, 12)]),
+    ],
+)
 def test_piece_bounds_cover_the_value_once_in_order(nbytes, piece, expected):
     assert piece_bounds(nbytes, piece) == expected
 
@@ -27,8 +30,7 @@ def test_piece_bounds_of_random_sizes_tile_the_bytes():
             bounds = piece_bounds(nbytes, piece)
             assert bounds[0][0] == 0 and bounds[-1][1] == nbytes
             assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
-            assert all(0 < stop - start <= piece for start, stop in bounds) \
-                or nbytes == 0
+            assert all(0 < stop - start <= piece for start, stop in bounds) or nbytes == 0
 
 
 def test_piece_size_defaults_to_4_mib_and_reads_the_environment(monkeypatch):
@@ -57,6 +59,7 @@ def test_the_send_limit_defaults_to_512_mib_and_reads_the_environment(monkeypatc
 
 def test_device_direct_follows_the_setting_then_asks_mpi(monkeypatch):
     from stflow._dist import staging as _staging
+
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "1")
     assert _staging.device_direct(False) and _staging.device_direct(True)
     monkeypatch.setenv("STFLOW_MPI_CUDA_AWARE", "0")
@@ -66,14 +69,15 @@ def test_device_direct_follows_the_setting_then_asks_mpi(monkeypatch):
         _staging.device_direct(True)
     monkeypatch.delenv("STFLOW_MPI_CUDA_AWARE")
     monkeypatch.setattr(_staging, "mpi_cuda_aware", lambda: True)
-    assert _staging.device_direct(True)           # GPU memory: MPI is asked
-    assert not _staging.device_direct(False)      # emulated: only when set
+    assert _staging.device_direct(True)  # GPU memory: MPI is asked
+    assert not _staging.device_direct(False)  # emulated: only when set
 
 
 def test_mpi_is_asked_through_mpi4py_when_it_can_answer(monkeypatch):
     MPI = pytest.importorskip("mpi4py.MPI")
     from stflow._dist.staging import mpi_cuda_aware
-    answer = mpi_cuda_aware()                 # Open MPI's extension, or False
+
+    answer = mpi_cuda_aware()  # Open MPI's extension, or False
     assert answer in (True, False)
     monkeypatch.setattr(MPI, "Query_cuda_support", lambda: True, raising=False)
     assert mpi_cuda_aware() is True
@@ -81,9 +85,11 @@ def test_mpi_is_asked_through_mpi4py_when_it_can_answer(monkeypatch):
 
 # -- the pool of message buffers ----------------------------------------------------
 
+
 @pytest.fixture
 def emulated():
     from stflow.backends import get_backend
+
     backend = get_backend("emulated")
     stream = backend.create_stream(0)
     yield backend, stream
@@ -107,14 +113,14 @@ def test_a_pooled_buffer_is_reused_by_size_rounded_to_pages(emulated):
     first = pool.take(100)
     assert first.nbytes == 4096 and first.device == HOST
     pool.give(first)
-    assert pool.take(4000) is first                # the same page-sized buffer
+    assert pool.take(4000) is first  # the same page-sized buffer
     second = pool.take(4000)
-    assert second is not first                     # taken: a new one
+    assert second is not first  # taken: a new one
     third = pool.take(5000)
     assert third.nbytes == 8192
     empty = pool.take(0)
     assert empty.nbytes == 0 and empty.ptr == 0
-    pool.give(empty)                               # nothing to keep
+    pool.give(empty)  # nothing to keep
     assert pool.cached == 0
     for taken in (first, second, third):
         pool.give(taken)
@@ -127,10 +133,10 @@ def test_a_buffer_comes_back_only_after_its_last_work(emulated):
     pool = BufferPool(backend, HOST, keep=1 << 20)
     busy, event, gate = _given_back_busy(pool, backend, stream)
     other = pool.take(8192)
-    assert other is not busy                       # another size: a new buffer
+    assert other is not busy  # another size: a new buffer
     pool.give(other)
     threading.Timer(0.05, gate.set).start()
-    again = pool.take(4096)                        # the same size: waits for it
+    again = pool.take(4096)  # the same size: waits for it
     assert again is busy and backend.query(event)
     assert pool.made == 2
     pool.give(again)
@@ -139,12 +145,12 @@ def test_a_buffer_comes_back_only_after_its_last_work(emulated):
 
 def test_the_pool_keeps_at_most_its_bound_and_frees_the_rest(emulated):
     backend, _ = emulated
-    pool = BufferPool(backend, 0, keep=8192)       # device 0's memory
+    pool = BufferPool(backend, 0, keep=8192)  # device 0's memory
     buffers = [pool.take(4096) for _ in range(3)]
     assert all(backend.locate(b.ptr) == 0 for b in buffers)
     for b in buffers:
         pool.give(b)
-    assert pool.cached == 8192                     # the third was freed
+    assert pool.cached == 8192  # the third was freed
     assert backend.locate(buffers[2].ptr) != 0
     pool.close()
     assert pool.cached == 0 and not pool.spare
@@ -156,15 +162,14 @@ def test_closing_the_pool_waits_for_the_work_still_using_a_buffer(emulated):
     pool = BufferPool(backend, HOST, keep=1 << 20)
     _, event, gate = _given_back_busy(pool, backend, stream)
     threading.Timer(0.05, gate.set).start()
-    pool.close()                                   # returns once the stream ran
+    pool.close()  # returns once the stream ran
     assert backend.query(event) and not pool.pending
 
 
-
 @pytest.mark.parametrize("buffers", [None, "1", "2", "3"])
-def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
-                                                                       monkeypatch,
-                                                                       buffers):
+def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(
+    emulated, monkeypatch, buffers
+):
     """A sender allocates buffers of a size while fewer than send_buffers() of them
     are in flight (BUFFERS_PER_SIZE, or STFLOW_MPI_SEND_BUFFERS), then waits for the
     oldest send rather than allocate another (page-locked memory costs about as much
@@ -172,6 +177,7 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
     import numpy as np
 
     from stflow._dist.staging import BUFFERS_PER_SIZE, PinnedStaging
+
     if buffers is None:
         monkeypatch.delenv("STFLOW_MPI_SEND_BUFFERS", raising=False)
     else:
@@ -185,11 +191,11 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
     for _ in range(count):
         assert not staging.awaits_buffer(8000, in_flight)
         in_flight.append(staging.buffer((1000,), np.float64, bounds))
-    assert staging.awaits_buffer(8000, in_flight)           # enough in flight: wait
-    assert staging.awaits_buffer(5000, in_flight)           # the same page count
-    assert not staging.awaits_buffer(9000, in_flight)       # another size
-    staging.release(in_flight.pop(0))                       # the oldest was received
-    assert not staging.awaits_buffer(8000, in_flight)       # its buffer is spare
+    assert staging.awaits_buffer(8000, in_flight)  # enough in flight: wait
+    assert staging.awaits_buffer(5000, in_flight)  # the same page count
+    assert not staging.awaits_buffer(9000, in_flight)  # another size
+    staging.release(in_flight.pop(0))  # the oldest was received
+    assert not staging.awaits_buffer(8000, in_flight)  # its buffer is spare
     assert staging.pool.made == count
     for message in in_flight:
         staging.release(message)
@@ -199,9 +205,13 @@ def test_a_sender_waits_for_its_oldest_send_rather_than_allocate_more(emulated,
 @pytest.mark.parametrize("text", ["0", "-1", "two", "1.5"])
 def test_a_bad_send_buffer_count_names_the_variable(monkeypatch, text):
     from stflow._dist.staging import send_buffers
+
     monkeypatch.setenv("STFLOW_MPI_SEND_BUFFERS", text)
-    with pytest.raises(ValueError, match="STFLOW_MPI_SEND_BUFFERS must be a positive "
-                                         "number of buffers per message size"):
+    with pytest.raises(
+        ValueError,
+        match="STFLOW_MPI_SEND_BUFFERS must be a positive "
+        "number of buffers per message size",
+    ):
         send_buffers()
 
 
@@ -212,9 +222,10 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
     import numpy as np
 
     from stflow._dist.staging import DirectStaging, PinnedStaging
+
     backend, _ = emulated
 
-    class OnAGpu:                          # the emulated backend, claiming GPU memory
+    class OnAGpu:  # the emulated backend, claiming GPU memory
         gpu_memory = True
 
         def __getattr__(self, name):
@@ -224,22 +235,27 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
     direct = DirectStaging(OnAGpu(), 0, keep=1 << 20)
     message = direct.buffer((3,), np.float64, bounds)
     base = message.allocation.ptr
-    assert [(p.__cuda_array_interface__["data"][0] - base,
-             p.__cuda_array_interface__["shape"]) for p in message.pieces] \
-        == [(0, (16,)), (16, (8,))]
+    assert [
+        (
+            p.__cuda_array_interface__["data"][0] - base,
+            p.__cuda_array_interface__["shape"],
+        )
+        for p in message.pieces
+    ] == [(0, (16,)), (16, (8,))]
     direct.release(message)
     direct.close()
-    pinned = PinnedStaging(OnAGpu(), keep=1 << 20)     # host memory: NumPy arrays
+    pinned = PinnedStaging(OnAGpu(), keep=1 << 20)  # host memory: NumPy arrays
     message = pinned.buffer((3,), np.float64, bounds)
     message.pieces[0][...] = np.array([1.0, 2.0]).view(np.uint8)
     message.pieces[1][...] = np.array([3.0]).view(np.uint8)
     assert [p.ctypes.data - message.allocation.ptr for p in message.pieces] == [0, 16]
     values = np.frombuffer(
-        (ctypes.c_char * 24).from_address(message.allocation.ptr), np.float64)
-    np.testing.assert_array_equal(values, [1.0, 2.0, 3.0])     # one buffer, in order
+        (ctypes.c_char * 24).from_address(message.allocation.ptr), np.float64
+    )
+    np.testing.assert_array_equal(values, [1.0, 2.0, 3.0])  # one buffer, in order
     pinned.release(message)
-    again = pinned.buffer((3,), np.float64, bounds)             # the same buffer and
-    assert again.allocation is message.allocation               # the same byte view
+    again = pinned.buffer((3,), np.float64, bounds)  # the same buffer and
+    assert again.allocation is message.allocation  # the same byte view
     assert again.pieces[0].base is message.pieces[0].base
     pinned.release(again)
     pinned.close()
@@ -247,6 +263,7 @@ def test_device_messages_on_a_gpu_are_cuda_array_interface_buffers(emulated):
 
 def test_send_ahead_is_off_unless_asked(monkeypatch):
     from stflow._dist.exchanges import _send_ahead
+
     monkeypatch.delenv("STFLOW_MPI_SEND_AHEAD", raising=False)
     assert _send_ahead() is False
     monkeypatch.setenv("STFLOW_MPI_SEND_AHEAD", "1")

@@ -3,20 +3,23 @@ on the null backend."""
 
 from __future__ import annotations
 
+from helpers.standins import FakeStream
+
 from stflow._core.streams import STREAMS_PER_PLACE, Pool, StreamPools, choose_stream
 from stflow.backends.null import NullBackend
-
-from helpers.standins import FakeStream
 
 
 def test_choose_stream_prefers_the_first_prerequisite_in_the_pool():
     pool = Pool([FakeStream("p0"), FakeStream("p1"), FakeStream("p2")])
     other = FakeStream("elsewhere")
-    e_other, e_p2, e_p1 = other.record(), pool.streams[2].record(), \
-        pool.streams[1].record()
+    e_other, e_p2, e_p1 = (
+        other.record(),
+        pool.streams[2].record(),
+        pool.streams[1].record(),
+    )
     assert choose_stream(pool, e_p2, [e_p1]) is pool.streams[2]
     assert choose_stream(pool, e_other, [e_p1, e_p2]) is pool.streams[1]
-    assert pool.next == 0                       # no round-robin step was taken
+    assert pool.next == 0  # no round-robin step was taken
 
 
 def test_choose_stream_round_robin_without_prerequisites_in_the_pool():
@@ -24,8 +27,7 @@ def test_choose_stream_round_robin_without_prerequisites_in_the_pool():
     outside = FakeStream("x")
     chosen = [choose_stream(pool, outside.record(), None) for _ in range(3)]
     chosen.append(choose_stream(pool, None, None))
-    assert chosen == [pool.streams[0], pool.streams[1], pool.streams[0],
-                      pool.streams[1]]
+    assert chosen == [pool.streams[0], pool.streams[1], pool.streams[0], pool.streams[1]]
 
 
 def test_pools_are_made_on_first_use_and_destroyed_together():
@@ -35,8 +37,9 @@ def test_pools_are_made_on_first_use_and_destroyed_together():
     device_pool = pools.pool(1)
     assert pools.pool(1) is device_pool
     assert len(device_pool.streams) == STREAMS_PER_PLACE
-    assert all(s.device == 1 and s.error_sink == failures.append
-               for s in device_pool.streams)
+    assert all(
+        s.device == 1 and s.error_sink == failures.append for s in device_pool.streams
+    )
     fence = pools.new_stream(0)
     assert len(pools.streams) == STREAMS_PER_PLACE + 1 and fence in pools.streams
     event = backend.record(fence)
@@ -62,7 +65,7 @@ def test_new_streams_wait_for_the_entry_event_of_a_caller_stream():
     pools = StreamPools(backend, lambda exc: None, entry)
     stream = pools.new_stream(0)
     assert backend.waits == [(stream, entry)]
-    assert caller.waited == {}                  # nothing written on a foreign stream
+    assert caller.waited == {}  # nothing written on a foreign stream
 
 
 def test_forget_order_drops_what_streams_remember():

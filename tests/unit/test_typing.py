@@ -59,17 +59,31 @@ def _mypy(tmp_path: Path, program: str) -> str:
     # MYPYPATH finds this checkout's sources whatever the install mode; cwd outside
     # the repository, so that its [tool.mypy] settings do not apply.
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache"),
-         "--no-error-summary", "--hide-error-context", str(path)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-        env={**os.environ, "MYPYPATH": str(SOURCE.parent)})
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-error-summary",
+            "--hide-error-context",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        env={**os.environ, "MYPYPATH": str(SOURCE.parent)},
+    )
     assert result.returncode in (0, 1), result.stderr
     return result.stdout
 
 
 def _revealed(output: str) -> dict[int, str]:
-    return {int(line): kind for line, kind in
-            re.findall(r":(\d+): note: Revealed type is \"(.*)\"", output)}
+    return {
+        int(line): kind
+        for line, kind in re.findall(r":(\d+): note: Revealed type is \"(.*)\"", output)
+    }
 
 
 def test_mypy_sees_the_public_types(mypy_output):
@@ -101,8 +115,9 @@ def test_a_misspelt_method_or_name_is_a_type_error(mypy_output):
 def _pyright() -> str | None:
     """basedpyright (the test extra installs it) or pyright, if installed."""
     for name in ("basedpyright", "pyright"):
-        found = shutil.which(name, path=str(Path(sys.executable).parent)) or \
-            shutil.which(name)
+        found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(
+            name
+        )
         if found:
             return found
     return None
@@ -113,17 +128,32 @@ def test_pyright_sees_the_public_types(tmp_path):
     if checker is None:
         pytest.skip("neither basedpyright nor pyright is installed")
     (tmp_path / "user_program.py").write_text(USER_PROGRAM)
-    (tmp_path / "pyrightconfig.json").write_text(json.dumps(
-        {"extraPaths": [str(SOURCE.parent)], "typeCheckingMode": "standard"}))
+    (tmp_path / "pyrightconfig.json").write_text(
+        json.dumps({"extraPaths": [str(SOURCE.parent)], "typeCheckingMode": "standard"})
+    )
     result = subprocess.run(
         [checker, "--outputjson", "--pythonpath", sys.executable, "user_program.py"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     report = json.loads(result.stdout)
-    messages = {(d["range"]["start"]["line"] + 1, d["severity"]): d["message"]
-                for d in report["generalDiagnostics"]}
-    expected = {5: '"context"', 7: '"logical_data"', 9: '"task"', 10: "tuple[",
-                11: '"cuda_kernel"', 12: '"ndarray[', 13: '"stackable_task"',
-                14: '"exec_place"', 15: '"type[ShapeError]"'}
+    messages = {
+        (d["range"]["start"]["line"] + 1, d["severity"]): d["message"]
+        for d in report["generalDiagnostics"]
+    }
+    expected = {
+        5: '"context"',
+        7: '"logical_data"',
+        9: '"task"',
+        10: "tuple[",
+        11: '"cuda_kernel"',
+        12: '"ndarray[',
+        13: '"stackable_task"',
+        14: '"exec_place"',
+        15: '"type[ShapeError]"',
+    }
     for line, kind in expected.items():
         message = messages.get((line, "information"), "")
         assert kind in message, (line, message)
@@ -136,14 +166,18 @@ def _type_checking_names() -> dict[str, str]:
     tree = ast.parse((SOURCE / "__init__.py").read_text())
     names: dict[str, str] = {}
     for node in tree.body:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
-                node.test.id == "TYPE_CHECKING":
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING"
+        ):
             for statement in node.body:
                 if isinstance(statement, ast.ImportFrom):
                     module = "." * statement.level + (statement.module or "")
                     for alias in statement.names:
-                        assert alias.asname == alias.name, \
+                        assert alias.asname == alias.name, (
                             f"re-export {alias.name} as itself (PEP 484)"
+                        )
                         names[alias.name] = module
     return names
 
@@ -163,8 +197,9 @@ def _public_callables():
         yield name, value
         if inspect.isclass(value):
             for attribute, member in vars(value).items():
-                if attribute == "__init__" or (not attribute.startswith("_")
-                                               and callable(member)):
+                if attribute == "__init__" or (
+                    not attribute.startswith("_") and callable(member)
+                ):
                     yield f"{name}.{attribute}", member
 
 
@@ -214,10 +249,13 @@ def test_mypy_sees_typed_bundle_views(tmp_path):
     so editors know a slot's fields (``a.colind``) and flag misspelt ones."""
     output = _mypy(tmp_path, BUNDLE_PROGRAM)
     revealed = _revealed(output)
-    assert revealed[13].startswith("stflow._handles.bundles.bundle[") and \
-        "fallback=user_program.CSR" in revealed[13], output
-    assert revealed[14].startswith("type[") and \
-        "fallback=user_program.CSR" in revealed[14], output
+    assert (
+        revealed[13].startswith("stflow._handles.bundles.bundle[")
+        and "fallback=user_program.CSR" in revealed[13]
+    ), output
+    assert (
+        revealed[14].startswith("type[") and "fallback=user_program.CSR" in revealed[14]
+    ), output
     assert revealed[15] == "stflow._handles.bundles.bundle_dep", output
     assert revealed[16] == "stflow._handles.bundles.bundle[Any]", output
     assert revealed[19] == "Any", output

@@ -37,7 +37,8 @@ and when it is invalid at the end its content is written back from a valid insta
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Callable, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 from .access import READ, WRITE
 from .deps import AccessTracker, newest_per_stream
@@ -47,8 +48,15 @@ if TYPE_CHECKING:
 
     from ..backends._base import Allocation, Event, Stream
 
-__all__ = ["Coherence", "DataState", "INVALID", "Instance", "MODIFIED", "SHARED",
-           "Snapshot"]
+__all__ = [
+    "Coherence",
+    "DataState",
+    "INVALID",
+    "Instance",
+    "MODIFIED",
+    "SHARED",
+    "Snapshot",
+]
 
 
 class Coherence(enum.Enum):
@@ -86,8 +94,13 @@ class Instance:
 
     __slots__ = ("device", "allocation", "state", "ready", "is_reference", "last_use")
 
-    def __init__(self, device: int, allocation: Allocation | None = None,
-                 state: Coherence = INVALID, is_reference: bool = False) -> None:
+    def __init__(
+        self,
+        device: int,
+        allocation: Allocation | None = None,
+        state: Coherence = INVALID,
+        is_reference: bool = False,
+    ) -> None:
         self.device = device
         self.allocation = allocation
         self.state = state
@@ -109,8 +122,10 @@ class Snapshot:
         tracker = state.tracker
         self.writer = tracker.writer
         self.readers = dict(tracker.readers)
-        self.instances = {device: (instance.state, dict(instance.ready))
-                          for device, instance in state.instances.items()}
+        self.instances = {
+            device: (instance.state, dict(instance.ready))
+            for device, instance in state.instances.items()
+        }
 
 
 class DataState:
@@ -152,12 +167,32 @@ class DataState:
         (``_core/reduce.py``): any other access combines them first.
     """
 
-    __slots__ = ("key", "label", "nbytes", "dtype", "shape", "is_token", "tracker",
-                 "instances", "reference", "writing", "reading", "pin", "scope",
-                 "readonly", "pending")
+    __slots__ = (
+        "key",
+        "label",
+        "nbytes",
+        "dtype",
+        "shape",
+        "is_token",
+        "tracker",
+        "instances",
+        "reference",
+        "writing",
+        "reading",
+        "pin",
+        "scope",
+        "readonly",
+        "pending",
+    )
 
-    def __init__(self, key: int, nbytes: int, dtype: np.dtype | None,
-                 is_token: bool = False, shape: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        key: int,
+        nbytes: int,
+        dtype: np.dtype | None,
+        is_token: bool = False,
+        shape: tuple[int, ...] = (),
+    ) -> None:
         self.key = key
         self.label = f"#{key}"
         self.nbytes = nbytes

@@ -25,17 +25,35 @@ import operator
 import os
 import random
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Config", "LARGEST_SIZE", "OTHER_VARIABLES", "SETTINGS", "Setting", "config",
-           "device_memory_budget", "distributed_check", "mpi_cuda_aware", "mpi_piece",
-           "mpi_send_ahead", "mpi_send_buffers", "mpi_send_limit", "parse_size",
-           "pure_python_requested", "reload", "render_table", "set_environment",
-           "setting_text", "write_docs"]
+__all__ = [
+    "Config",
+    "LARGEST_SIZE",
+    "OTHER_VARIABLES",
+    "SETTINGS",
+    "Setting",
+    "config",
+    "device_memory_budget",
+    "distributed_check",
+    "mpi_cuda_aware",
+    "mpi_piece",
+    "mpi_send_ahead",
+    "mpi_send_buffers",
+    "mpi_send_limit",
+    "parse_size",
+    "pure_python_requested",
+    "reload",
+    "render_table",
+    "set_environment",
+    "setting_text",
+    "write_docs",
+]
 
 _BACKENDS = ("auto", "cuda", "emulated", "null")
 
@@ -74,7 +92,7 @@ def _emulated_devices(text: str | None) -> int:
     if text is None or text.strip() == "":
         return EMULATED_DEVICES_DEFAULT
     stripped = text.strip()
-    count = int(stripped) if stripped.isdigit() else 0   # no signs, no "1_0"
+    count = int(stripped) if stripped.isdigit() else 0  # no signs, no "1_0"
     if count <= 0:
         raise ValueError(
             f"STFLOW_EMULATED_DEVICES={text!r} is not a positive integer; "
@@ -112,6 +130,7 @@ def _path(text: str | None) -> str | None:
 def _lowered(default: str) -> Callable[[str | None], str]:
     def parse(text: str | None) -> str:
         return (text if text is not None else default).strip().lower() or default
+
     return parse
 
 
@@ -125,9 +144,22 @@ def _flag(text: str | None) -> bool:
 
 
 # -- sizes: of a setting, and of the memory_budget argument (``_memory``) ------------
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2,
-          "mb": 1000**2, "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
-          "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -151,25 +183,33 @@ def parse_size(value: Any, what: str) -> int:
         match = _SIZE.match(value)
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
-            raise ValueError(f"{what}={value!r} is not a size: write bytes, or a number "
-                             "with a unit (K, M, G, T, KiB, MiB, GiB, TiB)")
-        exact = Decimal(match.group(1)) * _UNITS[unit]      # exact: no float rounding
+            raise ValueError(
+                f"{what}={value!r} is not a size: write bytes, or a number "
+                "with a unit (K, M, G, T, KiB, MiB, GiB, TiB)"
+            )
+        exact = Decimal(match.group(1)) * _UNITS[unit]  # exact: no float rounding
         if exact > LARGEST_SIZE:
-            raise ValueError(f"{what}={_shown(value)} is more bytes than any device "
-                             f"has: a budget is at most {LARGEST_SIZE} bytes (2**63 - "
-                             f"1); give a smaller size, or none for the device's memory")
+            raise ValueError(
+                f"{what}={_shown(value)} is more bytes than any device "
+                f"has: a budget is at most {LARGEST_SIZE} bytes (2**63 - "
+                f"1); give a smaller size, or none for the device's memory"
+            )
         size = int(exact)
     elif isinstance(value, (bool, np.bool_)) or not hasattr(type(value), "__index__"):
-        raise TypeError(f"{what} must be a number of bytes (an integer, or a str such "
-                        f"as '512MiB'), got {type(value).__name__}")
+        raise TypeError(
+            f"{what} must be a number of bytes (an integer, or a str such "
+            f"as '512MiB'), got {type(value).__name__}"
+        )
     else:
         size = operator.index(value)
     if size < 0:
         raise ValueError(f"{what} must be >= 0 bytes, got {size}")
     if size > LARGEST_SIZE:
-        raise ValueError(f"{what}={_shown(size)} is more bytes than any device has: a "
-                         f"budget is at most {LARGEST_SIZE} bytes (2**63 - 1); give a "
-                         "smaller size, or none for the device's memory")
+        raise ValueError(
+            f"{what}={_shown(size)} is more bytes than any device has: a "
+            f"budget is at most {LARGEST_SIZE} bytes (2**63 - 1); give a "
+            "smaller size, or none for the device's memory"
+        )
     return size
 
 
@@ -181,16 +221,21 @@ def _shown(value: Any) -> str:
 
 def _size(name: str) -> Callable[[str | None], int | None]:
     """A size (:func:`parse_size`: bytes, or ``512MiB``); empty or unset: None."""
+
     def parse(text: str | None) -> int | None:
         text = (text or "").strip()
         if not text:
             return None
         return parse_size(text, name)
+
     return parse
 
 
-def _positive(name: str, default: int, unit: str = "bytes") -> Callable[[str | None], int]:
+def _positive(
+    name: str, default: int, unit: str = "bytes"
+) -> Callable[[str | None], int]:
     """A positive integer (of ``unit``); empty or unset: ``default``."""
+
     def parse(text: str | None) -> int:
         if not text:
             return default
@@ -201,13 +246,16 @@ def _positive(name: str, default: int, unit: str = "bytes") -> Callable[[str | N
         if value <= 0:
             raise ValueError(f"{name} must be a positive number of {unit}, got {text!r}")
         return value
+
     return parse
 
 
-def _switch(name: str, on: str, off: str = "", unset: str | None = "0"
-            ) -> Callable[[str | None], bool | None]:
+def _switch(
+    name: str, on: str, off: str = "", unset: str | None = "0"
+) -> Callable[[str | None], bool | None]:
     """``1`` or ``0``; unset: what ``unset`` says (None: neither, the caller decides;
     then an empty text counts as unset too)."""
+
     def parse(text: str | None) -> bool | None:
         if text is None or (unset is None and not text):
             text = unset
@@ -217,6 +265,7 @@ def _switch(name: str, on: str, off: str = "", unset: str | None = "0"
             detail = f" ({off})" if off else ""
             raise ValueError(f"{name} must be 1 ({on}) or 0{detail}, got {text!r}")
         return text == "1"
+
     return parse
 
 
@@ -243,64 +292,161 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("STFLOW_BACKEND", "`auto`, `cuda`, `emulated` or `null`", "`auto`",
-            "first use", "The default backend of every context (`auto`: CUDA when "
-            "usable, else the emulated backend, with a notice).", _backend),
-    Setting("STFLOW_EMULATED_DEVICES", "positive integer", "`2`", "first use",
-            "The number of virtual devices of the emulated and null backends.",
-            _emulated_devices),
-    Setting("STFLOW_EMULATION_SEED", "integer", "drawn once per process", "first use",
-            "The seed of the emulated backend's randomised scheduler (replays a run).",
-            _seed),
-    Setting("STFLOW_DEVICE_MEMORY_BUDGET", "size (`1073741824`, `512MiB`, `2GB`)",
-            "what each device has", "each use", "The memory budget of every device "
-            "of a context made without `memory_budget=`.",
-            _size("STFLOW_DEVICE_MEMORY_BUDGET")),
-    Setting("STFLOW_DOT_FILE", "path", "none", "first use",
-            "Every context writes its task graph there (Graphviz DOT) when it ends.",
-            _path),
-    Setting("CUDASTF_DOT_FILE", "path", "none", "first use",
-            "The reference's name of `STFLOW_DOT_FILE`, honoured when that is unset.",
-            _path),
-    Setting("STFLOW_DOT_MAX_NODES", "integer >= 0", "`500`", "first use",
-            "Larger DOT graphs are drawn as a summary, one node per symbol (`0`: no "
-            "limit).", _dot_max_nodes),
-    Setting("STFLOW_TRACE_FILE", "path", "none", "first use",
-            "Every context writes its timeline there (Chrome trace JSON) when it ends.",
-            _path),
-    Setting("STFLOW_NVTX", "`auto`, `1` or `0`", "`auto`", "first use",
-            "NVTX ranges on CUDA: `auto` when `nvtx` imports, `1` required, `0` off.",
-            _lowered("auto")),
-    Setting("STFLOW_PROGRESS", "`0`, `1`, `auto`, `tqdm`, `rich` or `text`", "`0`",
-            "first use", "Attach a progress bar to every context (`1`: the default "
-            "style); checked when a context is created.", _as_written),
-    Setting("STFLOW_PURE_PYTHON", "`1` or `0`", "`0`", "at import",
-            "Run the Python sources of the compiled modules (`_compile.py`).", _flag),
-    Setting("STFLOW_DISTRIBUTED_CHECK", "`1` or `0`", "`0`", "each use",
-            "Compare every collective call across the ranks, not only the "
-            "synchronisation points (read by each distributed context).",
-            _switch("STFLOW_DISTRIBUTED_CHECK",
-                    "compare every collective call across the ranks")),
-    Setting("STFLOW_MPI_PIECE", "positive integer (bytes)", "`4194304` (4 MiB)",
-            "each use", "The largest message a value is sent in; larger values travel "
-            "in pieces.", _positive("STFLOW_MPI_PIECE", MPI_PIECE_DEFAULT)),
-    Setting("STFLOW_MPI_SEND_LIMIT", "positive integer (bytes)",
-            "`536870912` (512 MiB)", "each use", "Bytes of sent values a rank keeps "
-            "staged until their messages are received.",
-            _positive("STFLOW_MPI_SEND_LIMIT", MPI_SEND_LIMIT_DEFAULT)),
-    Setting("STFLOW_MPI_SEND_BUFFERS", "positive integer", "`1`", "each use",
-            "Messages of one size a sender keeps in flight before it waits for the "
-            "oldest.", _positive("STFLOW_MPI_SEND_BUFFERS", MPI_SEND_BUFFERS_DEFAULT,
-                                 "buffers per message size")),
-    Setting("STFLOW_MPI_CUDA_AWARE", "`1` or `0`", "MPI is asked (GPU memory only)",
-            "each use", "`1`: device buffers go straight to MPI; `0`: stage through "
-            "host memory.", _switch("STFLOW_MPI_CUDA_AWARE", "MPI moves device memory",
-                                    "stage through host memory", unset=None)),
-    Setting("STFLOW_MPI_SEND_AHEAD", "`1` or `0`", "`0`", "each use",
-            "`1`: post a send once its copy completed, the rank going on meanwhile; "
-            "`0`: wait for the copy where it is sent.",
-            _switch("STFLOW_MPI_SEND_AHEAD", "post sends once their copies completed",
-                    "wait for them where they are sent")),
+    Setting(
+        "STFLOW_BACKEND",
+        "`auto`, `cuda`, `emulated` or `null`",
+        "`auto`",
+        "first use",
+        "The default backend of every context (`auto`: CUDA when "
+        "usable, else the emulated backend, with a notice).",
+        _backend,
+    ),
+    Setting(
+        "STFLOW_EMULATED_DEVICES",
+        "positive integer",
+        "`2`",
+        "first use",
+        "The number of virtual devices of the emulated and null backends.",
+        _emulated_devices,
+    ),
+    Setting(
+        "STFLOW_EMULATION_SEED",
+        "integer",
+        "drawn once per process",
+        "first use",
+        "The seed of the emulated backend's randomised scheduler (replays a run).",
+        _seed,
+    ),
+    Setting(
+        "STFLOW_DEVICE_MEMORY_BUDGET",
+        "size (`1073741824`, `512MiB`, `2GB`)",
+        "what each device has",
+        "each use",
+        "The memory budget of every device of a context made without `memory_budget=`.",
+        _size("STFLOW_DEVICE_MEMORY_BUDGET"),
+    ),
+    Setting(
+        "STFLOW_DOT_FILE",
+        "path",
+        "none",
+        "first use",
+        "Every context writes its task graph there (Graphviz DOT) when it ends.",
+        _path,
+    ),
+    Setting(
+        "CUDASTF_DOT_FILE",
+        "path",
+        "none",
+        "first use",
+        "The reference's name of `STFLOW_DOT_FILE`, honoured when that is unset.",
+        _path,
+    ),
+    Setting(
+        "STFLOW_DOT_MAX_NODES",
+        "integer >= 0",
+        "`500`",
+        "first use",
+        "Larger DOT graphs are drawn as a summary, one node per symbol (`0`: no limit).",
+        _dot_max_nodes,
+    ),
+    Setting(
+        "STFLOW_TRACE_FILE",
+        "path",
+        "none",
+        "first use",
+        "Every context writes its timeline there (Chrome trace JSON) when it ends.",
+        _path,
+    ),
+    Setting(
+        "STFLOW_NVTX",
+        "`auto`, `1` or `0`",
+        "`auto`",
+        "first use",
+        "NVTX ranges on CUDA: `auto` when `nvtx` imports, `1` required, `0` off.",
+        _lowered("auto"),
+    ),
+    Setting(
+        "STFLOW_PROGRESS",
+        "`0`, `1`, `auto`, `tqdm`, `rich` or `text`",
+        "`0`",
+        "first use",
+        "Attach a progress bar to every context (`1`: the default "
+        "style); checked when a context is created.",
+        _as_written,
+    ),
+    Setting(
+        "STFLOW_PURE_PYTHON",
+        "`1` or `0`",
+        "`0`",
+        "at import",
+        "Run the Python sources of the compiled modules (`_compile.py`).",
+        _flag,
+    ),
+    Setting(
+        "STFLOW_DISTRIBUTED_CHECK",
+        "`1` or `0`",
+        "`0`",
+        "each use",
+        "Compare every collective call across the ranks, not only the "
+        "synchronisation points (read by each distributed context).",
+        _switch(
+            "STFLOW_DISTRIBUTED_CHECK", "compare every collective call across the ranks"
+        ),
+    ),
+    Setting(
+        "STFLOW_MPI_PIECE",
+        "positive integer (bytes)",
+        "`4194304` (4 MiB)",
+        "each use",
+        "The largest message a value is sent in; larger values travel in pieces.",
+        _positive("STFLOW_MPI_PIECE", MPI_PIECE_DEFAULT),
+    ),
+    Setting(
+        "STFLOW_MPI_SEND_LIMIT",
+        "positive integer (bytes)",
+        "`536870912` (512 MiB)",
+        "each use",
+        "Bytes of sent values a rank keeps staged until their messages are received.",
+        _positive("STFLOW_MPI_SEND_LIMIT", MPI_SEND_LIMIT_DEFAULT),
+    ),
+    Setting(
+        "STFLOW_MPI_SEND_BUFFERS",
+        "positive integer",
+        "`1`",
+        "each use",
+        "Messages of one size a sender keeps in flight before it waits for the oldest.",
+        _positive(
+            "STFLOW_MPI_SEND_BUFFERS",
+            MPI_SEND_BUFFERS_DEFAULT,
+            "buffers per message size",
+        ),
+    ),
+    Setting(
+        "STFLOW_MPI_CUDA_AWARE",
+        "`1` or `0`",
+        "MPI is asked (GPU memory only)",
+        "each use",
+        "`1`: device buffers go straight to MPI; `0`: stage through host memory.",
+        _switch(
+            "STFLOW_MPI_CUDA_AWARE",
+            "MPI moves device memory",
+            "stage through host memory",
+            unset=None,
+        ),
+    ),
+    Setting(
+        "STFLOW_MPI_SEND_AHEAD",
+        "`1` or `0`",
+        "`0`",
+        "each use",
+        "`1`: post a send once its copy completed, the rank going on meanwhile; "
+        "`0`: wait for the copy where it is sent.",
+        _switch(
+            "STFLOW_MPI_SEND_AHEAD",
+            "post sends once their copies completed",
+            "wait for them where they are sent",
+        ),
+    ),
 )
 """Every environment variable stflow reads (``CUDASTF_*`` ones of the reference that
 it does not read only raise a warning: ``_IGNORED_REFERENCE_VARIABLES``)."""
@@ -309,10 +455,14 @@ _BY_NAME: dict[str, Setting] = {setting.name: setting for setting in SETTINGS}
 
 OTHER_VARIABLES: tuple[tuple[str, str], ...] = (
     ("CUDA_HOME, CUDA_PATH", "`stflow.paths`: where the CUDA toolkit is"),
-    ("OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, OMP_NUM_THREADS",
-     "`stflow.demo`: reported with the BLAS library NumPy calls"),
-    ("OMPI_*, CUDA_VISIBLE_DEVICES, NUMBA_*",
-     "read by MPI, CUDA and Numba themselves, not by stflow"),
+    (
+        "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS, OMP_NUM_THREADS",
+        "`stflow.demo`: reported with the BLAS library NumPy calls",
+    ),
+    (
+        "OMPI_*, CUDA_VISIBLE_DEVICES, NUMBA_*",
+        "read by MPI, CUDA and Numba themselves, not by stflow",
+    ),
 )
 """Variables of other programs that stflow modules read or mention (not ours)."""
 
@@ -321,8 +471,10 @@ def _setting(name: str) -> Setting:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise KeyError(f"{name!r} is not a setting of stflow; add it to "
-                       "_config.SETTINGS (one of: " + ", ".join(_BY_NAME) + ")") from None
+        raise KeyError(
+            f"{name!r} is not a setting of stflow; add it to "
+            "_config.SETTINGS (one of: " + ", ".join(_BY_NAME) + ")"
+        ) from None
 
 
 # -- accessors --------------------------------------------------------------------------
@@ -480,26 +632,42 @@ def warn_ignored_reference_variables() -> None:
     present = [name for name in _IGNORED_REFERENCE_VARIABLES if name in os.environ]
     if present:
         from .errors import warn_user
-        warn_user("stflow does not read these variables of the reference runtime: "
-                  + ", ".join(present), UserWarning)
+
+        warn_user(
+            "stflow does not read these variables of the reference runtime: "
+            + ", ".join(present),
+            UserWarning,
+        )
 
 
 # -- the table in the docs ----------------------------------------------------------------
-BEGIN_MARK = ("<!-- BEGIN settings table, generated from stflow._core.config.SETTINGS: "
-              "python -c 'import stflow._core.config as c; "
-              "c.write_docs(\"docs/configuration.md\")' -->")
+BEGIN_MARK = (
+    "<!-- BEGIN settings table, generated from stflow._core.config.SETTINGS: "
+    "python -c 'import stflow._core.config as c; "
+    'c.write_docs("docs/configuration.md")\' -->'
+)
 END_MARK = "<!-- END settings table -->"
 
 
 def render_table() -> str:
     """The settings as Markdown (the generated part of ``docs/configuration.md``)."""
-    lines = ["| Variable | Takes | Unset | Read | Meaning |",
-             "| --- | --- | --- | --- | --- |"]
-    lines += [f"| `{s.name}` | {s.type} | {s.default} | {s.read} | {s.meaning} |"
-              for s in SETTINGS]
-    lines += ["", "Not read (a `UserWarning` lists those that are set): "
-              + ", ".join(f"`{name}`" for name in _IGNORED_REFERENCE_VARIABLES) + ".",
-              "", "Not ours (variables of other programs):", ""]
+    lines = [
+        "| Variable | Takes | Unset | Read | Meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| `{s.name}` | {s.type} | {s.default} | {s.read} | {s.meaning} |"
+        for s in SETTINGS
+    ]
+    lines += [
+        "",
+        "Not read (a `UserWarning` lists those that are set): "
+        + ", ".join(f"`{name}`" for name in _IGNORED_REFERENCE_VARIABLES)
+        + ".",
+        "",
+        "Not ours (variables of other programs):",
+        "",
+    ]
     lines += [f"- {names}: {where}" for names, where in OTHER_VARIABLES]
     return "\n".join(lines) + "\n"
 
@@ -509,7 +677,7 @@ def rendered_section(page: str) -> str | None:
     start, end = page.find(BEGIN_MARK), page.find(END_MARK)
     if start < 0 or end < start:
         return None
-    return page[start + len(BEGIN_MARK):end].strip("\n") + "\n"
+    return page[start + len(BEGIN_MARK) : end].strip("\n") + "\n"
 
 
 def write_docs(path: str) -> None:
@@ -517,9 +685,10 @@ def write_docs(path: str) -> None:
     with open(path, encoding="utf-8") as file:
         page = file.read()
     if rendered_section(page) is None:
-        raise ValueError(f"{path} has no {BEGIN_MARK!r} ... {END_MARK!r} section; add "
-                         "the two marks where the table goes")
+        raise ValueError(
+            f"{path} has no {BEGIN_MARK!r} ... {END_MARK!r} section; add "
+            "the two marks where the table goes"
+        )
     start, end = page.index(BEGIN_MARK) + len(BEGIN_MARK), page.index(END_MARK)
     with open(path, "w", encoding="utf-8") as file:
         file.write(page[:start] + "\n" + render_table() + page[end:])
-

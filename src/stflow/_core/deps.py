@@ -27,7 +27,8 @@ removes that wait entirely.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from .access import WRITE
 

@@ -173,7 +173,7 @@ class BundleFieldError(AccessModeError, KeyError):
     """A name that is not a field of the bundle (``bundle.dep(nope=...)``): an
     :class:`AccessModeError` and, as CUDASTF's bundles raise, a ``KeyError``."""
 
-    def __str__(self) -> str:                      # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -212,13 +212,31 @@ class UnfinalizedContextWarning(UserWarning):
 
 # Tracebacks, reprs and pickles name the public module users import the classes from
 # (``stflow.errors.ShapeError``), not this private one.
-for _public in (STFError, ContextFinalizedError, AccessModeError, PlaceError, ShapeError,
-                ScopeError, BufferOverlapError, ContextMismatchError, OutOfMemoryError,
-                BackendUnavailableError, CudaError, DeviceOrdinalError,
-                PlaceAllocationError, NegativeIndexError, NegativeCountError,
-                GridIndexError, TokenArgumentError, GreenContextUnavailableError,
-                RemoteTaskError, DivergentProgramError, BundleFieldError, BackendNotice,
-                UnfinalizedContextWarning):
+for _public in (
+    STFError,
+    ContextFinalizedError,
+    AccessModeError,
+    PlaceError,
+    ShapeError,
+    ScopeError,
+    BufferOverlapError,
+    ContextMismatchError,
+    OutOfMemoryError,
+    BackendUnavailableError,
+    CudaError,
+    DeviceOrdinalError,
+    PlaceAllocationError,
+    NegativeIndexError,
+    NegativeCountError,
+    GridIndexError,
+    TokenArgumentError,
+    GreenContextUnavailableError,
+    RemoteTaskError,
+    DivergentProgramError,
+    BundleFieldError,
+    BackendNotice,
+    UnfinalizedContextWarning,
+):
     _public.__module__ = "stflow.errors"
 del _public
 
@@ -310,9 +328,11 @@ class ErrorLog:
         if exc is None:
             return
         if remaining:
-            note = (f"stflow: asynchronous error raised at {where}; {remaining} more "
-                    f"pending (ctx.check_errors() raises the next, "
-                    f"ctx.pending_errors() lists them)")
+            note = (
+                f"stflow: asynchronous error raised at {where}; {remaining} more "
+                f"pending (ctx.check_errors() raises the next, "
+                f"ctx.pending_errors() lists them)"
+            )
         else:
             note = f"stflow: asynchronous error raised at {where}; none more pending"
         add_note(exc, note)
@@ -326,10 +346,10 @@ def add_note(exc: BaseException, note: str) -> None:
         adder(note)
         return
     notes = getattr(exc, "__notes__", None)  # pragma: no cover - Python 3.10
-    if not isinstance(notes, list):          # pragma: no cover
+    if not isinstance(notes, list):  # pragma: no cover
         notes = []
         try:
-            setattr(exc, "__notes__", notes)
+            exc.__notes__ = notes
         except AttributeError:
             return
-    notes.append(note)                       # pragma: no cover
+    notes.append(note)  # pragma: no cover

@@ -28,14 +28,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 
 from .errors import ShapeError
 
-__all__ = ["Pitched", "check_strides", "dense_strides", "extent", "pitched", "region",
-           "regions_overlap"]
+__all__ = [
+    "Pitched",
+    "check_strides",
+    "dense_strides",
+    "extent",
+    "pitched",
+    "region",
+    "regions_overlap",
+]
 
 
 def dense_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -48,8 +56,9 @@ def dense_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def check_strides(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int,
-                  what: str) -> tuple[int, ...] | None:
+def check_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, what: str
+) -> tuple[int, ...] | None:
     """The strides of a buffer, or ``None`` when the layout is C-contiguous.
 
     Dimensions of extent 1 may have any stride; an empty buffer is dense.
@@ -77,11 +86,13 @@ def check_strides(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: in
                 f"{what}: stride {s} of axis {axis} (shape {shape}, strides {strides}) "
                 f"is {kind}: elements must each own their bytes at increasing "
                 "addresses; register a copy (numpy.ascontiguousarray) or a view with "
-                "positive strides")
+                "positive strides"
+            )
     if _overlapping(sorted((s, n) for n, s in zip(shape, strides) if n > 1), itemsize):
         raise ShapeError(
             f"{what}: the layout with shape {shape} and strides {strides} has "
-            "elements that share bytes; register numpy.ascontiguousarray(buf) instead")
+            "elements that share bytes; register numpy.ascontiguousarray(buf) instead"
+        )
     return tuple(s if n > 1 else d for n, s, d in zip(shape, strides, dense))
 
 
@@ -114,7 +125,7 @@ def _overlapping(dims: list[tuple[int, int]], itemsize: int) -> bool:
     if len(dims) == 2:
         (small, n_small), (big, n_big) = dims
         offsets = np.arange(1, n_big, dtype=np.int64) * big
-        below = offsets // small                       # the nearest multiples of small
+        below = offsets // small  # the nearest multiples of small
         for steps in (below, below + 1):
             near = np.abs(offsets - steps * small) < itemsize
             if np.any(near & (steps < n_small)):
@@ -122,18 +133,20 @@ def _overlapping(dims: list[tuple[int, int]], itemsize: int) -> bool:
         return False
     count = math.prod(n for _, n in dims)
     if count > _BRUTE_FORCE:
-        raise ShapeError(f"a layout of {len(dims)} interleaved dimensions and {count} "
-                         "elements is too large to check for overlapping elements")
+        raise ShapeError(
+            f"a layout of {len(dims)} interleaved dimensions and {count} "
+            "elements is too large to check for overlapping elements"
+        )
     addresses = np.zeros(1, dtype=np.int64)
     for stride, extent_ in dims:
-        addresses = (addresses[:, None] +
-                     np.arange(extent_, dtype=np.int64)[None, :] * stride).ravel()
+        addresses = (
+            addresses[:, None] + np.arange(extent_, dtype=np.int64)[None, :] * stride
+        ).ravel()
     addresses.sort()
     return bool(np.any(np.diff(addresses) < itemsize))
 
 
-def extent(shape: tuple[int, ...], strides: tuple[int, ...] | None,
-           itemsize: int) -> int:
+def extent(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int) -> int:
     """Bytes from the first element of a layout to one past its last."""
     if 0 in shape:
         return 0
@@ -166,12 +179,18 @@ class Pitched(NamedTuple):
     def offsets(self) -> Iterator[tuple[int, int]]:
         """``(dst_offset, src_offset)`` of each 2-D copy, in C order."""
         for index in itertools.product(*(range(n) for n in self.outer)):
-            yield (sum(i * s for i, s in zip(index, self.dst_outer)),
-                   sum(i * s for i, s in zip(index, self.src_outer)))
+            yield (
+                sum(i * s for i, s in zip(index, self.dst_outer)),
+                sum(i * s for i, s in zip(index, self.src_outer)),
+            )
 
 
-def pitched(shape: tuple[int, ...], dst_strides: tuple[int, ...] | None,
-            src_strides: tuple[int, ...] | None, itemsize: int) -> Pitched:
+def pitched(
+    shape: tuple[int, ...],
+    dst_strides: tuple[int, ...] | None,
+    src_strides: tuple[int, ...] | None,
+    itemsize: int,
+) -> Pitched:
     """Decompose a copy of ``shape`` between two layouts into 2-D pitched copies.
 
     ``None`` strides are C-contiguous. Dimensions of extent 1 are dropped, and
@@ -192,12 +211,13 @@ def pitched(shape: tuple[int, ...], dst_strides: tuple[int, ...] | None,
                 merged[-1] = (inner_n * n, inner_d, inner_s)
                 continue
         merged.append((n, d, s))
-    merged.reverse()                               # outermost first again
+    merged.reverse()  # outermost first again
     if not merged:
-        return Pitched(itemsize if 0 not in shape else 0, 1, itemsize, itemsize,
-                       (), (), ())
+        return Pitched(
+            itemsize if 0 not in shape else 0, 1, itemsize, itemsize, (), (), ()
+        )
     n, d, s = merged[-1]
-    if d == itemsize and s == itemsize:            # contiguous rows
+    if d == itemsize and s == itemsize:  # contiguous rows
         width = n * itemsize
         if len(merged) >= 2:
             height, dst_pitch, src_pitch = merged[-2]
@@ -205,12 +225,18 @@ def pitched(shape: tuple[int, ...], dst_strides: tuple[int, ...] | None,
         else:
             height, dst_pitch, src_pitch = 1, width, width
             outer = []
-    else:                                          # one element per row
+    else:  # one element per row
         width, height, dst_pitch, src_pitch = itemsize, n, d, s
         outer = merged[:-1]
-    return Pitched(width, height, dst_pitch, src_pitch,
-                   tuple(o[0] for o in outer), tuple(o[1] for o in outer),
-                   tuple(o[2] for o in outer))
+    return Pitched(
+        width,
+        height,
+        dst_pitch,
+        src_pitch,
+        tuple(o[0] for o in outer),
+        tuple(o[1] for o in outer),
+        tuple(o[2] for o in outer),
+    )
 
 
 class _Addresses:
@@ -218,20 +244,26 @@ class _Addresses:
 
     __slots__ = ("__array_interface__",)
 
-    def __init__(self, ptr: int, shape: tuple[int, ...],
-                 strides: tuple[int, ...] | None) -> None:
-        self.__array_interface__ = {"version": 3, "shape": shape, "typestr": "|u1",
-                                    "data": (ptr, True), "strides": strides}
+    def __init__(
+        self, ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None
+    ) -> None:
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": "|u1",
+            "data": (ptr, True),
+            "strides": strides,
+        }
 
 
-def region(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
-           itemsize: int) -> np.ndarray:
+def region(
+    ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize: int
+) -> np.ndarray:
     """The bytes of a layout as a NumPy array that only describes their addresses
     (for :func:`regions_overlap`; never read or written)."""
     if strides is None:
         return np.asarray(_Addresses(ptr, (math.prod(shape) * itemsize,), None))
-    return np.asarray(_Addresses(ptr, tuple(shape) + (itemsize,),
-                                 tuple(strides) + (1,)))
+    return np.asarray(_Addresses(ptr, tuple(shape) + (itemsize,), tuple(strides) + (1,)))
 
 
 def regions_overlap(a: np.ndarray, b: np.ndarray) -> bool:

@@ -39,22 +39,35 @@ released; the work copies what it keeps (its stream).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Final, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
+from .._places.numbering import COMPOSITE, LAYOUT_IDS, layout_place, place_name
+from ..backends._base import AFFINE, HOST, MANAGED, NO_AFFINE
 from .access import READ, WRITE
 from .coherence import INVALID, MODIFIED, DataState, Instance
 from .deps import merge_events, needs_wait
 from .errors import AccessModeError, DeviceOrdinalError, PlaceError
-from .._places.numbering import COMPOSITE, LAYOUT_IDS, layout_place, place_name
 from .reduce import REDUCE
 from .streams import Pool, choose_stream
-from ..backends._base import AFFINE, HOST, MANAGED, NO_AFFINE
 
 if TYPE_CHECKING:
     from ..backends._base import Event, Stream
 
-__all__ = ["Access", "Dependency", "Move", "PLANS_KEPT", "Plan", "acquire", "held", "hold",
-           "release", "remember", "resolve", "retarget"]
+__all__ = [
+    "Access",
+    "Dependency",
+    "Move",
+    "PLANS_KEPT",
+    "Plan",
+    "acquire",
+    "held",
+    "hold",
+    "release",
+    "remember",
+    "resolve",
+    "retarget",
+]
 
 Dependency = tuple[DataState, int, Any]
 """What resolution reads of a dependency: ``(state, mode, data place device)``; the
@@ -85,8 +98,9 @@ class Access:
         self.mode = mode
         self.device = device
         # A reduction gets a private instance at every acquisition (Plan.private).
-        self.instance = (None if state.is_token or mode & REDUCE
-                         else state.instance(device))
+        self.instance = (
+            None if state.is_token or mode & REDUCE else state.instance(device)
+        )
 
     def __repr__(self) -> str:
         return f"<Access {self.state.label} mode={self.mode} device={self.device}>"
@@ -122,12 +136,28 @@ class Plan:
         fills them with the identity).
     """
 
-    __slots__ = ("accesses", "per_dependency", "device", "stream", "first", "others",
-                 "waits", "skipped", "moves", "reductions", "private")
-    stream: Stream        # decided by acquire(), before anything reads it
+    __slots__ = (
+        "accesses",
+        "per_dependency",
+        "device",
+        "stream",
+        "first",
+        "others",
+        "waits",
+        "skipped",
+        "moves",
+        "reductions",
+        "private",
+    )
+    stream: Stream  # decided by acquire(), before anything reads it
 
-    def __init__(self, accesses: tuple[Access, ...], per_dependency: tuple[Access, ...],
-                 device: int, reductions: tuple[Access, ...] = ()) -> None:
+    def __init__(
+        self,
+        accesses: tuple[Access, ...],
+        per_dependency: tuple[Access, ...],
+        device: int,
+        reductions: tuple[Access, ...] = (),
+    ) -> None:
         self.accesses = accesses
         self.per_dependency = per_dependency
         self.device = device
@@ -154,8 +184,9 @@ PLANS_KEPT: Final = 1024
 """Plans a runtime keeps (by dependency pattern) before it starts over."""
 
 
-def remember(plans: dict[tuple, Plan], key: tuple, plan: Plan,
-             limit: int = PLANS_KEPT) -> None:
+def remember(
+    plans: dict[tuple, Plan], key: tuple, plan: Plan, limit: int = PLANS_KEPT
+) -> None:
     """Keep ``plan`` under ``key``; a full cache starts over, which also drops the
     plans of data that no longer exists (their keys never recur)."""
     if len(plans) >= limit:
@@ -165,9 +196,16 @@ def remember(plans: dict[tuple, Plan], key: tuple, plan: Plan,
 
 # -- resolution -------------------------------------------------------------------
 
-def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device: int,
-            device_count: int, host_only: bool, what: Any,
-            grid: tuple[int, ...] | None = None) -> Plan:
+
+def resolve(
+    dependencies: Sequence[Dependency],
+    exec_device: int,
+    affine_device: int,
+    device_count: int,
+    host_only: bool,
+    what: Any,
+    grid: tuple[int, ...] | None = None,
+) -> Plan:
     """The plan of a dependency pattern.
 
     Parameters
@@ -195,7 +233,7 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
         A written data accessed at two places.
     """
     accesses: list[Access] = []
-    copies: list[Access] = []          # replicated reads beyond each first member's
+    copies: list[Access] = []  # replicated reads beyond each first member's
     for state, mode, place in dependencies:
         if state.is_token:
             device = HOST
@@ -209,19 +247,22 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
                         f"dependency on logical data {state.label} names no data place; "
                         "give the dependency a place (ld.rw(dplace)), build the grid "
                         "with exec_place_grid.create(..., mapper=...) or machine(), or "
-                        "call grid.set_affine_data_place(dplace)")
+                        "call grid.set_affine_data_place(dplace)"
+                    )
                 place = affine_device
             if place >= 0:
                 if place >= device_count:
                     raise DeviceOrdinalError(
                         f"{what}: invalid device id {place}: data_place.device({place}) "
-                        f"does not exist on this backend ({device_count} device(s))")
+                        f"does not exist on this backend ({device_count} device(s))"
+                    )
                 device = place
             elif place == HOST or place == MANAGED:
                 device = place
             elif place <= LAYOUT_IDS:
-                members = _layout_devices(place, mode, state, grid, affine_device,
-                                          device_count, what)
+                members = _layout_devices(
+                    place, mode, state, grid, affine_device, device_count, what
+                )
                 device = members[0]
                 copies.extend(Access(state, mode, member) for member in members[1:])
             else:
@@ -231,35 +272,46 @@ def resolve(dependencies: Sequence[Dependency], exec_device: int, affine_device:
         return _with_reductions(accesses + copies, exec_device, what)
     if copies:
         plan = _merge_repeated(accesses + copies, exec_device, what)
-        return Plan(plan.accesses, plan.per_dependency[:len(accesses)], exec_device)
+        return Plan(plan.accesses, plan.per_dependency[: len(accesses)], exec_device)
     if len(accesses) == 1 or len({id(a.state) for a in accesses}) == len(accesses):
         distinct = tuple(accesses)
         return Plan(distinct, distinct, exec_device)
     return _merge_repeated(accesses, exec_device, what)
 
 
-def _layout_devices(place: int, mode: int, state: DataState,
-                    grid: tuple[int, ...] | None, affine_device: int, device_count: int,
-                    what: Any) -> list[int]:
+def _layout_devices(
+    place: int,
+    mode: int,
+    state: DataState,
+    grid: tuple[int, ...] | None,
+    affine_device: int,
+    device_count: int,
+    what: Any,
+) -> list[int]:
     """Where a dependency at composite or replicated place number ``place`` has its
     instances: the composite place itself, or each member's memory of a replicated
     place (its own grid, else the task's grid, else the task's affine memory)."""
     layout = layout_place(place)
     if layout is None:
-        raise PlaceError(f"{what}: the composite or replicated place of a dependency on "
-                         f"logical data {state.label} no longer exists")
+        raise PlaceError(
+            f"{what}: the composite or replicated place of a dependency on "
+            f"logical data {state.label} no longer exists"
+        )
     members = layout._grid
     if members is not None:
         for member in members._members():
             if member._device >= device_count:
-                raise PlaceError(f"{what}: {layout!r} spans {member!r}, which does not "
-                                 f"exist on this backend ({device_count} device(s))")
+                raise PlaceError(
+                    f"{what}: {layout!r} spans {member!r}, which does not "
+                    f"exist on this backend ({device_count} device(s))"
+                )
     if layout._layout_kind == COMPOSITE:
         return [place]
     if mode & (WRITE | REDUCE):
         raise AccessModeError(
             f"{what} writes logical data {state.label} at a replicated place, which "
-            "holds read-only copies; use read(), or write at one place")
+            "holds read-only copies; use read(), or write at one place"
+        )
     if members is not None:
         devices = [_affine_of(member) for member in members._members()]
     elif grid is not None:
@@ -269,9 +321,11 @@ def _layout_devices(place: int, mode: int, state: DataState,
     distinct: list[int] = []
     for device in devices:
         if device <= LAYOUT_IDS or device == NO_AFFINE:
-            raise PlaceError(f"{what}: a replicated place copies data into each grid "
-                             "member's own memory; a member whose affine place is "
-                             "composite or replicated has none")
+            raise PlaceError(
+                f"{what}: a replicated place copies data into each grid "
+                "member's own memory; a member whose affine place is "
+                "composite or replicated has none"
+            )
         if device not in distinct:
             distinct.append(device)
     return distinct
@@ -290,12 +344,14 @@ def _with_reductions(accesses: list[Access], exec_device: int, what: Any) -> Pla
     others = [access for access in accesses if not access.mode & REDUCE]
     reduced = [id(access.state) for access in reductions]
     for access in reductions:
-        if reduced.count(id(access.state)) > 1 or \
-                any(other.state is access.state for other in others):
+        if reduced.count(id(access.state)) > 1 or any(
+            other.state is access.state for other in others
+        ):
             raise AccessModeError(
                 f"{what} reduces into logical data {access.state.label} and accesses "
                 "it again; a task reduces into a data once and does nothing else with "
-                "it (reduce in one task, read in a later one)")
+                "it (reduce in one task, read in a later one)"
+            )
     if not others:
         plan = Plan((), (), exec_device)
     elif len({id(a.state) for a in others}) == len(others):
@@ -303,8 +359,9 @@ def _with_reductions(accesses: list[Access], exec_device: int, what: Any) -> Pla
     else:
         plan = _merge_repeated(others, exec_device, what)
     kept = iter(plan.per_dependency)
-    per_dependency = tuple(access if access.mode & REDUCE else next(kept)
-                           for access in accesses)
+    per_dependency = tuple(
+        access if access.mode & REDUCE else next(kept) for access in accesses
+    )
     return Plan(plan.accesses, per_dependency, exec_device, tuple(reductions))
 
 
@@ -329,7 +386,8 @@ def _merge_repeated(accesses: list[Access], exec_device: int, what: Any) -> Plan
         if other is not access and (other.mode | access.mode) & WRITE:
             raise AccessModeError(
                 f"{what} accesses logical data {access.state.label} at two places and "
-                "writes it; use one place for data a task writes")
+                "writes it; use one place for data a task writes"
+            )
     return Plan(tuple(merged), tuple(per_dependency), exec_device)
 
 
@@ -338,14 +396,18 @@ def _host_device(place: int | None, what: Any) -> int:
         return HOST
     if place == MANAGED:
         return MANAGED
-    raise PlaceError(f"{what}: {place_name(place)} is not host-accessible; a host "
-                     "callback sees data in data_place.host(), .managed() or .affine()")
+    raise PlaceError(
+        f"{what}: {place_name(place)} is not host-accessible; a host "
+        "callback sees data in data_place.host(), .managed() or .affine()"
+    )
 
 
 # -- acquisition ------------------------------------------------------------------
 
-def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: int
-            ) -> Stream | None:
+
+def acquire(
+    plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: int
+) -> Stream | None:
     """Decide what a submission of ``plan`` on ``pool`` needs (see the module).
 
     ``completed(event)`` tells events that have completed: copies into an instance
@@ -361,8 +423,11 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: in
     moves: list[Move] | None = None
     for access in plan.accesses:
         state = access.state
-        if state.writing is not None or state.pending is not None or \
-                (state.reading and access.mode & WRITE):
+        if (
+            state.writing is not None
+            or state.pending is not None
+            or (state.reading and access.mode & WRITE)
+        ):
             return None
         tracker = state.tracker
         writer = tracker.writer
@@ -380,7 +445,7 @@ def acquire(plan: Plan, pool: Pool, completed: Callable[[Event], bool], tick: in
             else:
                 others.extend(tracker.readers.values())
         instance = access.instance
-        if instance is None:                      # a token: ordering only
+        if instance is None:  # a token: ordering only
             continue
         instance.last_use = tick
         if instance.state is INVALID:

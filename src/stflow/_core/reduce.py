@@ -15,8 +15,17 @@ from typing import Any, Final
 
 import numpy as np
 
-__all__ = ["OPS", "REDUCE", "ReduceOp", "Reduction", "is_reduce", "reduce_mode",
-           "reduce_op", "resolve_op", "valid_reduce_mode"]
+__all__ = [
+    "OPS",
+    "REDUCE",
+    "ReduceOp",
+    "Reduction",
+    "is_reduce",
+    "reduce_mode",
+    "reduce_op",
+    "resolve_op",
+    "valid_reduce_mode",
+]
 
 REDUCE: Final[int] = 4
 """The access-mode bit of a reduction (``AccessMode.REDUCE``)."""
@@ -57,11 +66,13 @@ class ReduceOp:
         elif name == "bitwise_and":
             value = True if kind == "b" else -1 if kind == "i" else np.iinfo(dtype).max
         elif name == "min":
-            value = (True if kind == "b" else np.inf if kind == "f"
-                     else np.iinfo(dtype).max)
-        else:                                           # max
-            value = (False if kind == "b" else -np.inf if kind == "f"
-                     else np.iinfo(dtype).min)
+            value = (
+                True if kind == "b" else np.inf if kind == "f" else np.iinfo(dtype).max
+            )
+        else:  # max
+            value = (
+                False if kind == "b" else -np.inf if kind == "f" else np.iinfo(dtype).min
+            )
         return np.array(value).astype(dtype)[()]
 
     def pattern(self, dtype: np.dtype) -> bytes:
@@ -72,27 +83,32 @@ class ReduceOp:
         """Raise ``TypeError`` when the operation cannot reduce ``dtype`` data."""
         dtype = np.dtype(dtype)
         if dtype.kind not in "biuf" or dtype.itemsize > 8:
-            raise TypeError(f"{what}: reduce() works on bool, integer and float data, "
-                            f"not {dtype}")
+            raise TypeError(
+                f"{what}: reduce() works on bool, integer and float data, not {dtype}"
+            )
         if self.integer_only and dtype.kind not in "biu":
-            raise TypeError(f"{what}: reduce({self.name!r}) needs integer or bool "
-                            f"data, not {dtype}")
+            raise TypeError(
+                f"{what}: reduce({self.name!r}) needs integer or bool data, not {dtype}"
+            )
 
     def __repr__(self) -> str:
         return f"ReduceOp({self.name!r})"
 
 
-OPS: Final[dict[str, ReduceOp]] = {op.name: op for op in (
-    ReduceOp("sum", 0, np.add),
-    ReduceOp("prod", 1, np.multiply),
-    ReduceOp("min", 2, np.minimum),
-    ReduceOp("max", 3, np.maximum),
-    ReduceOp("logical_and", 4, np.logical_and),
-    ReduceOp("logical_or", 5, np.logical_or),
-    ReduceOp("bitwise_and", 6, np.bitwise_and, integer_only=True),
-    ReduceOp("bitwise_or", 7, np.bitwise_or, integer_only=True),
-    ReduceOp("bitwise_xor", 8, np.bitwise_xor, integer_only=True),
-)}
+OPS: Final[dict[str, ReduceOp]] = {
+    op.name: op
+    for op in (
+        ReduceOp("sum", 0, np.add),
+        ReduceOp("prod", 1, np.multiply),
+        ReduceOp("min", 2, np.minimum),
+        ReduceOp("max", 3, np.maximum),
+        ReduceOp("logical_and", 4, np.logical_and),
+        ReduceOp("logical_or", 5, np.logical_or),
+        ReduceOp("bitwise_and", 6, np.bitwise_and, integer_only=True),
+        ReduceOp("bitwise_or", 7, np.bitwise_or, integer_only=True),
+        ReduceOp("bitwise_xor", 8, np.bitwise_xor, integer_only=True),
+    )
+}
 _BY_CODE: Final[dict[int, ReduceOp]] = {op.code: op for op in OPS.values()}
 _BY_UFUNC: Final[dict[Any, ReduceOp]] = {op.ufunc: op for op in OPS.values()}
 
@@ -112,12 +128,14 @@ def resolve_op(op: Any) -> ReduceOp:
     else:
         try:
             found = _BY_UFUNC.get(op)
-        except TypeError:                       # unhashable
+        except TypeError:  # unhashable
             found = None
     if found is None:
-        raise ValueError(f"reduce(op): op must be one of {', '.join(map(repr, OPS))} "
-                         f"or the matching NumPy ufunc (numpy.add, numpy.minimum...), "
-                         f"got {op!r}")
+        raise ValueError(
+            f"reduce(op): op must be one of {', '.join(map(repr, OPS))} "
+            f"or the matching NumPy ufunc (numpy.add, numpy.minimum...), "
+            f"got {op!r}"
+        )
     return found
 
 
@@ -143,15 +161,17 @@ class Reduction:
         self.mode = mode
         self.partials: list[tuple[Any, Any]] = []
         self.holders: dict[Any, int] = {}
-        self.combining = False            # being combined (eviction leaves it alone)
+        self.combining = False  # being combined (eviction leaves it alone)
 
     @property
     def op(self) -> ReduceOp:
         return reduce_op(self.mode)
 
     def __repr__(self) -> str:
-        return (f"<Reduction {self.op.name} {len(self.partials)} partial(s), "
-                f"{len(self.holders)} started>")
+        return (
+            f"<Reduction {self.op.name} {len(self.partials)} partial(s), "
+            f"{len(self.holders)} started>"
+        )
 
 
 def reduce_mode(op: ReduceOp) -> int:

@@ -26,10 +26,11 @@ creating them: they go back to the lender, not to the backend, at ``destroy``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
-from .deps import needs_wait
 from .._places.stream_partitions import PARTITION_KEYS, partition_of
+from .deps import needs_wait
 
 if TYPE_CHECKING:
     from ..backends._base import Backend, Event, Stream
@@ -63,8 +64,7 @@ class Pool:
         return stream
 
 
-def choose_stream(pool: Pool, first: Event | None, others: list[Event] | None
-                  ) -> Stream:
+def choose_stream(pool: Pool, first: Event | None, others: list[Event] | None) -> Stream:
     """The stream of a task whose prerequisites are ``first`` and ``others``.
 
     The stream of the first prerequisite that belongs to ``pool`` and is still the
@@ -100,17 +100,28 @@ class StreamPools:
         What every new stream waits for first (a caller stream's entry event).
     """
 
-    __slots__ = ("backend", "error_sink", "entry", "pools", "streams", "lender",
-                 "transfers")
+    __slots__ = (
+        "backend",
+        "error_sink",
+        "entry",
+        "pools",
+        "streams",
+        "lender",
+        "transfers",
+    )
 
-    def __init__(self, backend: Backend, error_sink: Callable[..., None],
-                 entry: Event | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        error_sink: Callable[..., None],
+        entry: Event | None = None,
+    ) -> None:
         self.backend = backend
         self.error_sink = error_sink
         self.entry = entry
         self.pools: dict[int, Pool] = {}
         self.streams: list[Stream] = []
-        self.lender: Any = None         # an async_resources lending its streams
+        self.lender: Any = None  # an async_resources lending its streams
         self.transfers: dict[int, Stream] = {}
 
     def transfer(self, device: int) -> Stream:
@@ -129,7 +140,8 @@ class StreamPools:
         pool = self.pools.get(device)
         if pool is None:
             pool = self.pools[device] = Pool(
-                [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)])
+                [self.new_stream(device) for _ in range(STREAMS_PER_PLACE)]
+            )
         return pool
 
     def new_stream(self, device: int) -> Stream:
@@ -175,4 +187,3 @@ class StreamPools:
     def __repr__(self) -> str:
         places = ", ".join(str(device) for device in self.pools)
         return f"<StreamPools places=[{places}] streams={len(self.streams)}>"
-

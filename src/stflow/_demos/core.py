@@ -14,12 +14,22 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_SIZE", "SIZES", "TOLERANCE", "halo_reads", "layout",
-           "poisson_matvec", "poisson_rhs", "reference_cg", "row_blocks"]
+__all__ = [
+    "DEFAULT_SIZE",
+    "SIZES",
+    "TOLERANCE",
+    "halo_reads",
+    "layout",
+    "poisson_matvec",
+    "poisson_rhs",
+    "reference_cg",
+    "row_blocks",
+]
 
 SIZES = {"small": (32, 60), "medium": (128, 250), "large": (512, 1000)}
 """``--size`` presets: grid points per side and CG iterations."""
@@ -31,10 +41,11 @@ a size where the GPU beats the NumPy reference clearly."""
 TOLERANCE = 1e-9
 """Largest accepted ``max |x - x_ref| / max |x_ref|``."""
 
-_TINY = 1e-300   # keeps alpha and beta finite once the residual is exactly zero
+_TINY = 1e-300  # keeps alpha and beta finite once the residual is exactly zero
 
 
 # -- the problem and its NumPy reference -------------------------------------------
+
 
 def poisson_rhs(n: int) -> np.ndarray:
     """The right-hand side ``b = h² · f`` with ``f = 1`` on an ``n × n`` grid."""
@@ -71,8 +82,9 @@ def reference_cg(b: np.ndarray, iterations: int) -> np.ndarray:
     return x
 
 
-def layout(n: int, available: int, devices: int | None = None,
-           blocks: int | None = None) -> tuple[int, int]:
+def layout(
+    n: int, available: int, devices: int | None = None, blocks: int | None = None
+) -> tuple[int, int]:
     """``(devices, blocks)`` actually used for an ``n``-row grid.
 
     ``devices`` defaults to all ``available`` ones, ``blocks`` to two per device; there
@@ -91,6 +103,7 @@ def row_blocks(n: int, blocks: int) -> list[tuple[int, int]]:
 
 # -- kernels: written once, run with NumPy (emulated) or CuPy (CUDA) -----------------
 
+
 def _copy_edges(xp: Any, p: Any, top: Any, bottom: Any) -> None:
     top[...] = p[0]
     bottom[...] = p[-1]
@@ -98,8 +111,8 @@ def _copy_edges(xp: Any, p: Any, top: Any, bottom: Any) -> None:
 
 def _matvec_kernel(has_above: bool, has_below: bool) -> Callable[..., None]:
     def kernel(xp: Any, p: Any, *rest: Any) -> None:
-        halos = list(rest[:has_above + has_below])
-        ap, pap = rest[has_above + has_below:]
+        halos = list(rest[: has_above + has_below])
+        ap, pap = rest[has_above + has_below :]
         ap[...] = 4.0 * p
         ap[1:, :] -= p[:-1, :]
         ap[:-1, :] -= p[1:, :]
@@ -110,6 +123,7 @@ def _matvec_kernel(has_above: bool, has_below: bool) -> Callable[..., None]:
         if has_below:
             ap[-1, :] -= halos.pop(0)
         pap[0] = xp.dot(p.ravel(), ap.ravel())
+
     return kernel
 
 
@@ -122,11 +136,11 @@ def _sum_parts(parts: Sequence[Any]) -> Any:
 
 def _init_scalars(xp: Any, scalars: Any, *rr_parts: Any) -> None:
     rr = _sum_parts(rr_parts)
-    scalars[0] = rr          # r·r
-    scalars[1] = 0.0         # alpha
-    scalars[2] = 0.0         # beta
-    scalars[3] = rr          # r·r at the start, for the relative residual
-    scalars[4] = 0.0         # iterations done (a graph replays frozen Python values)
+    scalars[0] = rr  # r·r
+    scalars[1] = 0.0  # alpha
+    scalars[2] = 0.0  # beta
+    scalars[3] = rr  # r·r at the start, for the relative residual
+    scalars[4] = 0.0  # iterations done (a graph replays frozen Python values)
 
 
 def _alpha(xp: Any, scalars: Any, *pap_parts: Any) -> None:
@@ -177,7 +191,6 @@ def _report(scalars: np.ndarray, out: Callable[[str], Any]) -> None:
     out(f"  iteration {int(round(scalars[4])):4d}: |r|/|r0| = {relative:.3e}")
 
 
-
 def _size(args: argparse.Namespace, backend: str | None = None) -> None:
     """``args.n`` and the default ``args.iterations`` from ``--size`` (whose default
     depends on the backend: left undecided until ``backend`` is known)."""
@@ -192,8 +205,10 @@ def _size(args: argparse.Namespace, backend: str | None = None) -> None:
         try:
             args.n = int(args.size)
         except ValueError:
-            args.error(f"--size must be one of {', '.join(SIZES)} or an integer, "
-                       f"got {args.size!r}")
+            args.error(
+                f"--size must be one of {', '.join(SIZES)} or an integer, "
+                f"got {args.size!r}"
+            )
         default_iterations = SIZES["medium"][1]
     if args.iterations is None:
         args.iterations = default_iterations
@@ -210,13 +225,15 @@ def _configure(args: argparse.Namespace) -> str:
     """
     from stflow import _config, backends
     from stflow.backends import emulated
+
     wanted = {}
     if args.backend is not None:
         wanted["STFLOW_BACKEND"] = args.backend
     if args.devices is not None and args.backend != "cuda":
         wanted["STFLOW_EMULATED_DEVICES"] = str(args.devices)
-    wanted = {key: value for key, value in wanted.items()
-              if _config.setting_text(key) != value}
+    wanted = {
+        key: value for key, value in wanted.items() if _config.setting_text(key) != value
+    }
     if not wanted:
         return ""
     if emulated._backend is None and backends._auto is None:
@@ -225,10 +242,15 @@ def _configure(args: argparse.Namespace) -> str:
         _config.set_environment(wanted)
         return ""
     running = emulated._backend
-    if "STFLOW_EMULATED_DEVICES" in wanted and running is not None \
-            and running.device_count < args.devices:
-        return (f"the emulated backend was already started with "
-                f"{running.device_count} device(s)")
+    if (
+        "STFLOW_EMULATED_DEVICES" in wanted
+        and running is not None
+        and running.device_count < args.devices
+    ):
+        return (
+            f"the emulated backend was already started with "
+            f"{running.device_count} device(s)"
+        )
     return ""
 
 
@@ -237,6 +259,7 @@ def _select_backend(args: argparse.Namespace, configure: bool) -> tuple[Any, str
     from stflow._core import config as _config
     from stflow.backends import default_backend, get_backend
     from stflow.errors import BackendNotice, BackendUnavailableError
+
     requested = args.backend or _config.config().backend
     note = ""
     if requested == "auto" and importlib.util.find_spec("cupy") is None:
@@ -246,7 +269,8 @@ def _select_backend(args: argparse.Namespace, configure: bool) -> tuple[Any, str
     elif requested == "cuda" and importlib.util.find_spec("cupy") is None:
         raise BackendUnavailableError(
             "the demo's CUDA task bodies use CuPy; install it (pip install "
-            "cupy-cuda12x or cupy-cuda13x) or pass --backend emulated")
+            "cupy-cuda12x or cupy-cuda13x) or pass --backend emulated"
+        )
     if configure:
         note = _configure(args) or note
     with warnings.catch_warnings():
@@ -254,7 +278,7 @@ def _select_backend(args: argparse.Namespace, configure: bool) -> tuple[Any, str
         warnings.simplefilter("ignore", BackendNotice)
         native = get_backend(requested)
         try:
-            default_backend()   # place factories check device ordinals against it
+            default_backend()  # place factories check device ordinals against it
         except ImportError:
             pass
     if requested == "auto" and native.name == "emulated":

@@ -28,15 +28,33 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .core import (_TINY, TOLERANCE, _alpha, _beta, _copy_edges, _direction,
-                         _init_scalars, _matvec_kernel, _report, _select_backend, _size,
-                         _start, _update, halo_reads, layout, poisson_matvec, poisson_rhs,
-                         reference_cg, row_blocks)
+from .core import (
+    _TINY,
+    TOLERANCE,
+    _alpha,
+    _beta,
+    _copy_edges,
+    _direction,
+    _init_scalars,
+    _matvec_kernel,
+    _report,
+    _select_backend,
+    _size,
+    _start,
+    _update,
+    halo_reads,
+    layout,
+    poisson_matvec,
+    poisson_rhs,
+    reference_cg,
+    row_blocks,
+)
 
 __all__ = ["DistributedSolveResult", "main", "solve_distributed"]
 
@@ -63,17 +81,26 @@ def _consume(kernel: Callable[..., None]) -> Callable[..., None]:
     """``kernel(xp, scalars, total)`` (``alpha`` or ``beta`` of the demo, given the sum
     of the shares), then ``total = 0``: the next round of ``reduce("sum")`` into it
     starts from zero."""
+
     def consume(xp: Any, scalars: Any, total: Any) -> None:
         kernel(xp, scalars, total)
         total[...] = 0.0
+
     return consume
 
 
-def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
-                      backend: str = "auto", blocks: int | None = None,
-                      devices: int | None = None, report_every: int = 0,
-                      graph: bool = False,
-                      out: Callable[[str], Any] = print) -> DistributedSolveResult:
+def solve_distributed(
+    comm: Any,
+    b: np.ndarray,
+    iterations: int,
+    *,
+    backend: str = "auto",
+    blocks: int | None = None,
+    devices: int | None = None,
+    report_every: int = 0,
+    graph: bool = False,
+    out: Callable[[str], Any] = print,
+) -> DistributedSolveResult:
     """Solve ``A x = b`` with ``iterations`` steps of blocked CG over the ranks of
     ``comm`` (collective: every rank calls it with the same arguments).
 
@@ -131,10 +158,12 @@ def solve_distributed(comm: Any, b: np.ndarray, iterations: int, *,
                 cg.report(rank, out)
     seconds = time.perf_counter() - started
     from mpi4py import MPI
+
     whole = np.empty_like(x_full)
-    comm.Allreduce(x_full, whole, op=MPI.SUM)       # each rank holds its own strips
-    return DistributedSolveResult(whole, cg.tasks, cg.executed, seconds, ranks_used,
-                                  blocks)
+    comm.Allreduce(x_full, whole, op=MPI.SUM)  # each rank holds its own strips
+    return DistributedSolveResult(
+        whole, cg.tasks, cg.executed, seconds, ranks_used, blocks
+    )
 
 
 class _DistributedCG:
@@ -142,23 +171,35 @@ class _DistributedCG:
     rank ``owner[k]``, on its device ``device[k]``) and the tasks of its steps,
     counted (``tasks``: all of them, ``executed``: those this rank ran)."""
 
-    def __init__(self, stf: Any, ctx: Any, owner: list[int], device: list[int],
-                 strips: list[tuple[int, int]], x_full: np.ndarray,
-                 b_full: np.ndarray) -> None:
+    def __init__(
+        self,
+        stf: Any,
+        ctx: Any,
+        owner: list[int],
+        device: list[int],
+        strips: list[tuple[int, int]],
+        x_full: np.ndarray,
+        b_full: np.ndarray,
+    ) -> None:
         self.stf, self.ctx, self.owner, self.device = stf, ctx, owner, device
         self.tasks = self.executed = 0
         n = b_full.shape[0]
         blocks = self.blocks = len(strips)
 
         def piece(name: str, k: int, shape: tuple[int, ...]) -> Any:
-            return ctx.logical_data_empty(shape, np.float64, owner=owner[k],
-                                          name=f"{name}[{k}]")
+            return ctx.logical_data_empty(
+                shape, np.float64, owner=owner[k], name=f"{name}[{k}]"
+            )
 
         rows = [z - a for a, z in strips]
-        self.x = [ctx.logical_data(x_full[a:z], owner=owner[k], name=f"x[{k}]")
-                  for k, (a, z) in enumerate(strips)]
-        self.rhs = [ctx.logical_data(b_full[a:z], owner=owner[k], name=f"b[{k}]")
-                    for k, (a, z) in enumerate(strips)]
+        self.x = [
+            ctx.logical_data(x_full[a:z], owner=owner[k], name=f"x[{k}]")
+            for k, (a, z) in enumerate(strips)
+        ]
+        self.rhs = [
+            ctx.logical_data(b_full[a:z], owner=owner[k], name=f"b[{k}]")
+            for k, (a, z) in enumerate(strips)
+        ]
         self.r = [piece("r", k, (rows[k], n)) for k in range(blocks)]
         self.p = [piece("p", k, (rows[k], n)) for k in range(blocks)]
         self.ap = [piece("Ap", k, (rows[k], n)) for k in range(blocks)]
@@ -168,26 +209,38 @@ class _DistributedCG:
         # The dot products of one iteration: every block reduces its share into them.
         self.pap = ctx.logical_data(np.zeros(1), owner=0, name="pAp")
         self.rr = ctx.logical_data(np.zeros(1), owner=0, name="rr")
-        self.scalars = ctx.logical_data_empty((5,), np.float64, owner=0,
-                                              name="scalars")
+        self.scalars = ctx.logical_data_empty((5,), np.float64, owner=0, name="scalars")
 
     def task(self, k: int | None, kernel: Callable[..., None], *deps: Any) -> None:
         """``kernel(xp, *arrays)`` on the owner of block ``k`` (rank 0 and its first
         device for ``None``)."""
         self.tasks += 1
         where = 0 if k is None else self.device[k]
-        with self.ctx.task(*deps, rank=0 if k is None else self.owner[k],
-                           place=self.stf.exec_place.device(where)) as t:
+        with self.ctx.task(
+            *deps,
+            rank=0 if k is None else self.owner[k],
+            place=self.stf.exec_place.device(where),
+        ) as t:
             self.executed += t.runs_here
             t.run(kernel)
 
     def start(self) -> None:
         """``r = p = b`` and ``r·r`` (``x`` starts at 0)."""
         for k in range(self.blocks):
-            self.task(k, _start, self.rhs[k].read(), self.r[k].write(),
-                      self.p[k].write(), self.rr_part[k].write())
-        self.task(None, _init_scalars, self.scalars.write(),
-                  *(part.read() for part in self.rr_part))
+            self.task(
+                k,
+                _start,
+                self.rhs[k].read(),
+                self.r[k].write(),
+                self.p[k].write(),
+                self.rr_part[k].write(),
+            )
+        self.task(
+            None,
+            _init_scalars,
+            self.scalars.write(),
+            *(part.read() for part in self.rr_part),
+        )
 
     def iteration(self) -> None:
         """One CG step."""
@@ -198,12 +251,26 @@ class _DistributedCG:
             halos = halo_reads(k, self.top, self.bottom)
             # The kernel writes the block's p·Ap into its view of pAp, which holds 0
             # under reduce("sum"): the share to add.
-            task(k, _matvec_kernel(k > 0, k < blocks - 1), p[k].read(), *halos,
-                 self.ap[k].write(), self.pap.reduce("sum"))
+            task(
+                k,
+                _matvec_kernel(k > 0, k < blocks - 1),
+                p[k].read(),
+                *halos,
+                self.ap[k].write(),
+                self.pap.reduce("sum"),
+            )
         task(None, _consume(_alpha), scalars.rw(), self.pap.rw())
         for k in range(blocks):
-            task(k, _update, scalars.read(), p[k].read(), self.ap[k].read(),
-                 self.x[k].rw(), r[k].rw(), self.rr.reduce("sum"))
+            task(
+                k,
+                _update,
+                scalars.read(),
+                p[k].read(),
+                self.ap[k].read(),
+                self.x[k].rw(),
+                r[k].rw(),
+                self.rr.reduce("sum"),
+            )
         task(None, _consume(_beta), scalars.rw(), self.rr.rw())
         for k in range(blocks):
             task(k, _direction, scalars.read(), r[k].read(), p[k].rw())
@@ -212,8 +279,9 @@ class _DistributedCG:
         """Rank 0 prints the relative residual (a host callback)."""
         self.tasks += 1
         self.executed += rank == 0
-        self.ctx.host_launch(self.scalars.read(), rank=0,
-                             fn=lambda values: _report(values, out))
+        self.ctx.host_launch(
+            self.scalars.read(), rank=0, fn=lambda values: _report(values, out)
+        )
 
 
 def main(args: argparse.Namespace, configure_stflow: bool) -> int:
@@ -221,12 +289,15 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
     returns the exit code (0 PASS, 1 FAIL, 2 no backend or no MPI), the same on every
     rank."""
     import sys
+
     try:
         from mpi4py import MPI
     except ImportError:
-        print("error: --distributed needs mpi4py and an MPI (pip install "
-              "'stflow[mpi]'), then: mpiexec -n 2 python -m stflow.demo --distributed",
-              file=sys.stderr)
+        print(
+            "error: --distributed needs mpi4py and an MPI (pip install "
+            "'stflow[mpi]'), then: mpiexec -n 2 python -m stflow.demo --distributed",
+            file=sys.stderr,
+        )
         return 2
     comm = MPI.COMM_WORLD
     size, rank = comm.Get_size(), comm.Get_rank()
@@ -239,27 +310,49 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
         _size(args, native.name)
     n, iterations = args.n, args.iterations
     say: Callable[..., Any] = print if rank == 0 else (lambda *a, **k: None)
-    say(f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
-        f"{iterations} iterations, over {size} MPI rank(s)")
-    say(f"backend of each rank: {native.name} ({native.describe()})"
-        + (f"; {note}" if note else ""))
+    say(
+        f"stflow demo: blocked conjugate gradient, 2-D Poisson, {n}x{n} grid, "
+        f"{iterations} iterations, over {size} MPI rank(s)"
+    )
+    say(
+        f"backend of each rank: {native.name} ({native.describe()})"
+        + (f"; {note}" if note else "")
+    )
     # One graph of many iterations (the one-process --graph) cannot hold the
     # exchanges between ranks: here --graph records each rank's work between two
     # exchanges as a graph (stream mode unless asked).
     graph = bool(args.graph)
     warmup = native.gpu_memory if args.warmup is None else args.warmup
     if warmup:
-        solve_distributed(comm, poisson_rhs(32), 2, backend=native.name,
-                          devices=args.devices, graph=graph)
+        solve_distributed(
+            comm,
+            poisson_rhs(32),
+            2,
+            backend=native.name,
+            devices=args.devices,
+            graph=graph,
+        )
     b = poisson_rhs(n)
-    result = solve_distributed(comm, b, iterations, backend=native.name,
-                               blocks=args.blocks, devices=args.devices,
-                               report_every=max(1, iterations // 5), graph=graph,
-                               out=lambda line: print(line, flush=True))
-    say(f"layout: {result.blocks} row block(s) owned block-wise by {result.ranks_used} "
+    result = solve_distributed(
+        comm,
+        b,
+        iterations,
+        backend=native.name,
+        blocks=args.blocks,
+        devices=args.devices,
+        report_every=max(1, iterations // 5),
+        graph=graph,
+        out=lambda line: print(line, flush=True),
+    )
+    say(
+        f"layout: {result.blocks} row block(s) owned block-wise by {result.ranks_used} "
         f"rank(s); dot products reduced across ranks"
-        + ("; graph mode: each rank's tasks between two exchanges are one graph"
-           if graph else ""))
+        + (
+            "; graph mode: each rank's tasks between two exchanges are one graph"
+            if graph
+            else ""
+        )
+    )
 
     started = time.perf_counter()
     expected = reference_cg(b, iterations)
@@ -267,19 +360,26 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
     scale = max(float(np.abs(expected).max()), _TINY)
     error = float(np.abs(result.x - expected).max())
     passed = bool(np.isfinite(error)) and error <= TOLERANCE * scale
-    verdicts = comm.allgather(passed)                # every rank checked the answer
+    verdicts = comm.allgather(passed)  # every rank checked the answer
     residual = float(np.linalg.norm(b - poisson_matvec(result.x)) / np.linalg.norm(b))
     slowest = comm.reduce(result.seconds, op=MPI.MAX, root=0)
     executed = comm.gather(result.executed, root=0)
     say(f"result: |b - A x| / |b| = {residual:.3e}, max |x| = {scale:.6g}")
-    say(f"check against the sequential NumPy CG on every rank: max error {error:.3e} "
+    say(
+        f"check against the sequential NumPy CG on every rank: max error {error:.3e} "
         f"(tolerance {TOLERANCE * scale:.1e}) -> "
-        + ("PASS" if all(verdicts) else
-           "FAIL on rank(s) " + ", ".join(str(r) for r, ok in enumerate(verdicts)
-                                          if not ok)))
-    if slowest is not None:                          # rank 0
+        + (
+            "PASS"
+            if all(verdicts)
+            else "FAIL on rank(s) "
+            + ", ".join(str(r) for r, ok in enumerate(verdicts) if not ok)
+        )
+    )
+    if slowest is not None:  # rank 0
         per_task = slowest / max(result.tasks, 1) * 1e6
-        say(f"timing: {slowest:.3f} s wall (slowest rank) for {result.tasks} tasks, "
+        say(
+            f"timing: {slowest:.3f} s wall (slowest rank) for {result.tasks} tasks, "
             f"executed per rank {executed} ({per_task:.1f} us per task); NumPy "
-            f"reference {reference_seconds:.3f} s")
+            f"reference {reference_seconds:.3f} s"
+        )
     return 0 if all(verdicts) else 1

@@ -21,7 +21,8 @@ executing rank, ((data index, mode), ...))``, ``("wait", index)``, ``("fence",)`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._core import config as _config
 from .._core.access import mode_name
@@ -44,8 +45,9 @@ def describe(signature: tuple, name_of: Callable[[int], str]) -> str:
         what = f"created data {name_of(index)} {shape} {dtype} owned by rank {owner}"
     elif kind == "task":
         _, rank, deps, _ = signature
-        accesses = ", ".join(f"{mode_name(mode)} {name_of(index)}"
-                             for index, mode in deps)
+        accesses = ", ".join(
+            f"{mode_name(mode)} {name_of(index)}" for index, mode in deps
+        )
         what = f"a task executing on rank {rank} ({accesses or 'no data'})"
     elif kind == "wait":
         what = f"wait({name_of(signature[1])})"
@@ -54,19 +56,26 @@ def describe(signature: tuple, name_of: Callable[[int], str]) -> str:
     return f"{what}, after {count} collective call(s)"
 
 
-def agree(comm: Any, signature: tuple, name_of: Callable[[int], str],
-          each_call: bool) -> None:
+def agree(
+    comm: Any, signature: tuple, name_of: Callable[[int], str], each_call: bool
+) -> None:
     """Raise :class:`DivergentProgramError` on every rank unless every rank of
     ``comm`` makes the call ``signature`` (collective)."""
     signatures = comm.allgather(signature)
     if all(other == signature for other in signatures):
         return
-    lines = "\n".join(f"  rank {rank}: {describe(other, name_of)}"
-                      for rank, other in enumerate(signatures))
-    hint = ("" if each_call else
-            "\nSet STFLOW_DISTRIBUTED_CHECK=1 to stop at the first collective call "
-            "that differs (one allgather per task).")
+    lines = "\n".join(
+        f"  rank {rank}: {describe(other, name_of)}"
+        for rank, other in enumerate(signatures)
+    )
+    hint = (
+        ""
+        if each_call
+        else "\nSet STFLOW_DISTRIBUTED_CHECK=1 to stop at the first collective call "
+        "that differs (one allgather per task)."
+    )
     raise DivergentProgramError(
         f"the ranks' programs diverged: every rank must create the same data and "
-        f"submit the same tasks, in the same order (docs/distributed.md, \"What is "
-        f"collective\"); the ranks made these calls:\n{lines}{hint}")
+        f'submit the same tasks, in the same order (docs/distributed.md, "What is '
+        f'collective"); the ranks made these calls:\n{lines}{hint}'
+    )

@@ -63,32 +63,41 @@ from __future__ import annotations
 import sys
 import traceback
 import types
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from .._core.access import READ, WRITE
-from .._handles.bundles import bundle as _Bundle
-from .._handles.bundles import Regrouping, bundle_dep, expand, make_bundle
-from .collective import agree, check_each_call
 from .._core.errors import ContextFinalizedError, ScopeError, ShapeError
-from .handles import (Reduction, dist_data, dist_dep, dist_kernel, dist_task,
-                            executed, one_place)
-from .exchanges import Exchanges
-from .._places.places import exec_place
 from .._core.reduce import REDUCE, ReduceOp, reduce_op
+from .._handles.bundles import Regrouping, bundle_dep, expand, make_bundle
+from .._handles.bundles import bundle as _Bundle
 from .._interchange.sources import describe_buffer
+from .._places.places import exec_place
+from .collective import agree, check_each_call
+from .exchanges import Exchanges
+from .handles import (
+    Reduction,
+    dist_data,
+    dist_dep,
+    dist_kernel,
+    dist_task,
+    executed,
+    one_place,
+)
 
 __all__ = ["distributed_context"]
 
-Rank = Union[int, Any]
+Rank = Union[int, Any]  # noqa: UP007 - evaluated at import, as typing.Any allows on 3.10
 """A rank in a public signature: an ``int`` (checked by the methods themselves, with
 messages naming the remedy, rather than by the compiled build's argument checks)."""
 
 Dependency = Union["dist_dep", Any]
 """A dependency in a public signature: ``ld.read()`` and the like (checked the same
 way)."""
+
 
 def _described(array: Any, registered: bool) -> tuple[Any, tuple[int, ...], np.dtype]:
     """What to register for ``array`` (the object itself where a local context
@@ -102,34 +111,48 @@ def _described(array: Any, registered: bool) -> tuple[Any, tuple[int, ...], np.d
             source = describe_buffer(array)
         except ShapeError:
             if registered:
-                raise                         # the local context would refuse it too
+                raise  # the local context would refuse it too
         else:
             return array, source.shape, source.dtype
     converted = np.asarray(array)
     return converted, converted.shape, converted.dtype
 
 
-_COMM_METHODS = ("Get_rank", "Get_size", "Isend", "Irecv", "Bcast", "allgather",
-                 "Barrier", "Abort")
+_COMM_METHODS = (
+    "Get_rank",
+    "Get_size",
+    "Isend",
+    "Irecv",
+    "Bcast",
+    "allgather",
+    "Barrier",
+    "Abort",
+)
 """What the layer calls on its communicator (an mpi4py ``Intracomm`` has them all)."""
 
-_COMM_REMEDY = ("pass an MPI communicator: 'from mpi4py import MPI' then "
-                "distributed_context(MPI.COMM_WORLD) (pip install 'stflow[mpi]')")
+_COMM_REMEDY = (
+    "pass an MPI communicator: 'from mpi4py import MPI' then "
+    "distributed_context(MPI.COMM_WORLD) (pip install 'stflow[mpi]')"
+)
 
 
 def _check_comm(comm: Any) -> None:
     """Refuse what is not an intracommunicator the layer can use: an mpi4py
     ``Intracomm`` other than ``COMM_NULL``, or an object with its methods."""
-    MPI = sys.modules.get("mpi4py.MPI")     # imported wherever a communicator exists
+    MPI = sys.modules.get("mpi4py.MPI")  # imported wherever a communicator exists
     if MPI is not None and isinstance(comm, MPI.Comm):
         if comm == MPI.COMM_NULL:
-            raise ValueError(f"distributed_context: comm is MPI.COMM_NULL, which has "
-                             f"no ranks; {_COMM_REMEDY}")
+            raise ValueError(
+                f"distributed_context: comm is MPI.COMM_NULL, which has "
+                f"no ranks; {_COMM_REMEDY}"
+            )
         if comm.Is_inter():
-            raise TypeError(f"distributed_context: comm must be an intracommunicator "
-                            f"(mpi4py.MPI.Intracomm), got an intercommunicator "
-                            f"({type(comm).__name__}); merge it first "
-                            f"(comm.Merge()) or {_COMM_REMEDY}")
+            raise TypeError(
+                f"distributed_context: comm must be an intracommunicator "
+                f"(mpi4py.MPI.Intracomm), got an intercommunicator "
+                f"({type(comm).__name__}); merge it first "
+                f"(comm.Merge()) or {_COMM_REMEDY}"
+            )
         return
     missing = [name for name in _COMM_METHODS if not callable(getattr(comm, name, None))]
     if not missing:
@@ -145,10 +168,12 @@ def _check_comm(comm: Any) -> None:
         got = f"{kind} {comm!r}"
     else:
         got = f"an object of type {kind}"
-    raise TypeError(f"distributed_context: comm must be an MPI communicator (an "
-                    f"mpi4py.MPI.Intracomm such as MPI.COMM_WORLD, or an object with "
-                    f"its methods {', '.join(_COMM_METHODS)}), got {got}; "
-                    f"{_COMM_REMEDY}")
+    raise TypeError(
+        f"distributed_context: comm must be an MPI communicator (an "
+        f"mpi4py.MPI.Intracomm such as MPI.COMM_WORLD, or an object with "
+        f"its methods {', '.join(_COMM_METHODS)}), got {got}; "
+        f"{_COMM_REMEDY}"
+    )
 
 
 class distributed_context:
@@ -183,11 +208,18 @@ class distributed_context:
     ``local``.
     """
 
-    def __init__(self, comm: Any, *, backend: str | None = None,
-                 use_graph: bool = False, device: int | None = None) -> None:
+    def __init__(
+        self,
+        comm: Any,
+        *,
+        backend: str | None = None,
+        use_graph: bool = False,
+        device: int | None = None,
+    ) -> None:
         from .._handles.context import context
+
         _check_comm(comm)
-        self._check_each = check_each_call()     # STFLOW_DISTRIBUTED_CHECK=1
+        self._check_each = check_each_call()  # STFLOW_DISTRIBUTED_CHECK=1
         self.comm = comm
         self.rank = int(comm.Get_rank())
         self.size = int(comm.Get_size())
@@ -198,14 +230,14 @@ class distributed_context:
             self.device = self._choose_device(device)
             self._exchanges = Exchanges(comm, self.local, use_graph, self.device)
         except BaseException:
-            self.local.finalize()            # a bad device= leaves no context behind
+            self.local.finalize()  # a bad device= leaves no context behind
             if self._previous_device >= 0:
                 self._backend.set_current_device(self._previous_device)
             raise
-        self._arriving = 0             # data received here and not landed yet
+        self._arriving = 0  # data received here and not landed yet
         self._data: list[dist_data] = []
         self._finalized = False
-        self._calls = 0                # collective calls so far (data, tasks)
+        self._calls = 0  # collective calls so far (data, tasks)
 
     def _choose_device(self, device: Any) -> int:
         """Make ``device`` (default: the node-local rank modulo the device count)
@@ -217,17 +249,23 @@ class distributed_context:
                 return backend.current_device()
             try:
                 from mpi4py import MPI
+
                 node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
                 local_rank = node.Get_rank()
                 node.Free()
-            except (ImportError, AttributeError):      # not an mpi4py communicator
+            except (ImportError, AttributeError):  # not an mpi4py communicator
                 local_rank = self.rank
             device = local_rank % count
-        elif isinstance(device, bool) or not isinstance(device, int) or \
-                not 0 <= device < count:
-            raise ValueError(f"device must be a device of the {backend.name} backend "
-                             f"(0..{count - 1}), got {device!r}")
-        self._previous_device = backend.current_device()     # restored at finalize
+        elif (
+            isinstance(device, bool)
+            or not isinstance(device, int)
+            or not 0 <= device < count
+        ):
+            raise ValueError(
+                f"device must be a device of the {backend.name} backend "
+                f"(0..{count - 1}), got {device!r}"
+            )
+        self._previous_device = backend.current_device()  # restored at finalize
         backend.set_current_device(device)
         return device
 
@@ -236,12 +274,14 @@ class distributed_context:
         if isinstance(owner, bool) or not isinstance(owner, int):
             raise TypeError(f"owner must be a rank (an int), got {type(owner).__name__}")
         if not 0 <= owner < self.size:
-            raise ValueError(f"owner {owner} is not a rank of this communicator "
-                             f"(0..{self.size - 1})")
+            raise ValueError(
+                f"owner {owner} is not a rank of this communicator (0..{self.size - 1})"
+            )
         return owner
 
-    def logical_data(self, array: npt.ArrayLike, *, owner: Rank = 0,
-                     name: str | None = None) -> dist_data:
+    def logical_data(
+        self, array: npt.ArrayLike, *, owner: Rank = 0, name: str | None = None
+    ) -> dist_data:
         """``array`` as logical data owned by rank ``owner``: its value there is the
         initial value, and ``finalize()`` writes the final value into it there (the
         other ranks' arrays are never read or written, only their shape and dtype).
@@ -279,8 +319,14 @@ class distributed_context:
         data.is_token = True
         return data
 
-    def logical_data_empty(self, shape: tuple[int, ...], dtype: Any = np.float64, *,
-                           owner: Rank = 0, name: str | None = None) -> dist_data:
+    def logical_data_empty(
+        self,
+        shape: tuple[int, ...],
+        dtype: Any = np.float64,
+        *,
+        owner: Rank = 0,
+        name: str | None = None,
+    ) -> dist_data:
         """Data without a value yet (written first), owned by ``owner``."""
         owner = self._check_owner(owner)
         index = len(self._data)
@@ -288,16 +334,27 @@ class distributed_context:
         dims: Any = shape
         if not isinstance(dims, (tuple, list)):
             dims = (dims,)
-        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
-               for n in dims):
-            raise ValueError(f"logical_data_empty: shape must be non-negative "
-                             f"integers, got {shape!r}")
+        if any(
+            isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
+            for n in dims
+        ):
+            raise ValueError(
+                f"logical_data_empty: shape must be non-negative integers, got {shape!r}"
+            )
         checked_shape = tuple(int(n) for n in dims)
         checked_dtype = np.dtype(dtype)
         self._collective_call("data", index, checked_shape, checked_dtype.str, owner)
         local = self._private(checked_shape, checked_dtype, label)
-        data = dist_data(local, owner, index, checked_shape, checked_dtype, label,
-                         {owner}, has_initial=False)
+        data = dist_data(
+            local,
+            owner,
+            index,
+            checked_shape,
+            checked_dtype,
+            label,
+            {owner},
+            has_initial=False,
+        )
         data.context = self
         self._data.append(data)
         return data
@@ -311,32 +368,46 @@ class distributed_context:
 
         def check(data: Any, name: str) -> None:
             if not isinstance(data, dist_data) or data.context is not self:
-                raise TypeError(f"{label}: field {name!r} must be data of this "
-                                f"distributed context, got {type(data).__name__}")
+                raise TypeError(
+                    f"{label}: field {name!r} must be data of this "
+                    f"distributed context, got {type(data).__name__}"
+                )
 
         def alive(owner: Any, what: str) -> None:
             if self._finalized:
-                raise ContextFinalizedError(f"{owner!r}.{what}: the bundle's context "
-                                            "is finalized")
+                raise ContextFinalizedError(
+                    f"{owner!r}.{what}: the bundle's context is finalized"
+                )
+
         return make_bundle(view, fields, check, alive, label, _field_dep)
 
     # -- work ------------------------------------------------------------------------
-    def task(self, *deps: Dependency, rank: Rank | None = None,
-             place: Any = None, symbol: str | None = None) -> dist_task:
+    def task(
+        self,
+        *deps: Dependency,
+        rank: Rank | None = None,
+        place: Any = None,
+        symbol: str | None = None,
+    ) -> dist_task:
         """A task executing on ``rank`` (default: the owner of its first written
         data), on execution place ``place`` there; ``symbol`` names its local task
         (traces, DOT graphs)."""
         if self._finalized:
             self._check_live("task()")
-        if deps and isinstance(deps[0], exec_place):     # ctx.task(place, *deps)
+        if deps and isinstance(deps[0], exec_place):  # ctx.task(place, *deps)
             place, deps = one_place(place, deps[0], "task"), deps[1:]
         flat, layout = _expanded_if_bundled(deps, "distributed task")
         made = dist_task(self, flat, rank, place, symbol)
         made._layout = layout
         return made
 
-    def cuda_kernel(self, *deps: Dependency, rank: Rank | None = None,
-                    place: Any = None, symbol: str | None = None) -> dist_kernel:
+    def cuda_kernel(
+        self,
+        *deps: Dependency,
+        rank: Rank | None = None,
+        place: Any = None,
+        symbol: str | None = None,
+    ) -> dist_kernel:
         """A kernel-launch task (``local.cuda_kernel``) executing like :meth:`task`:
         ``k.launch(kernel, grid, block, (k.get_arg(0), ...))`` launches on the
         executing rank and does nothing elsewhere."""
@@ -348,8 +419,9 @@ class distributed_context:
         kernel._layout = layout
         return kernel
 
-    def host_launch(self, *deps: Dependency, fn: Callable[..., Any],
-                    rank: Rank | None = None) -> None:
+    def host_launch(
+        self, *deps: Dependency, fn: Callable[..., Any], rank: Rank | None = None
+    ) -> None:
         """``fn(*arrays)`` on the host of the executing rank, after its data."""
         self._check_live("host_launch()")
         if not callable(fn):
@@ -360,26 +432,36 @@ class distributed_context:
         if local_deps is not None and layout is not None:
             self._bundle_host_launch(local_deps, deps, layout, fn)
         elif local_deps is not None:
-            arrays = [local for local, (data, _, _) in zip(local_deps, deps)
-                      if not data.is_token]
-            tokens = [local for local, (data, _, _) in zip(local_deps, deps)
-                      if data.is_token]
-            count = len(arrays)          # the tokens' bytes are not the callback's
+            arrays = [
+                local
+                for local, (data, _, _) in zip(local_deps, deps)
+                if not data.is_token
+            ]
+            tokens = [
+                local for local, (data, _, _) in zip(local_deps, deps) if data.is_token
+            ]
+            count = len(arrays)  # the tokens' bytes are not the callback's
             self.local.host_launch(*arrays, *tokens, fn=_FirstArguments(fn, count))
         executed(deps, t.rank)
 
-    def _bundle_host_launch(self, local_deps: list[Any], deps: tuple[Any, ...],
-                            layout: list[Any], fn: Callable[..., Any]) -> None:
+    def _bundle_host_launch(
+        self,
+        local_deps: list[Any],
+        deps: tuple[Any, ...],
+        layout: list[Any],
+        fn: Callable[..., Any],
+    ) -> None:
         """``host_launch`` of a task with bundles on the executing rank: ``fn`` gets
         one argument per task argument (a bundle's named tuple; ``None`` for its
         tokens), as locally."""
-        arrays = [local for local, (data, _, _) in zip(local_deps, deps)
-                  if not data.is_token]
-        tokens = [local for local, (data, _, _) in zip(local_deps, deps)
-                  if data.is_token]
+        arrays = [
+            local for local, (data, _, _) in zip(local_deps, deps) if not data.is_token
+        ]
+        tokens = [local for local, (data, _, _) in zip(local_deps, deps) if data.is_token]
         has_memory = [not data.is_token for data, _, _ in deps]
-        self.local.host_launch(*arrays, *tokens,
-                               fn=Regrouping(fn, layout, has_memory, extra=False))
+        self.local.host_launch(
+            *arrays, *tokens, fn=Regrouping(fn, layout, has_memory, extra=False)
+        )
 
     # -- exchanges -------------------------------------------------------------------
     def _prepare(self, data: dist_data, mode: int, rank: int) -> None:
@@ -390,7 +472,7 @@ class distributed_context:
         reduction = data.reduction
         if mode & REDUCE:
             if reduction is not None and reduction.mode != mode:
-                self._combine(data, rank)        # another operation: settle first
+                self._combine(data, rank)  # another operation: settle first
                 reduction = None
             if reduction is None:
                 reduction = data.reduction = Reduction(mode)
@@ -421,7 +503,7 @@ class distributed_context:
         reduction = data.reduction
         assert reduction is not None
         data.reduction = None
-        fresh = data.never_written()           # no value to bring: start from identity
+        fresh = data.never_written()  # no value to bring: start from identity
         if not fresh and rank not in data.holders:
             self._bring(data, rank)
         ranks = sorted(reduction.ranks)
@@ -432,8 +514,10 @@ class distributed_context:
                 exchanges.send(data.partial, data.nbytes, rank, tag)
         else:
             sources = [source for source in ranks if source != rank]
-            parts = [exchanges.receive(data.shape, data.dtype, data.nbytes, source, tag)
-                     for source in sources]
+            parts = [
+                exchanges.receive(data.shape, data.dtype, data.nbytes, source, tag)
+                for source in sources
+            ]
             self._land([(data, READ, None)])
             # Each partial lands in local data of its own, which the combining task
             # reads where it runs (a task body must not copy host arrays itself:
@@ -444,8 +528,9 @@ class distributed_context:
                 deps.append(data.partial.read())
                 order.append(rank)
             for source, incoming in zip(sources, parts):
-                arrived = self._private(data.shape, data.dtype,
-                                        f"{data.name}.partial{source}")
+                arrived = self._private(
+                    data.shape, data.dtype, f"{data.name}.partial{source}"
+                )
                 exchanges.land(arrived, incoming)
                 deps.append(arrived.read())
                 order.append(source)
@@ -466,8 +551,9 @@ class distributed_context:
             self._land([(data, READ, None)])
             self._exchanges.send(data.local, data.nbytes, rank, self._tag(data))
         elif self.rank == rank:
-            data.incoming = self._exchanges.receive(data.shape, data.dtype, data.nbytes,
-                                                    source, self._tag(data))
+            data.incoming = self._exchanges.receive(
+                data.shape, data.dtype, data.nbytes, source, self._tag(data)
+            )
             self._arriving += 1
         data.holders.add(rank)
 
@@ -480,7 +566,7 @@ class distributed_context:
         if len(arriving) > 1:
             arriving = list({id(data): data for data in arriving}.values())
         exchanges = self._exchanges
-        exchanges.staging.progress()                 # buffers of earlier landings
+        exchanges.staging.progress()  # buffers of earlier landings
         for data in arriving:
             incoming = data.incoming
             data.incoming = None
@@ -491,8 +577,9 @@ class distributed_context:
         """The tag of a message carrying ``data``'s current version (or a partial
         result of its reduction): from the data and its version, within the
         communicator's tag limit."""
-        return ((data.index << 16) | (data.version & 0x7FFF) << 1 | partial) \
-            % self._exchanges.tag_limit
+        return (
+            (data.index << 16) | (data.version & 0x7FFF) << 1 | partial
+        ) % self._exchanges.tag_limit
 
     def wait(self, data: dist_data) -> np.ndarray:
         """The current value of ``data``, on every rank (collective)."""
@@ -505,10 +592,10 @@ class distributed_context:
         source = min(data.holders)
         if self.rank == source:
             self._land([(data, READ, None)])
-            value = np.array(self.local.wait(data.local), order="C")   # keeps 0-d
+            value = np.array(self.local.wait(data.local), order="C")  # keeps 0-d
         else:
             value = np.empty(data.shape, dtype=data.dtype)
-        self._exchanges.post_all()           # no rank waits on us inside Bcast
+        self._exchanges.post_all()  # no rank waits on us inside Bcast
         self.comm.Bcast(value, root=source)
         return value
 
@@ -555,9 +642,12 @@ class distributed_context:
         (collective: staged sends are posted first, as before any collective)."""
         self._exchanges.post_all()
         data = self._data
-        agree(self.comm, signature,
-              lambda index: data[index].name if index < len(data) else f"d{index}",
-              self._check_each)
+        agree(
+            self.comm,
+            signature,
+            lambda index: data[index].name if index < len(data) else f"d{index}",
+            self._check_each,
+        )
 
     def _check_live(self, what: str) -> None:
         if self._finalized:
@@ -571,23 +661,28 @@ class distributed_context:
             try:
                 self.finalize()
                 return
-            except BaseException as failure:     # the others wait in finalize's exchanges
+            except BaseException as failure:  # the others wait in finalize's exchanges
                 exc_type, exc, tb = type(failure), failure, failure.__traceback__
         # The other ranks would wait in their next exchange forever: abort them.
-        err = sys.__stderr__ or sys.stderr           # not a capture that dies with us
-        print(f"stflow: rank {self.rank} of {self.size} failed; aborting the "
-              f"communicator:", file=err)
+        err = sys.__stderr__ or sys.stderr  # not a capture that dies with us
+        print(
+            f"stflow: rank {self.rank} of {self.size} failed; aborting the communicator:",
+            file=err,
+        )
         traceback.print_exception(exc_type, exc, tb, file=err)
         err.flush()
         self.comm.Abort(1)
 
     def __repr__(self) -> str:
-        return (f"distributed_context(rank={self.rank}, size={self.size}, "
-                f"data={len(self._data)})")
+        return (
+            f"distributed_context(rank={self.rank}, size={self.size}, "
+            f"data={len(self._data)})"
+        )
 
 
-def _expanded_if_bundled(deps: tuple[Any, ...], label: str
-                         ) -> tuple[tuple[Any, ...], list[Any] | None]:
+def _expanded_if_bundled(
+    deps: tuple[Any, ...], label: str
+) -> tuple[tuple[Any, ...], list[Any] | None]:
     """``deps`` and no layout, or, when a bundle is among them, :func:`_expanded`."""
     for d in deps:
         if isinstance(d, bundle_dep):
@@ -599,9 +694,11 @@ def _expanded(deps: tuple[Any, ...], label: str) -> tuple[tuple[Any, ...], list[
     """The dependencies with bundles expanded, and the layout of the arguments."""
     flat, layout, others = expand(deps, lambda d: d, label, dist_dep)
     if others:
-        raise TypeError(f"a dependency of a distributed task is ld.read()/write()/rw()/"
-                        f"reduce() of this context's data or a bundle's dependency, got "
-                        f"{type(others[0]).__name__}")
+        raise TypeError(
+            f"a dependency of a distributed task is ld.read()/write()/rw()/"
+            f"reduce() of this context's data or a bundle's dependency, got "
+            f"{type(others[0]).__name__}"
+        )
     assert layout is not None
     return tuple(flat), layout
 
@@ -621,6 +718,7 @@ def _field_dep(data: Any, mode: int, dplace: Any) -> Any:
 # body runs later, on another thread where the backend runs task bodies there, and the
 # compiled build's closure environments have not survived that (see _task._HostCallback).
 
+
 class _FirstArguments:
     """A host callback ``fn`` on its first ``count`` arguments (the tokens' bytes
     that follow are not the callback's)."""
@@ -632,7 +730,7 @@ class _FirstArguments:
         self.count = count
 
     def __call__(self, *values: Any) -> None:
-        self.fn(*values[:self.count])
+        self.fn(*values[: self.count])
 
 
 class _Fill:
@@ -654,7 +752,9 @@ class _Combine:
 
     __slots__ = ("ufunc", "identity", "order", "ranks")
 
-    def __init__(self, ufunc: Any, identity: Any, order: list[int], ranks: list[int]) -> None:
+    def __init__(
+        self, ufunc: Any, identity: Any, order: list[int], ranks: list[int]
+    ) -> None:
         self.ufunc = ufunc
         self.identity = identity
         self.order = order

@@ -38,8 +38,9 @@ class Incoming:
 
     __slots__ = ("requests", "message", "bounds")
 
-    def __init__(self, requests: list[Any], message: Message,
-                 bounds: list[tuple[int, int]]) -> None:
+    def __init__(
+        self, requests: list[Any], message: Message, bounds: list[tuple[int, int]]
+    ) -> None:
         self.requests = requests
         self.message = message
         self.bounds = bounds
@@ -51,14 +52,20 @@ class _Staged:
 
     __slots__ = ("message", "events", "dest", "tag", "bounds", "posted")
 
-    def __init__(self, message: Message, events: list[Any], dest: int, tag: int,
-                 bounds: list[tuple[int, int]]) -> None:
+    def __init__(
+        self,
+        message: Message,
+        events: list[Any],
+        dest: int,
+        tag: int,
+        bounds: list[tuple[int, int]],
+    ) -> None:
         self.message = message
         self.events = events
         self.dest = dest
         self.tag = tag
         self.bounds = bounds
-        self.posted = 0                      # pieces posted so far
+        self.posted = 0  # pieces posted so far
 
 
 class Exchanges:
@@ -86,8 +93,9 @@ class Exchanges:
         self.piece = piece_size() if self.staging.pieces else 1 << 62
         try:
             from mpi4py import MPI
+
             bound = comm.Get_attr(MPI.TAG_UB)
-        except (ImportError, AttributeError):   # not an mpi4py communicator
+        except (ImportError, AttributeError):  # not an mpi4py communicator
             bound = None
         self.tag_limit = min(int(bound), 1 << 30) + 1 if bound else _TAG_LIMIT + 1
         # request, the message its completion frees (a value's last piece), bytes
@@ -95,7 +103,7 @@ class Exchanges:
         # values staged, not all posted (oldest first: sends are posted in program
         # order, which MPI's non-overtaking rule needs where tags wrap around)
         self.waiting: deque[_Staged] = deque()
-        self.staged = 0                      # bytes of the sends staged, not received
+        self.staged = 0  # bytes of the sends staged, not received
         self.send_limit = send_limit()
         self.ahead = _send_ahead()
 
@@ -105,20 +113,20 @@ class Exchanges:
         send-ahead the rank goes on at once and the pieces are posted as their
         copies complete (:meth:`post_ready`); else it waits for them here (for
         the local work producing the value, never for the receiver)."""
-        while self.staged + nbytes > self.send_limit and (self.in_flight or
-                                                          self.waiting):
+        while self.staged + nbytes > self.send_limit and (self.in_flight or self.waiting):
             self._retire_oldest()
         # Buffers of the right size held by earlier sends (send_buffers() of them):
         # wait for the oldest send to be received and reuse its buffer rather than
         # allocate page-locked memory.
         staging = self.staging
-        while self.in_flight and staging.awaits_buffer(nbytes, [
-                sent for _, sent, _ in self.in_flight if sent is not None]):
+        while self.in_flight and staging.awaits_buffer(
+            nbytes, [sent for _, sent, _ in self.in_flight if sent is not None]
+        ):
             self._retire_oldest()
         bounds = piece_bounds(nbytes, self.piece)
         message, events = staging.read(self.local, local_data, bounds)
         self.staged += nbytes
-        if events is None:                    # ready at once
+        if events is None:  # ready at once
             events = []
         self.waiting.append(_Staged(message, events, dest, tag, bounds))
         if self.ahead:
@@ -143,10 +151,10 @@ class Exchanges:
     def _post(self, staged: _Staged, k: int) -> None:
         start, stop = staged.bounds[k]
         last = k == len(staged.bounds) - 1
-        request = self.comm.Isend(staged.message.pieces[k], dest=staged.dest,
-                                  tag=staged.tag)
-        self.in_flight.append((request, staged.message if last else None,
-                               stop - start))
+        request = self.comm.Isend(
+            staged.message.pieces[k], dest=staged.dest, tag=staged.tag
+        )
+        self.in_flight.append((request, staged.message if last else None, stop - start))
         staged.posted = k + 1
 
     def _post_all(self) -> None:
@@ -163,6 +171,7 @@ class Exchanges:
                         self.backend.synchronize(event)
                     else:
                         from mpi4py import MPI
+
                         requests = [request for request, _, _ in self.in_flight]
                         while not query(event):
                             MPI.Request.Testall(requests)
@@ -174,7 +183,7 @@ class Exchanges:
     def _retire_oldest(self) -> None:
         """Wait until the oldest send is received (posting it first if need be)."""
         if not self.in_flight:
-            self._post_all()                     # local copies only
+            self._post_all()  # local copies only
         request, sent, size = self.in_flight.pop(0)
         self.wait_request(request)
         self.staged -= size
@@ -189,18 +198,22 @@ class Exchanges:
             if request.Test():
                 return
             self.post_ready()
-            os.sched_yield()              # ranks sharing cores (oversubscribed)
+            os.sched_yield()  # ranks sharing cores (oversubscribed)
         request.Wait()
 
-    def receive(self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, source: int,
-                tag: int) -> Incoming:
+    def receive(
+        self, shape: tuple[int, ...], dtype: np.dtype, nbytes: int, source: int, tag: int
+    ) -> Incoming:
         """Post the receive of a value of ``shape`` and ``dtype`` (``nbytes`` bytes)
         from ``source``."""
         bounds = piece_bounds(nbytes, self.piece)
         message = self.staging.buffer(shape, dtype, bounds)
         comm = self.comm
-        return Incoming([comm.Irecv(piece, source=source, tag=tag)
-                         for piece in message.pieces], message, bounds)
+        return Incoming(
+            [comm.Irecv(piece, source=source, tag=tag) for piece in message.pieces],
+            message,
+            bounds,
+        )
 
     def progress(self) -> None:
         """Post the staged sends whose copies completed, and forget the sends that
@@ -226,8 +239,13 @@ class Exchanges:
         """Write the value ``incoming`` brings into local data ``data`` (each piece
         copied in once it arrived)."""
         requests, wait_request = incoming.requests, self.wait_request
-        self.staging.land(self.local, data, incoming.message, incoming.bounds,
-                          lambda k: wait_request(requests[k]))
+        self.staging.land(
+            self.local,
+            data,
+            incoming.message,
+            incoming.bounds,
+            lambda k: wait_request(requests[k]),
+        )
 
     def post_all(self) -> None:
         """Post every staged send (before a collective operation, in which this
@@ -238,6 +256,7 @@ class Exchanges:
     def flush(self) -> None:
         """Wait until every send completed (fence, finalize)."""
         from mpi4py import MPI
+
         self.post_all()
         MPI.Request.Waitall([request for request, _, _ in self.in_flight])
         for _, sent, _ in self.in_flight:

@@ -10,21 +10,30 @@ A task's hot path, on every rank for every task, is :meth:`dist_task._prepare` a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .._core.access import READ, WRITE, mode_name
 from .._compile import mypyc_attr
-from .._handles.bundles import Slot
+from .._core.access import READ, WRITE, mode_name
 from .._core.errors import AccessModeError, RemoteTaskError
 from .._core.reduce import REDUCE, ReduceOp, reduce_mode, reduce_op, resolve_op
+from .._handles.bundles import Slot
 
 if TYPE_CHECKING:
     from .exchanges import Exchanges, Incoming
 
-__all__ = ["Reduction", "TaskContext", "dist_data", "dist_dep", "dist_kernel", "dist_task",
-           "executed", "one_place"]
+__all__ = [
+    "Reduction",
+    "TaskContext",
+    "dist_data",
+    "dist_dep",
+    "dist_kernel",
+    "dist_task",
+    "executed",
+    "one_place",
+]
 
 
 class TaskContext(Protocol):
@@ -61,14 +70,38 @@ class dist_data:
     without a value (``logical_data_empty``, ``has_initial`` false) holds none, so
     reductions into it start from the identity (:meth:`never_written`)."""
 
-    __slots__ = ("local", "owner", "holders", "index", "shape", "dtype", "name",
-                 "is_token", "reduction", "partial", "version", "incoming", "context",
-                 "nbytes", "has_initial",
-                 "_deps", "_local_deps")
+    __slots__ = (
+        "local",
+        "owner",
+        "holders",
+        "index",
+        "shape",
+        "dtype",
+        "name",
+        "is_token",
+        "reduction",
+        "partial",
+        "version",
+        "incoming",
+        "context",
+        "nbytes",
+        "has_initial",
+        "_deps",
+        "_local_deps",
+    )
 
-    def __init__(self, local: Any, owner: int, index: int, shape: tuple[int, ...],
-                 dtype: np.dtype, name: str, holders: set[int],
-                 is_token: bool = False, has_initial: bool = True) -> None:
+    def __init__(
+        self,
+        local: Any,
+        owner: int,
+        index: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        name: str,
+        holders: set[int],
+        is_token: bool = False,
+        has_initial: bool = True,
+    ) -> None:
         self.local = local
         self.owner = owner
         self.index = index
@@ -78,15 +111,15 @@ class dist_data:
         self.name = name
         self.holders = holders
         self.is_token = is_token
-        self.reduction: Reduction | None = None   # partials not combined yet
-        self.partial: Any = None         # this rank's local partial (made when needed)
-        self.version = 0                 # writes and combinations so far: message tags
-        self.has_initial = has_initial   # version 0 has a value (from the user's array)
-        self.incoming: Incoming | None = None    # a value received, not landed yet
-        self.context: Any = None                     # the distributed_context
+        self.reduction: Reduction | None = None  # partials not combined yet
+        self.partial: Any = None  # this rank's local partial (made when needed)
+        self.version = 0  # writes and combinations so far: message tags
+        self.has_initial = has_initial  # version 0 has a value (from the user's array)
+        self.incoming: Incoming | None = None  # a value received, not landed yet
+        self.context: Any = None  # the distributed_context
         # Dependencies are values: one of each mode, made once (here and locally).
         self._deps = {mode: dist_dep(self, mode) for mode in (READ, WRITE, READ | WRITE)}
-        self._local_deps: dict[int, Any] = {}       # made when first used
+        self._local_deps: dict[int, Any] = {}  # made when first used
 
     def never_written(self) -> bool:
         """Whether the data holds no value yet: made by ``logical_data_empty`` and
@@ -99,9 +132,15 @@ class dist_data:
         dep = self._local_deps.get(mode) if place is None else None
         if dep is None:
             local = self.local
-            dep = (local.read(place) if mode == READ else local.write(place)
-                   if mode == WRITE else local.rw(place) if mode == READ | WRITE
-                   else self.partial.reduce(reduce_op(mode).name, place))
+            dep = (
+                local.read(place)
+                if mode == READ
+                else local.write(place)
+                if mode == WRITE
+                else local.rw(place)
+                if mode == READ | WRITE
+                else self.partial.reduce(reduce_op(mode).name, place)
+            )
             if place is None:
                 self._local_deps[mode] = dep
         return dep
@@ -114,8 +153,11 @@ class dist_data:
         return self._deps[WRITE] if dplace is None else dist_dep(self, WRITE, dplace)
 
     def rw(self, dplace: Any = None) -> dist_dep:
-        return (self._deps[READ | WRITE] if dplace is None
-                else dist_dep(self, READ | WRITE, dplace))
+        return (
+            self._deps[READ | WRITE]
+            if dplace is None
+            else dist_dep(self, READ | WRITE, dplace)
+        )
 
     def reduce(self, op: Any = "sum", dplace: Any = None) -> dist_dep:
         """A reduction dependency (``logical_data.reduce``): the task's view holds
@@ -124,8 +166,10 @@ class dist_data:
         a partial of their rank, combined in rank order when the data is next
         accessed otherwise (or waited on, or finalized)."""
         if self.is_token:
-            raise TypeError(f"reduce() on token {self.name}: a token holds no data "
-                            "to reduce into; use read()/rw()")
+            raise TypeError(
+                f"reduce() on token {self.name}: a token holds no data "
+                "to reduce into; use read()/rw()"
+            )
         operation = resolve_op(op)
         operation.check_dtype(self.dtype, f"reduce() on {self.name}")
         mode = reduce_mode(operation)
@@ -137,11 +181,12 @@ class dist_data:
         return dep
 
     def __repr__(self) -> str:
-        return (f"<dist_data {self.name} owner={self.owner} "
-                f"holders={sorted(self.holders)}>")
+        return (
+            f"<dist_data {self.name} owner={self.owner} holders={sorted(self.holders)}>"
+        )
 
 
-@mypyc_attr(native_class=False)       # a tuple subclass: a Python class when compiled
+@mypyc_attr(native_class=False)  # a tuple subclass: a Python class when compiled
 class dist_dep(tuple):
     """``(data, mode, place)``: a dependency of a distributed task (``ld.read()``,
     ...; ``place``: the data place on the executing rank, ``None`` for affine)."""
@@ -177,20 +222,36 @@ class dist_task:
     empty: ``runs_here`` is False, ``run`` does nothing, views raise.
     """
 
-    __slots__ = ("_ctx", "_deps", "rank", "runs_here", "_place", "_symbol", "local",
-                 "_layout")
+    __slots__ = (
+        "_ctx",
+        "_deps",
+        "rank",
+        "runs_here",
+        "_place",
+        "_symbol",
+        "local",
+        "_layout",
+    )
 
-    def __init__(self, ctx: TaskContext, deps: tuple[Any, ...],
-                 rank: Any, place: Any, symbol: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: TaskContext,
+        deps: tuple[Any, ...],
+        rank: Any,
+        place: Any,
+        symbol: str | None = None,
+    ) -> None:
         # Check the dependencies; the task executes on `rank`, else on the owner of
         # its first written data, else of its first data (rank 0 without any).
         written = None
         reduces = False
         for dep in deps:
             if dep.__class__ is not dist_dep or dep[0].context is not ctx:
-                raise TypeError(f"a dependency of a distributed task is "
-                                f"ld.read()/write()/rw()/reduce() of this context's "
-                                f"data, got {type(dep).__name__}")
+                raise TypeError(
+                    f"a dependency of a distributed task is "
+                    f"ld.read()/write()/rw()/reduce() of this context's "
+                    f"data, got {type(dep).__name__}"
+                )
             mode = dep[1]
             if mode & WRITE:
                 if written is None:
@@ -210,7 +271,7 @@ class dist_task:
         self._place = place
         self._symbol = symbol
         self.local: Any = None
-        self._layout: Any = None          # with bundles: the arguments' layout
+        self._layout: Any = None  # with bundles: the arguments' layout
 
     def __enter__(self) -> dist_task:
         local_deps = self._prepare()
@@ -234,7 +295,7 @@ class dist_task:
         if self.local is not None:
             self.local.__exit__(*exc)
         rank = self.rank
-        for data, mode, _ in self._deps:           # _executed(), inlined: hot path
+        for data, mode, _ in self._deps:  # _executed(), inlined: hot path
             if mode & WRITE:
                 data.version += 1
                 holders = data.holders
@@ -254,22 +315,30 @@ class dist_task:
         ctx = self._ctx
         rank = self.rank
         if ctx._check_each:
-            ctx._agree(("task", rank, tuple([(data.index, mode)
-                                             for data, mode, _ in self._deps]),
-                        ctx._calls))
+            ctx._agree(
+                (
+                    "task",
+                    rank,
+                    tuple([(data.index, mode) for data, mode, _ in self._deps]),
+                    ctx._calls,
+                )
+            )
         ctx._calls += 1
         exchanges = ctx._exchanges
         if exchanges.in_flight or exchanges.waiting:
             exchanges.progress()
         for data, mode, _ in self._deps:
-            if data.reduction is not None or mode & REDUCE or (
-                    mode & READ and rank not in data.holders):
+            if (
+                data.reduction is not None
+                or mode & REDUCE
+                or (mode & READ and rank not in data.holders)
+            ):
                 ctx._prepare(data, mode, rank)
         if not self.runs_here:
             return None
         if ctx._arriving:
             ctx._land(self._deps)
-        local_deps = []                   # a loop, not a comprehension: no frame
+        local_deps = []  # a loop, not a comprehension: no frame
         for data, mode, place in self._deps:
             dep = None if place is not None else data._local_deps.get(mode)
             local_deps.append(dep if dep is not None else data.local_dep(mode, place))
@@ -279,13 +348,14 @@ class dist_task:
         """``fn(xp, *arrays)`` on the executing rank (``task.run``: ``indices``
         default to the non-token dependencies); nothing elsewhere."""
         if self.runs_here:
-            if self._layout is not None:           # slots: the local task's
+            if self._layout is not None:  # slots: the local task's
                 self._run_slots(fn, indices)
                 return
             if not indices:
-                indices = tuple(i for i, (data, _, _) in enumerate(self._deps)
-                                if not data.is_token)
-                if not indices:                    # tokens only: no arrays
+                indices = tuple(
+                    i for i, (data, _, _) in enumerate(self._deps) if not data.is_token
+                )
+                if not indices:  # tokens only: no arrays
                     self.local.run(_XpOnly(fn), 0)
                     return
             self.local.run(fn, *indices)
@@ -293,8 +363,11 @@ class dist_task:
     def _slots_with_memory(self) -> list[int]:
         """The arguments that are bundles or data (not tokens), with bundles."""
         layout = self._layout
-        return [i for i in range(len(layout)) if isinstance(layout[i], Slot)
-                or not self._deps[layout[i]][0].is_token]
+        return [
+            i
+            for i in range(len(layout))
+            if isinstance(layout[i], Slot) or not self._deps[layout[i]][0].is_token
+        ]
 
     def _without_tokens(self, index: int, value: Any) -> Any:
         """Argument ``index``'s value with a bundle's token fields ``None`` (the
@@ -324,17 +397,23 @@ class dist_task:
         raise RemoteTaskError(
             f"{what} on rank {self._ctx.rank}: this task executes on rank "
             f"{self.rank}; guard the body with 'if t.runs_here:' or write it with "
-            "t.run(fn), which runs only where the task executes")
+            "t.run(fn), which runs only where the task executes"
+        )
 
     def views(self) -> tuple[Any, ...]:
         """Views of the non-token dependencies (on the executing rank only)."""
         if not self.runs_here:
             self._refuse("views()")
         if self._layout is not None:
-            return tuple(self._without_tokens(i, self.local.get_arg_cai(i))
-                         for i in self._slots_with_memory())
-        return tuple(self.local.get_arg_cai(i) for i, (data, _, _) in
-                     enumerate(self._deps) if not data.is_token)
+            return tuple(
+                self._without_tokens(i, self.local.get_arg_cai(i))
+                for i in self._slots_with_memory()
+            )
+        return tuple(
+            self.local.get_arg_cai(i)
+            for i, (data, _, _) in enumerate(self._deps)
+            if not data.is_token
+        )
 
     def args_cai(self) -> Any:
         """The views as ``task.args_cai()`` gives them: ``None``, one view, or a
@@ -398,8 +477,9 @@ class dist_kernel(dist_task):
             return self._without_tokens(index, self.local.get_arg(index))
         return self.local.get_arg(index)
 
-    def launch(self, kernel: Any, grid: Any, block: Any, args: Any,
-               shmem: int = 0) -> None:
+    def launch(
+        self, kernel: Any, grid: Any, block: Any, args: Any, shmem: int = 0
+    ) -> None:
         """``cuda_kernel.launch`` on the executing rank; nothing elsewhere."""
         if self.runs_here:
             self.local.launch(kernel, grid, block, args, shmem)
@@ -416,8 +496,10 @@ class _RemoteArgument:
         self.index = index
 
     def __repr__(self) -> str:
-        return (f"<argument {self.index} of a kernel executing on rank {self.rank}: "
-                "nothing on this rank>")
+        return (
+            f"<argument {self.index} of a kernel executing on rank {self.rank}: "
+            "nothing on this rank>"
+        )
 
 
 def _regrouped(local_deps: list[Any], layout: list[Any]) -> list[Any]:
@@ -426,8 +508,11 @@ def _regrouped(local_deps: list[Any], layout: list[Any]) -> list[Any]:
     grouped: list[Any] = []
     for entry in layout:
         if isinstance(entry, Slot):
-            grouped.append(entry.dep.with_deps(
-                local_deps[entry.start:entry.start + len(entry.dep.deps)]))
+            grouped.append(
+                entry.dep.with_deps(
+                    local_deps[entry.start : entry.start + len(entry.dep.deps)]
+                )
+            )
         else:
             grouped.append(local_deps[entry])
     return grouped
@@ -437,8 +522,9 @@ def one_place(place: Any, given: Any, what: str) -> Any:
     """An execution place given first among the arguments, as locally (``place=``
     is the other spelling; not both)."""
     if place is not None:
-        raise TypeError(f"{what}: an execution place both as the first argument and "
-                        f"as place=")
+        raise TypeError(
+            f"{what}: an execution place both as the first argument and as place="
+        )
     return given
 
 
@@ -465,12 +551,14 @@ def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
             raise AccessModeError(
                 f"a distributed task reduces into {data.name} and accesses it again; "
                 "a task reduces into a data once and does nothing else with it "
-                "(reduce in one task, read in a later one)")
+                "(reduce in one task, read in a later one)"
+            )
 
 
 # Task bodies as objects rather than closures: a body runs later, on another thread
 # where the backend runs bodies there, and the compiled build's closure environments
 # have not survived that (see _task._HostCallback).
+
 
 class _XpOnly:
     """The body of a task whose dependencies are all tokens: ``fn(xp)``."""

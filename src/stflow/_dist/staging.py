@@ -47,7 +47,8 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections import deque
-from typing import Any, Callable, Union
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,9 +56,22 @@ from .._core import config as _config
 from .._interchange.views import stf_cai
 from ..backends._base import HOST, Allocation, Backend, Event, pointer_array
 
-__all__ = ["BUFFERS_PER_SIZE", "BufferPool", "DirectStaging", "HostStaging", "Message",
-           "PinnedStaging", "Staging", "device_direct", "mpi_cuda_aware", "piece_bounds",
-           "piece_size", "send_buffers", "send_limit", "staging_for"]
+__all__ = [
+    "BUFFERS_PER_SIZE",
+    "BufferPool",
+    "DirectStaging",
+    "HostStaging",
+    "Message",
+    "PinnedStaging",
+    "Staging",
+    "device_direct",
+    "mpi_cuda_aware",
+    "piece_bounds",
+    "piece_size",
+    "send_buffers",
+    "send_limit",
+    "staging_for",
+]
 
 BUFFERS_PER_SIZE = _config.MPI_SEND_BUFFERS_DEFAULT
 """How many messages of one size a sender keeps in flight before it waits for the
@@ -109,8 +123,12 @@ class Message:
 
     __slots__ = ("array", "pieces", "allocation")
 
-    def __init__(self, array: np.ndarray | None, pieces: list[Any],
-                 allocation: Allocation | None = None) -> None:
+    def __init__(
+        self,
+        array: np.ndarray | None,
+        pieces: list[Any],
+        allocation: Allocation | None = None,
+    ) -> None:
         self.array = array
         self.pieces = pieces
         self.allocation = allocation
@@ -134,9 +152,9 @@ class BufferPool:
         self.place = place
         self.keep = keep
         self.spare: dict[int, list[Allocation]] = {}
-        self.cached = 0                                 # bytes in ``spare``
-        self.made = 0                                   # buffers allocated so far
-        self.pending: deque[tuple[Event, Allocation]] = deque()   # oldest first
+        self.cached = 0  # bytes in ``spare``
+        self.made = 0  # buffers allocated so far
+        self.pending: deque[tuple[Event, Allocation]] = deque()  # oldest first
 
     def rounded(self, nbytes: int) -> int:
         """The size of the buffer :meth:`take` gives for ``nbytes`` bytes."""
@@ -220,8 +238,11 @@ def _strides(t: Any, data: Any) -> tuple[int, ...] | None:
     from a strided buffer and that instance is the buffer itself, else ``None``
     (instances the runtime allocates are dense)."""
     reference = data._state.reference
-    if reference is None or reference.allocation is None or \
-            reference.allocation.strides is None:
+    if (
+        reference is None
+        or reference.allocation is None
+        or reference.allocation.strides is None
+    ):
         return None
     strides: tuple[int, ...] | None = t.get_arg_cai(0).strides
     return strides
@@ -237,7 +258,7 @@ class _CopyStaging:
     def __init__(self, backend: Backend, place: int, keep: int) -> None:
         self.backend = backend
         self.pool = BufferPool(backend, place, keep)
-        self.buffers = send_buffers()                  # per size, sends in flight
+        self.buffers = send_buffers()  # per size, sends in flight
         # What MPI is handed: NumPy arrays for host memory (the emulated backend's
         # device memory is host memory), CUDA Array Interface objects for a GPU's.
         self.cuda_buffers = place != HOST and backend.gpu_memory
@@ -245,26 +266,31 @@ class _CopyStaging:
         # view): it holds no reference to the buffer, which lives while a message
         # uses it (the message holds its allocation) and is freed by the pool; the
         # entry goes when the allocation does.
-        self._bytes: weakref.WeakKeyDictionary[Allocation, np.ndarray] = \
+        self._bytes: weakref.WeakKeyDictionary[Allocation, np.ndarray] = (
             weakref.WeakKeyDictionary()
+        )
 
-    def _message(self, allocation: Allocation, bounds: list[tuple[int, int]]
-                 ) -> Message:
-        if not allocation.nbytes:                       # an empty value
+    def _message(self, allocation: Allocation, bounds: list[tuple[int, int]]) -> Message:
+        if not allocation.nbytes:  # an empty value
             return Message(None, [np.empty(0, np.uint8)])
         if self.cuda_buffers:
             ptr = allocation.ptr
-            return Message(None, [stf_cai(ptr + start, (stop - start,), _BYTES)
-                                  for start, stop in bounds], allocation)
+            return Message(
+                None,
+                [stf_cai(ptr + start, (stop - start,), _BYTES) for start, stop in bounds],
+                allocation,
+            )
         flat = self._bytes.get(allocation)
         if flat is None:
-            flat = pointer_array(allocation.ptr, (allocation.nbytes,), _BYTES, False,
-                                 None)
+            flat = pointer_array(
+                allocation.ptr, (allocation.nbytes,), _BYTES, False, None
+            )
             self._bytes[allocation] = flat
         return Message(None, [flat[start:stop] for start, stop in bounds], allocation)
 
-    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
-             ) -> tuple[Message, list[Any] | None]:
+    def read(
+        self, local: Any, data: Any, bounds: list[tuple[int, int]]
+    ) -> tuple[Message, list[Any] | None]:
         """A buffer receiving ``data``'s value, and one event per piece, set when the
         piece is in the buffer."""
         allocation = self.pool.take(bounds[-1][1])
@@ -275,9 +301,10 @@ class _CopyStaging:
             stream, source = _task_pointer(t)
             target = allocation.ptr
             strides = _strides(t, data)
-            if strides is not None:         # a strided user buffer: one gathering copy
-                self.backend.copy_strided(target, None, source, strides, data.shape,
-                                          data.dtype.itemsize, stream)
+            if strides is not None:  # a strided user buffer: one gathering copy
+                self.backend.copy_strided(
+                    target, None, source, strides, data.shape, data.dtype.itemsize, stream
+                )
                 event = record(stream)
                 return message, [event for _ in bounds]
             for start, stop in bounds:
@@ -286,14 +313,21 @@ class _CopyStaging:
                 events.append(record(stream))
         return message, events
 
-    def buffer(self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
-               ) -> Message:
+    def buffer(
+        self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
+    ) -> Message:
         """A buffer to receive a value into (``bounds`` its pieces; the shape and
         dtype only count for :class:`HostStaging`)."""
         return self._message(self.pool.take(bounds[-1][1]), bounds)
 
-    def land(self, local: Any, data: Any, message: Message,
-             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+    def land(
+        self,
+        local: Any,
+        data: Any,
+        message: Message,
+        bounds: list[tuple[int, int]],
+        wait_piece: WaitPiece,
+    ) -> None:
         """A task writing ``data``: each piece's copy in is queued as soon as the
         piece arrived; the buffer goes back to the pool after the last copy."""
         allocation = message.allocation
@@ -301,11 +335,12 @@ class _CopyStaging:
             stream, target = _task_pointer(t)
             source = 0 if allocation is None else allocation.ptr
             strides = _strides(t, data)
-            if strides is not None:         # a strided user buffer: one scattering copy
+            if strides is not None:  # a strided user buffer: one scattering copy
                 for k in range(len(bounds)):
                     wait_piece(k)
-                self.backend.copy_strided(target, strides, source, None, data.shape,
-                                          data.dtype.itemsize, stream)
+                self.backend.copy_strided(
+                    target, strides, source, None, data.shape, data.dtype.itemsize, stream
+                )
                 self.release(message, t)
                 return
             copy = self.backend.copy
@@ -364,7 +399,7 @@ class DirectStaging(_CopyStaging):
     memory is host memory, any MPI). A value is copied, on its device, into a buffer
     of its own (the data may be written again while the message is in flight)."""
 
-    pieces = False                      # MPI moves a device buffer in one message
+    pieces = False  # MPI moves a device buffer in one message
 
     def __init__(self, backend: Backend, device: int, keep: int) -> None:
         super().__init__(backend, device, keep)
@@ -374,13 +409,14 @@ class HostStaging:
     """Messages in ordinary NumPy arrays, for graph mode (see the module
     docstring)."""
 
-    pieces = True                       # values above the piece size are cut
+    pieces = True  # values above the piece size are cut
 
-    def read(self, local: Any, data: Any, bounds: list[tuple[int, int]]
-             ) -> tuple[Message, list[Any] | None]:
+    def read(
+        self, local: Any, data: Any, bounds: list[tuple[int, int]]
+    ) -> tuple[Message, list[Any] | None]:
         """``data``'s value, ready to send (a new array), and no events: every piece
         is ready at once."""
-        array = np.asarray(local.wait(data), order="C")              # keeps 0-d
+        array = np.asarray(local.wait(data), order="C")  # keeps 0-d
         return self._message(array, bounds), None
 
     @staticmethod
@@ -388,20 +424,28 @@ class HostStaging:
         flat = array.reshape(-1).view(np.uint8)
         return Message(array, [flat[start:stop] for start, stop in bounds])
 
-    def buffer(self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
-               ) -> Message:
+    def buffer(
+        self, shape: tuple[int, ...], dtype: Any, bounds: list[tuple[int, int]]
+    ) -> Message:
         """A buffer to receive a value into."""
         return self._message(np.empty(shape, dtype), bounds)
 
-    def land(self, local: Any, data: Any, message: Message,
-             bounds: list[tuple[int, int]], wait_piece: WaitPiece) -> None:
+    def land(
+        self,
+        local: Any,
+        data: Any,
+        message: Message,
+        bounds: list[tuple[int, int]],
+        wait_piece: WaitPiece,
+    ) -> None:
         """Once every piece arrived, the buffer becomes local logical data, which a
         task copies into ``data``: the runtime moves it to where ``data`` lives and
         keeps it until the graph ran."""
         for k in range(len(bounds)):
             wait_piece(k)
-        arrived = local.logical_data(message.array,
-                                     name=f"{data.symbol or 'data'}.received")
+        arrived = local.logical_data(
+            message.array, name=f"{data.symbol or 'data'}.received"
+        )
         with local.task(arrived.read(), data.write()) as t:
             t.run(lambda xp, value, target: target.__setitem__(Ellipsis, value))
 
@@ -419,7 +463,7 @@ class HostStaging:
         """Nothing is held."""
 
 
-Staging = Union[HostStaging, PinnedStaging, DirectStaging]
+Staging = HostStaging | PinnedStaging | DirectStaging
 
 
 def mpi_cuda_aware() -> bool:
@@ -434,7 +478,7 @@ def mpi_cuda_aware() -> bool:
     if query is not None:
         return bool(query())
     try:
-        function = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support")
+        function = ctypes.CDLL(MPI.__file__).MPIX_Query_cuda_support
     except (AttributeError, OSError):
         return False
     function.restype, function.argtypes = ctypes.c_int, []

@@ -13,20 +13,20 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from . import reductions as reductions
 from .._core.access import READ
 from .._core.coherence import DataState, Instance
 from .._core.deps import merge_events
 from .._core.errors import ScopeError
 from ..backends._base import HOST, Allocation, Stream, callback_state, poison
+from . import reductions as reductions
 
 if TYPE_CHECKING:
     from .._core.errors import ErrorLog
-    from .._instruments.seam import Instruments
     from .._core.plan import Plan
-    from .registry import DataRegistry
     from .._core.streams import StreamPools
+    from .._instruments.seam import Instruments
     from ..backends._base import Event
+    from .registry import DataRegistry
 
 __all__ = ["Owner", "fence", "finalize", "quiesce", "tear_down", "wait"]
 
@@ -65,9 +65,16 @@ class Owner(reductions.Owner, Protocol):
     def outstanding_events(self) -> list[Event]:
         """Events after which everything submitted so far has completed."""
 
-    def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True,
-                  copy_title: str | None = None) -> Event:
+    def copy_into(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        prerequisites: list[Event],
+        label: str,
+        keep: bool = True,
+        copy_title: str | None = None,
+    ) -> Event:
         """An internal copy, ordered after ``prerequisites``."""
 
     def writeback(self, state: DataState) -> None:
@@ -93,15 +100,17 @@ def fence(rt: Owner) -> int:
         stream = rt.fence_stream
         if stream is None:
             stream = rt.fence_stream = rt.root_pools.new_stream(
-                max(rt.backend.current_device(), 0))
+                max(rt.backend.current_device(), 0)
+            )
         rt.order_after(stream, merge_events(rt.outstanding_events()))
         rt.instruments.fence()
         rt.mode.resume()
-    return int(stream.handle)           # never raises deferred errors (API I-7)
+    return int(stream.handle)  # never raises deferred errors (API I-7)
 
 
-def wait(rt: Owner, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
-         label: str) -> np.ndarray:
+def wait(
+    rt: Owner, state: DataState, shape: tuple[int, ...], dtype: np.dtype, label: str
+) -> np.ndarray:
     """Block until the data of ``state`` can be read; return a host copy."""
     event = None
     with rt.lock:
@@ -115,19 +124,24 @@ def wait(rt: Owner, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
         if source is None:
             poison(result.reshape(-1).view(np.uint8), dtype)
         elif state.nbytes:
-            prerequisites = [*state.tracker.prerequisites(READ),
-                             *source.ready.values()]
-            target = Instance(HOST, Allocation(
-                result.__array_interface__["data"][0], state.nbytes, HOST, dtype,
-                result))
-            event = rt.copy_into(state, target, source, prerequisites, label,
-                                   keep=False)
+            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
+            target = Instance(
+                HOST,
+                Allocation(
+                    result.__array_interface__["data"][0],
+                    state.nbytes,
+                    HOST,
+                    dtype,
+                    result,
+                ),
+            )
+            event = rt.copy_into(state, target, source, prerequisites, label, keep=False)
         retiring = [entry.done for entry in rt.releases]
         rt.mode.resume()
     backend = rt.backend
     if event is not None:
         backend.synchronize(event)
-    for done in retiring:               # collected data is written back by now
+    for done in retiring:  # collected data is written back by now
         backend.synchronize(done)
     if retiring:
         with rt.lock:
@@ -142,10 +156,12 @@ def quiesce(rt: Owner) -> None:
     me = threading.get_ident()
     for holder, thread in rt.started.items():
         if thread == me:
-            raise ScopeError(f"finalize() while {holder._label()} is started but "
-                             "not ended; end the task first")
-    rt.mode.quiesce()                 # other threads' recordings close
-    rt.closing = True                 # submissions waiting on a conflict give up
+            raise ScopeError(
+                f"finalize() while {holder._label()} is started but "
+                "not ended; end the task first"
+            )
+    rt.mode.quiesce()  # other threads' recordings close
+    rt.closing = True  # submissions waiting on a conflict give up
     rt._await_no_started()
 
 
@@ -155,8 +171,9 @@ def finalize(rt: Owner) -> None:
         if rt.finalized:
             return
         if callback_state.active:
-            raise ScopeError("finalize() called from a host callback or launched "
-                             "function")
+            raise ScopeError(
+                "finalize() called from a host callback or launched function"
+            )
         rt.mode.check_finalize()
         quiesce(rt)
         rt.mode.close()

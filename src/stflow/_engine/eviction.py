@@ -15,21 +15,22 @@ the lock is held.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import reductions as reductions
 from .._core.access import READ
 from .._core.coherence import INVALID
 from .._core.errors import OutOfMemoryError
-from .._instruments.seam import byte_size_text
 from .._core.reduce import reduce_op
+from .._instruments.seam import byte_size_text
 from ..backends._base import HOST
+from . import reductions as reductions
 
 if TYPE_CHECKING:
     from .._core.coherence import DataState, Instance
     from .._core.plan import Plan
-    from .registry import DataRegistry
     from ..backends._base import Event
+    from .registry import DataRegistry
 
 __all__ = ["Owner", "make_room", "room_for"]
 
@@ -56,14 +57,27 @@ class Owner(reductions.Owner, Protocol):
     started: dict[Any, int]
     """Started work (tasks, launchable graphs) -> its thread."""
 
-    def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True) -> Event:
+    def copy_into(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        prerequisites: list[Event],
+        label: str,
+        keep: bool = True,
+    ) -> Event:
         """An internal copy, ordered after ``prerequisites``."""
 
 
-def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
-               keep: tuple[Instance, ...], what: Any,
-               exhausted: OutOfMemoryError | None = None) -> None:
+def make_room(
+    rt: Owner,
+    device: int,
+    nbytes: int,
+    plan: Plan | None,
+    keep: tuple[Instance, ...],
+    what: Any,
+    exhausted: OutOfMemoryError | None = None,
+) -> None:
     """Evict instances of ``device``, least recently used first, until
     ``nbytes`` more fit in its budget (``exhausted``: the device itself ran out;
     evict ``nbytes`` and wait until the memory is free).
@@ -82,13 +96,15 @@ def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
             f"{what} needs {byte_size_text(own)} on device {device} (its data at "
             f"that place: {_data_sizes(plan, device, nbytes)}), more than the "
             f"device's memory budget of {byte_size_text(budget)}; split the data "
-            "or raise the budget (memory_budget=, STFLOW_DEVICE_MEMORY_BUDGET)")
+            "or raise the budget (memory_budget=, STFLOW_DEVICE_MEMORY_BUDGET)"
+        )
     needed = nbytes if exhausted is not None else memory.over(device, nbytes)
     if exhausted is not None and rt.mode.recording():
-        raise OutOfMemoryError(f"{what}: device {device} is out of memory while "
-                               "work is recorded into a graph (memory an eviction "
-                               "frees is released only when the graph has run)"
-                               ) from exhausted
+        raise OutOfMemoryError(
+            f"{what}: device {device} is out of memory while "
+            "work is recorded into a graph (memory an eviction "
+            "frees is released only when the graph has run)"
+        ) from exhausted
     pinned, pinned_states = _pinned(rt, plan, ())
     sources = {id(instance) for instance in keep}
     freed: list[Event] = []
@@ -101,8 +117,11 @@ def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
         needed = _combine_pending_on(rt, device, needed, what)
     if needed > 0:
         used = memory.used[device]
-        limit = ("the device's memory" if exhausted is not None or budget is None
-                 else f"its memory budget of {byte_size_text(budget)}")
+        limit = (
+            "the device's memory"
+            if exhausted is not None or budget is None
+            else f"its memory budget of {byte_size_text(budget)}"
+        )
         partials = _partials_on(rt, device)
         held = f" (here: {partials})" if partials else ""
         raise OutOfMemoryError(
@@ -110,9 +129,9 @@ def make_room(rt: Owner, device: int, nbytes: int, plan: Plan | None,
             f"{byte_size_text(used)} are in use and nothing more can be evicted "
             f"within {limit}: the rest belongs to running tasks, launchable graphs, "
             f"open scopes or partial results of reductions not combined yet{held}"
-            ) from exhausted
+        ) from exhausted
     if exhausted is not None:
-        for event in freed:             # the memory is free once the frees ran
+        for event in freed:  # the memory is free once the frees ran
             rt.backend.synchronize(event)
 
 
@@ -124,8 +143,7 @@ def room_for(rt: Owner, plan: Plan, what: Any) -> bool:
     needs: dict[int, int] = {}
     for access, _ in plan.moves or ():
         instance = access.instance
-        if instance is not None and instance.allocation is None and \
-                access.device >= 0:
+        if instance is not None and instance.allocation is None and access.device >= 0:
             needs[access.device] = needs.get(access.device, 0) + access.state.nbytes
     for access in plan.reductions:
         if access.device >= 0:
@@ -148,12 +166,18 @@ def _combine_pending_on(rt: Owner, device: int, needed: int, what: Any) -> int:
         if needed <= 0:
             break
         pending = state.pending
-        if pending is None or pending.holders or pending.combining or \
-                state.writing is not None or state.reading or \
-                state.scope is not None:
+        if (
+            pending is None
+            or pending.holders
+            or pending.combining
+            or state.writing is not None
+            or state.reading
+            or state.scope is not None
+        ):
             continue
-        held = sum(state.nbytes for instance, _ in pending.partials
-                   if instance.device == device)
+        held = sum(
+            state.nbytes for instance, _ in pending.partials if instance.device == device
+        )
         if not held:
             continue
         with rt.mode.root_level():
@@ -162,8 +186,9 @@ def _combine_pending_on(rt: Owner, device: int, needed: int, what: Any) -> int:
     return needed
 
 
-def _pinned(rt: Owner, plan: Plan | None, keep: tuple[Instance, ...]
-            ) -> tuple[set[int], set[int]]:
+def _pinned(
+    rt: Owner, plan: Plan | None, keep: tuple[Instance, ...]
+) -> tuple[set[int], set[int]]:
     """Ids of the instances and of the data eviction must leave alone: ``keep``
     (sources of copies about to be made), the instances of ``plan`` and of
     started tasks, and the data of launchable graphs and open scopes."""
@@ -188,7 +213,7 @@ def _pinned(rt: Owner, plan: Plan | None, keep: tuple[Instance, ...]
 def _evict(rt: Owner, state: DataState, instance: Instance) -> Event:
     """Drop ``instance`` (writing its value back first if it is the only valid
     copy) and free its memory after every use; returns the free's event."""
-    with rt.mode.root_level():          # the data is not the open scopes'
+    with rt.mode.root_level():  # the data is not the open scopes'
         rt.mode.touch(state)
         return _evicted(rt, state, instance)
 
@@ -197,11 +222,16 @@ def _evicted(rt: Owner, state: DataState, instance: Instance) -> Event:
     """:func:`_evict` at the root level."""
     memory = rt.memory
     nbytes = state.nbytes
-    if not any(other is not instance and other.state is not INVALID
-               for other in state.instances.values()):
+    if not any(
+        other is not instance and other.state is not INVALID
+        for other in state.instances.values()
+    ):
         reference = state.reference
-        target = (reference if reference is not None and reference is not instance
-                  else state.instance(HOST))
+        target = (
+            reference
+            if reference is not None and reference is not instance
+            else state.instance(HOST)
+        )
         prerequisites = [*state.tracker.prerequisites(READ), *instance.ready.values()]
         rt.copy_into(state, target, instance, prerequisites, state.label)
         memory.written_back_bytes += nbytes
@@ -229,19 +259,29 @@ def _working_set(plan: Plan | None, device: int, nbytes: int) -> int:
 def _data_sizes(plan: Plan | None, device: int, nbytes: int) -> str:
     if plan is None:
         return byte_size_text(nbytes)
-    return ", ".join(f"{state.label} {byte_size_text(state.nbytes)}{role}"
-                     for state, role in _plan_data(plan, device))
+    return ", ".join(
+        f"{state.label} {byte_size_text(state.nbytes)}{role}"
+        for state, role in _plan_data(plan, device)
+    )
 
 
 def _plan_data(plan: Plan, device: int) -> list[tuple[DataState, str]]:
     """The data of ``plan`` at ``device`` that needs memory there, each with how
     (``""``: its instance; a reduction: a private instance for the partial
     result)."""
-    found = [(access.state, "") for access in plan.accesses
-             if access.device == device and access.instance is not None]
-    found += [(access.state, f" (the partial result of its "
-                             f"reduce({reduce_op(access.mode).name!r}))")
-              for access in plan.reductions if access.device == device]
+    found = [
+        (access.state, "")
+        for access in plan.accesses
+        if access.device == device and access.instance is not None
+    ]
+    found += [
+        (
+            access.state,
+            f" (the partial result of its reduce({reduce_op(access.mode).name!r}))",
+        )
+        for access in plan.reductions
+        if access.device == device
+    ]
     return found
 
 
@@ -257,8 +297,11 @@ def _partials_on(rt: Owner, device: int) -> str:
         for owner in pending.holders:
             work: HeldWork = owner
             private = work.held_private()
-            count += sum(1 for instance in private
-                         if instance.device == device and instance.allocation is not None)
+            count += sum(
+                1
+                for instance in private
+                if instance.device == device and instance.allocation is not None
+            )
         if count:
             parts.append(f"{state.label} {count} x {byte_size_text(state.nbytes)}")
     return ", ".join(parts)

@@ -19,7 +19,8 @@ the argument, a mapping device -> bytes.
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DeviceMemory", "resolve_budgets"]
 
+
 def resolve_budgets(argument: Any, backend: Backend) -> dict[int, int | None]:
     """The budget of every device of ``backend`` (``None``: unlimited)."""
     count = backend.device_count
@@ -43,11 +45,17 @@ def resolve_budgets(argument: Any, backend: Backend) -> dict[int, int | None]:
     if isinstance(argument, Mapping):
         budgets = {device: backend.device_memory(device) for device in range(count)}
         for key, size in argument.items():
-            device = None if isinstance(key, (bool, np.bool_)) or \
-                not hasattr(type(key), "__index__") else operator.index(key)
+            device = (
+                None
+                if isinstance(key, (bool, np.bool_))
+                or not hasattr(type(key), "__index__")
+                else operator.index(key)
+            )
             if device is None or not 0 <= device < count:
-                raise ValueError(f"memory_budget: {key!r} is not a device of the "
-                                 f"{backend.name} backend ({count} device(s))")
+                raise ValueError(
+                    f"memory_budget: {key!r} is not a device of the "
+                    f"{backend.name} backend ({count} device(s))"
+                )
             budgets[device] = parse_size(size, f"memory_budget[{device}]")
         return budgets
     size = parse_size(argument, "memory_budget")
@@ -69,15 +77,23 @@ class DeviceMemory:
         What eviction did so far (``ctx.statistics()``).
     """
 
-    __slots__ = ("budgets", "used", "resident", "evictions", "evicted_bytes",
-                 "written_back_bytes", "limited")
+    __slots__ = (
+        "budgets",
+        "used",
+        "resident",
+        "evictions",
+        "evicted_bytes",
+        "written_back_bytes",
+        "limited",
+    )
 
     def __init__(self, budgets: dict[int, int | None]) -> None:
         self.budgets = budgets
         self.limited = any(budget is not None for budget in budgets.values())
         self.used = dict.fromkeys(budgets, 0)
         self.resident: dict[int, dict[int, tuple[DataState, Instance]]] = {
-            device: {} for device in budgets}
+            device: {} for device in budgets
+        }
         self.evictions = 0
         self.evicted_bytes = 0
         self.written_back_bytes = 0
@@ -90,8 +106,9 @@ class DeviceMemory:
             return 0
         return self.used[device] + nbytes - budget
 
-    def charge(self, state: DataState, instance: Instance, evictable: bool = True
-               ) -> None:
+    def charge(
+        self, state: DataState, instance: Instance, evictable: bool = True
+    ) -> None:
         """Count ``instance`` against its device (an eviction candidate if
         ``evictable``)."""
         device = instance.device
@@ -108,8 +125,9 @@ class DeviceMemory:
         if self.resident.get(instance.device, {}).pop(id(instance), None) is not None:
             self.used[instance.device] -= nbytes
 
-    def candidates(self, device: int, pinned: set[int], pinned_states: set[int],
-                   sources: set[int]) -> Iterator[tuple[DataState, Instance]]:
+    def candidates(
+        self, device: int, pinned: set[int], pinned_states: set[int], sources: set[int]
+    ) -> Iterator[tuple[DataState, Instance]]:
         """The instances of ``device`` that may be evicted, least recently used
         first; then the ``sources`` of copies about to be made (the copy is then made
         from another valid instance, or from the one the eviction writes back),
@@ -117,13 +135,18 @@ class DeviceMemory:
         ``pinned_states``: ids of states that must stay."""
         ranked = []
         for state, instance in self.resident.get(device, {}).values():
-            if id(instance) in pinned or id(state) in pinned_states or \
-                    instance.allocation is None:
+            if (
+                id(instance) in pinned
+                or id(state) in pinned_states
+                or instance.allocation is None
+            ):
                 continue
             if id(instance) not in sources:
                 rank = 0
-            elif any(other.state is not INVALID and other.device != device
-                     for other in state.instances.values()):
+            elif any(
+                other.state is not INVALID and other.device != device
+                for other in state.instances.values()
+            ):
                 rank = 1
             else:
                 rank = 2
@@ -137,6 +160,8 @@ class DeviceMemory:
             self.used[device] = 0
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{device}: {self.used[device]}/{budget}"
-                          for device, budget in self.budgets.items())
+        parts = ", ".join(
+            f"{device}: {self.used[device]}/{budget}"
+            for device, budget in self.budgets.items()
+        )
         return f"<DeviceMemory {parts}>"

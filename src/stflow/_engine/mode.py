@@ -33,7 +33,8 @@ stream-mode module imports it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from .._compile import mypyc_attr
 

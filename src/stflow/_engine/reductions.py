@@ -23,12 +23,12 @@ from ..backends._base import HOST
 
 if TYPE_CHECKING:
     from .._core.coherence import DataState
-    from .._instruments.seam import WorkRecord
-    from .memory import DeviceMemory
-    from .mode import Mode
     from .._core.plan import Plan
     from .._core.streams import StreamPools
+    from .._instruments.seam import WorkRecord
     from ..backends._base import Backend, Event, Stream
+    from .memory import DeviceMemory
+    from .mode import Mode
 
 __all__ = ["Owner", "begin", "combine", "end", "flush", "free_private", "prepare"]
 
@@ -44,28 +44,47 @@ class Owner(Protocol):
     combining: list[DataState]
     """Data whose reductions are being combined (eviction leaves them alone)."""
 
-    def allocate(self, state: DataState, instance: Instance, stream: Stream,
-                 record: WorkRecord | None, plan: Plan | None, what: Any,
-                 keep: tuple[Instance, ...] = (), private: bool = False) -> None:
+    def allocate(
+        self,
+        state: DataState,
+        instance: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+        plan: Plan | None,
+        what: Any,
+        keep: tuple[Instance, ...] = (),
+        private: bool = False,
+    ) -> None:
         """Memory for ``instance`` within its device's budget."""
 
-    def copy_instance(self, state: DataState, target: Instance, source: Instance,
-                      stream: Stream, record: WorkRecord | None) -> None:
+    def copy_instance(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+    ) -> None:
         """Enqueue the copy of ``source`` into ``target`` (both allocated)."""
 
-    def stream_on(self, pools: StreamPools, device: int, events: list[Event]
-                  ) -> Stream:
+    def stream_on(self, pools: StreamPools, device: int, events: list[Event]) -> Stream:
         """A stream of place ``device`` ordered after ``events``."""
 
     def current_pools(self) -> StreamPools:
         """The streams of the calling thread's recording level."""
 
-    def wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
-                           what: Any) -> None:
+    def wait_for_conflicts(
+        self, accesses: list[tuple[DataState, int]], what: Any
+    ) -> None:
         """Block while another thread's started work holds conflicting data."""
 
-    def block(self, thread: int | None, what: Any, state: DataState | None = None,
-              holder: Any = None) -> None:
+    def block(
+        self,
+        thread: int | None,
+        what: Any,
+        state: DataState | None = None,
+        holder: Any = None,
+    ) -> None:
         """Wait until held work is released (``ScopeError`` on a cycle)."""
 
     def wake(self) -> None:
@@ -97,8 +116,14 @@ def prepare(rt: Owner, plan: Plan, what: Any) -> bool:
             return flushed
 
 
-def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
-          record: WorkRecord | None, what: Any) -> None:
+def begin(
+    rt: Owner,
+    plan: Plan,
+    stream: Stream,
+    owner: Any,
+    record: WorkRecord | None,
+    what: Any,
+) -> None:
     """Private instances for ``plan``'s reductions, filled with the identity on
     ``stream`` (``plan.private``); a started ``owner`` holds the reductions.
     :func:`prepare` ran under the same hold of the lock: a pending reduction of
@@ -111,9 +136,8 @@ def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
         instance = Instance(access.device)
         # First the memory: making room may combine the data's pending results.
         try:
-            rt.allocate(state, instance, stream, record, plan, what,
-                        private=True)
-        except BaseException:       # the reductions begun so far are undone
+            rt.allocate(state, instance, stream, record, plan, what, private=True)
+        except BaseException:  # the reductions begun so far are undone
             _undo(rt, plan, private, owner, stream)
             raise
         pending = state.pending
@@ -127,19 +151,25 @@ def begin(rt: Owner, plan: Plan, stream: Stream, owner: Any,
             raise RuntimeError(
                 f"stflow internal error: {what} would join the pending "
                 f"reduce({pending.op.name!r}) of logical data {state.label} with "
-                f"reduce({reduce_op(access.mode).name!r}); please report it")
+                f"reduce({reduce_op(access.mode).name!r}); please report it"
+            )
         allocation = instance.allocation
         assert allocation is not None and state.dtype is not None
-        backend.fill(allocation.ptr, state.nbytes,
-                     reduce_op(access.mode).pattern(state.dtype), stream)
+        backend.fill(
+            allocation.ptr,
+            state.nbytes,
+            reduce_op(access.mode).pattern(state.dtype),
+            stream,
+        )
         if owner is not None:
             pending.holders[owner] = me
         private.append(instance)
     plan.private = private
 
 
-def _undo(rt: Owner, plan: Plan, private: list[Instance], owner: Any,
-          stream: Stream) -> None:
+def _undo(
+    rt: Owner, plan: Plan, private: list[Instance], owner: Any, stream: Stream
+) -> None:
     """Undo the reductions of ``plan`` begun so far (their ``private``
     instances)."""
     for begun, made in zip(plan.reductions, private):
@@ -148,8 +178,14 @@ def _undo(rt: Owner, plan: Plan, private: list[Instance], owner: Any,
         free_private(rt, made, begun.state.nbytes, stream)
 
 
-def end(rt: Owner, plan: Plan, event: Event, owner: Any,
-                    private: list[Instance] | None, ident: int) -> None:
+def end(
+    rt: Owner,
+    plan: Plan,
+    event: Event,
+    owner: Any,
+    private: list[Instance] | None,
+    ident: int,
+) -> None:
     """The partial results of ``plan``'s reductions are complete at ``event``.
     Inside a stackable context's scopes, where a recording may run many times,
     they are combined at once."""
@@ -169,8 +205,9 @@ def end(rt: Owner, plan: Plan, event: Event, owner: Any,
     rt.wake()
 
 
-def flush(rt: Owner, state: DataState, device: int | None, what: Any,
-          in_place: bool = False) -> None:
+def flush(
+    rt: Owner, state: DataState, device: int | None, what: Any, in_place: bool = False
+) -> None:
     """Combine the pending reductions of ``state`` into its instance at
     ``device`` (``None``: where the first partial result is), once the tasks
     reducing are ended. Partial results from outside the calling thread's open
@@ -185,7 +222,7 @@ def flush(rt: Owner, state: DataState, device: int | None, what: Any,
         if pending is None:
             return
         if not pending.partials and not pending.holders:
-            state.pending = None              # reductions begun, then undone
+            state.pending = None  # reductions begun, then undone
             return
         while pending.holders:
             for holder, thread in pending.holders.items():
@@ -194,12 +231,13 @@ def flush(rt: Owner, state: DataState, device: int | None, what: Any,
                         f"{what} needs the reductions into logical data "
                         f"{state.label} combined, but {holder._label()} (started, "
                         "not yet ended on this thread) reduces into it; end that "
-                        "task first")
+                        "task first"
+                    )
             holder, thread = next(iter(pending.holders.items()))
             rt.block(thread, what, state, holder)
         rt.wait_for_conflicts([(state, WRITE)], what)
         if state.pending is not pending:
-            continue                          # another thread combined them
+            continue  # another thread combined them
         if in_place:
             combine(rt, state, pending, device, what)
         else:
@@ -208,8 +246,9 @@ def flush(rt: Owner, state: DataState, device: int | None, what: Any,
         return
 
 
-def combine(rt: Owner, state: DataState, pending: Reduction, device: int | None,
-             what: Any) -> None:
+def combine(
+    rt: Owner, state: DataState, pending: Reduction, device: int | None, what: Any
+) -> None:
     """Combine ``pending`` into ``state``: per device, its partial results into
     the first of them; then each device's into the instance at ``device``, where
     the data's current value is brought first (the identity if it has none)."""
@@ -221,8 +260,9 @@ def combine(rt: Owner, state: DataState, pending: Reduction, device: int | None,
         rt.combining.remove(state)
 
 
-def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int | None,
-                  what: Any) -> None:
+def _combine_into(
+    rt: Owner, state: DataState, pending: Reduction, device: int | None, what: Any
+) -> None:
     op = pending.op
     dtype = state.dtype
     assert dtype is not None
@@ -237,13 +277,17 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
     heads = pending.partials
     target = state.instance(device)
     source = state.valid_source(device) if target.state is INVALID else None
-    prerequisites = [*state.tracker.prerequisites(WRITE), *target.ready.values(),
-                     *(source.ready.values() if source is not None else ()),
-                     *(event for _, event in heads)]
+    prerequisites = [
+        *state.tracker.prerequisites(WRITE),
+        *target.ready.values(),
+        *(source.ready.values() if source is not None else ()),
+        *(event for _, event in heads),
+    ]
     stream = rt.stream_on(pools, device, prerequisites)
     try:
-        moved, scratch = _allocate_for_combining(rt, state, heads, target, device,
-                                                 stream, what)
+        moved, scratch = _allocate_for_combining(
+            rt, state, heads, target, device, stream, what
+        )
     except OutOfMemoryError:
         if device == HOST:
             raise
@@ -260,13 +304,19 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
     assert accumulator.allocation is not None
     if source is not None:
         rt.copy_instance(state, accumulator, source, stream, None)
-    elif target.state is INVALID:             # never written: start from identity
-        backend.fill(accumulator.allocation.ptr, state.nbytes, op.pattern(dtype),
-                     stream)
+    elif target.state is INVALID:  # never written: start from identity
+        backend.fill(accumulator.allocation.ptr, state.nbytes, op.pattern(dtype), stream)
     elif scratch is not None:
         rt.copy_instance(state, scratch, target, stream, None)
-    _combine_heads(rt, state, pending, accumulator,
-                   moved[1:] if scratch is not None else moved, device, stream)
+    _combine_heads(
+        rt,
+        state,
+        pending,
+        accumulator,
+        moved[1:] if scratch is not None else moved,
+        device,
+        stream,
+    )
     if scratch is not None:
         rt.copy_instance(state, target, scratch, stream, None)
     event = backend.record(stream)
@@ -279,10 +329,15 @@ def _combine_into(rt: Owner, state: DataState, pending: Reduction, device: int |
     rt.wake()
 
 
-def _allocate_for_combining(rt: Owner, state: DataState,
-                            heads: list[tuple[Instance, Any]], target: Instance,
-                            device: int, stream: Stream, what: Any
-                            ) -> tuple[list[Instance], Instance | None]:
+def _allocate_for_combining(
+    rt: Owner,
+    state: DataState,
+    heads: list[tuple[Instance, Any]],
+    target: Instance,
+    device: int,
+    stream: Stream,
+    what: Any,
+) -> tuple[list[Instance], Instance | None]:
     """The memory :func:`_combine_into` needs at ``device``, all allocated before
     anything is enqueued: ``target``'s, a dense scratch instance when ``target`` is
     a strided user buffer, and a copy of each other device's result. Returns the
@@ -295,7 +350,7 @@ def _allocate_for_combining(rt: Owner, state: DataState,
             rt.allocate(state, target, stream, None, None, what)
         assert target.allocation is not None
         if target.allocation.strides is not None:  # a strided user buffer: combine
-            scratch = Instance(device)              # densely, then copy it back
+            scratch = Instance(device)  # densely, then copy it back
             rt.allocate(state, scratch, stream, None, None, what, private=True)
             moved.append(scratch)
         for instance, _ in heads:
@@ -310,9 +365,15 @@ def _allocate_for_combining(rt: Owner, state: DataState,
     return moved, scratch
 
 
-def _combine_heads(rt: Owner, state: DataState, pending: Reduction,
-                   accumulator: Instance, copies: list[Instance], device: int,
-                   stream: Stream) -> None:
+def _combine_heads(
+    rt: Owner,
+    state: DataState,
+    pending: Reduction,
+    accumulator: Instance,
+    copies: list[Instance],
+    device: int,
+    stream: Stream,
+) -> None:
     """Combine every partial result of ``pending`` into ``accumulator`` on
     ``stream``; another device's result is first moved into the next of ``copies``."""
     dtype = state.dtype
@@ -320,17 +381,24 @@ def _combine_heads(rt: Owner, state: DataState, pending: Reduction,
     count = state.nbytes // dtype.itemsize
     spare = iter(copies)
     for instance, _ in pending.partials:
-        if instance.device != device:         # another device's result, moved first
+        if instance.device != device:  # another device's result, moved first
             copy = next(spare)
             rt.copy_instance(state, copy, instance, stream, None)
             instance = copy
         assert instance.allocation is not None
-        rt.backend.combine(accumulator.allocation.ptr, instance.allocation.ptr, count,
-                           dtype, pending.op.name, stream)
+        rt.backend.combine(
+            accumulator.allocation.ptr,
+            instance.allocation.ptr,
+            count,
+            dtype,
+            pending.op.name,
+            stream,
+        )
 
 
-def _combine_per_device(rt: Owner, state: DataState, pending: Reduction,
-                        device: int) -> None:
+def _combine_per_device(
+    rt: Owner, state: DataState, pending: Reduction, device: int
+) -> None:
     """On every device but ``device`` holding several partial results, combine them
     into the first; ``pending`` then holds that one only (a failure later loses
     nothing)."""
@@ -349,13 +417,20 @@ def _combine_per_device(rt: Owner, state: DataState, pending: Reduction,
         assert first.allocation is not None
         for instance, _ in items[1:]:
             assert instance.allocation is not None
-            rt.backend.combine(first.allocation.ptr, instance.allocation.ptr, count,
-                               dtype, op.name, stream)
+            rt.backend.combine(
+                first.allocation.ptr,
+                instance.allocation.ptr,
+                count,
+                dtype,
+                op.name,
+                stream,
+            )
         done = rt.backend.record(stream)
         for instance, _ in items[1:]:
             free_private(rt, instance, state.nbytes, stream)
-        pending.partials = [entry for entry in pending.partials
-                            if entry[0].device != place] + [(first, done)]
+        pending.partials = [
+            entry for entry in pending.partials if entry[0].device != place
+        ] + [(first, done)]
 
 
 def free_private(rt: Owner, instance: Instance, nbytes: int, stream: Stream) -> None:

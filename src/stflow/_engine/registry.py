@@ -33,17 +33,30 @@ import bisect
 import itertools
 import math
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .._core.coherence import DataState
-from .._core.errors import BackendUnavailableError, BufferOverlapError, PlaceError, ShapeError
+from .._core.errors import (
+    BackendUnavailableError,
+    BufferOverlapError,
+    PlaceError,
+    ShapeError,
+)
 from .._core.layout import extent, region, regions_overlap
-from .._places.places import data_place
 from .._interchange.sources import Source, check_dtype, describe_buffer
-from ..backends._base import (AFFINE, HOST, MANAGED, USER_PAGEABLE, Allocation, Backend,
-                             pointer_array)
+from .._places.places import data_place
+from ..backends._base import (
+    AFFINE,
+    HOST,
+    MANAGED,
+    USER_PAGEABLE,
+    Allocation,
+    Backend,
+    pointer_array,
+)
 
 __all__ = ["DataRegistry", "byte_size", "check_name", "check_shape"]
 
@@ -84,13 +97,18 @@ class DataRegistry:
         # Byte ranges of registered buffers: (start, end, key, readonly), sorted.
         self.ranges: list[tuple[int, int, int, bool]] = []
         self.range_of: dict[int, tuple[int, int, int, bool]] = {}
-        self.layouts: dict[int, np.ndarray] = {}     # key -> region, strided buffers
+        self.layouts: dict[int, np.ndarray] = {}  # key -> region, strided buffers
         self.longest = 0
 
     # -- creation ----------------------------------------------------------------------
-    def describe(self, buf: Any, dplace: Any, shape: Any, dtype: Any,
-                 producer_stream: Callable[[tuple[int, int]], Any] | None,
-                 ) -> tuple[Source, int]:
+    def describe(
+        self,
+        buf: Any,
+        dplace: Any,
+        shape: Any,
+        dtype: Any,
+        producer_stream: Callable[[tuple[int, int]], Any] | None,
+    ) -> tuple[Source, int]:
         """The source of the user buffer ``buf`` and the place its memory is in,
         checked: ``dplace`` (a ``data_place`` or ``None``) must agree with where the
         buffer lives; ``shape`` and ``dtype``, when given, with the buffer. A
@@ -100,34 +118,46 @@ class DataRegistry:
         :meth:`add`.
         """
         if dplace is not None and not isinstance(dplace, data_place):
-            raise TypeError(f"dplace must be a data_place or None, got "
-                            f"{type(dplace).__name__}")
+            raise TypeError(
+                f"dplace must be a data_place or None, got {type(dplace).__name__}"
+            )
         backend = self.backend
         source = describe_buffer(buf, producer_stream if backend.gpu_memory else None)
         if shape is not None and not hasattr(shape, "__iter__"):
-            raise TypeError(f"logical_data: shape must be an iterable of integers such "
-                            f"as {source.shape}, got {shape!r}")
+            raise TypeError(
+                f"logical_data: shape must be an iterable of integers such "
+                f"as {source.shape}, got {shape!r}"
+            )
         if shape is not None and tuple(shape) != source.shape:
-            raise ShapeError(f"shape={tuple(shape)} does not match the buffer's shape "
-                             f"{source.shape}")
+            raise ShapeError(
+                f"shape={tuple(shape)} does not match the buffer's shape {source.shape}"
+            )
         if dtype is not None and np.dtype(dtype) != source.dtype:
-            raise ShapeError(f"dtype={np.dtype(dtype)} does not match the buffer's "
-                             f"dtype {source.dtype}")
+            raise ShapeError(
+                f"dtype={np.dtype(dtype)} does not match the buffer's "
+                f"dtype {source.dtype}"
+            )
         if not backend.gpu_memory and (
-                source.interface == "cai" or source.dlpack_device not in (None, (1, 0))):
+            source.interface == "cai" or source.dlpack_device not in (None, (1, 0))
+        ):
             raise BackendUnavailableError(
                 f"a {type(buf).__name__} in GPU memory needs the CUDA backend; this "
                 f"context runs on the {backend.name} backend (install stflow[cu12] or "
-                "stflow[cu13] on a machine with a GPU, or pass a NumPy array)")
+                "stflow[cu13] on a machine with a GPU, or pass a NumPy array)"
+            )
         device = backend.locate(source.ptr) if source.ptr else HOST
         if dplace is not None:
             wanted = dplace.device_id
             if wanted == AFFINE or wanted < MANAGED:
-                raise PlaceError(f"{dplace!r} cannot hold a user buffer; give the place "
-                                 "where the buffer lives, or omit dplace")
+                raise PlaceError(
+                    f"{dplace!r} cannot hold a user buffer; give the place "
+                    "where the buffer lives, or omit dplace"
+                )
             if wanted != device:
-                raise PlaceError(f"dplace={dplace!r} contradicts the buffer, which lives "
-                                 f"in {_describe_place(device)}; omit dplace to infer it")
+                raise PlaceError(
+                    f"dplace={dplace!r} contradicts the buffer, which lives "
+                    f"in {_describe_place(device)}; omit dplace to infer it"
+                )
         if source.stream is not None:
             backend.synchronize_producer(source.stream)
         return source, device
@@ -149,8 +179,9 @@ class DataRegistry:
         span = source.extent
         layout = None
         if source.strides is not None and source.ptr:
-            layout = region(source.ptr, source.shape, source.strides,
-                            source.dtype.itemsize)
+            layout = region(
+                source.ptr, source.shape, source.strides, source.dtype.itemsize
+            )
         if source.ptr and span:
             self._check_overlap(source.ptr, span, source.readonly, buf, layout)
         pin = None
@@ -159,14 +190,25 @@ class DataRegistry:
             owner = source.keepalive[-1] if isinstance(source.keepalive, tuple) else None
             if isinstance(owner, np.ndarray):
                 pin = self._pin(owner)
-            if pin is None and backend.pinned_host_required and \
-                    not backend.is_pinned(source.ptr, span):
+            if (
+                pin is None
+                and backend.pinned_host_required
+                and not backend.is_pinned(source.ptr, span)
+            ):
                 device = USER_PAGEABLE
         state = DataState(next(_keys), source.nbytes, source.dtype, shape=source.shape)
         state.pin = pin
-        state.set_reference(device, Allocation(source.ptr, source.nbytes, device,
-                                               source.dtype, source.keepalive,
-                                               source.strides))
+        state.set_reference(
+            device,
+            Allocation(
+                source.ptr,
+                source.nbytes,
+                device,
+                source.dtype,
+                source.keepalive,
+                source.strides,
+            ),
+        )
         self.states[state.key] = state
         if source.ptr and span:
             entry = (source.ptr, source.ptr + span, state.key, source.readonly)
@@ -177,8 +219,9 @@ class DataRegistry:
                 self.layouts[state.key] = layout
         return state
 
-    def _check_overlap(self, ptr: int, nbytes: int, readonly: bool, buf: Any,
-                       layout: np.ndarray | None) -> None:
+    def _check_overlap(
+        self, ptr: int, nbytes: int, readonly: bool, buf: Any, layout: np.ndarray | None
+    ) -> None:
         """Raise :class:`BufferOverlapError` when the buffer spanning ``[ptr, ptr +
         nbytes)`` (its :func:`~stflow._core.layout.region` ``layout`` when strided) shares
         bytes with a registered buffer and one of the two is writable."""
@@ -196,9 +239,10 @@ class DataRegistry:
                 continue
             other = layouts.get(key)
             if (layout is not None or other is not None) and not regions_overlap(
-                    region(ptr, (nbytes,), None, 1) if layout is None else layout,
-                    region(start, (stop - start,), None, 1) if other is None else other):
-                continue                  # interleaved strided buffers: disjoint
+                region(ptr, (nbytes,), None, 1) if layout is None else layout,
+                region(start, (stop - start,), None, 1) if other is None else other,
+            ):
+                continue  # interleaved strided buffers: disjoint
             state = self.states.get(key)
             label = state.label if state is not None else f"#{key}"
             same = start == ptr and stop == end
@@ -209,12 +253,14 @@ class DataRegistry:
                 "two logical data over the same bytes would each keep their own copy "
                 "(stale reads, and finalize() would write both back); use the "
                 "existing logical data, register disjoint slices, or make both "
-                "buffers read-only (buf.setflags(write=False)) if they are only read")
+                "buffers read-only (buf.setflags(write=False)) if they are only read"
+            )
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> DataState:
         """A new state without a value (shape and dtype already checked)."""
-        state = DataState(next(_keys), byte_size(shape, dtype, "logical_data_empty"),
-                          dtype, shape=shape)
+        state = DataState(
+            next(_keys), byte_size(shape, dtype, "logical_data_empty"), dtype, shape=shape
+        )
         self.states[state.key] = state
         return state
 
@@ -238,7 +284,7 @@ class DataRegistry:
         while isinstance(root.base, np.ndarray):
             root = root.base
         if not (root.flags.c_contiguous or root.flags.f_contiguous):
-            root = _span_of(array)        # no contiguous owner: the bytes it spans
+            root = _span_of(array)  # no contiguous owner: the bytes it spans
         key = int(root.__array_interface__["data"][0])
         pin = self.pins.get(key)
         if pin is not None:
@@ -311,8 +357,9 @@ def _span_of(array: np.ndarray) -> np.ndarray:
 def _describe_place(device: int) -> str:
     if device >= 0:
         return f"device {device}"
-    return {HOST: "the host", MANAGED: "managed memory",
-            USER_PAGEABLE: "the host"}.get(device, str(device))
+    return {HOST: "the host", MANAGED: "managed memory", USER_PAGEABLE: "the host"}.get(
+        device, str(device)
+    )
 
 
 def check_name(name: Any) -> None:
@@ -324,33 +371,40 @@ def byte_size(shape: tuple[int, ...], dtype: np.dtype, what: str) -> int:
     """``prod(shape) * itemsize`` in exact integers, refusing sizes beyond 2**63."""
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes >= 1 << 63:
-        raise ValueError(f"{what}: shape {shape} of {dtype} needs {nbytes} bytes, more "
-                         "than any device can address")
+        raise ValueError(
+            f"{what}: shape {shape} of {dtype} needs {nbytes} bytes, more "
+            "than any device can address"
+        )
     return nbytes
 
 
 def check_shape(shape: Any, what: str) -> tuple[int, ...]:
     """Validate a shape given as an iterable of positive integers."""
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"{what}: shape must be an iterable of integers such as (10,), "
-                        f"got {shape!r}")
+        raise TypeError(
+            f"{what}: shape must be an iterable of integers such as (10,), got {shape!r}"
+        )
     result = []
     for size in shape:
         if isinstance(size, bool) or not hasattr(type(size), "__index__"):
-            raise TypeError(f"{what}: shape must be an iterable of integers; "
-                            f"{tuple(shape)!r} has the non-integer extent {size!r}")
+            raise TypeError(
+                f"{what}: shape must be an iterable of integers; "
+                f"{tuple(shape)!r} has the non-integer extent {size!r}"
+            )
         result.append(size.__index__())
     if not result:
         raise ValueError(f"{what}: shape must contain at least one dimension")
     if any(size <= 0 for size in result):
-        raise ValueError(f"{what}: all shape dimensions must be positive integers, got "
-                         f"{tuple(result)}")
+        raise ValueError(
+            f"{what}: all shape dimensions must be positive integers, got {tuple(result)}"
+        )
     return tuple(result)
 
 
-def check_empty_args(shape: Any, dtype: Any, what: str) -> tuple[tuple[int, ...],
-                                                                 np.dtype]:
+def check_empty_args(
+    shape: Any, dtype: Any, what: str
+) -> tuple[tuple[int, ...], np.dtype]:
     """The shape and dtype of ``logical_data_empty`` and friends, checked."""
-    return check_shape(shape, what), check_dtype(np.float64 if dtype is None else dtype,
-                                                 what)
-
+    return check_shape(shape, what), check_dtype(
+        np.float64 if dtype is None else dtype, what
+    )

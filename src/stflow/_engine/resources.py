@@ -33,13 +33,13 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .._core.errors import ContextFinalizedError, PlaceError
+from .._core.streams import StreamPools
 from .._places.locality import default_backend
 from .._places.places import StreamResources, exec_place
-from .._core.streams import StreamPools
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
     from ..backends._base import Backend, Stream
+    from .runtime import Runtime
 
 __all__ = ["async_resources", "exec_place_resources", "pick_stream"]
 
@@ -49,8 +49,11 @@ _ids = itertools.count(1)
 def _warn_failure(exc: BaseException, *order: Any) -> None:
     """The error sink of standalone streams: nobody waits on them, so a failure of
     their work is reported as a warning."""
-    warnings.warn(f"stflow: work on a stream of exec_place_resources failed: {exc!r}",
-                  RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"stflow: work on a stream of exec_place_resources failed: {exc!r}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _drain(backend: Backend, streams: list[Stream], what: str) -> None:
@@ -60,13 +63,19 @@ def _drain(backend: Backend, streams: list[Stream], what: str) -> None:
         try:
             backend.synchronize(backend.record(stream))
         except Exception as exc:  # noqa: BLE001 - nobody can catch it here
-            warnings.warn(f"stflow: waiting for the work of {what} failed: {exc!r}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"stflow: waiting for the work of {what} failed: {exc!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         try:
             backend.destroy_stream(stream)
         except Exception as exc:  # noqa: BLE001
-            warnings.warn(f"stflow: destroying a stream of {what} failed: {exc!r}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"stflow: destroying a stream of {what} failed: {exc!r}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 class _Pools:
@@ -79,14 +88,17 @@ class _Pools:
         self.runtime = runtime
         sink = _warn_failure if runtime is None else runtime.errors.capture
         if runtime is not None and not runtime.mode.graph:
-            self.lock: Any = runtime.lock     # share the context's task pools
+            self.lock: Any = runtime.lock  # share the context's task pools
             self.compute = runtime.root_pools
         else:
             self.lock = threading.Lock()
             self.compute = StreamPools(backend, sink)
         self.transfer = StreamPools(backend, sink)
-        self.own = [p for p in (self.compute, self.transfer)
-                    if runtime is None or p is not runtime.root_pools]
+        self.own = [
+            p
+            for p in (self.compute, self.transfer)
+            if runtime is None or p is not runtime.root_pools
+        ]
 
     def close(self) -> None:
         """Wait for the queued work of the own streams, then destroy them."""
@@ -129,7 +141,7 @@ class exec_place_resources(StreamResources):
     def _lent(cls, runtime: Runtime) -> exec_place_resources:
         """The registry a context lends (``ctx.place_resources``)."""
         resources = cls.__new__(cls)
-        resources._setup(_Pools(runtime.backend.native, runtime))   # real streams
+        resources._setup(_Pools(runtime.backend.native, runtime))  # real streams
         return resources
 
     def __repr__(self) -> str:
@@ -143,21 +155,26 @@ class exec_place_resources(StreamResources):
         return pick_stream(place, self, for_computation)
 
 
-def pick_stream(place: exec_place, resources: exec_place_resources,
-                for_computation: bool = True) -> Any:
+def pick_stream(
+    place: exec_place, resources: exec_place_resources, for_computation: bool = True
+) -> Any:
     """The next stream of ``place``'s pool in ``resources``, as a ``CudaStream``."""
     pools = resources._pools
     runtime = pools.runtime
     if runtime is not None and runtime.finalized:
-        raise ContextFinalizedError("pick_stream: the context lending these "
-                                    "place_resources is finalized; create a new context "
-                                    "or use exec_place_resources()")
-    member = place.get_place(0)          # a scalar place is its own member 0
+        raise ContextFinalizedError(
+            "pick_stream: the context lending these "
+            "place_resources is finalized; create a new context "
+            "or use exec_place_resources()"
+        )
+    member = place.get_place(0)  # a scalar place is its own member 0
     device = member._device
     count = pools.backend.device_count
     if device >= count:
-        raise PlaceError(f"pick_stream: {member!r} is not a place of the "
-                         f"{pools.backend.name} backend ({count} device(s))")
+        raise PlaceError(
+            f"pick_stream: {member!r} is not a place of the "
+            f"{pools.backend.name} backend ({count} device(s))"
+        )
     key = member._stream_key
     with pools.lock:
         stream_pools = pools.compute if for_computation else pools.transfer
@@ -180,8 +197,9 @@ class _SharedStreams:
         self.closed = False
 
     # -- the lender contract of StreamPools ------------------------------------------
-    def lend(self, backend: Backend, device: int, partition: Any,
-             error_sink: Any) -> Stream:
+    def lend(
+        self, backend: Backend, device: int, partition: Any, error_sink: Any
+    ) -> Stream:
         """A free stream of ``device`` / ``partition``, else a new one."""
         with self.lock:
             free = self.free.get((device, partition))
@@ -194,14 +212,14 @@ class _SharedStreams:
 
     def give_back(self, stream: Stream) -> None:
         """Keep ``stream`` for the next context; its queued work goes on."""
-        stream.waited.clear()           # ordering state of the old context
+        stream.waited.clear()  # ordering state of the old context
         stream.error_sink = None
         with self.lock:
             self.lent -= 1
             closed = self.closed
             if not closed:
                 self.free.setdefault((stream.device, stream.partition), []).append(stream)
-        if closed:      # a context finalized after its resources were collected
+        if closed:  # a context finalized after its resources were collected
             assert self.backend is not None
             self.backend.destroy_stream(stream)
 
@@ -222,8 +240,12 @@ class _SharedStreams:
             try:
                 graphs.destroy_exec(executable)
             except Exception as exc:  # noqa: BLE001 - runs at collection
-                warnings.warn(f"stflow: destroying a cached graph of async_resources "
-                              f"failed: {exc!r}", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    f"stflow: destroying a cached graph of async_resources "
+                    f"failed: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
 
 class async_resources:
@@ -255,16 +277,18 @@ class async_resources:
             if shared.backend is None:
                 shared.backend = backend
             elif shared.backend is not backend:
-                raise ValueError(f"this async_resources serves the "
-                                 f"{shared.backend.name} backend; a context of the "
-                                 f"{backend.name} backend needs its own async_resources")
+                raise ValueError(
+                    f"this async_resources serves the "
+                    f"{shared.backend.name} backend; a context of the "
+                    f"{backend.name} backend needs its own async_resources"
+                )
 
     def _attach(self, runtime: Runtime) -> None:
         """Let a new context use the shared resources."""
         shared = self._shared
-        if runtime.mode.graph:                  # graph mode: share the graph cache
+        if runtime.mode.graph:  # graph mode: share the graph cache
             runtime.mode.share_graphs(shared)
-        else:                                   # stream mode: borrow the streams
+        else:  # stream mode: borrow the streams
             runtime.root_pools.lender = shared
 
     def __repr__(self) -> str:

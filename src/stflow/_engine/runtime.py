@@ -38,33 +38,40 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from .._compile import mypyc_attr
+from .._core.access import READ
+from .._core.coherence import DataState, Instance
+from .._core.deps import merge_events, needs_wait
+from .._core.errors import (
+    BackendUnavailableError,
+    ContextFinalizedError,
+    ContextMismatchError,
+    DeviceOrdinalError,
+    ErrorLog,
+    OutOfMemoryError,
+    ScopeError,
+    work_ids,
+)
+from .._core.layout import extent
+from .._core.plan import Plan, acquire, hold, release, remember, resolve, retarget
+from .._core.streams import Pool, StreamPools, choose_stream
+from .._instruments.seam import Instrument, Instruments, Statistics, WorkRecord
+from .._places.gridwork import allocate_composite
+from .._places.numbering import LAYOUT_IDS
+from .._places.places import exec_place_grid
+from ..backends._base import HOST, NO_AFFINE, Backend, Event, Stream, callback_state
 from . import endings as endings
 from . import eviction as eviction
 from . import reductions as reductions
 from . import threads as threads
-from .._core.access import READ
-from .._compile import mypyc_attr
-from .._core.coherence import DataState, Instance
-from .._core.deps import merge_events, needs_wait
-from .._core.errors import (BackendUnavailableError, ContextFinalizedError, ContextMismatchError,
-                      DeviceOrdinalError, ErrorLog, OutOfMemoryError, ScopeError,
-                      work_ids)
-from .._instruments.seam import Instrument, Instruments, Statistics, WorkRecord
-from .._core.layout import extent
 from .memory import DeviceMemory, resolve_budgets
 from .mode import Mode
-from .._places.gridwork import allocate_composite
-from .._places.numbering import LAYOUT_IDS
-from .._places.places import exec_place_grid
-from .._core.plan import Plan, acquire, hold, release, remember, resolve, retarget
 from .registry import DataRegistry
-from .._core.streams import Pool, StreamPools, choose_stream
-from ..backends._base import (HOST, NO_AFFINE, Backend, Event, Stream,
-                             callback_state)
 
 __all__ = ["Runtime", "RuntimeOwner"]
 
@@ -102,8 +109,9 @@ class RuntimeOwner:
         """The runtime, if it is not finalized."""
         runtime = self._runtime
         if runtime is None or runtime.finalized:
-            raise ContextFinalizedError("this context is finalized (context handle is NULL); "
-                                        "create a new one")
+            raise ContextFinalizedError(
+                "this context is finalized (context handle is NULL); create a new one"
+            )
         return runtime
 
 
@@ -123,8 +131,13 @@ class Runtime:
         The device memory budget (see ``_engine/memory.py``).
     """
 
-    def __init__(self, backend: Backend, caller_stream: Stream | None = None,
-                 mode: Mode | None = None, memory_budget: Any = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        caller_stream: Stream | None = None,
+        mode: Mode | None = None,
+        memory_budget: Any = None,
+    ) -> None:
         self.id = next(_runtime_ids)
         self.backend = backend
         self.device_count = backend.device_count
@@ -141,18 +154,18 @@ class Runtime:
         self.root_pools = StreamPools(backend, self.errors.capture, entry)
         self.data = DataRegistry(backend, may_pin=caller_stream is None)
         self.memory = DeviceMemory(resolve_budgets(memory_budget, backend))
-        self.combining: list[DataState] = []       # data whose reductions combine now
-        self.ticks = 0                             # acquisitions so far (LRU stamps)
+        self.combining: list[DataState] = []  # data whose reductions combine now
+        self.ticks = 0  # acquisitions so far (LRU stamps)
         self.plans: dict[tuple, Plan] = {}
-        self.started: dict[Any, int] = {}          # held work -> its thread
-        self.waiters = 0                           # threads blocked (_threads.block)
-        self.blocked_on: dict[int, int] = {}       # blocked thread -> the one it awaits
-        self.boundaries = 0                        # epoch boundaries waiting to close
+        self.started: dict[Any, int] = {}  # held work -> its thread
+        self.waiters = 0  # threads blocked (_threads.block)
+        self.blocked_on: dict[int, int] = {}  # blocked thread -> the one it awaits
+        self.boundaries = 0  # epoch boundaries waiting to close
         self.finalized = False
         self.closing = False
         self.fence_stream: Stream | None = None
         self.releases: list[_Release] = []
-        self.context_type: Any = None              # builds borrowed contexts
+        self.context_type: Any = None  # builds borrowed contexts
         self.mode = Mode() if mode is None else mode
         self.mode.attach(self)
         self._attach_configured_instruments()
@@ -166,6 +179,7 @@ class Runtime:
     def _attach_configured_instruments(self) -> None:
         from .._core.config import config
         from .._instruments.recorders import DotRecorder, NvtxRanges, TraceRecorder
+
         cfg = config()
         if cfg.dot_file:
             self.attach(DotRecorder(cfg.dot_file))
@@ -173,6 +187,7 @@ class Runtime:
             self.attach(TraceRecorder(cfg.trace_file))
         if cfg.progress:
             from .._instruments.progress import progress_from_environment
+
             bar = progress_from_environment(cfg.progress)
             if bar is not None:
                 self.attach(bar)
@@ -190,8 +205,9 @@ class Runtime:
 
     def statistics(self) -> Statistics:
         """The counters of this context so far."""
-        return self.instruments.statistics(self.backend, *self.mode.statistics(),
-                                           self.memory)
+        return self.instruments.statistics(
+            self.backend, *self.mode.statistics(), self.memory
+        )
 
     # -- checks ------------------------------------------------------------------
     def check_submit(self, what: Any) -> None:
@@ -201,19 +217,24 @@ class Runtime:
         finalizes is reported for what it did wrong, not as a finalized-context error.
         """
         if callback_state.active:
-            raise ScopeError(f"{what} called from a host callback or launched function; "
-                             "work running in stream order must not submit to a context")
+            raise ScopeError(
+                f"{what} called from a host callback or launched function; "
+                "work running in stream order must not submit to a context"
+            )
         if self.finalized or self.closing:
-            raise ContextFinalizedError(f"{what} called on a finalized context (context "
-                                        "handle is NULL); create "
-                                        "a new context")
+            raise ContextFinalizedError(
+                f"{what} called on a finalized context (context "
+                "handle is NULL); create "
+                "a new context"
+            )
 
     def check_device(self, device: int, what: Any) -> int:
         """``device`` when it is an ordinal of this runtime's backend."""
         if device >= self.device_count:
             raise DeviceOrdinalError(
                 f"{what}: invalid device id {device}: device {device} does not exist on "
-                f"the {self.backend.name} backend ({self.device_count} device(s))")
+                f"the {self.backend.name} backend ({self.device_count} device(s))"
+            )
         return device
 
     def owns(self, ld: Any, what: str) -> None:
@@ -221,10 +242,12 @@ class Runtime:
         if ld._runtime is not self:
             if ld._runtime.finalized:
                 raise ContextFinalizedError(
-                    f"{what}: logical data {ld._label()} belongs to a finalized context")
+                    f"{what}: logical data {ld._label()} belongs to a finalized context"
+                )
             raise ContextMismatchError(
                 f"{what}: logical data {ld._label()} belongs to a different context; "
-                "create it in this context (ctx.logical_data(...))")
+                "create it in this context (ctx.logical_data(...))"
+            )
 
     # -- data ----------------------------------------------------------------------------
     def register(self, buf: Any, dplace: Any, shape: Any, dtype: Any) -> Any:
@@ -232,14 +255,14 @@ class Runtime:
         self.check_submit("logical_data()")
         data = self.data
         source, device = data.describe(buf, dplace, shape, dtype, self._producer_stream)
-        with self.lock:                # the overlap check and insertion: one step
-            self.check_submit("logical_data()")      # against retirement
-            if data.retired:           # collected data may hold these bytes: retire it
+        with self.lock:  # the overlap check and insertion: one step
+            self.check_submit("logical_data()")  # against retirement
+            if data.retired:  # collected data may hold these bytes: retire it
                 self.drain_retired()
             state = data.add(source, device, buf)
             if self.releases and source.nbytes:
                 self._after_writebacks(source.ptr, source.extent)
-            if source.ordered_on is not None:        # a DLPack producer's pending work
+            if source.ordered_on is not None:  # a DLPack producer's pending work
                 reference = state.reference
                 assert reference is not None
                 event = self.backend.record(source.ordered_on)
@@ -261,8 +284,9 @@ class Runtime:
                 continue
             span = allocation.nbytes
             if allocation.strides is not None:
-                span = extent(entry.state.shape, allocation.strides,
-                              allocation.dtype.itemsize)
+                span = extent(
+                    entry.state.shape, allocation.strides, allocation.dtype.itemsize
+                )
             if ptr < allocation.ptr + span:
                 self.backend.synchronize(entry.done)
 
@@ -277,7 +301,7 @@ class Runtime:
             return pool.streams[pool.next % len(pool.streams)]
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype, what: str) -> DataState:
-        with self.lock:                # the registry changes under the lock only
+        with self.lock:  # the registry changes under the lock only
             self.check_submit(f"{what}()")
             return self.data.empty(shape, dtype)
 
@@ -287,8 +311,16 @@ class Runtime:
             return self.data.token()
 
     # -- the hot path: acquire and release -----------------------------------------
-    def acquire(self, deps: Sequence[Any], place: Any, owner: Any, what: Any,
-                ident: int, kind: str = "task", host_only: bool = False) -> Plan:
+    def acquire(
+        self,
+        deps: Sequence[Any],
+        place: Any,
+        owner: Any,
+        what: Any,
+        ident: int,
+        kind: str = "task",
+        host_only: bool = False,
+    ) -> Plan:
         """Acquire ``deps`` on execution place ``place`` (``None``: the current device)
         for work ``ident``; the lock must be held.
 
@@ -303,7 +335,7 @@ class Runtime:
             exec_device = affine_device = stream_key = self._current_device()
         else:
             exec_device = place._device
-            stream_key = place._stream_key      # the device, or a green partition's key
+            stream_key = place._stream_key  # the device, or a green partition's key
             if exec_device >= self.device_count:
                 self.check_device(exec_device, what)
             affine = place._affine
@@ -316,13 +348,26 @@ class Runtime:
             key = (exec_device, affine_device, host_only, *[d.key for d in deps])
         plan = self.plans.get(key)
         if plan is None:
-            plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], exec_device,
-                           affine_device, self.device_count, host_only, what)
+            plan = resolve(
+                [(d.ld._state, d.mode, d.place) for d in deps],
+                exec_device,
+                affine_device,
+                self.device_count,
+                host_only,
+                what,
+            )
             remember(self.plans, key, plan)
         return self._acquire_plan(plan, stream_key, owner, what, ident, kind)
 
-    def _acquire_on_grid(self, deps: Sequence[Any], grid: exec_place_grid, owner: Any,
-                         what: Any, ident: int, kind: str) -> Plan:
+    def _acquire_on_grid(
+        self,
+        deps: Sequence[Any],
+        grid: exec_place_grid,
+        owner: Any,
+        what: Any,
+        ident: int,
+        kind: str,
+    ) -> Plan:
         """:meth:`acquire` for work on a grid: the plan is cached per grid (its
         members' memory takes replicated copies); the work's stream is member 0's."""
         affine = grid._affine
@@ -334,18 +379,28 @@ class Runtime:
             for member in members:
                 if member._device >= self.device_count:
                     self.check_device(member._device, what)
-            affine_devices = tuple(member._device if member._affine is None
-                                   else member._affine._device for member in members)
-            plan = resolve([(d.ld._state, d.mode, d.place) for d in deps], grid._device,
-                           affine_device, self.device_count, False, what, affine_devices)
+            affine_devices = tuple(
+                member._device if member._affine is None else member._affine._device
+                for member in members
+            )
+            plan = resolve(
+                [(d.ld._state, d.mode, d.place) for d in deps],
+                grid._device,
+                affine_device,
+                self.device_count,
+                False,
+                what,
+                affine_devices,
+            )
             remember(self.plans, key, plan)
         return self._acquire_plan(plan, grid._stream_key, owner, what, ident, kind)
 
-    def _acquire_plan(self, plan: Plan, stream_key: int, owner: Any, what: Any,
-                      ident: int, kind: str) -> Plan:
+    def _acquire_plan(
+        self, plan: Plan, stream_key: int, owner: Any, what: Any, ident: int, kind: str
+    ) -> Plan:
         """:meth:`acquire` once the plan is known."""
         mode = self.mode
-        graph = mode.graph                # stream mode: its hooks do nothing, skipped
+        graph = mode.graph  # stream mode: its hooks do nothing, skipped
         recording = False
         pools = self.root_pools
         if graph:
@@ -357,11 +412,14 @@ class Runtime:
         stream = None
         if not plan.reductions or not reductions.prepare(self, plan, what):
             stream = acquire(plan, pool, self._completed, tick)
-        if stream is None:                # data held by started work, or reductions
+        if stream is None:  # data held by started work, or reductions
             stream = self._acquire_waiting(plan, pool, tick, recording, what)
-        if (plan.moves is not None or plan.reductions) and self.memory.limited and \
-                eviction.room_for(self, plan, what):
-            stream = acquire(plan, pool, self._completed, tick)   # evictions changed it
+        if (
+            (plan.moves is not None or plan.reductions)
+            and self.memory.limited
+            and eviction.room_for(self, plan, what)
+        ):
+            stream = acquire(plan, pool, self._completed, tick)  # evictions changed it
             assert stream is not None
         if graph:
             stream = mode.free_stream(stream, pools, stream_key)
@@ -393,8 +451,9 @@ class Runtime:
             self.started[owner] = _thread()
         return plan
 
-    def _acquire_waiting(self, plan: Plan, pool: Pool, tick: int, recording: bool,
-                         what: Any) -> Stream:
+    def _acquire_waiting(
+        self, plan: Plan, pool: Pool, tick: int, recording: bool, what: Any
+    ) -> Stream:
         """:func:`acquire` of ``plan`` after waiting: for started work holding its
         data, for reductions to combine first (:func:`_reductions.prepare`). Waiting
         releases the lock, and meanwhile another thread's scope may have touched
@@ -411,8 +470,14 @@ class Runtime:
                 return stream
             self._clear(plan, what)
 
-    def release(self, plan: Plan, stream: Stream, owner: Any, ident: int,
-                private: list[Instance] | None = None) -> Event:
+    def release(
+        self,
+        plan: Plan,
+        stream: Stream,
+        owner: Any,
+        ident: int,
+        private: list[Instance] | None = None,
+    ) -> Event:
         """Release ``plan``: record the end event on ``stream`` and update the data
         states (``private``: the instances the work reduced into). The lock must be
         held."""
@@ -423,7 +488,7 @@ class Runtime:
             instruments.ended(record, event)
         release(plan, event, owner)
         mode = self.mode
-        graph = mode.graph                # stream mode: its hooks do nothing, skipped
+        graph = mode.graph  # stream mode: its hooks do nothing, skipped
         if owner is not None:
             del self.started[owner]
             if graph:
@@ -451,15 +516,17 @@ class Runtime:
         if self.waiters:
             self.cv.notify_all()
 
-    def _open_record(self, plan: Plan, ident: int, kind: str, what: Any,
-                     stream: Stream) -> WorkRecord | None:
-        accesses = [(a.state.key, a.state.label, a.mode, a.device)
-                    for a in plan.accesses]
-        return self.instruments.open(ident, kind, str(what), plan.device, stream,
-                                     accesses, plan.prerequisites())
+    def _open_record(
+        self, plan: Plan, ident: int, kind: str, what: Any, stream: Stream
+    ) -> WorkRecord | None:
+        accesses = [(a.state.key, a.state.label, a.mode, a.device) for a in plan.accesses]
+        return self.instruments.open(
+            ident, kind, str(what), plan.device, stream, accesses, plan.prerequisites()
+        )
 
-    def _enact_moves(self, plan: Plan, stream: Stream, ident: int,
-                     record: WorkRecord | None, what: Any) -> None:
+    def _enact_moves(
+        self, plan: Plan, stream: Stream, ident: int, record: WorkRecord | None, what: Any
+    ) -> None:
         """Allocate, then copy, what ``plan.moves`` names, in stream order.
 
         In stream mode a copy into a device's instance is made on that device's
@@ -479,8 +546,10 @@ class Runtime:
         assert moves is not None
         # A copy's target is allocated on the stream of its copy; an instance only
         # allocated (a write) on the task's stream, which uses it next.
-        lanes = [stream if source is None else self._lane(access.device, stream)
-                 for access, source in moves]
+        lanes = [
+            stream if source is None else self._lane(access.device, stream)
+            for access, source in moves
+        ]
         # Every allocation before any copy: an allocation failure (out of memory)
         # then leaves no copy in flight that no later work would know about.
         sources = tuple(source for _, source in moves if source is not None)
@@ -488,8 +557,7 @@ class Runtime:
             instance = access.instance
             assert instance is not None
             if instance.allocation is None:
-                self.allocate(access.state, instance, lane, record, plan, what,
-                              sources)
+                self.allocate(access.state, instance, lane, record, plan, what, sources)
         copied: list[tuple[DataState, Instance, Instance, Stream]] = []
         backend = self.backend
         try:
@@ -498,17 +566,19 @@ class Runtime:
                     target = access.instance
                     assert target is not None
                     state = access.state
-                    if source.allocation is None:    # evicted: valid elsewhere
+                    if source.allocation is None:  # evicted: valid elsewhere
                         source = state.valid_source(access.device)
                         assert source is not None and source.allocation is not None
                         self.order_after(lane, list(source.ready.values()))
-                    if lane is not stream:           # the copy's own prerequisites
-                        self.order_after(lane, [*state.tracker.prerequisites(READ),
-                                                *source.ready.values()])
+                    if lane is not stream:  # the copy's own prerequisites
+                        self.order_after(
+                            lane,
+                            [*state.tracker.prerequisites(READ), *source.ready.values()],
+                        )
                     self.copy_instance(state, target, source, lane, record)
                     copied.append((state, target, source, lane))
         except BaseException:
-            if copied:       # the copies in flight read their sources: order writers
+            if copied:  # the copies in flight read their sources: order writers
                 for lane in {lane for _, _, _, lane in copied}:
                     failed = backend.record(lane)
                     for state, _, _, other in copied:
@@ -529,8 +599,10 @@ class Runtime:
                 if recording:
                     mode.wrote(state, target)
             if len(events) > 1 or stream not in events:
-                self.order_after(stream, [event for lane, event in events.items()
-                                          if lane is not stream])
+                self.order_after(
+                    stream,
+                    [event for lane, event in events.items() if lane is not stream],
+                )
 
     def _lane(self, device: int, stream: Stream) -> Stream:
         """The stream a copy into an instance at ``device`` is made on (see
@@ -539,9 +611,17 @@ class Runtime:
             return stream
         return self.root_pools.transfer(device)
 
-    def allocate(self, state: DataState, instance: Instance, stream: Stream,
-                 record: WorkRecord | None, plan: Plan | None, what: Any,
-                 keep: tuple[Instance, ...] = (), private: bool = False) -> None:
+    def allocate(
+        self,
+        state: DataState,
+        instance: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+        plan: Plan | None,
+        what: Any,
+        keep: tuple[Instance, ...] = (),
+        private: bool = False,
+    ) -> None:
         """Give ``instance`` memory, within its device's budget: evict first if it
         would exceed it, and again if the device itself runs out (``plan``, the
         acquisition being made, and ``keep`` stay). A ``private`` instance (a
@@ -550,8 +630,9 @@ class Runtime:
         nbytes = state.nbytes
         dtype = state.dtype or _BYTES
         if device <= LAYOUT_IDS:
-            instance.allocation = allocate_composite(self.backend, device, nbytes, dtype,
-                                                     state.shape, what)
+            instance.allocation = allocate_composite(
+                self.backend, device, nbytes, dtype, state.shape, what
+            )
         elif device < 0 or not nbytes:
             instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
         else:
@@ -566,8 +647,14 @@ class Runtime:
             memory.charge(state, instance, evictable=not private)
         self.instruments.allocated(record, device, nbytes)
 
-    def copy_instance(self, state: DataState, target: Instance, source: Instance,
-                      stream: Stream, record: WorkRecord | None) -> None:
+    def copy_instance(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+    ) -> None:
         """Copy the value of ``source`` into ``target`` on ``stream`` (a pitched copy
         when either is a strided user buffer)."""
         dst, src = target.allocation, source.allocation
@@ -577,10 +664,18 @@ class Runtime:
         elif state.nbytes:
             dtype = state.dtype
             assert dtype is not None
-            self.backend.copy_strided(dst.ptr, dst.strides, src.ptr, src.strides,
-                                      state.shape, dtype.itemsize, stream)
-        self.instruments.copied(record, state.label, source.device, target.device,
-                                state.nbytes)
+            self.backend.copy_strided(
+                dst.ptr,
+                dst.strides,
+                src.ptr,
+                src.strides,
+                state.shape,
+                dtype.itemsize,
+                stream,
+            )
+        self.instruments.copied(
+            record, state.label, source.device, target.device, state.nbytes
+        )
 
     # -- reductions ----------------------------------------------------------------------
     def _clear(self, plan: Plan, what: Any) -> None:
@@ -596,20 +691,27 @@ class Runtime:
         managed memory), ordered after ``events``."""
         events = merge_events(events)
         place = device if device >= 0 else HOST
-        stream = self.mode.free_stream(choose_stream(pools.pool(place), None, events),
-                                       pools, place)
+        stream = self.mode.free_stream(
+            choose_stream(pools.pool(place), None, events), pools, place
+        )
         self.order_after(stream, events)
         return stream
 
     # -- conflicts between threads -------------------------------------------------
-    def wait_for_conflicts(self, accesses: list[tuple[DataState, int]],
-                           what: Any) -> None:
+    def wait_for_conflicts(
+        self, accesses: list[tuple[DataState, int]], what: Any
+    ) -> None:
         """Block while started work of another thread holds data that ``accesses``
         (state, mode) conflict with (``_threads.wait_for_conflicts``)."""
         threads.wait_for_conflicts(self, accesses, what)
 
-    def block(self, thread: int | None, what: Any, state: DataState | None = None,
-              holder: Any = None) -> None:
+    def block(
+        self,
+        thread: int | None,
+        what: Any,
+        state: DataState | None = None,
+        holder: Any = None,
+    ) -> None:
         """Wait (lock held) until held work is released (``_threads.block``)."""
         threads.block(self, thread, what, state, holder)
 
@@ -631,9 +733,16 @@ class Runtime:
                 counters.waits_skipped += 1
 
     # -- internal copies -------------------------------------------------------------
-    def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True,
-                  copy_title: str | None = None) -> Event:
+    def copy_into(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        prerequisites: list[Event],
+        label: str,
+        keep: bool = True,
+        copy_title: str | None = None,
+    ) -> Event:
         """Copy ``source`` into ``target`` on a stream of the target's place, ordered
         after ``prerequisites``; released as a read of the data.
 
@@ -652,13 +761,20 @@ class Runtime:
         ident = next(work_ids)
         record = None
         if self.instruments.attached:
-            kind, title = (("copy", copy_title) if copy_title is not None
-                           else ("writeback", "write-back") if keep else ("wait", "wait"))
-            record = self.instruments.open(ident, kind, f"{title} {label}",
-                                           target.device, stream, [], prerequisites)
+            kind, title = (
+                ("copy", copy_title)
+                if copy_title is not None
+                else ("writeback", "write-back")
+                if keep
+                else ("wait", "wait")
+            )
+            record = self.instruments.open(
+                ident, kind, f"{title} {label}", target.device, stream, [], prerequisites
+            )
         if target.allocation is None:
-            self.allocate(state, target, stream, record, None, f"copying {label}",
-                           (target, source))
+            self.allocate(
+                state, target, stream, record, None, f"copying {label}", (target, source)
+            )
         self.copy_instance(state, target, source, stream, record)
         if record is not None:
             self.instruments.body(record)
@@ -693,7 +809,7 @@ class Runtime:
         (:meth:`release_completed`). The lock must be held.
         """
         if not self.mode.retirement_allowed():
-            return                        # written back once the scopes are closed
+            return  # written back once the scopes are closed
         backend = self.backend
         for state in self.data.take_retired():
             self.writeback(state)
@@ -715,7 +831,7 @@ class Runtime:
                 state = entry.state
                 self.data.unpin(state.pin)
                 for instance in state.instances.values():
-                    instance.allocation = None     # drops the user's buffer
+                    instance.allocation = None  # drops the user's buffer
                 state.instances.clear()
                 state.reference = None
             else:
@@ -748,8 +864,9 @@ class Runtime:
             finally:
                 self.waiters -= 1
 
-    def wait(self, state: DataState, shape: tuple[int, ...], dtype: np.dtype,
-             label: str) -> np.ndarray:
+    def wait(
+        self, state: DataState, shape: tuple[int, ...], dtype: np.dtype, label: str
+    ) -> np.ndarray:
         """Block until the data of ``state`` can be read; return a host copy
         (:func:`stflow._engine.endings.wait`)."""
         return endings.wait(self, state, shape, dtype, label)

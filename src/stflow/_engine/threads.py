@@ -46,8 +46,9 @@ class Owner(Protocol):
         """Wake the waiting threads."""
 
 
-def wait_for_conflicts(rt: Owner, accesses: list[tuple[DataState, int]],
-                       what: Any) -> None:
+def wait_for_conflicts(
+    rt: Owner, accesses: list[tuple[DataState, int]], what: Any
+) -> None:
     """Block while started work of another thread holds data that ``accesses``
     (state, mode) conflict with.
 
@@ -67,12 +68,14 @@ def wait_for_conflicts(rt: Owner, accesses: list[tuple[DataState, int]],
             raise ScopeError(
                 f"{what} accesses logical data {state.label}, which "
                 f"{holder._label()} (started, not yet ended on this thread) also "
-                "accesses with a conflicting mode; end that task first")
+                "accesses with a conflicting mode; end that task first"
+            )
         block(rt, thread, what, state, holder)
 
 
-def conflict(rt: Owner, accesses: list[tuple[DataState, int]]
-             ) -> tuple[DataState, Any] | None:
+def conflict(
+    rt: Owner, accesses: list[tuple[DataState, int]]
+) -> tuple[DataState, Any] | None:
     """The first held data ``accesses`` conflict with, and the work holding it
     (``None``: readers, unknown which)."""
     for state, mode in accesses:
@@ -86,8 +89,13 @@ def conflict(rt: Owner, accesses: list[tuple[DataState, int]]
     return None
 
 
-def block(rt: Owner, thread: int | None, what: Any, state: DataState | None = None,
-          holder: Any = None) -> None:
+def block(
+    rt: Owner,
+    thread: int | None,
+    what: Any,
+    state: DataState | None = None,
+    holder: Any = None,
+) -> None:
     """Wait until held work is released; ``thread`` holds what the caller waits for
     (``None``: unknown or several).
 
@@ -106,10 +114,12 @@ def block(rt: Owner, thread: int | None, what: Any, state: DataState | None = No
             if waiter == me:
                 data = "" if state is None else f" logical data {state.label}, held by"
                 name = "" if holder is None else f" {holder._label()}"
-                raise ScopeError(f"{what} would wait forever for{data}{name}: the "
-                                 "thread holding it waits for this one; end tasks "
-                                 "and scopes before using data another thread "
-                                 "holds, or use data in the same order everywhere")
+                raise ScopeError(
+                    f"{what} would wait forever for{data}{name}: the "
+                    "thread holding it waits for this one; end tasks "
+                    "and scopes before using data another thread "
+                    "holds, or use data in the same order everywhere"
+                )
             waiter = rt.blocked_on.get(waiter)
         rt.blocked_on[me] = thread
     rt.waiters += 1
@@ -119,8 +129,10 @@ def block(rt: Owner, thread: int | None, what: Any, state: DataState | None = No
         rt.waiters -= 1
         rt.blocked_on.pop(me, None)
     if rt.closing or rt.finalized:
-        raise ContextFinalizedError(f"{what}: the context was finalized while this "
-                                    "work waited for another thread's work")
+        raise ContextFinalizedError(
+            f"{what}: the context was finalized while this "
+            "work waited for another thread's work"
+        )
 
 
 def settle_epoch(rt: Owner, what: str) -> None:
@@ -138,10 +150,12 @@ def settle_epoch(rt: Owner, what: str) -> None:
     me = threading.get_ident()
     for holder, thread in rt.started.items():
         if thread == me:
-            raise ScopeError(f"{what} while {holder._label()} is started but not "
-                             "ended on this thread: in graph mode the epoch closes "
-                             "here, and the task's work would be cut in two; end "
-                             "the task first")
+            raise ScopeError(
+                f"{what} while {holder._label()} is started but not "
+                "ended on this thread: in graph mode the epoch closes "
+                "here, and the task's work would be cut in two; end "
+                "the task first"
+            )
     rt.boundaries += 1
     try:
         rt._await_no_started()

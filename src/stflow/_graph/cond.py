@@ -26,9 +26,11 @@ class _Expr:
     __slots__ = ()
 
     def __bool__(self) -> bool:
-        raise TypeError("a loop condition has no truth value on the host: combine "
-                        "conditions with &, | and ~ (not and, or, not) and pass them to "
-                        "loop.continue_while()")
+        raise TypeError(
+            "a loop condition has no truth value on the host: combine "
+            "conditions with &, | and ~ (not and, or, not) and pass them to "
+            "loop.continue_while()"
+        )
 
     def __and__(self, other: Any) -> Any:
         return _combine(self, other, "all")
@@ -57,11 +59,15 @@ class Comparable:
 
     def _leaf(self, op: str, other: Any) -> cond:
         if isinstance(other, Comparable):
-            raise TypeError("comparing two logical data does not build a loop "
-                            "condition: compare logical data with a real scalar")
+            raise TypeError(
+                "comparing two logical data does not build a loop "
+                "condition: compare logical data with a real scalar"
+            )
         if not isinstance(other, numbers.Real):
-            raise TypeError(f"a loop condition compares logical data with a real "
-                            f"scalar, got {type(other).__name__}")
+            raise TypeError(
+                f"a loop condition compares logical data with a real "
+                f"scalar, got {type(other).__name__}"
+            )
         return cond(self, op, other)
 
     def __gt__(self, other: Any) -> cond:
@@ -97,17 +103,24 @@ class cond(_Expr):
     def __init__(self, data: Any, op: str, threshold: Any) -> None:
         ld: Any = data
         if not isinstance(data, Comparable):
-            raise TypeError(f"cond: expected a stackable logical_data "
-                            f"(stackable_logical_data), got {type(ld).__name__}")
+            raise TypeError(
+                f"cond: expected a stackable logical_data "
+                f"(stackable_logical_data), got {type(ld).__name__}"
+            )
         if ld._is_token or ld._dtype not in _DTYPES:
-            raise ValueError(f"cond: {ld._label()} has dtype {ld._dtype}; a condition "
-                             "reads float32, float64, int32 or int64 data")
+            raise ValueError(
+                f"cond: {ld._label()} has dtype {ld._dtype}; a condition "
+                "reads float32, float64, int32 or int64 data"
+            )
         if op not in _OPS:
-            raise ValueError(f"cond: unsupported comparison operator {op!r}; use one "
-                             f"of {', '.join(_OPS)}")
+            raise ValueError(
+                f"cond: unsupported comparison operator {op!r}; use one "
+                f"of {', '.join(_OPS)}"
+            )
         if isinstance(threshold, _Expr) or not isinstance(threshold, numbers.Real):
-            raise TypeError(f"cond: threshold must be a real scalar, got "
-                            f"{type(threshold).__name__}")
+            raise TypeError(
+                f"cond: threshold must be a real scalar, got {type(threshold).__name__}"
+            )
         self._ld = ld
         self._op = op
         self._threshold = float(threshold)
@@ -137,14 +150,18 @@ class _Compound(_Expr):
 
     def __init__(self, combiner: str, terms: tuple[cond, ...]) -> None:
         if len(terms) > MAX_TERMS:
-            raise ValueError(f"a loop condition has at most {MAX_TERMS} terms, this one "
-                             f"would have {len(terms)}")
+            raise ValueError(
+                f"a loop condition has at most {MAX_TERMS} terms, this one "
+                f"would have {len(terms)}"
+            )
         self._combiner = combiner
         self._terms = terms
 
     def __invert__(self) -> _Compound:
-        return _Compound("any" if self._combiner == "all" else "all",
-                         tuple(~term for term in self._terms))
+        return _Compound(
+            "any" if self._combiner == "all" else "all",
+            tuple(~term for term in self._terms),
+        )
 
     def leaves(self) -> tuple[cond, ...]:
         return self._terms
@@ -162,12 +179,16 @@ def _combine(left: Any, right: Any, combiner: str) -> Any:
         return NotImplemented
     terms: list[cond] = []
     for side in (left, right):
-        if isinstance(side, _Compound) and len(side._terms) > 1 and \
-                side._combiner != combiner:
+        if (
+            isinstance(side, _Compound)
+            and len(side._terms) > 1
+            and side._combiner != combiner
+        ):
             symbol = "&" if combiner == "all" else "|"
             raise NotImplementedError(
                 f"mixed & and | in one loop condition are not supported ({side!r} "
-                f"{symbol} ...); write it as a single all-of or any-of")
+                f"{symbol} ...); write it as a single all-of or any-of"
+            )
         terms.extend(side.leaves())
     return _Compound(combiner, tuple(terms))
 
@@ -175,6 +196,8 @@ def _combine(left: Any, right: Any, combiner: str) -> Any:
 def condition_terms(expr: Any) -> tuple[str, tuple[cond, ...]]:
     """``(combiner, leaves)`` of a condition expression; ``TypeError`` otherwise."""
     if not isinstance(expr, _Expr):
-        raise TypeError(f"continue_while expects a condition (cond(...), ld > x, "
-                        f"combined with & | ~), got {type(expr).__name__}")
+        raise TypeError(
+            f"continue_while expects a condition (cond(...), ld > x, "
+            f"combined with & | ~), got {type(expr).__name__}"
+        )
     return expr.combiner(), expr.leaves()

@@ -19,20 +19,21 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
+from .._core.errors import ScopeError
+from .._core.plan import Plan, held
 from .._engine import reductions as reductions
 from .._engine import threads as threads
-from .._core.errors import ScopeError
 from .._engine.mode import Mode
-from .._core.plan import Plan, held
 from .recorded import RecordingStream
 from .scopes import Scope, ScopeTracker
 
 if TYPE_CHECKING:
     from .._core.coherence import DataState, Instance
-    from .._engine.runtime import Runtime
     from .._core.streams import StreamPools
+    from .._engine.runtime import Runtime
     from ..backends._base import Backend, Event, Stream
     from .recording import GraphRecorder
 
@@ -154,14 +155,15 @@ class GraphMode(Mode):
                     rt.block(scope.thread, what, state, scope)
                     continue
             recording = bool(scopes.stack)
-            if recording:                  # before any import is hoisted for the plan
+            if recording:  # before any import is hoisted for the plan
                 if held(plan):
                     rt.wait_for_conflicts(_modes(plan), what)
                     continue
                 if plan.reductions and reductions.prepare(rt, plan, what):
                     continue
-                pending = [access for access in plan.accesses
-                           if access.state.pending is not None]
+                pending = [
+                    access for access in plan.accesses if access.state.pending is not None
+                ]
                 if pending:
                     for access in pending:
                         reductions.flush(rt, access.state, access.device, what)
@@ -181,7 +183,7 @@ class GraphMode(Mode):
         self.scopes.noted(plan)
 
     def body_started(self, stream: Stream) -> None:
-        if self.scopes.stack:              # capture the body
+        if self.scopes.stack:  # capture the body
             self.scopes.begin_body(stream)
 
     def body_ended(self, stream: Stream) -> None:
@@ -193,7 +195,7 @@ class GraphMode(Mode):
         if scopes.stack:
             scopes.released(plan)
             if not self.runtime.started and scopes.epoch_full():
-                scopes.epoch_boundary()            # a long epoch runs meanwhile
+                scopes.epoch_boundary()  # a long epoch runs meanwhile
                 scopes.epoch_begin()
 
     # -- copies -----------------------------------------------------------------------
@@ -222,14 +224,15 @@ class GraphMode(Mode):
         self.scopes.epoch_begin()
 
     def quiesce(self) -> None:
-        while self.scopes.open_tops:       # other threads' scopes close
+        while self.scopes.open_tops:  # other threads' scopes close
             self.runtime.block(None, "finalize()")
 
     def check_finalize(self) -> None:
         opened = self.scopes.user_scopes()
         if opened:
-            raise ScopeError(f"finalize() with {opened} graph scope(s) still open; "
-                             "close them first")
+            raise ScopeError(
+                f"finalize() with {opened} graph scope(s) still open; close them first"
+            )
 
     def close(self) -> None:
         self.scopes.epoch_boundary()
@@ -242,8 +245,12 @@ class GraphMode(Mode):
         try:
             self.scopes.discard_all()
         except Exception as exc:  # noqa: BLE001 - nothing can be raised here
-            warnings.warn(f"stflow: could not discard the open scopes of an abandoned "
-                          f"context: {exc!r}", RuntimeWarning, stacklevel=5)
+            warnings.warn(
+                f"stflow: could not discard the open scopes of an abandoned "
+                f"context: {exc!r}",
+                RuntimeWarning,
+                stacklevel=5,
+            )
         return count
 
     # -- reductions and eviction ------------------------------------------------------

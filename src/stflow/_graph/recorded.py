@@ -20,25 +20,39 @@ __all__ = ["Graph", "GraphEvent", "InlineScope", "Node", "RecordingStream"]
 class Graph:
     """A graph being recorded: a top-level graph, or the body of a loop node."""
 
-    __slots__ = ("handle", "parent", "top", "prereqs", "done", "frees", "sinks",
-                 "executable", "launches", "used", "loop_count", "condition",
-                 "device", "recording", "capturing")
+    __slots__ = (
+        "handle",
+        "parent",
+        "top",
+        "prereqs",
+        "done",
+        "frees",
+        "sinks",
+        "executable",
+        "launches",
+        "used",
+        "loop_count",
+        "condition",
+        "device",
+        "recording",
+        "capturing",
+    )
 
     def __init__(self, handle: Any, parent: Node | None) -> None:
         self.handle = handle
-        self.parent = parent                        # the loop node of a body
+        self.parent = parent  # the loop node of a body
         self.top: Graph = self if parent is None else parent.graph.top
-        self.prereqs: list[Event] = []              # real events the launch waits for
-        self.done: Event | None = None              # completion of the latest launch
+        self.prereqs: list[Event] = []  # real events the launch waits for
+        self.done: Event | None = None  # completion of the latest launch
         self.frees: list[Allocation] = []
-        self.sinks: dict[Node, None] = {}           # nodes nothing depends on yet
+        self.sinks: dict[Node, None] = {}  # nodes nothing depends on yet
         self.executable: Any = None
         self.launches = 0
         self.used = False
-        self.loop_count: int | None = None          # of a loop body
-        self.condition = 0                          # a loop body's condition handle
-        self.device: int | None = None              # a loop body's device, once known
-        self.recording = True                       # a top graph: not closed yet
+        self.loop_count: int | None = None  # of a loop body
+        self.condition = 0  # a loop body's condition handle
+        self.device: int | None = None  # a loop body's device, once known
+        self.recording = True  # a top graph: not closed yet
         self.capturing: list[RecordingStream] = []  # a top graph: its open captures
 
     def encloses(self, other: Graph) -> bool:
@@ -60,8 +74,12 @@ class Node:
 
     __slots__ = ("graph", "handles", "stream", "__weakref__")
 
-    def __init__(self, graph: Graph, handles: list[Any] | None,
-                 stream: RecordingStream | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        handles: list[Any] | None,
+        stream: RecordingStream | None = None,
+    ) -> None:
         self.graph = graph
         self.handles = handles
         self.stream = stream
@@ -74,8 +92,9 @@ class InlineScope:
 
     __slots__ = ("graph", "mark", "sinks", "used")
 
-    def __init__(self, graph: Graph, mark: Any, sinks: dict[Node, None],
-                 used: bool) -> None:
+    def __init__(
+        self, graph: Graph, mark: Any, sinks: dict[Node, None], used: bool
+    ) -> None:
         self.graph = graph
         self.mark = mark
         self.sinks = sinks
@@ -93,8 +112,16 @@ class RecordingStream(Stream):
 
     captures = True
 
-    __slots__ = ("real", "frontier", "capturing", "open_node", "top", "referenced",
-                 "bodies", "body_thread")
+    __slots__ = (
+        "real",
+        "frontier",
+        "capturing",
+        "open_node",
+        "top",
+        "referenced",
+        "bodies",
+        "body_thread",
+    )
 
     def __init__(self, real: Stream, top: Graph) -> None:
         super().__init__(real.handle, real.device, real.ordinal, real.error_sink)
@@ -103,7 +130,7 @@ class RecordingStream(Stream):
         self.top = top
         self.frontier: list[Node] = []
         self.capturing: Graph | None = None
-        self.open_node: Node | None = None          # the open capture, as a node
+        self.open_node: Node | None = None  # the open capture, as a node
         self.referenced = False
         self.bodies = 0
         self.body_thread = 0

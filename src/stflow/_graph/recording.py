@@ -37,26 +37,42 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._core.errors import ScopeError
-from ..backends._base import Allocation, Backend, CompositeAllocation, Event, KernelLaunch, Stream
+from ..backends._base import (
+    Allocation,
+    Backend,
+    CompositeAllocation,
+    Event,
+    KernelLaunch,
+    Stream,
+)
 from .recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
-__all__ = ["Graph", "GraphEvent", "GraphRecorder", "InlineScope", "Node",
-           "RecordingStream"]
+__all__ = [
+    "Graph",
+    "GraphEvent",
+    "GraphRecorder",
+    "InlineScope",
+    "Node",
+    "RecordingStream",
+]
 
 MAX_GRAPHS_IN_FLIGHT = 16
 """Launched graphs of one context that may be queued or running at once: a launch
 beyond that first waits for the oldest to complete, so a host that records faster
 than the device runs keeps a bounded backlog (as CUDA's own launch queue does)."""
 
-CAPTURED = ("a view of a task recorded into a graph was touched from the host: the body "
-            "runs once, when the graph is recorded, not when it runs; enqueue the work on "
-            "the task stream instead (on the emulated backend: "
-            "stflow.emulated.launch(t.stream_ptr(), fn, *views))")
+CAPTURED = (
+    "a view of a task recorded into a graph was touched from the host: the body "
+    "runs once, when the graph is recorded, not when it runs; enqueue the work on "
+    "the task stream instead (on the emulated backend: "
+    "stflow.emulated.launch(t.stream_ptr(), fn, *views))"
+)
 
 
 class _Level:
@@ -90,6 +106,7 @@ class GraphRecorder(Backend):
         graphs = real.graphs
         if graphs is None:
             from .._core.errors import BackendUnavailableError
+
             raise BackendUnavailableError(f"the {real.name} backend has no graph support")
         self.real = real
         self.graphs = graphs
@@ -105,7 +122,7 @@ class GraphRecorder(Backend):
         self._shared = _Level()
         self._local = threading.local()
         self.spare: dict[tuple, list[Stream]] = {}  # (device, partition) -> streams
-        self.lent: dict[Graph, list[Stream]] = {}   # capture streams of each top graph
+        self.lent: dict[Graph, list[Stream]] = {}  # capture streams of each top graph
         self.launch_streams: dict[int, Stream] = {}
         # A caller's stream (context(use_graph=True, stream=s)): graphs launch on it,
         # and the end of the context does not block the host (see context_finalized).
@@ -113,8 +130,8 @@ class GraphRecorder(Backend):
         if launch_stream is not None:
             self.launch_streams[0] = launch_stream
         self.retiring: list[tuple[Event, Graph]] = []
-        self.cache: dict[Any, Any] = {}             # topology -> executable
-        self.cache_shared = False                   # an async_resources owns the cache
+        self.cache: dict[Any, Any] = {}  # topology -> executable
+        self.cache_shared = False  # an async_resources owns the cache
         self.graph_instantiations = 0
         self.graph_updates = 0
 
@@ -207,8 +224,9 @@ class GraphRecorder(Backend):
         if graph is None or graph.parent is not None:
             raise ScopeError("an inline graph scope is opened outside a top-level graph")
         self._end_captures()
-        return InlineScope(graph, self.graphs.mark(graph.handle), dict(graph.sinks),
-                           graph.used)
+        return InlineScope(
+            graph, self.graphs.mark(graph.handle), dict(graph.sinks), graph.used
+        )
 
     def close_inline(self, scope: InlineScope) -> None:
         """The inline scope is recorded: later work is captured apart from it."""
@@ -224,7 +242,7 @@ class GraphRecorder(Backend):
 
     def _materialize(self, body: Graph, device: int) -> None:
         """Add the loop node of ``body`` (and of the bodies enclosing it) on ``device``."""
-        pending: list[Graph] = []                 # innermost first; a loop, not recursion
+        pending: list[Graph] = []  # innermost first; a loop, not recursion
         while body.handle is None:
             pending.append(body)
             assert body.parent is not None
@@ -233,7 +251,8 @@ class GraphRecorder(Backend):
             assert body.parent is not None
             body.device = max(device, 0)
             handle, body.handle, body.condition = self.graphs.add_loop(
-                body.parent.graph.handle, [], body.device, body.loop_count)
+                body.parent.graph.handle, [], body.device, body.loop_count
+            )
             body.parent.handles = [handle]
 
     def loop_device(self) -> int | None:
@@ -376,23 +395,28 @@ class GraphRecorder(Backend):
     @staticmethod
     def recorded_in(event: Event, graph: Graph) -> bool:
         """True when ``event`` is a point of the recording of top-level ``graph``."""
-        return isinstance(event, GraphEvent) and \
-            event.stream.top is graph  # type: ignore[attr-defined]
+        return isinstance(event, GraphEvent) and event.stream.top is graph  # type: ignore[attr-defined]
 
     def pending_events(self) -> list[Event]:
         self._retire()
         return [done for done, _ in self.retiring]
 
     # -- streams ---------------------------------------------------------------------
-    def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None,
-                      partition: Any = None) -> Stream:
+    def create_stream(
+        self,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+        partition: Any = None,
+    ) -> Stream:
         graph = self.current
         if graph is None:
             return self.real.create_stream(device, error_sink, partition)
-        spare = self.spare.get((device, partition))     # captures stay in the partition
-        real = spare.pop() if spare else self.real.create_stream(device, error_sink,
-                                                                 partition)
+        spare = self.spare.get((device, partition))  # captures stay in the partition
+        real = (
+            spare.pop()
+            if spare
+            else self.real.create_stream(device, error_sink, partition)
+        )
         real.error_sink = error_sink
         self.lent.setdefault(graph.top, []).append(real)
         return RecordingStream(real, graph.top)
@@ -430,8 +454,10 @@ class GraphRecorder(Backend):
         """
         graph = self.current
         if graph is None or graph.top is not stream.top:
-            raise ScopeError("work was enqueued on a stream of a graph scope that is "
-                             "closed; a task must start and end in the same scope")
+            raise ScopeError(
+                "work was enqueued on a stream of a graph scope that is "
+                "closed; a task must start and end in the same scope"
+            )
         if stream.capturing is graph:
             return
         if stream.capturing is not None:
@@ -445,13 +471,14 @@ class GraphRecorder(Backend):
                         raise ScopeError(
                             "a task started inside the body of another task of a "
                             "loop body: a loop body holds one capture at a time; end "
-                            "the outer task first")
+                            "the outer task first"
+                        )
                     self._end_capture(other)
         self._begin(stream, graph)
 
     def _begin(self, stream: RecordingStream, graph: Graph) -> None:
         if graph.loop_count == 0 and graph.parent is not None:
-            deps: list[Any] = []                  # a scratch body orders nothing
+            deps: list[Any] = []  # a scratch body orders nothing
         else:
             deps = self._dependencies(stream.frontier, graph)
         self.graphs.begin_capture(stream.real, graph.handle, deps)
@@ -470,8 +497,10 @@ class GraphRecorder(Backend):
         assert graph is not None and node is not None
         restart = keep and stream.bodies > 0
         if restart and stream.body_thread != threading.get_ident():
-            raise RuntimeError(f"internal error: the capture of {stream!r} was ended by "
-                               "another thread while a task body is in progress on it")
+            raise RuntimeError(
+                f"internal error: the capture of {stream!r} was ended by "
+                "another thread while a task body is in progress on it"
+            )
         stream.capturing = None
         stream.open_node = None
         graph.top.capturing.remove(stream)
@@ -492,28 +521,30 @@ class GraphRecorder(Backend):
             for stream in list(graph.top.capturing):
                 capturing = stream.capturing
                 assert capturing is not None
-                self._end_capture(stream, keep or (dropped is not None and
-                                                   not dropped.encloses(capturing)))
+                self._end_capture(
+                    stream,
+                    keep or (dropped is not None and not dropped.encloses(capturing)),
+                )
 
     def _dependencies(self, frontier: list[Node], graph: Graph) -> list[Any]:
         """The node handles in ``graph`` that work after ``frontier`` depends on."""
         handles: list[Any] = []
         for node in frontier:
-            if node.handles is None:                     # a capture still open
+            if node.handles is None:  # a capture still open
                 assert node.stream is not None
                 self._end_capture(node.stream)
-            if node.graph.top is not graph.top:          # another top-level graph
+            if node.graph.top is not graph.top:  # another top-level graph
                 done = node.graph.top.done
                 if done is not None and done not in graph.top.prereqs:
                     graph.top.prereqs.append(done)
                 continue
-            while not node.graph.encloses(graph):        # from inside a closed body
+            while not node.graph.encloses(graph):  # from inside a closed body
                 assert node.graph.parent is not None
                 node = node.graph.parent
             if node.graph is graph:
                 graph.sinks.pop(node, None)
                 handles.extend(h for h in node.handles or () if h not in handles)
-            else:                                        # from an enclosing graph
+            else:  # from an enclosing graph
                 container = graph.parent
                 assert container is not None
                 never_runs = False
@@ -522,10 +553,13 @@ class GraphRecorder(Backend):
                     assert container.graph.parent is not None
                     container = container.graph.parent
                 if never_runs:
-                    continue        # inside the scratch body of a repeat(0): no edge
+                    continue  # inside the scratch body of a repeat(0): no edge
                 node.graph.sinks.pop(node, None)
-                self.graphs.add_dependencies(node.graph.handle, node.handles or [],
-                                             container.handles[0])  # type: ignore[index]
+                self.graphs.add_dependencies(
+                    node.graph.handle,
+                    node.handles or [],
+                    container.handles[0],  # type: ignore[index]
+                )
         return handles
 
     def begin_body(self, stream: Stream) -> None:
@@ -534,7 +568,7 @@ class GraphRecorder(Backend):
         if not isinstance(stream, RecordingStream):
             return
         if self.split_bodies and stream.referenced and stream.capturing is not None:
-            self._end_capture(stream)        # nothing may name the body's capture
+            self._end_capture(stream)  # nothing may name the body's capture
         self._capture(stream)
         stream.bodies += 1
         stream.body_thread = threading.get_ident()
@@ -585,9 +619,11 @@ class GraphRecorder(Backend):
             top = node.graph.top
             if top.done is None:
                 if top.recording:
-                    raise ScopeError("work outside a graph scope depends on work "
-                                     "recorded in a scope that is still open")
-                continue                     # never launched: nothing to wait for
+                    raise ScopeError(
+                        "work outside a graph scope depends on work "
+                        "recorded in a scope that is still open"
+                    )
+                continue  # never launched: nothing to wait for
             if top.done not in found:
                 found.append(top.done)
         return found
@@ -612,8 +648,9 @@ class GraphRecorder(Backend):
             self.real.synchronize(event)
 
     # -- memory (outside the graph) ----------------------------------------------------
-    def allocate(self, device: int, nbytes: int, stream: Stream | None,
-                 dtype: np.dtype) -> Allocation:
+    def allocate(
+        self, device: int, nbytes: int, stream: Stream | None, dtype: np.dtype
+    ) -> Allocation:
         if isinstance(stream, RecordingStream):
             stream = None
         return self.real.allocate(device, nbytes, stream, dtype)
@@ -621,8 +658,14 @@ class GraphRecorder(Backend):
     def composite_granularity(self, devices: Sequence[int]) -> int:
         return self.real.composite_granularity(devices)
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
         return self.real.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
@@ -652,16 +695,24 @@ class GraphRecorder(Backend):
             stream = stream.real
         self.real.copy(dst, src, nbytes, stream)
 
-    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                     itemsize: int, stream: Stream) -> None:
+    def copy_strided(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         if isinstance(stream, RecordingStream):
             if 0 in shape:
                 return
             self._capture(stream)
             stream = stream.real
-        self.real.copy_strided(dst, dst_strides, src, src_strides, shape, itemsize,
-                               stream)
+        self.real.copy_strided(
+            dst, dst_strides, src, src_strides, shape, itemsize, stream
+        )
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if isinstance(stream, RecordingStream):
@@ -671,8 +722,9 @@ class GraphRecorder(Backend):
             stream = stream.real
         self.real.fill(ptr, nbytes, pattern, stream)
 
-    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
-                stream: Stream) -> None:
+    def combine(
+        self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
+    ) -> None:
         if isinstance(stream, RecordingStream):
             if not count:
                 return
@@ -695,22 +747,34 @@ class GraphRecorder(Backend):
     def synchronize_producer(self, handle: int) -> None:
         self.real.synchronize_producer(handle)
 
-    def set_condition(self, stream: Stream, handle: int, terms: list, combiner: str
-                      ) -> None:
+    def set_condition(
+        self, stream: Stream, handle: int, terms: list, combiner: str
+    ) -> None:
         """Enqueue a loop condition's evaluation on ``stream`` (in a loop body)."""
         assert isinstance(stream, RecordingStream)
         self._capture(stream)
         self.graphs.set_condition(stream.real, handle, terms, combiner)
 
-    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> Any:
+    def task_view(
+        self,
+        allocation: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> Any:
         view = self.real.task_view(allocation, offset, shape, dtype, readonly)
         if self.current is not None:
-            view._refuse_host_access(CAPTURED)   # host memory views: their work runs later
+            view._refuse_host_access(CAPTURED)  # host memory views: their work runs later
         return view
 
-    def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
-                   readonly: bool) -> np.ndarray:
+    def host_array(
+        self,
+        allocation: Allocation,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> np.ndarray:
         return self.real.host_array(allocation, shape, dtype, readonly)
 
     # -- timestamps ------------------------------------------------------------------
@@ -740,7 +804,7 @@ class GraphRecorder(Backend):
             self.real.synchronize(done)
             self._destroy(graph)
         self.retiring = []
-        if not self.cache_shared:       # a shared cache outlives the context
+        if not self.cache_shared:  # a shared cache outlives the context
             for executable in self.cache.values():
                 self.graphs.destroy_exec(executable)
             self.cache.clear()
@@ -749,7 +813,7 @@ class GraphRecorder(Backend):
                 self.real.destroy_stream(real)
         self.spare.clear()
         for stream in self.launch_streams.values():
-            if stream is not self.caller_stream:      # the caller's, not ours
+            if stream is not self.caller_stream:  # the caller's, not ours
                 self.real.destroy_stream(stream)
         self.launch_streams.clear()
 
@@ -772,7 +836,7 @@ def _collect_orphans() -> None:
         _orphans[:] = [entry for entry in _orphans if entry not in finished]
     for recorder, _, graph in finished:
         recorder._destroy(graph)
-        if not recorder.cache_shared:             # its context is finalized
+        if not recorder.cache_shared:  # its context is finalized
             for executable in recorder.cache.values():
                 recorder.graphs.destroy_exec(executable)
             recorder.cache.clear()

@@ -47,7 +47,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import threading
-from typing import TYPE_CHECKING, Iterator, Protocol
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from .._core.access import READ, WRITE
 from .._core.coherence import INVALID, DataState, Instance, Snapshot
@@ -78,19 +79,26 @@ class ScopeOwner(Protocol):
     def wake(self) -> None:
         """Wake the threads waiting for held data (a scope released its data)."""
 
-    def copy_into(self, state: DataState, target: Instance, source: Instance,
-                  prerequisites: list[Event], label: str, keep: bool = True,
-                  copy_title: str | None = None) -> Event:
+    def copy_into(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        prerequisites: list[Event],
+        label: str,
+        keep: bool = True,
+        copy_title: str | None = None,
+    ) -> Event:
         """An internal copy (hoisted imports, refreshes of assumed instances)."""
 
 
 class ScopeKind(enum.Enum):
     """What a scope records."""
 
-    EPOCH = "epoch"            # graph mode: the work between two sync points
-    GRAPH = "graph"            # graph_scope() / push()
-    WHILE = "while"            # while_loop()
-    REPEAT = "repeat"          # repeat(count)
+    EPOCH = "epoch"  # graph mode: the work between two sync points
+    GRAPH = "graph"  # graph_scope() / push()
+    WHILE = "while"  # while_loop()
+    REPEAT = "repeat"  # repeat(count)
     LAUNCHABLE = "launchable"  # launchable_graph_scope(), pop_prologue_shared()
 
 
@@ -150,22 +158,46 @@ class Scope:
         what it reads, or hoisting what it imports).
     """
 
-    __slots__ = ("kind", "count", "graph", "top", "pools", "outer_pools", "hoist_pools",
-                 "snapshots", "touched", "repeatable", "assumed", "fresh",
-                 "condition_set", "closed", "wrapper", "work", "thread", "inline",
-                 "locals", "lent")
-    graph: Graph          # set when the scope is opened
+    __slots__ = (
+        "kind",
+        "count",
+        "graph",
+        "top",
+        "pools",
+        "outer_pools",
+        "hoist_pools",
+        "snapshots",
+        "touched",
+        "repeatable",
+        "assumed",
+        "fresh",
+        "condition_set",
+        "closed",
+        "wrapper",
+        "work",
+        "thread",
+        "inline",
+        "locals",
+        "lent",
+    )
+    graph: Graph  # set when the scope is opened
 
-    def __init__(self, kind: ScopeKind, repeatable: bool, discardable: bool,
-                 count: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: ScopeKind,
+        repeatable: bool,
+        discardable: bool,
+        count: int | None = None,
+    ) -> None:
         self.kind = kind
         self.count = count
         self.top = False
         self.pools: StreamPools | None = None
         self.outer_pools: StreamPools | None = None
         self.hoist_pools: StreamPools | None = None
-        self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = \
+        self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = (
             {} if discardable else None
+        )
         self.touched: dict[int, DataState] = {}
         self.repeatable = repeatable
         self.assumed: dict[tuple[int, int], DataState] = {}
@@ -228,8 +260,9 @@ class ScopeTracker:
         that close at every synchronisation point.
     """
 
-    def __init__(self, runtime: ScopeOwner, recorder: GraphRecorder, epochs: bool
-                 ) -> None:
+    def __init__(
+        self, runtime: ScopeOwner, recorder: GraphRecorder, epochs: bool
+    ) -> None:
         self.runtime = runtime
         self.recorder = recorder
         self.epochs = epochs
@@ -238,9 +271,9 @@ class ScopeTracker:
         recorder.error_sink = runtime.errors.capture
         self._shared = Recording()
         self._local = threading.local()
-        self.open_tops: dict[Scope, int] = {}     # per thread: open top scopes -> thread
-        self.submitter: int | None = None         # epochs: the first submitting thread
-        self.arrivals: set[int] = set()            # epochs: the other threads so far
+        self.open_tops: dict[Scope, int] = {}  # per thread: open top scopes -> thread
+        self.submitter: int | None = None  # epochs: the first submitting thread
+        self.arrivals: set[int] = set()  # epochs: the other threads so far
 
     # -- the calling thread's recording ---------------------------------------------
     def here(self) -> Recording:
@@ -293,7 +326,7 @@ class ScopeTracker:
         stack = here.stack
         self._check_no_body(here, "open")
         if not stack and kind in _LOOPS:
-            wrapper = self.open(ScopeKind.GRAPH)      # a loop node needs a graph
+            wrapper = self.open(ScopeKind.GRAPH)  # a loop node needs a graph
             scope = self.open(kind, count)
             scope.wrapper = wrapper
             return scope
@@ -308,14 +341,22 @@ class ScopeTracker:
             scope.pools = here.pools = StreamPools(recorder, runtime.errors.capture)
             if self.per_thread:
                 self.open_tops[scope] = scope.thread
-        elif kind is ScopeKind.GRAPH and recorder.current is not None and \
-                recorder.current.parent is None:
+        elif (
+            kind is ScopeKind.GRAPH
+            and recorder.current is not None
+            and recorder.current.parent is None
+        ):
             # No loop encloses it: record into the top-level graph itself.
             scope.inline = recorder.open_inline()
             scope.graph = scope.inline.graph
         else:
-            loop_count = (count if kind is ScopeKind.REPEAT
-                          else None if kind is ScopeKind.WHILE else 1)
+            loop_count = (
+                count
+                if kind is ScopeKind.REPEAT
+                else None
+                if kind is ScopeKind.WHILE
+                else 1
+            )
             scope.graph = recorder.open_loop(loop_count)
         stack.append(scope)
         return scope
@@ -323,9 +364,11 @@ class ScopeTracker:
     @staticmethod
     def _check_no_body(here: Recording, what: str) -> None:
         if here.bodies:
-            raise ScopeError(f"a scope cannot {what} inside the body of a task recorded "
-                             "in a graph (its work is being captured); end the task "
-                             "first")
+            raise ScopeError(
+                f"a scope cannot {what} inside the body of a task recorded "
+                "in a graph (its work is being captured); end the task "
+                "first"
+            )
 
     def close(self, scope: Scope, launch: bool = True) -> None:
         """Close the innermost scope ``scope``; a top-level one is launched when
@@ -342,7 +385,7 @@ class ScopeTracker:
         self.stack.pop()
         scope.closed = True
         if self.stack:
-            self.stack[-1].lent.extend(scope.lent)   # discarded with the parent
+            self.stack[-1].lent.extend(scope.lent)  # discarded with the parent
         if scope.inline is not None:
             recorder.close_inline(scope.inline)
             return
@@ -377,8 +420,9 @@ class ScopeTracker:
             state.substitute(stand_in)
             pending = state.pending
             if pending is not None:
-                pending.partials = [(instance, stand_in(event))
-                                    for instance, event in pending.partials]
+                pending.partials = [
+                    (instance, stand_in(event)) for instance, event in pending.partials
+                ]
 
     def discard(self, scope: Scope) -> None:
         """Drop the innermost scope ``scope``: nothing it recorded runs."""
@@ -402,7 +446,9 @@ class ScopeTracker:
             top = here.stack[0] if here.stack else None
             if top is not None and top.pools is not None:
                 # Stream order no longer holds: the streams recorded nodes that are gone.
-                top.pools = here.pools = StreamPools(recorder, self.runtime.errors.capture)
+                top.pools = here.pools = StreamPools(
+                    recorder, self.runtime.errors.capture
+                )
             if scope.wrapper is not None:
                 self.discard(scope.wrapper)
 
@@ -414,9 +460,11 @@ class ScopeTracker:
         for state in scope.touched.values():
             tracker = state.tracker
             if state.readonly and tracker.readers:
-                tracker.readers = {stream: event
-                                   for stream, event in tracker.readers.items()
-                                   if not recorded_in(event, graph)}
+                tracker.readers = {
+                    stream: event
+                    for stream, event in tracker.readers.items()
+                    if not recorded_in(event, graph)
+                }
 
     def discard_all(self) -> None:
         """Drop every open scope, innermost first."""
@@ -467,8 +515,11 @@ class ScopeTracker:
     def epoch_full(self) -> bool:
         """True when the current epoch should be launched (:data:`EPOCH_TASKS`)."""
         stack = self.stack
-        return bool(stack) and stack[0].kind is ScopeKind.EPOCH and \
-            stack[0].work >= EPOCH_TASKS
+        return (
+            bool(stack)
+            and stack[0].kind is ScopeKind.EPOCH
+            and stack[0].work >= EPOCH_TASKS
+        )
 
     def epoch_begin(self) -> None:
         """Record the next epoch."""
@@ -495,7 +546,7 @@ class ScopeTracker:
         outermost = self.stack[0]
         outermost.work += 1
         touched = outermost.touched
-        for access in plan.reductions:            # combined (read, written) later
+        for access in plan.reductions:  # combined (read, written) later
             touched[id(access.state)] = access.state
             self.snapshot(access.state)
         for access in plan.accesses:
@@ -506,8 +557,11 @@ class ScopeTracker:
             if instance is None or self.is_local(state):
                 continue
             source = sources.get(id(access))
-            used = source if source is not None else (
-                instance if access.mode & READ else None)
+            used = (
+                source
+                if source is not None
+                else (instance if access.mode & READ else None)
+            )
             if used is None:
                 continue
             place = (id(state), used.device)
@@ -525,7 +579,7 @@ class ScopeTracker:
         """Snapshot ``state`` in every open scope that has not seen it yet (and, with
         scopes per thread, mark it as the open top scope's)."""
         if state.readonly and state.scope is None:
-            return          # only read from now on: nothing to restore, nobody to wait
+            return  # only read from now on: nothing to restore, nobody to wait
         key = id(state)
         stack = self.stack
         for scope in stack:
@@ -592,12 +646,15 @@ class ScopeTracker:
         """
         for access in plan.accesses:
             instance = access.instance
-            if not access.mode & READ or instance is None or \
-                    instance.state is not INVALID:
+            if (
+                not access.mode & READ
+                or instance is None
+                or instance.state is not INVALID
+            ):
                 continue
             state = access.state
             if self.is_local(state):
-                continue                    # no_export data: fresh in every iteration
+                continue  # no_export data: fresh in every iteration
             at_root = state.readonly and state.scope is None and self.per_thread
             if not at_root and not scope.repeatable:
                 continue
@@ -607,17 +664,27 @@ class ScopeTracker:
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
             if at_root:
                 with self.root_level():
-                    self.runtime.copy_into(state, instance, source, prerequisites,
-                                           state.label,
-                                           copy_title="copy before scope")
+                    self.runtime.copy_into(
+                        state,
+                        instance,
+                        source,
+                        prerequisites,
+                        state.label,
+                        copy_title="copy before scope",
+                    )
                 continue
             if (id(state), source.device) in scope.fresh:
                 continue
             with self._enclosing_level(scope):
-                self._note_import(state, instance, source)    # in enclosing scopes
-                event = self.runtime.copy_into(state, instance, source, prerequisites,
-                                               state.label,
-                                               copy_title="copy before scope")
+                self._note_import(state, instance, source)  # in enclosing scopes
+                event = self.runtime.copy_into(
+                    state,
+                    instance,
+                    source,
+                    prerequisites,
+                    state.label,
+                    copy_title="copy before scope",
+                )
             # The import is work of the enclosing level, which runs even if this
             # scope is discarded: the scope's snapshot must keep it (its copy, and
             # the event later users of the instance, or writers of the source, wait
@@ -625,8 +692,14 @@ class ScopeTracker:
             # before, the snapshot taken then gets the import.
             self._keep_import(scope, state, instance, source, event)
 
-    def _keep_import(self, scope: Scope, state: DataState, target: Instance,
-                     source: Instance, event: Event) -> None:
+    def _keep_import(
+        self,
+        scope: Scope,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        event: Event,
+    ) -> None:
         """Make the snapshot of ``state`` that discarding ``scope`` restores hold an
         import made for it at the enclosing level (``source`` copied into ``target``,
         complete at ``event``)."""
@@ -637,14 +710,15 @@ class ScopeTracker:
             return
         now = state.snapshot()
         state.restore(entry[1])
-        if source.state is not INVALID:         # as the copy did (``copy_into``)
+        if source.state is not INVALID:  # as the copy did (``copy_into``)
             state.copied(target, source, event)
         state.tracker.release(READ, event)
         snapshots[id(state)] = (state, state.snapshot())
         state.restore(now)
 
-    def _note_import(self, state: DataState, instance: Instance,
-                     source: Instance) -> None:
+    def _note_import(
+        self, state: DataState, instance: Instance, source: Instance
+    ) -> None:
         self.snapshot(state)
         place = (id(state), source.device)
         for scope in self.stack:
@@ -704,7 +778,8 @@ class ScopeTracker:
             here.pools = scope.hoist_pools
         parent = scope.graph.parent
         previous = recorder.enter_level(
-            None if scope.top or parent is None else parent.graph)
+            None if scope.top or parent is None else parent.graph
+        )
         try:
             yield
         finally:
@@ -722,8 +797,14 @@ class ScopeTracker:
             if source is None:
                 continue
             prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
-            self.runtime.copy_into(state, instance, source, prerequisites, state.label,
-                                   copy_title="copy in scope")
+            self.runtime.copy_into(
+                state,
+                instance,
+                source,
+                prerequisites,
+                state.label,
+                copy_title="copy in scope",
+            )
 
     # -- the recorder, seen from the runtime ---------------------------------------------
     def pending_events(self) -> list[Event]:
@@ -740,4 +821,3 @@ class ScopeTracker:
 
     def __repr__(self) -> str:
         return f"<ScopeTracker {self.stack}>"
-

@@ -14,39 +14,57 @@ from __future__ import annotations
 import numbers
 import threading
 import weakref
-from typing import Any, Callable, Iterable, cast, overload
+from collections.abc import Callable, Iterable
+from typing import Any, cast, overload
 
 import numpy as np
 
-from .cond import Comparable, cond, condition_terms
-from .._handles.context import context
-from .._core.errors import (ContextMismatchError, NegativeCountError, ScopeError,
-                      warn_user)
-from .._handles.bundles import View as _View
 from .._core.coherence import DataState
-from .._handles.bundles import bundle as _Bundle
-from .._handles.bundles import bundle_dep, live_check, local_field_check, make_bundle, state_key
-from .._handles.logical_data import dep, logical_data
-from .._places.places import exec_place
+from .._core.errors import ContextMismatchError, NegativeCountError, ScopeError, warn_user
 from .._engine.runtime import Runtime
-from .mode import GraphMode
-from .scopes import Scope, ScopeKind, ScopeTracker
+from .._handles.bundles import View as _View
+from .._handles.bundles import bundle as _Bundle
+from .._handles.bundles import (
+    bundle_dep,
+    live_check,
+    local_field_check,
+    make_bundle,
+    state_key,
+)
+from .._handles.context import context
+from .._handles.logical_data import dep, logical_data
 from .._handles.task import host_launch, task
+from .._places.places import exec_place
+from .cond import Comparable, cond, condition_terms
+from .mode import GraphMode
 from .recording import GraphRecorder
+from .scopes import Scope, ScopeKind, ScopeTracker
 
-__all__ = ["LaunchableGraph", "stackable_context", "stackable_logical_data",
-           "stackable_task"]
+__all__ = [
+    "LaunchableGraph",
+    "stackable_context",
+    "stackable_logical_data",
+    "stackable_task",
+]
+
 
 class stackable_logical_data(logical_data, Comparable):
     """Logical data of a :class:`stackable_context` (see ``logical_data``), plus
     ``set_read_only``, ``push`` and comparisons building loop conditions."""
 
-    __slots__ = ("_home",)      # the scope of no_export data (None: none)
+    __slots__ = ("_home",)  # the scope of no_export data (None: none)
     _home: Scope | None
 
-    def _adopt(self, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
-               dtype: np.dtype | None, readonly: bool, name: str | None,
-               source: Any) -> None:
+    def _adopt(
+        self,
+        runtime: Runtime,
+        state: DataState,
+        shape: tuple[int, ...] | None,
+        dtype: np.dtype | None,
+        readonly: bool,
+        name: str | None,
+        source: Any,
+    ) -> None:
         self._home = None
         super()._adopt(runtime, state, shape, dtype, readonly, name, source)
 
@@ -71,13 +89,19 @@ class stackable_logical_data(logical_data, Comparable):
         with runtime.lock:
             if state.scope is not None or state.writing is not None:
                 holder = state.scope if state.scope is not None else state.writing
-                what = ("a launchable graph holds it" if isinstance(holder, _Launchable)
-                        else "an open scope has used it" if isinstance(holder, Scope)
-                        else "a task writing it is in progress")
-                raise ScopeError(f"set_read_only() of {self._label()} while {what}; "
-                                 "call set_read_only() before that work, or once it "
-                                 "has ended (the scope closed, the launchable graph "
-                                 "reset)")
+                what = (
+                    "a launchable graph holds it"
+                    if isinstance(holder, _Launchable)
+                    else "an open scope has used it"
+                    if isinstance(holder, Scope)
+                    else "a task writing it is in progress"
+                )
+                raise ScopeError(
+                    f"set_read_only() of {self._label()} while {what}; "
+                    "call set_read_only() before that work, or once it "
+                    "has ended (the scope closed, the launchable graph "
+                    "reset)"
+                )
             self._readonly = True
             state.readonly = True
 
@@ -92,8 +116,10 @@ class stackable_logical_data(logical_data, Comparable):
         access = dep(self, mode if isinstance(mode, int) else int(mode), dplace)
         _check_home(self, "push()")
         if not _scopes(runtime).stack:
-            raise ScopeError(f"push() of {self._label()} with no scope open; open one "
-                             "with push(), graph_scope() or a loop first")
+            raise ScopeError(
+                f"push() of {self._label()} with no scope open; open one "
+                "with push(), graph_scope() or a loop first"
+            )
         made = task._make(runtime, (access,), f"push {self._label()}")
         made.start()
         made.end()
@@ -103,8 +129,10 @@ class stackable_logical_data(logical_data, Comparable):
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        return (f"stackable_logical_data(shape={self._shape}, dtype={self._dtype}, "
-                f"is_token={self._is_token}, symbol={self._symbol!r})")
+        return (
+            f"stackable_logical_data(shape={self._shape}, dtype={self._dtype}, "
+            f"is_token={self._is_token}, symbol={self._symbol!r})"
+        )
 
 
 class stackable_task(task):
@@ -124,11 +152,14 @@ def _check_stackable(d: Any, runtime: Runtime, what: str) -> None:
         return
     if isinstance(d, dep):
         if not isinstance(d.ld, stackable_logical_data):
-            raise TypeError(f"{what}: {d.ld._label()} is not data of a stackable "
-                            "context; create it with sctx.logical_data(...)")
+            raise TypeError(
+                f"{what}: {d.ld._label()} is not data of a stackable "
+                "context; create it with sctx.logical_data(...)"
+            )
         if d.ld._runtime is not runtime:
-            raise ContextMismatchError(f"{what}: {d.ld._label()} belongs to a "
-                                       "different context")
+            raise ContextMismatchError(
+                f"{what}: {d.ld._label()} belongs to a different context"
+            )
         _check_home(d.ld, what)
 
 
@@ -138,14 +169,18 @@ def _check_home(ld: stackable_logical_data, what: str) -> None:
     if home is None:
         return
     if home.closed:
-        raise ScopeError(f"{what}: {ld._label()} was created with no_export=True in a "
-                         f"{home.kind.value} scope that has closed: such data lives "
-                         "only in its scope; create it without no_export to use it "
-                         "after the scope")
+        raise ScopeError(
+            f"{what}: {ld._label()} was created with no_export=True in a "
+            f"{home.kind.value} scope that has closed: such data lives "
+            "only in its scope; create it without no_export to use it "
+            "after the scope"
+        )
     if home.thread != threading.get_ident():
-        raise ScopeError(f"{what}: {ld._label()} was created with no_export=True in a "
-                         f"{home.kind.value} scope of another thread; such data lives "
-                         "only in its scope")
+        raise ScopeError(
+            f"{what}: {ld._label()} was created with no_export=True in a "
+            f"{home.kind.value} scope of another thread; such data lives "
+            "only in its scope"
+        )
 
 
 def _scopes(runtime: Runtime) -> ScopeTracker:
@@ -174,8 +209,9 @@ class _ScopeGuard:
 class _Loop:
     """A ``while_loop()`` or ``repeat(count)`` block; ``with`` gives the loop."""
 
-    def __init__(self, sctx: stackable_context, kind: ScopeKind, count: int | None
-                 ) -> None:
+    def __init__(
+        self, sctx: stackable_context, kind: ScopeKind, count: int | None
+    ) -> None:
         self._sctx = sctx
         self._kind = kind
         self._count = count
@@ -189,19 +225,25 @@ class _Loop:
     def __exit__(self, exc_type: Any, *_: Any) -> None:
         scope = self._scope
         assert scope is not None
-        if exc_type is None and self._kind is ScopeKind.WHILE and not (
-                scope.condition_set or self._handle_used):
+        if (
+            exc_type is None
+            and self._kind is ScopeKind.WHILE
+            and not (scope.condition_set or self._handle_used)
+        ):
             self._sctx._close(scope, failed=True)
-            raise ScopeError("a while_loop body ended without continue_while(...): the "
-                             "loop could never end; call loop.continue_while(cond) once "
-                             "in the body")
+            raise ScopeError(
+                "a while_loop body ended without continue_while(...): the "
+                "loop could never end; call loop.continue_while(cond) once "
+                "in the body"
+            )
         self._sctx._close(scope, failed=exc_type is not None)
 
     def _open_scope(self, what: str) -> Scope:
         scope = self._scope
         if scope is None or scope.closed or self._kind is not ScopeKind.WHILE:
-            raise ScopeError(f"{what} is only valid inside the 'with sctx.while_loop() "
-                             "as loop:' block")
+            raise ScopeError(
+                f"{what} is only valid inside the 'with sctx.while_loop() as loop:' block"
+            )
         return scope
 
     @property
@@ -230,35 +272,55 @@ class _Loop:
         elif len(args) == 1:
             expr = args[0]
         else:
-            raise ValueError(f"continue_while takes a condition or (ld, op, threshold), "
-                             f"got {len(args)} arguments")
+            raise ValueError(
+                f"continue_while takes a condition or (ld, op, threshold), "
+                f"got {len(args)} arguments"
+            )
         combiner, leaves = condition_terms(expr)
         runtime = self._sctx._runtime
         for leaf in leaves:
             if leaf._ld._runtime is not runtime:
-                raise ContextMismatchError(f"continue_while: {leaf._ld._label()} belongs "
-                                           "to a different context")
+                raise ContextMismatchError(
+                    f"continue_while: {leaf._ld._label()} belongs to a different context"
+                )
         if scope.condition_set:
-            raise ScopeError("continue_while() called twice in one while_loop body; "
-                             "combine the conditions with & or |")
+            raise ScopeError(
+                "continue_while() called twice in one while_loop body; "
+                "combine the conditions with & or |"
+            )
         if _scopes(runtime).innermost is not scope:
-            raise ScopeError("continue_while() must be called in the loop's own body, "
-                             "not in a scope nested in it")
+            raise ScopeError(
+                "continue_while() must be called in the loop's own body, "
+                "not in a scope nested in it"
+            )
         distinct: list[stackable_logical_data] = []
         for leaf in leaves:
             if leaf._ld not in distinct:
                 distinct.append(leaf._ld)
-        device = scope.graph.device                 # the loop's device, once known
+        device = scope.graph.device  # the loop's device, once known
         place = () if device is None else (exec_place.device(device),)
-        made = self._sctx.task(*place, *(ld.read() for ld in distinct),
-                               symbol="while_condition")
+        made = self._sctx.task(
+            *place, *(ld.read() for ld in distinct), symbol="while_condition"
+        )
         with made:
             pointers = {id(ld): made.get_arg(i) for i, ld in enumerate(distinct)}
-            terms = [(pointers[id(leaf._ld)], leaf._ld._dtype, leaf._op,
-                      leaf._threshold, leaf._negate) for leaf in leaves]
+            terms = [
+                (
+                    pointers[id(leaf._ld)],
+                    leaf._ld._dtype,
+                    leaf._op,
+                    leaf._threshold,
+                    leaf._negate,
+                )
+                for leaf in leaves
+            ]
             recorder = _scopes(runtime).recorder
-            recorder.set_condition(made._native_stream(),
-                                   recorder.loop_condition(scope.graph), terms, combiner)
+            recorder.set_condition(
+                made._native_stream(),
+                recorder.loop_condition(scope.graph),
+                terms,
+                combiner,
+            )
         scope.condition_set = True
 
 
@@ -307,8 +369,9 @@ class _Launchable:
 
     def check(self, what: str) -> None:
         if self.released:
-            raise RuntimeError(f"{what} on a launchable graph that was reset; record a "
-                               "new one")
+            raise RuntimeError(
+                f"{what} on a launchable graph that was reset; record a new one"
+            )
 
     def launch(self) -> None:
         self.check("launch()")
@@ -355,7 +418,7 @@ class _Launchable:
                 runtime.unhold(self, self.scope.held_data())
             graph = self.scope.graph
             if graph.launches == 0:
-                scopes.restore(self.scope)   # never launched: data unchanged
+                scopes.restore(self.scope)  # never launched: data unchanged
             self.recorder().release(graph)
             scopes.lower(self.scope)
 
@@ -366,7 +429,7 @@ def _handle_int(handle: Any) -> int:
     except TypeError:
         pass
     try:
-        return int(handle.getPtr())            # a cuda.bindings handle
+        return int(handle.getPtr())  # a cuda.bindings handle
     except AttributeError:
         return id(handle)
 
@@ -378,7 +441,7 @@ class LaunchableGraph:
     ``LaunchableGraph()`` built directly is an already-reset handle.
     """
 
-    _state: _Launchable | None = None       # also while __init__ has not run
+    _state: _Launchable | None = None  # also while __init__ has not run
 
     def __init__(self) -> None:
         self._state = None
@@ -451,8 +514,9 @@ class _LaunchableScope:
         self._handle: LaunchableGraph | None = None
 
     def __enter__(self) -> LaunchableGraph:
-        scope = self._sctx._open(ScopeKind.LAUNCHABLE,
-                                 root_only="launchable_graph_scope()")
+        scope = self._sctx._open(
+            ScopeKind.LAUNCHABLE, root_only="launchable_graph_scope()"
+        )
         self._handle = LaunchableGraph._of(_Launchable(self._sctx, scope))
         return self._handle
 
@@ -498,15 +562,18 @@ class stackable_context:
             pushed = self._pushes.scopes = []
         return pushed
 
-    def _open(self, kind: ScopeKind, count: int | None = None,
-              root_only: str | None = None) -> Scope:
+    def _open(
+        self, kind: ScopeKind, count: int | None = None, root_only: str | None = None
+    ) -> Scope:
         runtime = self._ctx._live()
         with runtime.lock:
             runtime.check_submit(f"{kind.value} scope")
             scopes = _scopes(runtime)
             if root_only is not None and scopes.stack:
-                raise ScopeError(f"{root_only} is only valid at the root level, not "
-                                 "inside another scope")
+                raise ScopeError(
+                    f"{root_only} is only valid at the root level, not "
+                    "inside another scope"
+                )
             scope = scopes.open(kind, count)
             if runtime.instruments.attached:
                 runtime.instruments.scope_opened(kind.value, count)
@@ -522,7 +589,7 @@ class stackable_context:
                     scopes.discard(scope)
                 else:
                     try:
-                        scopes.close(scope)          # repeat(0) bodies are discarded
+                        scopes.close(scope)  # repeat(0) bodies are discarded
                         discarded = scope.kind is ScopeKind.REPEAT and scope.count == 0
                     except BaseException:
                         # Closing failed (a copy that cannot be captured, say): drop
@@ -557,8 +624,10 @@ class stackable_context:
             raise ScopeError("pop() without a matching push()")
         scope = self._pushed[-1]
         if _scopes(runtime).innermost is not scope:
-            raise ScopeError("pop() while a scope opened after the matching push() is "
-                             "still open; close it first")
+            raise ScopeError(
+                "pop() while a scope opened after the matching push() is "
+                "still open; close it first"
+            )
         self._pushed.pop()
         self._close(scope, failed=False)
 
@@ -571,11 +640,13 @@ class stackable_context:
     def repeat(self, count: int) -> _Loop:
         """``with sctx.repeat(count):`` — a body the device runs ``count`` times."""
         if isinstance(count, bool) or not isinstance(count, numbers.Integral):
-            raise TypeError(f"repeat(count): count must be an int, got "
-                            f"{type(count).__name__}")
+            raise TypeError(
+                f"repeat(count): count must be an int, got {type(count).__name__}"
+            )
         if count < 0:
-            raise NegativeCountError(f"repeat(count): count must be non-negative, got "
-                                     f"{count}")
+            raise NegativeCountError(
+                f"repeat(count): count must be non-negative, got {count}"
+            )
         self._ctx._live()
         return _Loop(self, ScopeKind.REPEAT, int(count))
 
@@ -592,8 +663,10 @@ class stackable_context:
         handle that launches it; the scope closes when the last handle is reset."""
         stack = _scopes(self._ctx._live()).stack
         if not self._pushed or len(stack) != 1 or stack[0] is not self._pushed[-1]:
-            raise ScopeError("pop_prologue_shared() needs exactly one open scope, opened "
-                             "by push() at the root level")
+            raise ScopeError(
+                "pop_prologue_shared() needs exactly one open scope, opened "
+                "by push() at the root level"
+            )
         scope = self._pushed.pop()
         scope.kind = ScopeKind.LAUNCHABLE
         state = _Launchable(self, scope)
@@ -601,13 +674,20 @@ class stackable_context:
         return LaunchableGraph._of(state)
 
     # -- data and work -----------------------------------------------------------------
-    def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
-                     ) -> stackable_logical_data:
+    def logical_data(
+        self, buf: Any, dplace: Any = None, name: str | None = None
+    ) -> stackable_logical_data:
         """Register ``buf`` as logical data (see ``context.logical_data``)."""
         return cast(stackable_logical_data, self._ctx.logical_data(buf, dplace, name))
 
-    def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None,
-                           *, no_export: bool = False) -> stackable_logical_data:
+    def logical_data_empty(
+        self,
+        shape: Any,
+        dtype: Any = None,
+        name: str | None = None,
+        *,
+        no_export: bool = False,
+    ) -> stackable_logical_data:
         """Logical data without an initial value.
 
         ``no_export=True`` makes it a temporary of the innermost open scope: it lives
@@ -630,29 +710,56 @@ class stackable_context:
                 ld._home = home
         return cast(stackable_logical_data, ld)
 
-    def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
-                          where: Any = None, exec_place: Any = None,
-                          name: str | None = None, *, no_export: bool = False
-                          ) -> stackable_logical_data:
+    def logical_data_full(
+        self,
+        shape: Any,
+        fill_value: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: Any = None,
+        name: str | None = None,
+        *,
+        no_export: bool = False,
+    ) -> stackable_logical_data:
         """Logical data filled with ``fill_value``; the fill runs in the current scope
         (``no_export``: see :meth:`logical_data_empty`)."""
         _check_bool(no_export)
-        return self._local(self._ctx.logical_data_full(
-            shape, fill_value, dtype, where, exec_place, name), no_export)
+        return self._local(
+            self._ctx.logical_data_full(
+                shape, fill_value, dtype, where, exec_place, name
+            ),
+            no_export,
+        )
 
-    def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
-                           exec_place: Any = None, name: str | None = None, *,
-                           no_export: bool = False) -> stackable_logical_data:
+    def logical_data_zeros(
+        self,
+        shape: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: Any = None,
+        name: str | None = None,
+        *,
+        no_export: bool = False,
+    ) -> stackable_logical_data:
         _check_bool(no_export)
-        return self._local(self._ctx.logical_data_zeros(
-            shape, dtype, where, exec_place, name), no_export)
+        return self._local(
+            self._ctx.logical_data_zeros(shape, dtype, where, exec_place, name), no_export
+        )
 
-    def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
-                          exec_place: Any = None, name: str | None = None, *,
-                          no_export: bool = False) -> stackable_logical_data:
+    def logical_data_ones(
+        self,
+        shape: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: Any = None,
+        name: str | None = None,
+        *,
+        no_export: bool = False,
+    ) -> stackable_logical_data:
         _check_bool(no_export)
-        return self._local(self._ctx.logical_data_ones(
-            shape, dtype, where, exec_place, name), no_export)
+        return self._local(
+            self._ctx.logical_data_ones(shape, dtype, where, exec_place, name), no_export
+        )
 
     def token(self) -> stackable_logical_data:
         """A logical data without bytes, for ordering only."""
@@ -670,8 +777,9 @@ class stackable_context:
         runtime = self._ctx._live()
         label = "stackable_context.bundle()"
         check = local_field_check(runtime, stackable_logical_data, label)
-        made = make_bundle(view, fields, check, live_check(runtime), label,
-                           dep, state_key)
+        made = make_bundle(
+            view, fields, check, live_check(runtime), label, dep, state_key
+        )
         made._runtime = runtime
         return made
 
@@ -683,8 +791,13 @@ class stackable_context:
             _check_stackable(arg, runtime, "task()")
         return cast(stackable_task, stackable_task._make(runtime, args, symbol))
 
-    def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
-                    args: Any = None, symbol: str | None = None) -> None:
+    def host_launch(
+        self,
+        *deps: dep,
+        fn: Callable[..., Any] | None = None,
+        args: Any = None,
+        symbol: str | None = None,
+    ) -> None:
         """Run ``fn`` on the host in order with ``deps`` (see ``context.host_launch``);
         also inside graph scopes, not inside loop bodies (conditional graph nodes
         hold no host work)."""
@@ -692,10 +805,12 @@ class stackable_context:
         for d in deps:
             _check_stackable(d, runtime, "host_launch()")
         if _scopes(runtime).in_nested_scope():
-            raise ScopeError("host_launch() inside a while_loop/repeat body (or a graph "
-                             "scope nested in one): a loop body runs as a conditional "
-                             "graph node, which cannot hold host work; move it out of "
-                             "the loop")
+            raise ScopeError(
+                "host_launch() inside a while_loop/repeat body (or a graph "
+                "scope nested in one): a loop body runs as a conditional "
+                "graph node, which cannot hold host work; move it out of "
+                "the loop"
+            )
         host_launch(runtime, deps, fn, args, symbol)
 
     # -- synchronisation -----------------------------------------------------------------
@@ -703,8 +818,9 @@ class stackable_context:
         """A stream that completes when all work so far has (root level only)."""
         runtime = self._ctx._live()
         if _scopes(runtime).stack:
-            raise ScopeError("fence() is only valid at the root level; close the open "
-                             "scopes first")
+            raise ScopeError(
+                "fence() is only valid at the root level; close the open scopes first"
+            )
         return self._ctx.fence()
 
     def check_errors(self) -> None:
@@ -722,12 +838,16 @@ class stackable_context:
             return
         open_scopes = len(_scopes(runtime).stack)
         if open_scopes:
-            raise ScopeError(f"finalize() with {open_scopes} scope(s) still "
-                             "open; close them (pop(), end the with blocks) first")
+            raise ScopeError(
+                f"finalize() with {open_scopes} scope(s) still "
+                "open; close them (pop(), end the with blocks) first"
+            )
         live = [state for state in self._launchables if not state.released]
         if live:
-            raise ScopeError(f"finalize() while {len(live)} launchable graph handle(s) "
-                             "are alive; reset() them first")
+            raise ScopeError(
+                f"finalize() while {len(live)} launchable graph handle(s) "
+                "are alive; reset() them first"
+            )
         self._ctx.finalize()
 
     @property
@@ -765,31 +885,43 @@ class stackable_context:
             state.release()
         if opened or live:
             left = [f"{opened} open scope(s) (push() without pop())"] if opened else []
-            done = ["the scopes were discarded (nothing they recorded runs; their "
-                    "data keeps its value from before them)"] if opened else []
+            done = (
+                [
+                    "the scopes were discarded (nothing they recorded runs; their "
+                    "data keeps its value from before them)"
+                ]
+                if opened
+                else []
+            )
             if live:
                 left.append(f"{len(live)} launchable graph(s) not reset")
                 done.append("the graphs reset")
-            warn_user(f"stackable_context: the with block raised {exc_type.__name__} "
-                      f"with {' and '.join(left)}: {', '.join(done)}, and the root "
-                      "level was finalized, its results written back; pop() scopes "
-                      "and reset() graphs in a finally block to end them yourself",
-                      UserWarning)
+            warn_user(
+                f"stackable_context: the with block raised {exc_type.__name__} "
+                f"with {' and '.join(left)}: {', '.join(done)}, and the root "
+                "level was finalized, its results written back; pop() scopes "
+                "and reset() graphs in a finally block to end them yourself",
+                UserWarning,
+            )
 
     def __repr__(self) -> str:
         state = ", finalized" if self._runtime.finalized else ""
         return f"stackable_context(handle={self._runtime.id}{state})"
 
     def __copy__(self) -> stackable_context:
-        raise TypeError("a stackable_context cannot be copied: it owns streams, graphs "
-                        "and device memory; share the object itself")
+        raise TypeError(
+            "a stackable_context cannot be copied: it owns streams, graphs "
+            "and device memory; share the object itself"
+        )
 
     def __deepcopy__(self, memo: Any) -> stackable_context:
         return self.__copy__()
 
     def __reduce__(self) -> Any:
-        raise TypeError("a stackable_context cannot be pickled: it owns streams, graphs "
-                        "and device memory of this process")
+        raise TypeError(
+            "a stackable_context cannot be pickled: it owns streams, graphs "
+            "and device memory of this process"
+        )
 
 
 def _check_bool(value: Any) -> None:

@@ -22,8 +22,14 @@ from .stackable import LaunchableGraph, _Launchable, stackable_context
 __all__ = ["TaskGraph", "task_graph"]
 
 _NEW, _RECORDING, _RECORDED, _FAILED, _RESET, _FINALIZED = range(6)
-_STATE_NAMES = ("not yet recorded", "recording", "recorded", "failed", "reset",
-                "finalized")
+_STATE_NAMES = (
+    "not yet recorded",
+    "recording",
+    "recorded",
+    "failed",
+    "reset",
+    "finalized",
+)
 _ADVICE = {
     _NEW: "record it first with 'with graph: ...'",
     _RECORDING: "leave the 'with graph:' block first",
@@ -45,10 +51,14 @@ class _GraphContext:
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.raw, name)
         if name in _RECORDING_ONLY and self._graph._phase != _RECORDING:
+
             def refuse(*_: Any, **__: Any) -> Any:
-                raise ScopeError(f"TaskGraph.context.{name}() outside the 'with graph:' "
-                                 f"recording block (the graph is "
-                                 f"{_STATE_NAMES[self._graph._phase]})")
+                raise ScopeError(
+                    f"TaskGraph.context.{name}() outside the 'with graph:' "
+                    f"recording block (the graph is "
+                    f"{_STATE_NAMES[self._graph._phase]})"
+                )
+
             return refuse
         return attribute
 
@@ -77,10 +87,12 @@ class TaskGraph:
 
     def __enter__(self) -> None:
         if self._phase != _NEW:
-            raise RuntimeError(f"a TaskGraph records once; this one is "
-                               f"{_STATE_NAMES[self._phase]}")
-        self._scope = self._sctx._open(ScopeKind.LAUNCHABLE,
-                                       root_only="task_graph recording")
+            raise RuntimeError(
+                f"a TaskGraph records once; this one is {_STATE_NAMES[self._phase]}"
+            )
+        self._scope = self._sctx._open(
+            ScopeKind.LAUNCHABLE, root_only="task_graph recording"
+        )
         self._phase = _RECORDING
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
@@ -95,8 +107,10 @@ class TaskGraph:
 
     def _recorded(self, what: str) -> LaunchableGraph:
         if self._phase != _RECORDED or self._handle is None:
-            raise RuntimeError(f"TaskGraph.{what}: the graph is "
-                               f"{_STATE_NAMES[self._phase]}; {_ADVICE[self._phase]}")
+            raise RuntimeError(
+                f"TaskGraph.{what}: the graph is "
+                f"{_STATE_NAMES[self._phase]}; {_ADVICE[self._phase]}"
+            )
         return self._handle
 
     def launch(self) -> None:

@@ -22,10 +22,11 @@ So one body serves both backends, in stream and graph mode::
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .bundles import is_view
 from ..backends import get_backend
+from .bundles import is_view
 
 __all__ = ["open_bodies", "run_body"]
 
@@ -46,7 +47,7 @@ def _flatten(views: list[Any]) -> tuple[list[Any], Callable[[Any], list[Any]]]:
     """The views with each bundle's named tuple replaced by its fields' views, and
     the function that puts the arrays made of them back into named tuples."""
     flat: list[Any] = []
-    shapes: list[Any] = []                 # per view: None, or (named tuple, fields)
+    shapes: list[Any] = []  # per view: None, or (named tuple, fields)
     for view in views:
         if is_view(view):
             present = [field is not None for field in view]
@@ -71,14 +72,16 @@ def _flatten(views: list[Any]) -> tuple[list[Any], Callable[[Any], list[Any]]]:
                 k += int(got)
             out.append(kind(*fields))
         return out
+
     return flat, rebuild
 
 
 def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
     """``task.run(fn, *indices)`` (see the module docstring)."""
     if not callable(fn):
-        raise TypeError(f"run expects a callable fn(xp, *arrays), got "
-                        f"{type(fn).__name__}")
+        raise TypeError(
+            f"run expects a callable fn(xp, *arrays), got {type(fn).__name__}"
+        )
     backend = task._runtime.backend
     if backend.gpu_memory and task._layout is None:
         _run_on_cuda(task, fn, indices)
@@ -91,18 +94,21 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
     if not backend.gpu_memory:
         import numpy as np
 
-        emulated = get_backend("emulated")     # what stflow.emulated.launch uses
+        emulated = get_backend("emulated")  # what stflow.emulated.launch uses
         stream = emulated.stream_from_handle(int(task.stream_ptr()))
         source = f"work launched from {task._label()}"
         if bundles:
             flat, rebuild = _flatten(views)
-            emulated.launch_callable(stream, lambda *arrays: fn(np, *rebuild(arrays)),
-                                     tuple(flat), source)
+            emulated.launch_callable(
+                stream, lambda *arrays: fn(np, *rebuild(arrays)), tuple(flat), source
+            )
             return
-        emulated.launch_callable(stream, lambda *arrays: fn(np, *arrays), tuple(views),
-                                 source)
+        emulated.launch_callable(
+            stream, lambda *arrays: fn(np, *arrays), tuple(views), source
+        )
         return
     from ..interop.cupy import _CUPY, _load_cupy, body_array, body_stream
+
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     with body_stream(int(task.stream_ptr())):
         try:
@@ -120,11 +126,14 @@ def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) ->
     instances (each a view of an array made once per allocation and device), the
     task stream current."""
     from ..interop.cupy import _CUPY, _load_cupy, allocation_array, body_stream
+
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     stream, instances = task._body_instances(indices)
     device = stream.device
-    arrays = [allocation_array(cupy, allocation, shape, dtype, device)
-              for allocation, shape, dtype in instances]
+    arrays = [
+        allocation_array(cupy, allocation, shape, dtype, device)
+        for allocation, shape, dtype in instances
+    ]
     with body_stream(int(stream.handle)):
         try:
             fn(cupy, *arrays)
@@ -140,4 +149,5 @@ def _explain_capture(error: NotImplementedError) -> None:
         f"{error}: CuPy refuses cuBLAS and cuSOLVER (matrix products, dot, cupy.linalg) "
         "while a graph is recorded (graph mode, scopes, task_graph); stflow.linalg "
         "(gemm, gemm_batched, gemv, dot, syrk, trsm, trmm, potrf, trtri, lauum) makes "
-        "the same calls in a capturable way") from error
+        "the same calls in a capturable way"
+    ) from error

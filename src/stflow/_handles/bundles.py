@@ -25,13 +25,18 @@ from __future__ import annotations
 
 import collections
 import keyword
-from typing import Any, Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Any, Generic, TypeVar
 
 from .._core.access import READ, RW, WRITE, is_mode, mode_name
-from .._core.errors import (AccessModeError, BundleFieldError, ContextFinalizedError,
-                      ContextMismatchError)
-from .logical_data import dep, logical_data
+from .._core.errors import (
+    AccessModeError,
+    BundleFieldError,
+    ContextFinalizedError,
+    ContextMismatchError,
+)
 from .._core.reduce import REDUCE
+from .logical_data import dep, logical_data
 
 __all__ = ["Regrouping", "Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
 
@@ -72,20 +77,36 @@ class bundle(Generic[View]):
     finalized raises :class:`ContextFinalizedError`.
     """
 
-    __slots__ = ("_names", "_fields", "_constant", "_view", "_alive", "_label",
-                 "_dep_of", "_runtime", "_made")
+    __slots__ = (
+        "_names",
+        "_fields",
+        "_constant",
+        "_view",
+        "_alive",
+        "_label",
+        "_dep_of",
+        "_runtime",
+        "_made",
+    )
 
-    def __init__(self, fields: dict[str, Any], constant_names: frozenset[str],
-                 view: type, alive: Any, label: str, dep_of: Any) -> None:
+    def __init__(
+        self,
+        fields: dict[str, Any],
+        constant_names: frozenset[str],
+        view: type,
+        alive: Any,
+        label: str,
+        dep_of: Any,
+    ) -> None:
         self._names = tuple(fields)
         self._fields = fields
         self._constant = constant_names
         self._view = view
-        self._alive = alive               # (bundle, what): raises once the context is gone
+        self._alive = alive  # (bundle, what): raises once the context is gone
         self._label = label
-        self._dep_of = dep_of             # (field, mode, dplace) -> its dependency
-        self._runtime: Any = None         # the fields' runtime (local contexts)
-        self._made: dict[Any, bundle_dep] = {}    # dependencies at the affine place
+        self._dep_of = dep_of  # (field, mode, dplace) -> its dependency
+        self._runtime: Any = None  # the fields' runtime (local contexts)
+        self._made: dict[Any, bundle_dep] = {}  # dependencies at the affine place
 
     # -- the fields --------------------------------------------------------------
     @property
@@ -108,8 +129,9 @@ class bundle(Generic[View]):
         try:
             return fields[name]
         except KeyError:
-            raise AttributeError(f"bundle has no field {name!r}; its fields are "
-                                 f"{', '.join(fields)}") from None
+            raise AttributeError(
+                f"bundle has no field {name!r}; its fields are {', '.join(fields)}"
+            ) from None
 
     def __len__(self) -> int:
         return len(self._names)
@@ -118,13 +140,16 @@ class bundle(Generic[View]):
         return iter(self._fields.values())
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}=constant" if name in self._constant else name
-                           for name in self._names)
+        fields = ", ".join(
+            f"{name}=constant" if name in self._constant else name for name in self._names
+        )
         return f"bundle({fields})"
 
     def __reduce__(self) -> Any:
-        raise TypeError("a bundle cannot be pickled: its logical data live in one "
-                        "context of one process")
+        raise TypeError(
+            "a bundle cannot be pickled: its logical data live in one "
+            "context of one process"
+        )
 
     # -- dependencies ------------------------------------------------------------
     def read(self, dplace: Any = None) -> bundle_dep:
@@ -156,31 +181,39 @@ class bundle(Generic[View]):
         checked: dict[str, int] = {}
         for name, mode in modes.items():
             self._check_name(name, "dep()")
-            if isinstance(mode, bool) or not isinstance(mode, int) or \
-                    (int(mode) != 0 and not is_mode(int(mode))):
+            if (
+                isinstance(mode, bool)
+                or not isinstance(mode, int)
+                or (int(mode) != 0 and not is_mode(int(mode)))
+            ):
                 raise AccessModeError(
                     f"{self!r}.dep({name}=...): {mode!r} is not an access mode; use "
-                    "AccessMode.READ, WRITE, RW, REDUCE or NONE")
+                    "AccessMode.READ, WRITE, RW, REDUCE or NONE"
+                )
             mode = int(mode)
             if name in self._constant and mode not in (0, READ):
                 raise AccessModeError(
                     f"{self!r}.dep({name}={_mode_text(mode)}): field {name!r} is "
                     "constant in this bundle (read-only through it); read it, leave "
                     "it out with AccessMode.NONE, or depend on the field itself "
-                    f"(bundle.{name}.rw())")
+                    f"(bundle.{name}.rw())"
+                )
             checked[name] = mode
         return self._make(checked, READ, dplace, "dep()")
 
     def _check_name(self, name: str, what: str) -> None:
         if name not in self._fields:
-            raise BundleFieldError(f"{self!r}.{what}: no field {name!r}; the fields "
-                                   f"are {', '.join(self._names)}")
+            raise BundleFieldError(
+                f"{self!r}.{what}: no field {name!r}; the fields "
+                f"are {', '.join(self._names)}"
+            )
 
-    def _make(self, modes: dict[str, int], default: int, dplace: Any,
-              what: str) -> bundle_dep:
+    def _make(
+        self, modes: dict[str, int], default: int, dplace: Any, what: str
+    ) -> bundle_dep:
         self._alive(self, what)
         key: Any = None
-        if dplace is None:                # dependencies are values: made once
+        if dplace is None:  # dependencies are values: made once
             key = (default, *modes.items()) if modes else default
             made = self._made.get(key)
             if made is not None:
@@ -209,12 +242,13 @@ class bundle_dep:
 
     __slots__ = ("bundle", "deps", "acquired", "runtime", "reduces")
 
-    def __init__(self, owner: bundle, deps: tuple[Any, ...],
-                 acquired: tuple[bool, ...]) -> None:
+    def __init__(
+        self, owner: bundle, deps: tuple[Any, ...], acquired: tuple[bool, ...]
+    ) -> None:
         self.bundle = owner
         self.deps = deps
         self.acquired = acquired
-        self.runtime: Any = owner._runtime    # every field's (checked when bundled)
+        self.runtime: Any = owner._runtime  # every field's (checked when bundled)
         self.reduces = any(_dep_mode(d) & REDUCE for d in deps)
 
     @property
@@ -231,7 +265,7 @@ class bundle_dep:
         """The same bundle dependency over other per-field dependencies (the local
         dependencies of a distributed task)."""
         made = bundle_dep(self.bundle, tuple(deps), self.acquired)
-        made.runtime = None               # local data of another context than ours
+        made.runtime = None  # local data of another context than ours
         return made
 
     def regroup(self, values: list[Any]) -> Any:
@@ -248,13 +282,16 @@ class bundle_dep:
         return self.bundle._view(*out)
 
     def __repr__(self) -> str:
-        modes = ", ".join(f"{name}={_mode_text(mode)}"
-                          for name, mode in self.modes.items())
+        modes = ", ".join(
+            f"{name}={_mode_text(mode)}" for name, mode in self.modes.items()
+        )
         return f"bundle_dep({modes})"
 
     def __reduce__(self) -> Any:
-        raise TypeError("a bundle dependency cannot be pickled: its logical data live "
-                        "in one context of one process")
+        raise TypeError(
+            "a bundle dependency cannot be pickled: its logical data live "
+            "in one context of one process"
+        )
 
 
 def _dep_mode(d: Any) -> int:
@@ -287,21 +324,31 @@ def is_view(value: Any) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
 
-def make_bundle(view: Any, fields: dict[str, Any], check: Any, alive: Any,
-                label: str, dep_of: Any, key: Any = id) -> bundle[Any]:
+def make_bundle(
+    view: Any,
+    fields: dict[str, Any],
+    check: Any,
+    alive: Any,
+    label: str,
+    dep_of: Any,
+    key: Any = id,
+) -> bundle[Any]:
     """A bundle of ``fields`` (``check(ld, name)`` refuses a foreign field; ``key``
     says when two fields are the same data)."""
     if not fields:
-        raise ValueError(f"{label}: a bundle needs at least one field, "
-                         "ctx.bundle(name=ld, ...)")
+        raise ValueError(
+            f"{label}: a bundle needs at least one field, ctx.bundle(name=ld, ...)"
+        )
     lds: dict[str, Any] = {}
     constant_names = set()
     seen: dict[Any, str] = {}
     for name, value in fields.items():
         if name.startswith("_") or keyword.iskeyword(name) or name == "dplace":
-            raise ValueError(f"{label}: {name!r} cannot name a bundle field (names are "
-                             "identifiers not starting with '_', and not 'dplace', "
-                             "which read()/rw()/write()/dep() take)")
+            raise ValueError(
+                f"{label}: {name!r} cannot name a bundle field (names are "
+                "identifiers not starting with '_', and not 'dplace', "
+                "which read()/rw()/write()/dep() take)"
+            )
         if isinstance(value, constant):
             constant_names.add(name)
             value = value.ld
@@ -311,7 +358,8 @@ def make_bundle(view: Any, fields: dict[str, Any], check: Any, alive: Any,
             raise AccessModeError(
                 f"{label}: fields {same!r} and {name!r} are the same logical data "
                 f"{_data_label(value)}; a bundle holds each data once (give it one "
-                "field)")
+                "field)"
+            )
         seen[key(value)] = name
         lds[name] = value
     names = tuple(lds)
@@ -319,15 +367,22 @@ def make_bundle(view: Any, fields: dict[str, Any], check: Any, alive: Any,
     if view is None:
         view_type = collections.namedtuple("bundle_view", names)  # type: ignore[misc,no-redef]
     else:
-        if not isinstance(view, type) or not issubclass(view, tuple) or \
-                not hasattr(view, "_fields"):          # the named tuple protocol
-            raise TypeError(f"{label}: the first argument, if any, is the view type: a "
-                            f"typing.NamedTuple class, got {view!r}")
+        if (
+            not isinstance(view, type)
+            or not issubclass(view, tuple)
+            or not hasattr(view, "_fields")
+        ):  # the named tuple protocol
+            raise TypeError(
+                f"{label}: the first argument, if any, is the view type: a "
+                f"typing.NamedTuple class, got {view!r}"
+            )
         declared = view._fields
         if tuple(declared) != names:
-            raise ValueError(f"{label}: the view type {view.__name__} has fields "
-                             f"{tuple(declared)}, the bundle {names}; give the same "
-                             "names in the same order")
+            raise ValueError(
+                f"{label}: the view type {view.__name__} has fields "
+                f"{tuple(declared)}, the bundle {names}; give the same "
+                "names in the same order"
+            )
         view_type = view
     return bundle(lds, frozenset(constant_names), view_type, alive, label, dep_of)
 
@@ -345,35 +400,48 @@ def _data_label(ld: Any) -> str:
 
 def live_check(runtime: Any) -> Any:
     """The liveness check of a bundle of ``runtime``'s data."""
+
     def alive(owner: Any, what: str) -> None:
         if runtime.finalized:
-            raise ContextFinalizedError(f"{owner!r}.{what}: the bundle's context is "
-                                        "finalized; make bundles of data of a live "
-                                        "context")
+            raise ContextFinalizedError(
+                f"{owner!r}.{what}: the bundle's context is "
+                "finalized; make bundles of data of a live "
+                "context"
+            )
+
     return alive
 
 
 def local_field_check(runtime: Any, data_class: type, label: str) -> Any:
     """Refuse a field that is not logical data of ``runtime`` (``data_class``)."""
+
     def check(value: Any, name: str) -> None:
         ld: Any = value
         if not isinstance(value, data_class):
-            raise TypeError(f"{label}: field {name!r} must be logical data of this "
-                            f"context ({data_class.__name__}), got {type(ld).__name__}"
-                            "; register arrays first (ctx.logical_data(array))")
+            raise TypeError(
+                f"{label}: field {name!r} must be logical data of this "
+                f"context ({data_class.__name__}), got {type(ld).__name__}"
+                "; register arrays first (ctx.logical_data(array))"
+            )
         if ld._runtime is not runtime:
             if ld._runtime.finalized:
-                raise ContextFinalizedError(f"{label}: field {name!r}, logical data "
-                                            f"{ld._label()}, belongs to a finalized "
-                                            "context")
-            raise ContextMismatchError(f"{label}: field {name!r}, logical data "
-                                       f"{ld._label()}, belongs to a different "
-                                       "context; bundle data of this context")
+                raise ContextFinalizedError(
+                    f"{label}: field {name!r}, logical data "
+                    f"{ld._label()}, belongs to a finalized "
+                    "context"
+                )
+            raise ContextMismatchError(
+                f"{label}: field {name!r}, logical data "
+                f"{ld._label()}, belongs to a different "
+                "context; bundle data of this context"
+            )
+
     return check
 
 
-def expand(args: tuple, check: Any, label: str, dependency: type
-           ) -> tuple[list[Any], list[Any] | None, list[Any]]:
+def expand(
+    args: tuple, check: Any, label: str, dependency: type
+) -> tuple[list[Any], list[Any] | None, list[Any]]:
     """The dependencies of ``args`` with bundles expanded, the layout (``None``
     without bundles) and the other arguments (execution places), in order.
 
@@ -416,12 +484,13 @@ def check_conflicts(deps: list[Any], layout: list[Any], label: str) -> None:
         if _dep_mode(d) & REDUCE:
             break
     else:
-        return                       # without reductions every mode merges
+        return  # without reductions every mode merges
     owner: list[Any] = [None] * len(deps)
     for entry in layout:
         if isinstance(entry, Slot):
-            names = [n for n, got in zip(entry.dep.bundle._names, entry.dep.acquired)
-                     if got]
+            names = [
+                n for n, got in zip(entry.dep.bundle._names, entry.dep.acquired) if got
+            ]
             for k in range(len(entry.dep.deps)):
                 owner[entry.start + k] = (entry.dep, names[k])
     for i in range(len(deps)):
@@ -435,15 +504,20 @@ def check_conflicts(deps: list[Any], layout: list[Any], label: str) -> None:
             mode_i, mode_j = _dep_mode(deps[i]), _dep_mode(deps[j])
             if not (mode_i & REDUCE or mode_j & REDUCE):
                 continue
-            mine = f"field {owner[i][1]!r} ({_mode_text(mode_i)}) of {owner[i][0].bundle!r}"
-            theirs = (f"field {owner[j][1]!r} ({_mode_text(mode_j)}) of "
-                      f"{owner[j][0].bundle!r}" if owner[j] is not None else
-                      f"dependency {deps[j]!r}")
+            mine = (
+                f"field {owner[i][1]!r} ({_mode_text(mode_i)}) of {owner[i][0].bundle!r}"
+            )
+            theirs = (
+                f"field {owner[j][1]!r} ({_mode_text(mode_j)}) of {owner[j][0].bundle!r}"
+                if owner[j] is not None
+                else f"dependency {deps[j]!r}"
+            )
             raise AccessModeError(
                 f"{label}: {mine} and {theirs} access the same logical data with modes "
                 "that do not merge (a task reduces into a data once and does nothing "
                 "else with it); leave the field out of the bundle "
-                f"(dep({owner[i][1]}=AccessMode.NONE)) or drop the other dependency")
+                f"(dep({owner[i][1]}=AccessMode.NONE)) or drop the other dependency"
+            )
 
 
 class Regrouping:
@@ -460,8 +534,9 @@ class Regrouping:
 
     __slots__ = ("fn", "layout", "has_memory", "extra")
 
-    def __init__(self, fn: Any, layout: list[Any], has_memory: list[bool],
-                 extra: bool = True) -> None:
+    def __init__(
+        self, fn: Any, layout: list[Any], has_memory: list[bool], extra: bool = True
+    ) -> None:
         self.fn = fn
         self.layout = layout
         self.has_memory = has_memory
@@ -481,8 +556,11 @@ class Regrouping:
         grouped: list[Any] = []
         for entry in self.layout:
             if isinstance(entry, Slot):
-                grouped.append(entry.dep.regroup(
-                    by_dependency[entry.start:entry.start + len(entry.dep.deps)]))
+                grouped.append(
+                    entry.dep.regroup(
+                        by_dependency[entry.start : entry.start + len(entry.dep.deps)]
+                    )
+                )
             elif has_memory[entry]:
                 grouped.append(by_dependency[entry])
         return self.fn(*grouped, *extra)

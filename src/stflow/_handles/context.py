@@ -28,27 +28,28 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, overload
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
 from .._core.config import warn_ignored_reference_variables
 from .._core.deps import merge_events
 from .._core.errors import BackendUnavailableError, UnfinalizedContextWarning, warn_user
+from .._engine.mode import Mode
+from .._engine.registry import check_empty_args, check_name
+from .._engine.runtime import Runtime, RuntimeOwner
 from .._instruments.seam import Instrument, Statistics
+from .._interchange.sources import check_dtype
+from .._interchange.views import stream_handle
+from .._places.places import exec_place
+from ..backends import get_backend
+from ..backends._base import Backend, Stream, callback_state
 from .bundles import View as _View
 from .bundles import bundle as _Bundle
 from .bundles import live_check, local_field_check, make_bundle, state_key
 from .logical_data import dep, logical_data
-from .._engine.mode import Mode
-from .._places.places import exec_place
-from .._engine.registry import check_empty_args, check_name
-from .._engine.runtime import Runtime, RuntimeOwner
-from .._interchange.sources import check_dtype
 from .task import host_launch, task
-from .._interchange.views import stream_handle
-from ..backends import get_backend
-from ..backends._base import Backend, Stream, callback_state
 
 if TYPE_CHECKING:
     from .kernel import cuda_kernel as _CudaKernel
@@ -112,43 +113,65 @@ class context(RuntimeOwner):
         ctx = super().__new__(cls)
         ctx._runtime = None
         ctx._borrowed = False
-        ctx._place_resources = None     # lent by the place_resources property
+        ctx._place_resources = None  # lent by the place_resources property
         return ctx
 
-    def __init__(self, use_graph: bool = False, borrowed: bool = False, stream: Any = None,
-                 handle: Any = None, *, backend: str | None = None,
-                 memory_budget: Any = None) -> None:
+    def __init__(
+        self,
+        use_graph: bool = False,
+        borrowed: bool = False,
+        stream: Any = None,
+        handle: Any = None,
+        *,
+        backend: str | None = None,
+        memory_budget: Any = None,
+    ) -> None:
         if borrowed:
             raise TypeError("borrowed contexts come from ld.borrow_ctx_handle()")
         caller_handle = None if stream is None else stream_handle(stream)
         if handle is not None:
             from .._engine.resources import async_resources
+
             if not isinstance(handle, async_resources):
-                raise TypeError(f"handle must be an async_resources or None, got "
-                                f"{type(handle).__name__}")
+                raise TypeError(
+                    f"handle must be an async_resources or None, got "
+                    f"{type(handle).__name__}"
+                )
         native = _backend(backend)
         if handle is not None:
-            handle._bind(native)                # one backend per async_resources
-        caller = None if caller_handle is None else native.stream_from_handle(caller_handle)
+            handle._bind(native)  # one backend per async_resources
+        caller = (
+            None if caller_handle is None else native.stream_from_handle(caller_handle)
+        )
         mode = _graph_mode(native, caller, epochs=True) if use_graph else Mode()
         self._start(native, caller, mode, memory_budget)
         self._stream_owner = stream
-        self._async_resources = handle          # kept alive by the context
+        self._async_resources = handle  # kept alive by the context
         if handle is not None:
             assert self._runtime is not None
             handle._attach(self._runtime)
 
-    def _start(self, native: Backend, caller: Stream | None, mode: Mode,
-               memory_budget: Any = None) -> None:
-        runtime = self._runtime = Runtime(mode.backend(native), caller, mode,
-                                          memory_budget)
+    def _start(
+        self,
+        native: Backend,
+        caller: Stream | None,
+        mode: Mode,
+        memory_budget: Any = None,
+    ) -> None:
+        runtime = self._runtime = Runtime(
+            mode.backend(native), caller, mode, memory_budget
+        )
         runtime.context_type = type(self)
         with _live_lock:
             _live_contexts.add(self)
 
     @classmethod
-    def _recording(cls, backend: str | None, data_class: type[logical_data],
-                   memory_budget: Any = None) -> context:
+    def _recording(
+        cls,
+        backend: str | None,
+        data_class: type[logical_data],
+        memory_budget: Any = None,
+    ) -> context:
         """The context behind a ``stackable_context``: its scopes are recorded."""
         ctx = cls.__new__(cls)
         ctx._stream_owner = None
@@ -188,12 +211,14 @@ class context(RuntimeOwner):
         lent = self._place_resources
         if lent is None:
             from .._engine.resources import exec_place_resources
+
             lent = self._place_resources = exec_place_resources._lent(runtime)
         return lent
 
     # -- data --------------------------------------------------------------------
-    def logical_data(self, buf: Any, dplace: Any = None, name: str | None = None
-                     ) -> _LogicalData:
+    def logical_data(
+        self, buf: Any, dplace: Any = None, name: str | None = None
+    ) -> _LogicalData:
         """Register ``buf`` (NumPy array, buffer, CAI or DLPack object) as logical data.
 
         Its bytes are the initial value; the latest value is written back into it at
@@ -202,38 +227,62 @@ class context(RuntimeOwner):
         runtime = self._live()
         check_name(name)
         state, source = runtime.register(buf, dplace, None, None)
-        return self._data_class._new(runtime, state, source.shape, source.dtype,
-                                     source.readonly, name, source.keepalive)
+        return self._data_class._new(
+            runtime,
+            state,
+            source.shape,
+            source.dtype,
+            source.readonly,
+            name,
+            source.keepalive,
+        )
 
-    def logical_data_empty(self, shape: Any, dtype: Any = None, name: str | None = None
-                           ) -> _LogicalData:
+    def logical_data_empty(
+        self, shape: Any, dtype: Any = None, name: str | None = None
+    ) -> _LogicalData:
         """Logical data without an initial value (``float64`` by default)."""
         return self._empty(shape, dtype, name, "logical_data_empty")
 
-    def _empty(self, shape: Any, dtype: Any, name: str | None, what: str
-               ) -> _LogicalData:
+    def _empty(self, shape: Any, dtype: Any, name: str | None, what: str) -> _LogicalData:
         runtime = self._live()
         runtime.check_submit(f"{what}()")
         check_name(name)
         checked_shape, checked_dtype = check_empty_args(shape, dtype, what)
         state = runtime.empty(checked_shape, checked_dtype, what)
-        return self._data_class._new(runtime, state, checked_shape, checked_dtype,
-                                     False, name)
+        return self._data_class._new(
+            runtime, state, checked_shape, checked_dtype, False, name
+        )
 
-    def logical_data_full(self, shape: Any, fill_value: Any, dtype: Any = None,
-                          where: Any = None, exec_place: exec_place | None = None,
-                          name: str | None = None) -> _LogicalData:
+    def logical_data_full(
+        self,
+        shape: Any,
+        fill_value: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: exec_place | None = None,
+        name: str | None = None,
+    ) -> _LogicalData:
         """Logical data whose every element is ``fill_value``.
 
         The fill is a task with a ``write()`` dependency at ``where`` (default: the
         memory of ``exec_place``, itself the current device by default).
         """
-        return self._full(shape, fill_value, dtype, where, exec_place, name,
-                          "logical_data_full")
+        return self._full(
+            shape, fill_value, dtype, where, exec_place, name, "logical_data_full"
+        )
 
-    def _full(self, shape: Any, fill_value: Any, dtype: Any, where: Any,
-              exec_place: Any, name: str | None, what: str) -> _LogicalData:
+    def _full(
+        self,
+        shape: Any,
+        fill_value: Any,
+        dtype: Any,
+        where: Any,
+        exec_place: Any,
+        name: str | None,
+        what: str,
+    ) -> _LogicalData:
         from ..fill_utils import check_fill_places, fill_pattern, init_logical_data
+
         self._live()
         check_fill_places(where, exec_place, what, "where")
         if dtype is None:
@@ -244,19 +293,43 @@ class context(RuntimeOwner):
         init_logical_data(self, ld, fill_value, where, exec_place)
         return ld
 
-    def logical_data_zeros(self, shape: Any, dtype: Any = None, where: Any = None,
-                           exec_place: exec_place | None = None, name: str | None = None
-                           ) -> _LogicalData:
+    def logical_data_zeros(
+        self,
+        shape: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: exec_place | None = None,
+        name: str | None = None,
+    ) -> _LogicalData:
         """Logical data filled with zeros (``float64`` by default)."""
-        return self._full(shape, 0.0, np.float64 if dtype is None else dtype, where,
-                          exec_place, name, "logical_data_zeros")
+        return self._full(
+            shape,
+            0.0,
+            np.float64 if dtype is None else dtype,
+            where,
+            exec_place,
+            name,
+            "logical_data_zeros",
+        )
 
-    def logical_data_ones(self, shape: Any, dtype: Any = None, where: Any = None,
-                          exec_place: exec_place | None = None, name: str | None = None
-                          ) -> _LogicalData:
+    def logical_data_ones(
+        self,
+        shape: Any,
+        dtype: Any = None,
+        where: Any = None,
+        exec_place: exec_place | None = None,
+        name: str | None = None,
+    ) -> _LogicalData:
         """Logical data filled with ones (``float64`` by default)."""
-        return self._full(shape, 1.0, np.float64 if dtype is None else dtype, where,
-                          exec_place, name, "logical_data_ones")
+        return self._full(
+            shape,
+            1.0,
+            np.float64 if dtype is None else dtype,
+            where,
+            exec_place,
+            name,
+            "logical_data_ones",
+        )
 
     def token(self) -> _LogicalData:
         """A logical data without bytes, used only for ordering."""
@@ -289,8 +362,9 @@ class context(RuntimeOwner):
         runtime = self._live()
         label = "ctx.bundle()"
         check = local_field_check(runtime, self._data_class, label)
-        made = make_bundle(view, fields, check, live_check(runtime), label,
-                           dep, state_key)
+        made = make_bundle(
+            view, fields, check, live_check(runtime), label, dep, state_key
+        )
         made._runtime = runtime
         return made
 
@@ -299,16 +373,25 @@ class context(RuntimeOwner):
         """A task with dependencies ``ld.read()/write()/rw()`` and an optional
         ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
         runtime = self._runtime
-        if runtime is None or runtime.finalized or runtime.closing or \
-                callback_state.active:
+        if (
+            runtime is None
+            or runtime.finalized
+            or runtime.closing
+            or callback_state.active
+        ):
             self._live().check_submit("task()")
-        assert runtime is not None                       # checked above
+        assert runtime is not None  # checked above
         made = task.__new__(task)
         made._setup(runtime, args, symbol)
         return made
 
-    def host_launch(self, *deps: dep, fn: Callable[..., Any] | None = None,
-                    args: Any = None, symbol: str | None = None) -> None:
+    def host_launch(
+        self,
+        *deps: dep,
+        fn: Callable[..., Any] | None = None,
+        args: Any = None,
+        symbol: str | None = None,
+    ) -> None:
         """Run ``fn(*arrays, *args)`` on a host thread once ``deps`` are satisfied.
 
         Notes
@@ -326,6 +409,7 @@ class context(RuntimeOwner):
         runtime = self._live()
         runtime.check_submit("cuda_kernel()")
         from .kernel import cuda_kernel
+
         made = cuda_kernel.__new__(cuda_kernel)
         made._setup(runtime, args, symbol)
         return made
@@ -345,8 +429,10 @@ class context(RuntimeOwner):
         if not isinstance(ld, logical_data):
             raise TypeError(f"wait() expects a logical_data, got {type(ld).__name__}")
         if ld._is_token:
-            raise TypeError(f"wait() on token {ld._label()}: a token holds no data; "
-                            "order on it with fence()")
+            raise TypeError(
+                f"wait() on token {ld._label()}: a token holds no data; "
+                "order on it with fence()"
+            )
         runtime.owns(ld, "wait()")
         assert ld._shape is not None and ld._dtype is not None
         return runtime.wait(ld._state, ld._shape, ld._dtype, ld._label())
@@ -362,9 +448,12 @@ class context(RuntimeOwner):
         """Attach an instrument (``stflow.instrument.DotRecorder``, ...) that sees the
         work submitted from now on (stflow-only)."""
         from .._instruments.seam import Instrument as base
+
         if not isinstance(instrument, base):
-            raise TypeError(f"attach expects a stflow.instrument.Instrument, got "
-                            f"{type(instrument).__name__}")
+            raise TypeError(
+                f"attach expects a stflow.instrument.Instrument, got "
+                f"{type(instrument).__name__}"
+            )
         self._live().attach(instrument)
 
     def check_errors(self) -> None:
@@ -402,9 +491,11 @@ class context(RuntimeOwner):
         when the context is collected).
         """
         if self._borrowed:
-            raise RuntimeError("cannot finalize borrowed context: a borrowed context "
-                               "is not the owner; finalize the context that owns the "
-                               "data")
+            raise RuntimeError(
+                "cannot finalize borrowed context: a borrowed context "
+                "is not the owner; finalize the context that owns the "
+                "data"
+            )
         runtime = self._runtime
         if runtime is not None:
             try:
@@ -428,8 +519,8 @@ class context(RuntimeOwner):
         if runtime is None or self._borrowed:
             return
         if runtime.finalized:
-            _warn_errors(runtime)          # e.g. callbacks that failed after a
-            return                         # caller-stream finalize()
+            _warn_errors(runtime)  # e.g. callbacks that failed after a
+            return  # caller-stream finalize()
         if sys.is_finalizing():
             return
         abandon(runtime, "collected")
@@ -441,25 +532,30 @@ class context(RuntimeOwner):
         return f"context(handle={ident}, borrowed={self._borrowed}{state})"
 
     def __copy__(self) -> context:
-        raise TypeError("a context cannot be copied: it owns streams and device memory; "
-                        "share the context object itself (or ld.borrow_ctx_handle())")
+        raise TypeError(
+            "a context cannot be copied: it owns streams and device memory; "
+            "share the context object itself (or ld.borrow_ctx_handle())"
+        )
 
     def __deepcopy__(self, memo: Any) -> context:
         return self.__copy__()
 
     def __reduce__(self) -> Any:
-        raise TypeError("a context cannot be pickled: it owns streams and device memory "
-                        "of this process")
+        raise TypeError(
+            "a context cannot be pickled: it owns streams and device memory "
+            "of this process"
+        )
 
 
 def _backend(name: str | None) -> Backend:
     """The backend called ``name`` (default: ``STFLOW_BACKEND``, else ``"auto"``)."""
     if name is None:
         from .._core.config import config
+
         name = config().backend
     warn_ignored_reference_variables()
     backend = get_backend(name)
-    backend.revalidate_contexts()      # primary contexts reset by another library
+    backend.revalidate_contexts()  # primary contexts reset by another library
     return backend
 
 
@@ -468,10 +564,13 @@ def _graph_mode(native: Backend, caller: Stream | None, epochs: bool) -> Mode:
     stream, its graphs are launched on that stream (the host never waits for them).
     The one place stream-mode code reaches graph mode (``stflow._graph``)."""
     if native.graphs is None:
-        raise BackendUnavailableError(f"graph mode (use_graph=True) needs graph support, "
-                                      f"which the {native.name} backend lacks")
+        raise BackendUnavailableError(
+            f"graph mode (use_graph=True) needs graph support, "
+            f"which the {native.name} backend lacks"
+        )
     from .._graph.mode import GraphMode
     from .._graph.recording import GraphRecorder
+
     return GraphMode(GraphRecorder(native, launch_stream=caller), epochs=epochs)
 
 
@@ -505,27 +604,38 @@ def abandon(runtime: Runtime, how: str) -> None:
     with runtime.lock:
         if runtime.finalized:
             return
-        runtime.closing = True           # new submissions give up
+        runtime.closing = True  # new submissions give up
         lost = _lost_results(runtime)
         discarded = _discard_open_scopes(runtime)
     kind = _kind(runtime)
     extra = f"; {discarded} open scope(s) were discarded" if discarded else ""
-    try:                              # a warning filter may turn these into errors
-        warn_user(f"stflow.{kind} {how} without an explicit finalize(): its work "
-                  f"was waited for and its memory freed, but results were not "
-                  f"written back{extra}; use 'with stf.{kind}() as ctx:' or call "
-                  f"ctx.finalize()", ResourceWarning)
+    try:  # a warning filter may turn these into errors
+        warn_user(
+            f"stflow.{kind} {how} without an explicit finalize(): its work "
+            f"was waited for and its memory freed, but results were not "
+            f"written back{extra}; use 'with stf.{kind}() as ctx:' or call "
+            f"ctx.finalize()",
+            ResourceWarning,
+        )
         if lost:
-            names = ", ".join(lost[:3]) + (f" and {len(lost) - 3} more"
-                                            if len(lost) > 3 else "")
-            warn_user(f"stflow.{kind} {how} without an explicit finalize(): the "
-                      f"results of {names} were NOT written back to the user's "
-                      f"arrays; use 'with stf.{kind}() as ctx:' or call "
-                      "ctx.finalize() before reading them", UnfinalizedContextWarning)
-    finally:                          # released in any case: nothing leaks
+            names = ", ".join(lost[:3]) + (
+                f" and {len(lost) - 3} more" if len(lost) > 3 else ""
+            )
+            warn_user(
+                f"stflow.{kind} {how} without an explicit finalize(): the "
+                f"results of {names} were NOT written back to the user's "
+                f"arrays; use 'with stf.{kind}() as ctx:' or call "
+                "ctx.finalize() before reading them",
+                UnfinalizedContextWarning,
+            )
+    finally:  # released in any case: nothing leaks
         if callback_state.active or runtime.started:
-            threading.Thread(target=_release_abandoned, args=(runtime,),
-                             name="stflow-abandon", daemon=True).start()
+            threading.Thread(
+                target=_release_abandoned,
+                args=(runtime,),
+                name="stflow-abandon",
+                daemon=True,
+            ).start()
         else:
             _release_abandoned(runtime)
 
@@ -566,16 +676,22 @@ def _release_abandoned(runtime: Runtime) -> None:
         for failure in runtime.instruments.finalized():
             runtime.errors.capture(failure)
     except BaseException as exc:  # noqa: BLE001 - nobody can catch it any more
-        warnings.warn(f"stflow: error while releasing an abandoned context: {exc!r}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"stflow: error while releasing an abandoned context: {exc!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     _warn_errors(runtime)
 
 
 def _warn_errors(runtime: Runtime) -> None:
     """Report errors nobody can raise any more as RuntimeWarnings."""
     for error in runtime.errors.take():
-        warnings.warn(f"stflow: asynchronous error of a context that is gone: "
-                      f"{error!r}", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"stflow: asynchronous error of a context that is gone: {error!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 _interrupted: list[Runtime] = []
@@ -596,9 +712,12 @@ def _abandon_at_exit() -> None:
         if runtime.finalized:
             _warn_errors(runtime)
         elif any(runtime is stopped for stopped in _interrupted):
-            warnings.warn(f"stflow.{_kind(runtime)}: finalize() was interrupted "
-                          "(KeyboardInterrupt); its work was not waited for and its "
-                          "results were not written back", UnfinalizedContextWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"stflow.{_kind(runtime)}: finalize() was interrupted "
+                "(KeyboardInterrupt); its work was not waited for and its "
+                "results were not written back",
+                UnfinalizedContextWarning,
+                stacklevel=2,
+            )
         else:
             abandon(runtime, "alive at interpreter exit")

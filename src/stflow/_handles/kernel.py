@@ -37,11 +37,12 @@ from typing import Any, cast
 import numpy as np
 
 from .._core.access import WRITE
+from ..backends._base import Allocation, KernelLaunch
 from .bundles import is_view
 from .task import _ENDED, task
-from ..backends._base import Allocation, KernelLaunch
 
 __all__ = ["cuda_kernel"]
+
 
 class _DoubleComplex(ctypes.Structure):
     _fields_ = [("real", ctypes.c_double), ("imag", ctypes.c_double)]
@@ -49,40 +50,51 @@ class _DoubleComplex(ctypes.Structure):
 
 def _absent(name: str) -> property:
     """A name ``task`` has and ``cuda_kernel`` has not (as in the reference)."""
+
     def missing(self: Any) -> Any:
-        raise AttributeError(f"'cuda_kernel' object has no attribute '{name}': a "
-                             "cuda_kernel describes launches with launch(); use "
-                             "ctx.task() for a body that enqueues work on a stream")
+        raise AttributeError(
+            f"'cuda_kernel' object has no attribute '{name}': a "
+            "cuda_kernel describes launches with launch(); use "
+            "ctx.task() for a body that enqueues work on a stream"
+        )
+
     return property(missing)
 
 
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
     """``grid`` / ``block``: an int or 1-3 values converted with ``int()``, all > 0."""
     if isinstance(value, np.generic):
-        raise TypeError(f"launch: {what} must be an int or a tuple of ints, got the "
-                        f"NumPy scalar {value!r}; convert it with int()")
+        raise TypeError(
+            f"launch: {what} must be an int or a tuple of ints, got the "
+            f"NumPy scalar {value!r}; convert it with int()"
+        )
     if isinstance(value, int):
         values: list[Any] = [value]
     elif isinstance(value, (str, bytes)):
-        raise TypeError(f"launch: {what} must be an int or a tuple of 1 to 3 ints, "
-                        f"got the string {value!r}")
+        raise TypeError(
+            f"launch: {what} must be an int or a tuple of 1 to 3 ints, "
+            f"got the string {value!r}"
+        )
     else:
         try:
             values = list(value)
         except TypeError:
-            raise TypeError(f"launch: {what} must be an int or a tuple of 1 to 3 ints, "
-                            f"got {type(value).__name__}") from None
+            raise TypeError(
+                f"launch: {what} must be an int or a tuple of 1 to 3 ints, "
+                f"got {type(value).__name__}"
+            ) from None
     if not 1 <= len(values) <= 3:
-        raise ValueError(f"launch: {what} must have 1 to 3 dimensions, got "
-                         f"{len(values)}")
+        raise ValueError(f"launch: {what} must have 1 to 3 dimensions, got {len(values)}")
     try:
         dims = [int(v) for v in values]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"launch: {what} {value!r} has a value that is not an "
-                         "integer") from exc
+        raise ValueError(
+            f"launch: {what} {value!r} has a value that is not an integer"
+        ) from exc
     if any(d <= 0 for d in dims):
-        raise ValueError(f"launch: every {what} dimension must be positive, got "
-                         f"{tuple(dims)}")
+        raise ValueError(
+            f"launch: every {what} dimension must be positive, got {tuple(dims)}"
+        )
     dims += [1] * (3 - len(dims))
     return dims[0], dims[1], dims[2]
 
@@ -91,7 +103,7 @@ def _pack(arg: Any, index: int) -> Any:
     """The ctypes object holding ``arg`` as the kernel receives it."""
     if isinstance(arg, int):
         value = int(arg)
-        if -2**63 <= value < 2**63:
+        if -(2**63) <= value < 2**63:
             return ctypes.c_int64(value)
         if value < 2**64:
             return ctypes.c_uint64(value)
@@ -102,19 +114,22 @@ def _pack(arg: Any, index: int) -> Any:
         return _DoubleComplex(arg.real, arg.imag)
     if isinstance(arg, np.generic):
         if arg.dtype.hasobject or arg.dtype.itemsize == 0:
-            raise TypeError(f"launch: argument {index} is a NumPy {arg.dtype} scalar, "
-                            "which has no fixed C layout")
+            raise TypeError(
+                f"launch: argument {index} is a NumPy {arg.dtype} scalar, "
+                "which has no fixed C layout"
+            )
         data = arg.tobytes()
         return (ctypes.c_char * len(data)).from_buffer_copy(data)
     if isinstance(arg, (ctypes._SimpleCData, ctypes.Structure, ctypes.Union)):
-        return type(arg).from_buffer_copy(arg)        # the value now, not later
+        return type(arg).from_buffer_copy(arg)  # the value now, not later
     handle = _foreign_pointer(arg)
     if handle is not None:
         return ctypes.c_uint64(handle)
     raise TypeError(
         f"launch: argument {index} of type {type(arg).__name__} cannot be passed to a "
         "kernel; pass k.get_arg(i) for data, a Python int/float/complex, a NumPy or "
-        "ctypes scalar (ctypes.c_int(n) for a 32-bit int) or a cuda.core Buffer")
+        "ctypes scalar (ctypes.c_int(n) for a 32-bit int) or a cuda.core Buffer"
+    )
 
 
 def _foreign_pointer(arg: Any) -> int | None:
@@ -163,8 +178,11 @@ class cuda_kernel(task):
         super()._setup(runtime, args, symbol)
 
     def _label(self) -> str:
-        return (f"cuda_kernel {self._symbol!r}" if self._symbol
-                else f"cuda_kernel #{self._id}")
+        return (
+            f"cuda_kernel {self._symbol!r}"
+            if self._symbol
+            else f"cuda_kernel #{self._id}"
+        )
 
     stream_ptr = _absent("stream_ptr")
     args_cai = _absent("args_cai")
@@ -184,8 +202,9 @@ class cuda_kernel(task):
             if self._phase == _ENDED:
                 self._launches.clear()
 
-    def launch(self, kernel: Any, grid: Any, block: Any, args: Any, shmem: int = 0
-               ) -> None:
+    def launch(
+        self, kernel: Any, grid: Any, block: Any, args: Any, shmem: int = 0
+    ) -> None:
         """Launch ``kernel`` on ``grid`` x ``block`` with ``args`` (see the module).
 
         Raises
@@ -209,14 +228,24 @@ class cuda_kernel(task):
         if shmem < 0:
             raise ValueError(f"launch: shmem must be >= 0 bytes, got {shmem}")
         if isinstance(args, (str, bytes)) or not hasattr(args, "__iter__"):
-            raise TypeError(f"launch: args must be a tuple of kernel arguments, got "
-                            f"{type(args).__name__}")
+            raise TypeError(
+                f"launch: args must be a tuple of kernel arguments, got "
+                f"{type(args).__name__}"
+            )
         args = tuple(args)
-        if self._layout is not None:      # a bundle's fields: consecutive arguments
+        if self._layout is not None:  # a bundle's fields: consecutive arguments
             args = _flatten_bundles(args)
         packed = [_pack(arg, i) for i, arg in enumerate(args)]
-        launch = KernelLaunch(kernel, grid_dims, block_dims, shmem, args, packed,
-                              self._buffers(), self._label())
+        launch = KernelLaunch(
+            kernel,
+            grid_dims,
+            block_dims,
+            shmem,
+            args,
+            packed,
+            self._buffers(),
+            self._label(),
+        )
         self._runtime.backend.launch_kernel(self._native_stream(), launch)
         self._launches.append(launch)
 
@@ -228,6 +257,12 @@ class cuda_kernel(task):
             instance = access.instance
             if instance is None or instance.allocation is None:
                 continue
-            buffers.append((instance.allocation, cast(tuple, d.ld._shape),
-                            cast(np.dtype, d.ld._dtype), bool(d.mode & WRITE)))
+            buffers.append(
+                (
+                    instance.allocation,
+                    cast(tuple, d.ld._shape),
+                    cast(np.dtype, d.ld._dtype),
+                    bool(d.mode & WRITE),
+                )
+            )
         return buffers

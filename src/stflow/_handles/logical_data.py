@@ -9,16 +9,17 @@ the collector runs on) and the runtime retires the data at its next submission.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._core.access import READ, RW, WRITE, AccessMode, is_mode, mode_name
 from .._core.errors import AccessModeError, ContextFinalizedError
-from .._places.numbering import LAYOUT_IDS, REPLICATED
-from .._places.places import data_place
 from .._core.reduce import REDUCE, reduce_mode, reduce_op, resolve_op
 from .._engine.runtime import RuntimeOwner
+from .._places.numbering import LAYOUT_IDS, REPLICATED
+from .._places.places import data_place
 
 if TYPE_CHECKING:
     from .._core.coherence import DataState
@@ -55,12 +56,14 @@ class dep:
 
     def __init__(self, ld: logical_data, mode: int, dplace: data_place | None = None):
         if not isinstance(ld, logical_data):
-            raise TypeError(f"dep expects a logical_data (or token), got "
-                            f"{type(ld).__name__}")
+            raise TypeError(
+                f"dep expects a logical_data (or token), got {type(ld).__name__}"
+            )
         if not is_mode(mode):
             raise AccessModeError(
                 f"access mode {mode!r} is not one of AccessMode.READ, WRITE, RW or "
-                "REDUCE (ld.reduce(op) for another operation than 'sum')")
+                "REDUCE (ld.reduce(op) for another operation than 'sum')"
+            )
         ld._dependency(self, int(mode), dplace)
 
     @classmethod
@@ -85,11 +88,13 @@ class dep:
         return f"dep({self.ld!r}, {mode!r}, {self.dplace!r})"
 
     def __copy__(self) -> dep:
-        return self                                 # a value: copies are the same
+        return self  # a value: copies are the same
 
     def __reduce__(self) -> Any:
-        raise TypeError(f"a dependency cannot be pickled: its logical data lives in one "
-                        f"context of one process, got {self!r}")
+        raise TypeError(
+            f"a dependency cannot be pickled: its logical data lives in one "
+            f"context of one process, got {self!r}"
+        )
 
 
 def read(ld: logical_data, dplace: data_place | None = None) -> dep:
@@ -130,8 +135,18 @@ class logical_data:
     ``finalize()``.
     """
 
-    __slots__ = ("_runtime", "_state", "_shape", "_dtype", "_readonly", "_symbol",
-                 "_is_token", "_source", "_key", "__weakref__")
+    __slots__ = (
+        "_runtime",
+        "_state",
+        "_shape",
+        "_dtype",
+        "_readonly",
+        "_symbol",
+        "_is_token",
+        "_source",
+        "_key",
+        "__weakref__",
+    )
     _runtime: Runtime
     _state: DataState
     _shape: tuple[int, ...] | None
@@ -142,35 +157,65 @@ class logical_data:
     _source: Any
     _key: int
 
-    def __init__(self, ctx: Any = None, buf: Any = None,
-                 dplace: data_place | None = None, shape: Any = None, dtype: Any = None,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: Any = None,
+        buf: Any = None,
+        dplace: data_place | None = None,
+        shape: Any = None,
+        dtype: Any = None,
+        name: str | None = None,
+    ) -> None:
         if ctx is None:
-            raise TypeError("logical_data cannot be built without a context; use "
-                            "ctx.logical_data(buf), ctx.logical_data_empty(...), "
-                            "ctx.logical_data_full/zeros/ones(...) or ctx.token()")
+            raise TypeError(
+                "logical_data cannot be built without a context; use "
+                "ctx.logical_data(buf), ctx.logical_data_empty(...), "
+                "ctx.logical_data_full/zeros/ones(...) or ctx.token()"
+            )
         if not isinstance(ctx, RuntimeOwner):
-            raise TypeError(f"logical_data expects a context first, got "
-                            f"{type(ctx).__name__}")
+            raise TypeError(
+                f"logical_data expects a context first, got {type(ctx).__name__}"
+            )
         runtime = ctx._live()
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         state, source = runtime.register(buf, dplace, shape, dtype)
-        self._adopt(runtime, state, source.shape, source.dtype, source.readonly, name,
-                    source.keepalive)
+        self._adopt(
+            runtime,
+            state,
+            source.shape,
+            source.dtype,
+            source.readonly,
+            name,
+            source.keepalive,
+        )
 
     @classmethod
-    def _new(cls, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
-             dtype: np.dtype | None, readonly: bool, name: str | None,
-             source: Any = None) -> logical_data:
+    def _new(
+        cls,
+        runtime: Runtime,
+        state: DataState,
+        shape: tuple[int, ...] | None,
+        dtype: np.dtype | None,
+        readonly: bool,
+        name: str | None,
+        source: Any = None,
+    ) -> logical_data:
         """A handle of ``state`` (created by the runtime's registry)."""
         ld = cls.__new__(cls)
         ld._adopt(runtime, state, shape, dtype, readonly, name, source)
         return ld
 
-    def _adopt(self, runtime: Runtime, state: DataState, shape: tuple[int, ...] | None,
-               dtype: np.dtype | None, readonly: bool, name: str | None,
-               source: Any) -> None:
+    def _adopt(
+        self,
+        runtime: Runtime,
+        state: DataState,
+        shape: tuple[int, ...] | None,
+        dtype: np.dtype | None,
+        readonly: bool,
+        name: str | None,
+        source: Any,
+    ) -> None:
         if name is not None and not isinstance(name, str):
             raise TypeError(f"name must be a str or None, got {type(name).__name__}")
         self._runtime = runtime
@@ -222,7 +267,8 @@ class logical_data:
         if runtime.finalized:
             raise ContextFinalizedError(
                 f"logical data {self._label()} belongs to a finalized context; create "
-                "new data in a live context")
+                "new data in a live context"
+            )
         return runtime
 
     # -- dependencies ------------------------------------------------------------
@@ -232,33 +278,44 @@ class logical_data:
             place = None
         elif isinstance(dplace, data_place):
             place = dplace._device
-            if place <= LAYOUT_IDS and mode & (WRITE | REDUCE) and \
-                    dplace.kind.startswith(REPLICATED):
+            if (
+                place <= LAYOUT_IDS
+                and mode & (WRITE | REDUCE)
+                and dplace.kind.startswith(REPLICATED)
+            ):
                 raise AccessModeError(
                     f"{mode_name(mode)}() asked on logical data {self._label()} at "
                     f"{dplace!r}: a replicated place holds read-only copies (writes "
-                    "are disallowed); use read(), or write at a single place")
+                    "are disallowed); use read(), or write at a single place"
+                )
         else:
-            raise TypeError(f"the data place of a dependency must be a data_place or "
-                            f"None, got {type(dplace).__name__}")
+            raise TypeError(
+                f"the data place of a dependency must be a data_place or "
+                f"None, got {type(dplace).__name__}"
+            )
         if self._runtime.finalized:
             raise ContextFinalizedError(
                 f"logical data {self._label()} belongs to a finalized context; create "
-                "new data in a live context")
+                "new data in a live context"
+            )
         if mode & WRITE and self._readonly:
             raise AccessModeError(
                 f"{mode_name(mode)}() asked on logical data {self._label()}, which was "
                 "registered from a read-only buffer; use read(), or register a "
-                "writable copy")
+                "writable copy"
+            )
         if mode & REDUCE and self._readonly:
             raise AccessModeError(
                 f"{mode_name(mode)} asked on logical data {self._label()}, which is "
-                "read-only; reduce into a writable data")
+                "read-only; reduce into a writable data"
+            )
         if mode & REDUCE:
             if self._is_token:
-                raise AccessModeError(f"{mode_name(mode)} asked on token "
-                                      f"{self._label()}: a token has no value to "
-                                      "reduce into; use read() or rw() to order")
+                raise AccessModeError(
+                    f"{mode_name(mode)} asked on token "
+                    f"{self._label()}: a token has no value to "
+                    "reduce into; use read() or rw() to order"
+                )
             assert self._dtype is not None
             reduce_op(mode).check_dtype(self._dtype, f"logical data {self._label()}")
         made.ld = self
@@ -299,8 +356,14 @@ class logical_data:
         if self._is_token:
             return cls._new(runtime, runtime.token(), None, None, False, None)
         assert self._shape is not None and self._dtype is not None
-        return cls._new(runtime, runtime.empty(self._shape, self._dtype, "empty_like"),
-                        self._shape, self._dtype, False, None)
+        return cls._new(
+            runtime,
+            runtime.empty(self._shape, self._dtype, "empty_like"),
+            self._shape,
+            self._dtype,
+            False,
+            None,
+        )
 
     def borrow_ctx_handle(self) -> Any:
         """A borrowed context bound to this data's context.
@@ -316,26 +379,33 @@ class logical_data:
         return ctx.token()
 
     @staticmethod
-    def init_by_shape(ctx: Any, shape: Any, dtype: Any, name: str | None = None
-                      ) -> logical_data:
+    def init_by_shape(
+        ctx: Any, shape: Any, dtype: Any, name: str | None = None
+    ) -> logical_data:
         return ctx.logical_data_empty(shape, dtype, name)
 
     def __copy__(self) -> logical_data:
-        raise TypeError(f"a logical data cannot be copied: a copy would be a second "
-                        f"handle on the same data; use {self._label()} itself, or "
-                        "empty_like() and a task that copies into it")
+        raise TypeError(
+            f"a logical data cannot be copied: a copy would be a second "
+            f"handle on the same data; use {self._label()} itself, or "
+            "empty_like() and a task that copies into it"
+        )
 
     def __deepcopy__(self, memo: Any) -> logical_data:
         self.__copy__()
-        raise AssertionError("unreachable")     # pragma: no cover
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def __reduce__(self) -> Any:
-        raise TypeError(f"a logical data cannot be pickled: it lives in one context of "
-                        f"one process (logical data {self._label()})")
+        raise TypeError(
+            f"a logical data cannot be pickled: it lives in one context of "
+            f"one process (logical data {self._label()})"
+        )
 
     def __repr__(self) -> str:
         nbytes = self._state.nbytes
         ndim = None if self._shape is None else len(self._shape)
-        return (f"logical_data(shape={self._shape}, dtype={self._dtype}, "
-                f"is_token={self._is_token}, symbol={self._symbol!r}, len={nbytes}, "
-                f"ndim={ndim})")
+        return (
+            f"logical_data(shape={self._shape}, dtype={self._dtype}, "
+            f"is_token={self._is_token}, symbol={self._symbol!r}, len={nbytes}, "
+            f"ndim={ndim})"
+        )

@@ -9,29 +9,38 @@ the same with a Python callable run in stream order.
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
-from .._core.access import READ
-from .._core.reduce import REDUCE
-from .bodies import open_bodies
-from .bundles import Regrouping, Slot, bundle_dep, check_conflicts, expand
-from .._core.coherence import DataState, Instance
 from .._compile import mypyc_attr
-from .._core.errors import (ContextFinalizedError, GridIndexError, NegativeIndexError, ScopeError,
-                      TokenArgumentError, add_note, work_ids)
-from .._places.gridwork import fork, join
-from .logical_data import dep
-from .._places.places import exec_place, exec_place_grid
+from .._core.access import READ
+from .._core.coherence import DataState, Instance
+from .._core.errors import (
+    ContextFinalizedError,
+    GridIndexError,
+    NegativeIndexError,
+    ScopeError,
+    TokenArgumentError,
+    add_note,
+    work_ids,
+)
 from .._core.plan import Access, Plan
+from .._core.reduce import REDUCE
 from .._engine.runtime import Runtime, RuntimeOwner
 from .._interchange.views import CudaStream, ViewTuple
+from .._places.gridwork import fork, join
+from .._places.places import exec_place, exec_place_grid
 from ..backends._base import Allocation, Stream, callback_state
+from .bodies import open_bodies
+from .bundles import Regrouping, Slot, bundle_dep, check_conflicts, expand
+from .logical_data import dep
 
 __all__ = ["body_label", "host_launch", "task"]
 
 _NEW, _STARTED, _ENDED = 0, 1, 2
+
 
 def _open_bodies() -> list[Any]:
     """The tasks whose bodies this thread has started and not ended, innermost last."""
@@ -47,8 +56,11 @@ def body_label(handle: int) -> str | None:
     for position in range(len(bodies) - 1, -1, -1):
         opened: task = bodies[position]
         stream = opened._stream
-        if opened._phase == _STARTED and stream is not None and \
-                int(stream.handle) == handle:
+        if (
+            opened._phase == _STARTED
+            and stream is not None
+            and int(stream.handle) == handle
+        ):
             return opened._label()
     return None
 
@@ -61,8 +73,10 @@ def _as_exec_place(value: Any) -> exec_place | None:
         if convert is not None:
             place = convert()
             if not isinstance(place, exec_place):
-                raise TypeError(f"{type(value).__name__}.{name}() returned "
-                                f"{type(place).__name__}, not an exec_place")
+                raise TypeError(
+                    f"{type(value).__name__}.{name}() returned "
+                    f"{type(place).__name__}, not an exec_place"
+                )
             return place
     return None
 
@@ -70,8 +84,10 @@ def _as_exec_place(value: Any) -> exec_place | None:
 def check_dep(runtime: Runtime, d: Any, what: str) -> dep:
     """``d`` when it is a dependency on data of ``runtime``."""
     if not isinstance(d, dep):
-        raise TypeError(f"{what}: expected a dependency such as ld.read(), ld.write() "
-                        f"or ld.rw(), got {type(d).__name__}")
+        raise TypeError(
+            f"{what}: expected a dependency such as ld.read(), ld.write() "
+            f"or ld.rw(), got {type(d).__name__}"
+        )
     if d.ld._runtime is not runtime:
         runtime.owns(d.ld, what)
     return d
@@ -111,9 +127,22 @@ class task:
     that; ``end()`` records completion so later tasks order after it.
     """
 
-    __slots__ = ("_runtime", "_deps", "_place", "_symbol", "_phase", "_stream", "_plan",
-                 "_views", "_id", "_previous_device", "_private", "_members",
-                 "_read_guard", "_layout")
+    __slots__ = (
+        "_runtime",
+        "_deps",
+        "_place",
+        "_symbol",
+        "_phase",
+        "_stream",
+        "_plan",
+        "_views",
+        "_id",
+        "_previous_device",
+        "_private",
+        "_members",
+        "_read_guard",
+        "_layout",
+    )
     _runtime: Runtime
     _deps: tuple[dep, ...]
     _place: exec_place | None
@@ -126,15 +155,16 @@ class task:
     _previous_device: int | None
     _private: list[Instance] | None
     _members: list[Stream] | None
-    _read_guard: Any                  # emulated: fingerprints of read() data
-    _layout: list[Any] | None         # with bundles: per argument, a dep index or Slot
+    _read_guard: Any  # emulated: fingerprints of read() data
+    _layout: list[Any] | None  # with bundles: per argument, a dep index or Slot
 
     # Arguments users pass are typed Any: they are checked here, with messages that
     # name the fix (a compiled build would otherwise refuse them with its own).
     def __init__(self, ctx: Any = None, *args: Any, symbol: Any = None) -> None:
         if ctx is None:
-            raise TypeError("task cannot be built without a context; use "
-                            "ctx.task(*deps, symbol=...)")
+            raise TypeError(
+                "task cannot be built without a context; use ctx.task(*deps, symbol=...)"
+            )
         if not isinstance(ctx, RuntimeOwner):
             raise TypeError(f"task expects a context first, got {type(ctx).__name__}")
         self._setup(ctx._live(), args, symbol)
@@ -179,12 +209,15 @@ class task:
                 continue
             place = _as_exec_place(arg)
             if place is None:
-                raise TypeError(f"{self._label()}: positional arguments must be "
-                                "dependencies (ld.read(), ...) or one exec_place, got "
-                                f"{type(arg).__name__}")
+                raise TypeError(
+                    f"{self._label()}: positional arguments must be "
+                    "dependencies (ld.read(), ...) or one exec_place, got "
+                    f"{type(arg).__name__}"
+                )
             if self._place is not None:
-                raise ValueError(f"{self._label()}: two execution places given; pass "
-                                 "one exec_place")
+                raise ValueError(
+                    f"{self._label()}: two execution places given; pass one exec_place"
+                )
             self._place = place
         return tuple(deps)
 
@@ -199,7 +232,7 @@ class task:
         for arg in args:
             if isinstance(arg, bundle_dep):
                 layout.append(Slot(len(deps), arg))
-                if arg.runtime is runtime:       # fields checked when bundled
+                if arg.runtime is runtime:  # fields checked when bundled
                     deps.extend(arg.deps)
                 else:
                     label = self._label()
@@ -209,14 +242,17 @@ class task:
                     reduces = True
             elif isinstance(arg, dep):
                 layout.append(len(deps))
-                deps.append(arg if arg.ld._runtime is runtime
-                            else check_dep(runtime, arg, self._label()))
+                deps.append(
+                    arg
+                    if arg.ld._runtime is runtime
+                    else check_dep(runtime, arg, self._label())
+                )
                 if arg.mode & REDUCE:
                     reduces = True
             else:
                 others.append(arg)
         if others:
-            self._sort_arguments(tuple(others))          # the execution place
+            self._sort_arguments(tuple(others))  # the execution place
         if reduces:
             check_conflicts(deps, layout, self._label())
         self._layout = layout
@@ -240,8 +276,10 @@ class task:
         return self._label()
 
     def _finalized(self, what: str) -> ContextFinalizedError:
-        return ContextFinalizedError(f"{self._label()}.{what}: the task's context is "
-                                     "finalized; create tasks in a live context")
+        return ContextFinalizedError(
+            f"{self._label()}.{what}: the task's context is "
+            "finalized; create tasks in a live context"
+        )
 
     def _holds(self, state: Any) -> bool:
         """True when this started task accesses ``state`` (conflict messages)."""
@@ -254,19 +292,24 @@ class task:
         if self._runtime.finalized:
             raise self._finalized("add_dep()")
         if self._phase != _NEW:
-            raise ScopeError(f"{self._label()}: add_dep() after start(); add "
-                             "dependencies before starting the task")
+            raise ScopeError(
+                f"{self._label()}: add_dep() after start(); add "
+                "dependencies before starting the task"
+            )
         if isinstance(d, bundle_dep) or self._layout is not None:
             self._add_argument(d)
             return
-        self._deps = (*self._deps, check_dep(self._runtime, d,
-                                              f"{self._label()}.add_dep()"))
+        self._deps = (
+            *self._deps,
+            check_dep(self._runtime, d, f"{self._label()}.add_dep()"),
+        )
 
     def _add_argument(self, d: Any) -> None:
         """``add_dep`` of a task with bundles (or of a bundle): the layout grows."""
         what = f"{self._label()}.add_dep()"
-        layout: list[Any] = (list(range(len(self._deps))) if self._layout is None
-                             else self._layout)
+        layout: list[Any] = (
+            list(range(len(self._deps))) if self._layout is None else self._layout
+        )
         deps: list[Any] = list(self._deps)
         start = len(deps)
         if isinstance(d, bundle_dep):
@@ -296,8 +339,9 @@ class task:
             raise ScopeError(f"{self._label()}: set_exec_place() after start()")
         converted = _as_exec_place(exec_p)
         if converted is None:
-            raise TypeError(f"set_exec_place expects an exec_place, got "
-                            f"{type(exec_p).__name__}")
+            raise TypeError(
+                f"set_exec_place expects an exec_place, got {type(exec_p).__name__}"
+            )
         self._place = converted
 
     # -- lifecycle ---------------------------------------------------------------
@@ -327,12 +371,15 @@ class task:
             place = self._place
             if place is not None and isinstance(place, exec_place_grid):
                 # Graph mode captures the body from one stream: the members share it.
-                self._members = ([stream] * place.size if runtime.mode.graph else
-                                 fork(backend, runtime.current_pools(), place, stream))
+                self._members = (
+                    [stream] * place.size
+                    if runtime.mode.graph
+                    else fork(backend, runtime.current_pools(), place, stream)
+                )
             mode = runtime.mode
             if mode.graph:
                 try:
-                    mode.body_started(stream)       # capture the body
+                    mode.body_started(stream)  # capture the body
                 except BaseException:
                     self._phase = _ENDED
                     runtime.release(plan, stream, self, self._id, self._private)
@@ -355,7 +402,7 @@ class task:
             lock.release()
         if ready is not None:
             backend.synchronize(ready)
-        if backend.guards_reads:        # emulated, stream mode: read() data unchanged?
+        if backend.guards_reads:  # emulated, stream mode: read() data unchanged?
             self._read_guard = backend.guard_reads(self._plan)
         return self
 
@@ -368,9 +415,11 @@ class task:
             if self._runtime.finalized:
                 raise self._finalized("end()")
             if self._phase == _ENDED:
-                raise ScopeError(f"{self._label()}: end() called twice; a task in a "
-                                 "'with' block is ended by the block, do not call end() "
-                                 "in it")
+                raise ScopeError(
+                    f"{self._label()}: end() called twice; a task in a "
+                    "'with' block is ended by the block, do not call end() "
+                    "in it"
+                )
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
         bodies = _open_bodies()
@@ -383,7 +432,7 @@ class task:
             self._previous_device = None
         plan = self._plan
         stream = self._stream
-        assert plan is not None and stream is not None        # started
+        assert plan is not None and stream is not None  # started
         guard = self._read_guard
         violation = None if guard is None else guard.check(stream, self)
         self._read_guard = None
@@ -399,20 +448,23 @@ class task:
             lock.release()
         views = self._views
         if views:
-            for view in views.values():       # Backend.task_view: ViewLifetime
-                view._invalidate(f"a view of {self._label()} was used after the task "
-                                 "ended; use views only between start() and end()")
+            for view in views.values():  # Backend.task_view: ViewLifetime
+                view._invalidate(
+                    f"a view of {self._label()} was used after the task "
+                    "ended; use views only between start() and end()"
+                )
             views.clear()
         if violation is not None:
-            raise violation            # the task is ended: the context stays usable
+            raise violation  # the task is ended: the context stays usable
 
     # -- inside the body ---------------------------------------------------------
     def _check_window(self, what: str) -> None:
         if self._phase != _STARTED:
             if self._runtime.finalized:
                 raise self._finalized(what)
-            raise ScopeError(f"{self._label()}.{what} is only valid between start() "
-                             "and end()")
+            raise ScopeError(
+                f"{self._label()}.{what} is only valid between start() and end()"
+            )
 
     def _native_stream(self) -> Stream:
         if self._stream is None:
@@ -442,15 +494,19 @@ class task:
         self._check_window("get_stream_at_index()")
         members = self._members
         if members is None:
-            raise ScopeError(f"{self._label()} does not run on a grid of places; use "
-                             "stream_ptr()")
+            raise ScopeError(
+                f"{self._label()} does not run on a grid of places; use stream_ptr()"
+            )
         if isinstance(place_index, bool) or not isinstance(place_index, int):
-            raise TypeError(f"get_stream_at_index expects an int, got "
-                            f"{type(place_index).__name__}")
+            raise TypeError(
+                f"get_stream_at_index expects an int, got {type(place_index).__name__}"
+            )
         if not 0 <= place_index < len(members):
             error = NegativeIndexError if place_index < 0 else GridIndexError
-            raise error(f"get_stream_at_index({place_index}): place_index out of range "
-                        f"(negative or not below the grid's {len(members)} places)")
+            raise error(
+                f"get_stream_at_index({place_index}): place_index out of range "
+                f"(negative or not below the grid's {len(members)} places)"
+            )
         return int(members[place_index].handle.ptr)
 
     def get_stream_ptrs(self) -> list[int]:
@@ -467,8 +523,10 @@ class task:
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"{what}: index must be an int, got {type(index).__name__}")
         if not 0 <= index < len(self._deps):
-            raise IndexError(f"{what}: dependency index {index} out of range "
-                             f"(the task has {len(self._deps)} dependencies)")
+            raise IndexError(
+                f"{what}: dependency index {index} out of range "
+                f"(the task has {len(self._deps)} dependencies)"
+            )
         plan = self._plan
         assert plan is not None
         access = plan.per_dependency[index]
@@ -477,9 +535,11 @@ class task:
                 for reduction, instance in zip(plan.reductions, self._private):
                     if reduction is access:
                         return _Reduced(access, instance)
-            raise TokenArgumentError(f"{what}: cannot materialize a token argument: "
-                                     f"dependency {index} is a token, which has no "
-                                     "memory")
+            raise TokenArgumentError(
+                f"{what}: cannot materialize a token argument: "
+                f"dependency {index} is a token, which has no "
+                "memory"
+            )
         return access
 
     def get_arg(self, index: Any) -> Any:
@@ -492,14 +552,15 @@ class task:
     def _dep_arg(self, index: Any) -> int:
         return _allocation(self._access_at(index, "get_arg()")).ptr
 
-    def _body_instances(self, indices: tuple[int, ...]) -> tuple[Stream,
-                                                                   list[tuple[Any, Any, Any]]]:
+    def _body_instances(
+        self, indices: tuple[int, ...]
+    ) -> tuple[Stream, list[tuple[Any, Any, Any]]]:
         """The task stream, and ``(allocation, shape, dtype)`` of the dependencies
         ``indices`` (default: every non-token one) of a task without bundles: what a
         ``run`` body gets an array of, without making a view of each."""
         stream = self._stream
         if stream is None or self._phase != _STARTED or self._runtime.finalized:
-            self.stream_ptr()                    # raises what is wrong
+            self.stream_ptr()  # raises what is wrong
             self._check_window("run()")
         assert stream is not None
         deps = self._deps
@@ -519,7 +580,7 @@ class task:
                 continue
             access = plan.per_dependency[index]
             if access.instance is None or private is not None:
-                access = self._access_at(index, "run()")     # a reduction's private
+                access = self._access_at(index, "run()")  # a reduction's private
             out.append((_allocation(access), ld._shape, ld._dtype))
         return stream, out
 
@@ -545,8 +606,10 @@ class task:
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"{what}: index must be an int, got {type(index).__name__}")
         if not 0 <= index < len(layout):
-            raise IndexError(f"{what}: argument index {index} out of range (the task "
-                             f"has {len(layout)} arguments; a bundle is one)")
+            raise IndexError(
+                f"{what}: argument index {index} out of range (the task "
+                f"has {len(layout)} arguments; a bundle is one)"
+            )
         entry = layout[index]
         if not isinstance(entry, Slot):
             return one(entry)
@@ -580,8 +643,9 @@ class task:
             place has only member 0).
         """
         if self._layout is not None:
-            return self._slot(index, "get_member_arg_cai()",
-                              lambda i: self._member_view(i, place_index))
+            return self._slot(
+                index, "get_member_arg_cai()", lambda i: self._member_view(i, place_index)
+            )
         return self._member_view(index, place_index)
 
     def _member_view(self, index: Any, place_index: Any) -> Any:
@@ -589,11 +653,15 @@ class task:
         place = self._place
         members = place._members() if place is not None else ()
         if isinstance(place_index, bool) or not isinstance(place_index, int):
-            raise TypeError(f"get_member_arg_cai: place_index must be an int, got "
-                            f"{type(place_index).__name__}")
+            raise TypeError(
+                f"get_member_arg_cai: place_index must be an int, got "
+                f"{type(place_index).__name__}"
+            )
         if not 0 <= place_index < max(len(members), 1):
-            raise IndexError(f"get_member_arg_cai: place index {place_index} out of "
-                             f"range for {max(len(members), 1)} place(s)")
+            raise IndexError(
+                f"get_member_arg_cai: place index {place_index} out of "
+                f"range for {max(len(members), 1)} place(s)"
+            )
         if place_index == 0 or not isinstance(access, Access):
             return self._dep_view(index)
         member = members[place_index]
@@ -612,8 +680,12 @@ class task:
         """A backend view of ``access``'s instance as dependency ``index``."""
         ld = self._deps[index].ld
         return self._runtime.backend.task_view(
-            _allocation(access), 0, cast(tuple, ld._shape), cast(np.dtype, ld._dtype),
-            self._deps[index].mode == READ)
+            _allocation(access),
+            0,
+            cast(tuple, ld._shape),
+            cast(np.dtype, ld._dtype),
+            self._deps[index].mode == READ,
+        )
 
     def args_cai(self) -> Any:
         """Views of the non-token dependencies: ``None``, one view, or a tuple.
@@ -641,6 +713,7 @@ class task:
         only enqueue work on its arrays, not read results back to the host.
         """
         from .bodies import run_body
+
         run_body(self, fn, indices)
 
     def views(self) -> tuple[Any, ...]:
@@ -676,21 +749,28 @@ class task:
     def _dependency_views(self, what: str) -> tuple[Any, ...]:
         self._check_window(what)
         layout = self._layout
-        if layout is not None:              # one entry per argument; a bundle is one
-            return ViewTuple([self._slot(i, what, self._dep_view)
-                              for i in range(len(layout))
-                              if isinstance(layout[i], Slot)
-                              or not self._deps[layout[i]].ld._is_token])
-        return ViewTuple([self._dep_view(i) for i, d in enumerate(self._deps)
-                          if not d.ld._is_token])
+        if layout is not None:  # one entry per argument; a bundle is one
+            return ViewTuple(
+                [
+                    self._slot(i, what, self._dep_view)
+                    for i in range(len(layout))
+                    if isinstance(layout[i], Slot)
+                    or not self._deps[layout[i]].ld._is_token
+                ]
+            )
+        return ViewTuple(
+            [self._dep_view(i) for i, d in enumerate(self._deps) if not d.ld._is_token]
+        )
 
     def __repr__(self) -> str:
         phase = ("new", "started", "ended")[self._phase]
         return f"<stflow.task {self._symbol!r} {phase}, {len(self._deps)} deps>"
 
     def __reduce__(self) -> Any:
-        raise TypeError(f"a task cannot be pickled: it belongs to one context of one "
-                        f"process ({self._label()})")
+        raise TypeError(
+            f"a task cannot be pickled: it belongs to one context of one "
+            f"process ({self._label()})"
+        )
 
 
 def _settled(plan: Plan, completed: Callable[[Any], bool]) -> bool:
@@ -716,15 +796,18 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
     for d in deps:
         if isinstance(d, bundle_dep):
             checked, layout, others = expand(
-                deps, lambda one: check_dep(runtime, one, label), label, dep)
+                deps, lambda one: check_dep(runtime, one, label), label, dep
+            )
             if others:
-                check_dep(runtime, others[0], label)            # raises TypeError
+                check_dep(runtime, others[0], label)  # raises TypeError
             break
     else:
         checked = [check_dep(runtime, d, label) for d in deps]
     if args is not None and not hasattr(args, "__iter__"):
-        raise TypeError(f"{label}: args must be an iterable of extra arguments (a "
-                        f"tuple such as (value,)), got {type(args).__name__}")
+        raise TypeError(
+            f"{label}: args must be an iterable of extra arguments (a "
+            f"tuple such as (value,)), got {type(args).__name__}"
+        )
     extra = () if args is None else tuple(args)
     backend = runtime.backend
     with runtime.lock:
@@ -732,26 +815,38 @@ def host_launch(runtime: Runtime, deps: tuple, fn: Any, args: Any, symbol: Any) 
         if runtime.data.retired:
             runtime.drain_retired()
         ident = next(work_ids)
-        plan = runtime.acquire(checked, None, None, label, ident, "host_launch",
-                               host_only=True)
+        plan = runtime.acquire(
+            checked, None, None, label, ident, "host_launch", host_only=True
+        )
         stream = plan.stream
         assert stream is not None
         private = dict(zip(map(id, plan.reductions), plan.private or ()))
-        arguments = [(_allocation(access) if access.instance is not None
-                      else cast(Allocation, private[id(access)].allocation),
-                      cast(tuple, d.ld._shape), cast(np.dtype, d.ld._dtype),
-                      d.mode == READ)
-                     for d, access in zip(checked, plan.per_dependency)
-                     if access.instance is not None or id(access) in private]
+        arguments = [
+            (
+                _allocation(access)
+                if access.instance is not None
+                else cast(Allocation, private[id(access)].allocation),
+                cast(tuple, d.ld._shape),
+                cast(np.dtype, d.ld._dtype),
+                d.mode == READ,
+            )
+            for d, access in zip(checked, plan.per_dependency)
+            if access.instance is not None or id(access) in private
+        ]
         if layout is not None:
-            fn = Regrouping(fn, layout, [access.instance is not None
-                                          or id(access) in private
-                                          for access in plan.per_dependency])
-        callback = _HostCallback(backend, fn, arguments, extra, label, ident,
-                                 runtime.errors.capture)
+            fn = Regrouping(
+                fn,
+                layout,
+                [
+                    access.instance is not None or id(access) in private
+                    for access in plan.per_dependency
+                ],
+            )
+        callback = _HostCallback(
+            backend, fn, arguments, extra, label, ident, runtime.errors.capture
+        )
         backend.launch_host_func(stream, callback)
         runtime.release(plan, stream, None, ident, plan.private)
-
 
 
 class _HostCallback:
@@ -763,8 +858,16 @@ class _HostCallback:
 
     __slots__ = ("backend", "fn", "arguments", "extra", "label", "ident", "capture")
 
-    def __init__(self, backend: Any, fn: Any, arguments: list[Any], extra: tuple,
-                 label: str, ident: int, capture: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        fn: Any,
+        arguments: list[Any],
+        extra: tuple,
+        label: str,
+        ident: int,
+        capture: Callable[..., Any],
+    ) -> None:
         self.backend = backend
         self.fn = fn
         self.arguments = arguments
@@ -776,8 +879,10 @@ class _HostCallback:
     def __call__(self) -> None:
         try:
             host_array = self.backend.host_array
-            arrays = [host_array(allocation, shape, dtype, readonly)
-                      for allocation, shape, dtype, readonly in self.arguments]
+            arrays = [
+                host_array(allocation, shape, dtype, readonly)
+                for allocation, shape, dtype, readonly in self.arguments
+            ]
             self.fn(*arrays, *self.extra)
         except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
             add_note(exc, f"raised by {self.label}")

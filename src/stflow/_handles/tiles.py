@@ -50,19 +50,26 @@ class block_cyclic:
 
     def __init__(self, p: int, q: int) -> None:
         for label, value in (("p", p), ("q", q)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
-                    or value <= 0:
-                raise ValueError(f"block_cyclic: {label} must be a positive number of "
-                                 f"ranks, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, np.integer))
+                or value <= 0
+            ):
+                raise ValueError(
+                    f"block_cyclic: {label} must be a positive number of "
+                    f"ranks, got {value!r}"
+                )
         self.p, self.q = int(p), int(q)
 
     @classmethod
     def over(cls, ranks: int) -> block_cyclic:
         """The most square grid of exactly ``ranks`` ranks."""
-        if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) \
-                or ranks <= 0:
-            raise ValueError(f"block_cyclic.over: ranks must be positive, got "
-                             f"{ranks!r}")
+        if (
+            isinstance(ranks, bool)
+            or not isinstance(ranks, (int, np.integer))
+            or ranks <= 0
+        ):
+            raise ValueError(f"block_cyclic.over: ranks must be positive, got {ranks!r}")
         p = max(d for d in range(1, math.isqrt(int(ranks)) + 1) if ranks % d == 0)
         return cls(p, int(ranks) // p)
 
@@ -75,8 +82,7 @@ class block_cyclic:
         return (i % self.p) * self.q + (j % self.q)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, block_cyclic)
-                and (self.p, self.q) == (other.p, other.q))
+        return isinstance(other, block_cyclic) and (self.p, self.q) == (other.p, other.q)
 
     def __hash__(self) -> int:
         return hash((self.p, self.q))
@@ -105,8 +111,12 @@ class TileGrid:
     ``((i, j), logical_data)`` pairs in C order.
     """
 
-    def __init__(self, data: list[list[Any]], tile_shape: tuple[int, int],
-                 array_shape: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        data: list[list[Any]],
+        tile_shape: tuple[int, int],
+        array_shape: tuple[int, int],
+    ) -> None:
         self._data = data
         self.tile_shape = tile_shape
         self.array_shape = array_shape
@@ -118,13 +128,15 @@ class TileGrid:
 
     def _index(self, index: Any) -> tuple[int, int]:
         if not isinstance(index, tuple) or len(index) != 2:
-            raise TypeError(f"index a TileGrid with two integers, grid[i, j]; got "
-                            f"{index!r}")
+            raise TypeError(
+                f"index a TileGrid with two integers, grid[i, j]; got {index!r}"
+            )
         i, j = (operator.index(k) for k in index)
         rows, cols = self.shape
         if not (-rows <= i < rows and -cols <= j < cols):
-            raise IndexError(f"tile ({i}, {j}) is outside the {rows} x {cols} grid of "
-                             "tiles")
+            raise IndexError(
+                f"tile ({i}, {j}) is outside the {rows} x {cols} grid of tiles"
+            )
         return i % rows, j % cols
 
     def bounds(self, i: int, j: int) -> tuple[slice, slice]:
@@ -132,8 +144,10 @@ class TileGrid:
         i, j = self._index((i, j))
         mb, nb = self.tile_shape
         rows, cols = self.array_shape
-        return (slice(i * mb, min((i + 1) * mb, rows)),
-                slice(j * nb, min((j + 1) * nb, cols)))
+        return (
+            slice(i * mb, min((i + 1) * mb, rows)),
+            slice(j * nb, min((j + 1) * nb, cols)),
+        )
 
     def __len__(self) -> int:
         return self.shape[0] * self.shape[1]
@@ -144,16 +158,19 @@ class TileGrid:
                 yield (i, j), ld
 
     def __repr__(self) -> str:
-        return (f"<stflow.TileGrid {self.shape[0]}x{self.shape[1]} tiles of "
-                f"{self.tile_shape[0]}x{self.tile_shape[1]} over an array of shape "
-                f"{self.array_shape}>")
+        return (
+            f"<stflow.TileGrid {self.shape[0]}x{self.shape[1]} tiles of "
+            f"{self.tile_shape[0]}x{self.tile_shape[1]} over an array of shape "
+            f"{self.array_shape}>"
+        )
 
 
 class _WriteBack(Instrument):
     """Copies the tiles into the original array once the context has finalized."""
 
-    def __init__(self, target: np.ndarray, copies: list[tuple[tuple[slice, slice],
-                                                              np.ndarray]]) -> None:
+    def __init__(
+        self, target: np.ndarray, copies: list[tuple[tuple[slice, slice], np.ndarray]]
+    ) -> None:
         self.target = target
         self.copies = copies
 
@@ -165,9 +182,14 @@ class _WriteBack(Instrument):
         self.copies = []
 
 
-def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
-          name: str | None = None,
-          owner: Callable[[int, int], int] | None = None) -> TileGrid:
+def tiles(
+    ctx: Any,
+    array: np.ndarray,
+    tile_shape: tuple[int, int] | int,
+    *,
+    name: str | None = None,
+    owner: Callable[[int, int], int] | None = None,
+) -> TileGrid:
     """Register the tiles of a 2-D array as a grid of logical data.
 
     Each tile is registered in place, a strided view of its block of ``array`` (no
@@ -234,14 +256,19 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
     _check_array(array)
     mb, nb = _tile_sizes(tile_shape)
     owner_of = _owners(ctx, owner)
-    local = ctx.local if owner_of is not None else ctx    # who writes the blocks back
+    local = ctx.local if owner_of is not None else ctx  # who writes the blocks back
     copies: list[tuple[tuple[slice, slice], np.ndarray]] | None = None
     if array.shape[1] != 1 and array.strides[1] != array.itemsize:  # rows not contiguous
         _refuse_caller_stream(local)
         copies = []
     prefix = "tile" if name is None else name
-    grid = [[_tile(ctx, array, (i, j), (mb, nb), f"{prefix}[{i},{j}]", owner_of, copies)
-             for j in range(-(-array.shape[1] // nb))] for i in range(-(-array.shape[0] // mb))]
+    grid = [
+        [
+            _tile(ctx, array, (i, j), (mb, nb), f"{prefix}[{i},{j}]", owner_of, copies)
+            for j in range(-(-array.shape[1] // nb))
+        ]
+        for i in range(-(-array.shape[0] // mb))
+    ]
     if copies:
         local.attach(_WriteBack(array, copies))
     return TileGrid(grid, (mb, nb), array.shape)
@@ -250,18 +277,24 @@ def tiles(ctx: Any, array: np.ndarray, tile_shape: tuple[int, int] | int, *,
 def _check_array(array: Any) -> None:
     """Refuse what ``stf.tiles`` cannot tile: not a plain NumPy array, not 2-D, empty."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"stf.tiles() tiles a NumPy array, got "
-                        f"{type(array).__name__}; convert it with np.asarray first "
-                        "(results are written back into that array)")
+        raise TypeError(
+            f"stf.tiles() tiles a NumPy array, got "
+            f"{type(array).__name__}; convert it with np.asarray first "
+            "(results are written back into that array)"
+        )
     if type(array) is not np.ndarray:
-        raise TypeError(f"stf.tiles() refuses a {type(array).__name__} (a subclass of "
-                        "numpy.ndarray): its tiles would be plain arrays and lose what "
-                        "the subclass adds (a mask, units); pass np.asarray(array) or "
-                        "array.filled(...) explicitly")
+        raise TypeError(
+            f"stf.tiles() refuses a {type(array).__name__} (a subclass of "
+            "numpy.ndarray): its tiles would be plain arrays and lose what "
+            "the subclass adds (a mask, units); pass np.asarray(array) or "
+            "array.filled(...) explicitly"
+        )
     if array.ndim != 2:
-        raise ValueError(f"stf.tiles() needs a 2-D array, got {array.ndim}-D of shape "
-                         f"{array.shape}; reshape it, or register it whole with "
-                         "ctx.logical_data")
+        raise ValueError(
+            f"stf.tiles() needs a 2-D array, got {array.ndim}-D of shape "
+            f"{array.shape}; reshape it, or register it whole with "
+            "ctx.logical_data"
+        )
     if array.size == 0:
         raise ValueError(f"stf.tiles() got an empty array of shape {array.shape}")
 
@@ -276,26 +309,36 @@ def _tile_sizes(tile_shape: Any) -> tuple[int, int]:
             raise TypeError
         mb, nb = (operator.index(k) for k in shape)
     except (TypeError, ValueError):
-        raise TypeError(f"stf.tiles(tile_shape={tile_shape!r}): give two integers "
-                        "(rows, columns) or one for square tiles") from None
+        raise TypeError(
+            f"stf.tiles(tile_shape={tile_shape!r}): give two integers "
+            "(rows, columns) or one for square tiles"
+        ) from None
     if mb <= 0 or nb <= 0:
-        raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be "
-                         "positive")
+        raise ValueError(f"stf.tiles(tile_shape={(mb, nb)}): tile sizes must be positive")
     return mb, nb
 
 
-def _tile(ctx: Any, array: np.ndarray, index: tuple[int, int], tile_shape: tuple[int, int],
-          label: str, owner_of: Callable[[int, int], int] | None,
-          copies: list[tuple[tuple[slice, slice], np.ndarray]] | None) -> Any:
+def _tile(
+    ctx: Any,
+    array: np.ndarray,
+    index: tuple[int, int],
+    tile_shape: tuple[int, int],
+    label: str,
+    owner_of: Callable[[int, int], int] | None,
+    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None,
+) -> Any:
     """The logical data of tile ``index``: its block of ``array`` registered in place,
     or (``copies`` given: rows not contiguous) a C-ordered copy of it, noted in
     ``copies`` to be written back; another rank's tile is its shape alone."""
     (i, j), (mb, nb) = index, tile_shape
     rows, cols = array.shape
-    where = (slice(i * mb, min((i + 1) * mb, rows)), slice(j * nb, min((j + 1) * nb, cols)))
+    where = (
+        slice(i * mb, min((i + 1) * mb, rows)),
+        slice(j * nb, min((j + 1) * nb, cols)),
+    )
     if owner_of is not None:
         rank = _owner(ctx, owner_of, i, j)
-        if rank != ctx.rank:             # another rank's tile: only its shape is read
+        if rank != ctx.rank:  # another rank's tile: only its shape is read
             return ctx.logical_data(array[where], owner=rank, name=label)
     block = array[where]
     if copies is not None:
@@ -311,41 +354,55 @@ def _tile(ctx: Any, array: np.ndarray, index: tuple[int, int], tile_shape: tuple
 
 def _refuse_caller_stream(local: Any) -> None:
     """Tiles copied back at ``finalize()`` need a context whose finalize waits."""
-    runtime = local._runtime          # a context's (None once finalized), a stackable's
+    runtime = local._runtime  # a context's (None once finalized), a stackable's
     if runtime is not None and runtime.caller_stream is not None:
-        raise ValueError("stf.tiles() of an array whose rows are not contiguous needs "
-                         "a context without a caller stream: its tiles are copies, "
-                         "copied back when finalize() completes, and finalize() of a "
-                         "context made with stream= does not wait; tile a C-ordered "
-                         "array (registered in place), or a context without stream=")
+        raise ValueError(
+            "stf.tiles() of an array whose rows are not contiguous needs "
+            "a context without a caller stream: its tiles are copies, "
+            "copied back when finalize() completes, and finalize() of a "
+            "context made with stream= does not wait; tile a C-ordered "
+            "array (registered in place), or a context without stream="
+        )
 
 
 def _owners(ctx: Any, owner: Any) -> Callable[[int, int], int] | None:
     """The distribution function of a distributed context's tiles (``None`` for a
     single-process context, which takes no ``owner``)."""
     from .._dist.context import distributed_context
+
     if not isinstance(ctx, distributed_context):
         if owner is not None:
-            raise TypeError("stf.tiles(owner=...) distributes tiles over the ranks of "
-                            "a stf.distributed_context; this context is a single "
-                            "process")
+            raise TypeError(
+                "stf.tiles(owner=...) distributes tiles over the ranks of "
+                "a stf.distributed_context; this context is a single "
+                "process"
+            )
         return None
     if owner is None:
         return block_cyclic.over(ctx.size)
     if not callable(owner):
-        raise TypeError(f"stf.tiles(owner=...) takes a function of the tile indices "
-                        f"(i, j) returning a rank, such as stf.block_cyclic(p, q); got "
-                        f"{type(owner).__name__}")
+        raise TypeError(
+            f"stf.tiles(owner=...) takes a function of the tile indices "
+            f"(i, j) returning a rank, such as stf.block_cyclic(p, q); got "
+            f"{type(owner).__name__}"
+        )
     if isinstance(owner, block_cyclic) and owner.ranks > ctx.size:
-        raise ValueError(f"stf.tiles(owner={owner!r}) spans {owner.ranks} ranks; the "
-                         f"communicator has {ctx.size}")
+        raise ValueError(
+            f"stf.tiles(owner={owner!r}) spans {owner.ranks} ranks; the "
+            f"communicator has {ctx.size}"
+        )
     return owner
 
 
 def _owner(ctx: Any, owner_of: Callable[[int, int], int], i: int, j: int) -> int:
     rank = owner_of(i, j)
-    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or \
-            not 0 <= rank < ctx.size:
-        raise ValueError(f"stf.tiles(owner=...): owner({i}, {j}) returned {rank!r}, "
-                         f"not a rank of the communicator (0..{ctx.size - 1})")
+    if (
+        isinstance(rank, bool)
+        or not isinstance(rank, (int, np.integer))
+        or not 0 <= rank < ctx.size
+    ):
+        raise ValueError(
+            f"stf.tiles(owner=...): owner({i}, {j}) returned {rank!r}, "
+            f"not a rank of the communicator (0..{ctx.size - 1})"
+        )
     return int(rank)

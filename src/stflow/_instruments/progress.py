@@ -71,9 +71,16 @@ class ProgressBar(Instrument):
     ...     ...                                            # long work
     """
 
-    def __init__(self, ctx: Any = None, *, style: str = "auto", interval: float = 0.1,
-                 file: IO[str] | None = None, description: str = "stflow",
-                 total: int | None = None) -> None:
+    def __init__(
+        self,
+        ctx: Any = None,
+        *,
+        style: str = "auto",
+        interval: float = 0.1,
+        file: IO[str] | None = None,
+        description: str = "stflow",
+        total: int | None = None,
+    ) -> None:
         _check_arguments(style, interval, file, description, total)
         self.expected = None if total is None else int(total)
         self.style = _resolve_style(style)
@@ -100,11 +107,14 @@ class ProgressBar(Instrument):
     # -- the instrument -------------------------------------------------------------
     def attach(self, runtime: Any) -> None:
         if self._runtime is not None:
-            raise ValueError("this ProgressBar is attached to a context already; "
-                             "make one bar per context")
+            raise ValueError(
+                "this ProgressBar is attached to a context already; "
+                "make one bar per context"
+            )
         self._runtime = runtime
-        self._thread = threading.Thread(target=self._run, name="stflow-progress",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="stflow-progress", daemon=True
+        )
         self._thread.start()
 
     def work_submitted(self, record: WorkRecord) -> None:
@@ -112,8 +122,9 @@ class ProgressBar(Instrument):
             with self._lock:
                 self.submitted += 1
 
-    def transfer(self, record: WorkRecord, data: str, source: int, target: int,
-                 nbytes: int) -> None:
+    def transfer(
+        self, record: WorkRecord, data: str, source: int, target: int, nbytes: int
+    ) -> None:
         with self._lock:
             self.bytes_moved += nbytes
 
@@ -122,7 +133,7 @@ class ProgressBar(Instrument):
             return
         stream = record.native_stream
         if stream.captures:
-            return                      # runs when its graph runs: counted at finalize()
+            return  # runs when its graph runs: counted at finalize()
         self._runtime.backend.launch_host_func(stream, self._one_done)
 
     def finalized(self) -> None:
@@ -148,8 +159,10 @@ class ProgressBar(Instrument):
         width = 24
         filled = 0 if total == 0 else width * done // total
         percent = 0 if total == 0 else 100 * done // total
-        return (f"{self.description}: [{'#' * filled}{'.' * (width - filled)}] "
-                f"{done}/{total} tasks ({percent}%), {byte_size_text(moved)} moved")
+        return (
+            f"{self.description}: [{'#' * filled}{'.' * (width - filled)}] "
+            f"{done}/{total} tasks ({percent}%), {byte_size_text(moved)} moved"
+        )
 
     def refresh(self) -> None:
         """Redraw now (the helper thread calls it every ``interval`` seconds)."""
@@ -160,26 +173,44 @@ class ProgressBar(Instrument):
             bar = self._bar
             if bar is None:
                 from tqdm.auto import tqdm
-                bar = self._bar = tqdm(total=total, desc=self.description, unit="task",
-                                       file=self.file, leave=True, dynamic_ncols=True)
+
+                bar = self._bar = tqdm(
+                    total=total,
+                    desc=self.description,
+                    unit="task",
+                    file=self.file,
+                    leave=True,
+                    dynamic_ncols=True,
+                )
             bar.total = total
             bar.set_postfix_str(f"{byte_size_text(moved)} moved", refresh=False)
             if done > bar.n:
-                bar.update(done - bar.n)       # keeps tqdm's rate and ETA right
+                bar.update(done - bar.n)  # keeps tqdm's rate and ETA right
             bar.refresh()
         else:
             if self._bar is None:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress,
-                                           TextColumn)
-                progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                    MofNCompleteColumn(),
-                                    TextColumn("tasks, {task.fields[moved]} moved"))
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                )
+
+                progress = Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("tasks, {task.fields[moved]} moved"),
+                )
                 progress.start()
-                self._bar = (progress, progress.add_task(self.description, total=total,
-                                                         moved="0 B"))
+                self._bar = (
+                    progress,
+                    progress.add_task(self.description, total=total, moved="0 B"),
+                )
             progress, task = self._bar
-            progress.update(task, total=total, completed=done,
-                            moved=byte_size_text(moved))
+            progress.update(
+                task, total=total, completed=done, moved=byte_size_text(moved)
+            )
 
     def close(self) -> None:
         """Draw the final state and stop (``finalize()`` calls it)."""
@@ -213,10 +244,11 @@ class ProgressBar(Instrument):
             pad = " " * max(0, self._text_width - len(line))
             self._text_width = len(line)
             out.write("\r" + line + pad + ("\n" if final else ""))
-        else:                          # a log file or a pipe: no carriage returns
+        else:  # a log file or a pipe: no carriage returns
             now = time.monotonic()
-            if not final and (now - self._last_text < max(2.0, self.interval)
-                              or self.submitted == 0):
+            if not final and (
+                now - self._last_text < max(2.0, self.interval) or self.submitted == 0
+            ):
                 return
             self._last_text = now
             out.write(line + "\n")
@@ -226,41 +258,53 @@ class ProgressBar(Instrument):
         return f"<stflow.ProgressBar {self.style}: {self.text()}>"
 
 
-def _check_arguments(style: Any, interval: Any, file: Any, description: Any,
-                     total: Any) -> None:
+def _check_arguments(
+    style: Any, interval: Any, file: Any, description: Any, total: Any
+) -> None:
     """Raise for an argument of ``ProgressBar`` that it cannot work with, naming it."""
     if not isinstance(style, str):
-        raise TypeError(f"ProgressBar(style={style!r}): give a string, one of "
-                        f"{', '.join(_STYLES)}")
+        raise TypeError(
+            f"ProgressBar(style={style!r}): give a string, one of {', '.join(_STYLES)}"
+        )
     if style not in _STYLES:
-        raise ValueError(f"ProgressBar(style={style!r}): use one of "
-                         f"{', '.join(_STYLES)}")
+        raise ValueError(f"ProgressBar(style={style!r}): use one of {', '.join(_STYLES)}")
     if isinstance(interval, bool) or not isinstance(interval, numbers.Real):
-        raise TypeError(f"ProgressBar(interval={interval!r}): give the seconds between "
-                        "redraws as a number, e.g. interval=0.1")
+        raise TypeError(
+            f"ProgressBar(interval={interval!r}): give the seconds between "
+            "redraws as a number, e.g. interval=0.1"
+        )
     seconds = float(interval)
     if not (math.isfinite(seconds) and 0 < seconds <= threading.TIMEOUT_MAX):
-        raise ValueError(f"ProgressBar(interval={interval!r}): give a positive, finite "
-                         "number of seconds between redraws (at most "
-                         f"{threading.TIMEOUT_MAX:g}), e.g. interval=0.1")
+        raise ValueError(
+            f"ProgressBar(interval={interval!r}): give a positive, finite "
+            "number of seconds between redraws (at most "
+            f"{threading.TIMEOUT_MAX:g}), e.g. interval=0.1"
+        )
     if file is not None and not callable(getattr(file, "write", None)):
-        raise TypeError(f"ProgressBar(file={file!r}): give a text file object (with a "
-                        "write method), e.g. sys.stderr, or leave it out")
+        raise TypeError(
+            f"ProgressBar(file={file!r}): give a text file object (with a "
+            "write method), e.g. sys.stderr, or leave it out"
+        )
     if not isinstance(description, str):
-        raise TypeError(f"ProgressBar(description={description!r}): give the label as "
-                        "a string")
+        raise TypeError(
+            f"ProgressBar(description={description!r}): give the label as a string"
+        )
     if total is not None:
         if isinstance(total, bool) or not isinstance(total, numbers.Integral):
-            raise TypeError(f"ProgressBar(total={total!r}): give the expected number of "
-                            "tasks as an int >= 0, or leave it out")
+            raise TypeError(
+                f"ProgressBar(total={total!r}): give the expected number of "
+                "tasks as an int >= 0, or leave it out"
+            )
         if total < 0:
-            raise ValueError(f"ProgressBar(total={total!r}): give the expected number "
-                             "of tasks, an int >= 0, or leave it out")
+            raise ValueError(
+                f"ProgressBar(total={total!r}): give the expected number "
+                "of tasks, an int >= 0, or leave it out"
+            )
 
 
 def _is_terminal(out: Any) -> bool:
     if "ipykernel" in sys.modules and out in (sys.stderr, sys.stdout):
-        return True                    # Jupyter output honours carriage returns
+        return True  # Jupyter output honours carriage returns
     try:
         return bool(out.isatty())
     except (AttributeError, ValueError):
@@ -274,13 +318,16 @@ def _resolve_style(style: str) -> str:
                 return candidate
         return "text"
     if style != "text" and not _importable(style):
-        raise ImportError(f"ProgressBar(style={style!r}) needs the {style} package: "
-                          f"pip install {style}, or use style='text'")
+        raise ImportError(
+            f"ProgressBar(style={style!r}) needs the {style} package: "
+            f"pip install {style}, or use style='text'"
+        )
     return style
 
 
 def _importable(name: str) -> bool:
     import importlib.util
+
     return importlib.util.find_spec(name) is not None
 
 
@@ -292,7 +339,7 @@ def progress_from_environment(value: str) -> ProgressBar | None:
         return None
     style = "auto" if value in ("1", "on", "true", "yes") else value
     if style not in _STYLES:
-        raise ValueError(f"STFLOW_PROGRESS={value!r}: use 0, 1, or one of "
-                         f"{', '.join(_STYLES)}")
+        raise ValueError(
+            f"STFLOW_PROGRESS={value!r}: use 0, 1, or one of {', '.join(_STYLES)}"
+        )
     return ProgressBar(style=style)
-

@@ -29,6 +29,7 @@ _MODES = {1: "read", 2: "write", 3: "rw"}
 
 # -- DOT ------------------------------------------------------------------------
 
+
 class DotRecorder(Instrument):
     """Record the inferred task graph; write it in Graphviz DOT.
 
@@ -71,23 +72,36 @@ class DotRecorder(Instrument):
     in the tasks and dependencies (see :func:`transitive_reduction`).
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, reduce: bool = True,
-                 *, summary: bool | None = None, max_nodes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        reduce: bool = True,
+        *,
+        summary: bool | None = None,
+        max_nodes: int | None = None,
+    ) -> None:
         if path is not None and not isinstance(path, (str, os.PathLike)):
-            raise TypeError(f"DotRecorder(path={path!r}): give a file path (str or "
-                            "os.PathLike), or leave it out")
+            raise TypeError(
+                f"DotRecorder(path={path!r}): give a file path (str or "
+                "os.PathLike), or leave it out"
+            )
         if not isinstance(reduce, bool):
             raise TypeError(f"DotRecorder(reduce={reduce!r}): give True or False")
         _check_summary("DotRecorder", summary)
         if max_nodes is None:
             from .._core.config import config
+
             max_nodes = config().dot_max_nodes
         elif isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
-            raise TypeError(f"DotRecorder(max_nodes={max_nodes!r}): give the largest "
-                            "number of nodes drawn in full as an int (0: no limit)")
+            raise TypeError(
+                f"DotRecorder(max_nodes={max_nodes!r}): give the largest "
+                "number of nodes drawn in full as an int (0: no limit)"
+            )
         elif max_nodes < 0:
-            raise ValueError(f"DotRecorder(max_nodes={max_nodes!r}): give a number of "
-                             "nodes >= 0 (0: no limit)")
+            raise ValueError(
+                f"DotRecorder(max_nodes={max_nodes!r}): give a number of "
+                "nodes >= 0 (0: no limit)"
+            )
         self.path = path
         self.reduce = reduce
         self.summary = summary
@@ -98,9 +112,9 @@ class DotRecorder(Instrument):
         self.syncs: list[tuple[int, str, list[int]]] = []
         self.clusters: dict[int, list[Any]] = {}
         self._scope_of: dict[int, int] = {}
-        self._open: dict[int, list[int]] = {}          # thread -> stack of scope ids
+        self._open: dict[int, list[int]] = {}  # thread -> stack of scope ids
         self._since_fence: list[int] = []
-        self._order: list[int] = []        # every node, in submission order
+        self._order: list[int] = []  # every node, in submission order
 
     def work_submitted(self, record: WorkRecord) -> None:
         if record.kind in ("task", "host_launch"):
@@ -165,8 +179,11 @@ class DotRecorder(Instrument):
 
     def node_count(self) -> int:
         """The nodes of the full graph: work, copies, waits and fences."""
-        return (len(self.records) + len(self.syncs)
-                + sum(len(record.transfers) for record in self.records))
+        return (
+            len(self.records)
+            + len(self.syncs)
+            + sum(len(record.transfers) for record in self.records)
+        )
 
     def to_dot(self, *, summary: bool | None = None) -> str:
         """The graph in Graphviz DOT.
@@ -192,24 +209,30 @@ class DotRecorder(Instrument):
     def _full_dot(self, edges: set[tuple[int, int]]) -> str:
         nodes: dict[int | None, list[str]] = {}
         for record in self.records:
-            shape = ', shape=ellipse, fillcolor="#fff4d6"' \
-                if record.kind == "host_launch" else ""
+            shape = (
+                ', shape=ellipse, fillcolor="#fff4d6"'
+                if record.kind == "host_launch"
+                else ""
+            )
             where = place_name(record.device)
             lines = nodes.setdefault(self._scope_of.get(record.ident), [])
-            lines.append(f'w{record.ident} [label="{_escape(record.label)}\\n{where}"'
-                         f'{shape}];')
+            lines.append(
+                f'w{record.ident} [label="{_escape(record.label)}\\n{where}"{shape}];'
+            )
             for number, (data, source, target, nbytes) in enumerate(record.transfers):
                 node = f"c{record.ident}_{number}"
                 lines.append(
                     f'{node} [label="{_escape(data)}\\n{place_name(source)}→'
                     f'{place_name(target)}\\n{byte_size_text(nbytes)}", shape=note, '
-                    'style="dashed,filled", fillcolor="#eeeeee", fontsize=10];')
+                    'style="dashed,filled", fillcolor="#eeeeee", fontsize=10];'
+                )
                 lines.append(f"{node} -> w{record.ident} [style=dashed];")
         for ident, label, _ in self.syncs:
             fill = "#fde2e2" if ident >= 0 else "#e2f5e2"
             nodes.setdefault(None, []).append(
                 f'{_node(ident)} [label="{_escape(label)}", '
-                f'shape=octagon, fillcolor="{fill}"];')
+                f'shape=octagon, fillcolor="{fill}"];'
+            )
         lines = _HEADER[:]
         self._emit_scopes(lines, nodes)
         for source, target in sorted(edges):
@@ -217,8 +240,12 @@ class DotRecorder(Instrument):
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _emit_scopes(self, lines: list[str], nodes: dict[int | None, list[str]],
-                     with_scopes: bool = True) -> None:
+    def _emit_scopes(
+        self,
+        lines: list[str],
+        nodes: dict[int | None, list[str]],
+        with_scopes: bool = True,
+    ) -> None:
         """Append the nodes of each scope, nested in clusters as the scopes are."""
         children: dict[int | None, list[int]] = {}
         for number, (parent, _, _, _) in (self.clusters if with_scopes else {}).items():
@@ -233,8 +260,10 @@ class DotRecorder(Instrument):
                     title = f"repeat({count})"
                 style = "dashed" if discarded else "rounded"
                 lines.append(f"{indent}subgraph cluster_{child} {{")
-                lines.append(f'{indent}  label="{title}'
-                             f'{" (discarded)" if discarded else ""}"; style={style};')
+                lines.append(
+                    f'{indent}  label="{title}'
+                    f'{" (discarded)" if discarded else ""}"; style={style};'
+                )
                 emit(child, indent + "  ")
                 lines.append(f"{indent}}}")
 
@@ -257,11 +286,14 @@ class DotRecorder(Instrument):
             if group.places:
                 text += " on " + ", ".join(place_name(p) for p in sorted(group.places))
             if group.copies:
-                text += (f"\\n{group.copies} {'copy' if group.copies == 1 else 'copies'}"
-                         f" in, {byte_size_text(group.moved)}")
+                text += (
+                    f"\\n{group.copies} {'copy' if group.copies == 1 else 'copies'}"
+                    f" in, {byte_size_text(group.moved)}"
+                )
             style = _GROUP_STYLES.get(group.kind, "")
             nodes.setdefault(group.scope, []).append(
-                f'g{number} [label="{text}"{style}];')
+                f'g{number} [label="{text}"{style}];'
+            )
         numbers = {key: number for number, key in enumerate(groups, 1)}
         between: dict[tuple[int, int], int] = {}
         for source, target in edges:
@@ -269,28 +301,45 @@ class DotRecorder(Instrument):
             between[pair] = between.get(pair, 0) + 1
         work = len(self.records)
         copies = node_count - work - len(self.syncs)
-        how = ("the full graph: DotRecorder(summary=False) or to_dot(summary=False), "
-               "or STFLOW_DOT_MAX_NODES=0 in the environment")
-        grouping = "symbol" + (" and scope" if by_scope and self.clusters else "") \
+        how = (
+            "the full graph: DotRecorder(summary=False) or to_dot(summary=False), "
+            "or STFLOW_DOT_MAX_NODES=0 in the environment"
+        )
+        grouping = (
+            "symbol"
+            + (" and scope" if by_scope and self.clusters else "")
             + (", numbers as *" if coarse else "")
-        lines = _HEADER[:1] + [
-            (f"  // stflow: summary of {node_count} nodes ({work} tasks and host "
-             f"callbacks, {copies} copies, {len(self.syncs)} waits and fences) in "
-             f"{len(groups)} groups by {grouping}; max_nodes={self.max_nodes}."),
-            ("  // A node counts the work it stands for (× n), an edge the "
-             f"{'reduced ' if self.reduce else ''}dependencies between two groups."),
-            f"  // For {how}."] + _HEADER[1:]
+        )
+        lines = (
+            _HEADER[:1]
+            + [
+                (
+                    f"  // stflow: summary of {node_count} nodes ({work} tasks and host "
+                    f"callbacks, {copies} copies, {len(self.syncs)} waits and fences) in "
+                    f"{len(groups)} groups by {grouping}; max_nodes={self.max_nodes}."
+                ),
+                (
+                    "  // A node counts the work it stands for (× n), an edge the "
+                    f"{'reduced ' if self.reduce else ''}dependencies between two groups."
+                ),
+                f"  // For {how}.",
+            ]
+            + _HEADER[1:]
+        )
         self._emit_scopes(lines, nodes, by_scope)
         for (source, target), count in sorted(between.items()):
             lines.append(f'  g{source} -> g{target} [label="{count}"];')
-        lines.append(f'  label="summary of {work} tasks in {len(groups)} groups by '
-                     f'{grouping}; the full graph: to_dot(summary=False) or '
-                     'STFLOW_DOT_MAX_NODES=0"; labelloc=t;')
+        lines.append(
+            f'  label="summary of {work} tasks in {len(groups)} groups by '
+            f"{grouping}; the full graph: to_dot(summary=False) or "
+            'STFLOW_DOT_MAX_NODES=0"; labelloc=t;'
+        )
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _groups(self, by_scope: bool, coarse: bool
-                ) -> tuple[dict[int, tuple[Any, ...]], dict[tuple[Any, ...], _Group]]:
+    def _groups(
+        self, by_scope: bool, coarse: bool
+    ) -> tuple[dict[int, tuple[Any, ...]], dict[tuple[Any, ...], _Group]]:
         """Each node's group key, and the groups in order of first appearance."""
         group_of: dict[int, tuple[Any, ...]] = {}
         groups: dict[tuple[Any, ...], _Group] = {}
@@ -307,8 +356,9 @@ class DotRecorder(Instrument):
             return group
 
         for record in self.records:
-            group = join(record.ident, self._scope_of.get(record.ident), record.kind,
-                         record.label)
+            group = join(
+                record.ident, self._scope_of.get(record.ident), record.kind, record.label
+            )
             group.places.add(record.device)
             group.copies += len(record.transfers)
             group.moved += sum(transfer[3] for transfer in record.transfers)
@@ -316,8 +366,9 @@ class DotRecorder(Instrument):
             join(ident, None, "fence" if ident < 0 else "wait", label)
         return group_of, groups
 
-    def write(self, path: str | os.PathLike[str] | None = None, *,
-              summary: bool | None = None) -> None:
+    def write(
+        self, path: str | os.PathLike[str] | None = None, *, summary: bool | None = None
+    ) -> None:
         """Write :meth:`to_dot` to ``path`` (default: the recorder's, else
         ``stflow.dot``)."""
         with open(path or self.path or "stflow.dot", "w") as out:
@@ -338,26 +389,36 @@ class _Group:
     places: set[int] = field(default_factory=set)
     members: int = 0
     copies: int = 0
-    moved: int = 0                       # bytes copied in
+    moved: int = 0  # bytes copied in
 
 
-_GROUP_STYLES = {"host_launch": ', shape=ellipse, fillcolor="#fff4d6"',
-                 "wait": ', shape=octagon, fillcolor="#fde2e2"',
-                 "fence": ', shape=octagon, fillcolor="#e2f5e2"'}
-_HEADER = ["digraph stflow {", "  rankdir=TB;",
-           '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];']
+_GROUP_STYLES = {
+    "host_launch": ', shape=ellipse, fillcolor="#fff4d6"',
+    "wait": ', shape=octagon, fillcolor="#fde2e2"',
+    "fence": ', shape=octagon, fillcolor="#e2f5e2"',
+}
+_HEADER = [
+    "digraph stflow {",
+    "  rankdir=TB;",
+    '  node [shape=box, style="rounded,filled", fillcolor="#e8f0fe"];',
+]
 _NUMBERS = re.compile(r"\d+")
 
 
 def _check_summary(caller: str, summary: Any) -> None:
     if summary is not None and not isinstance(summary, bool):
-        raise TypeError(f"{caller}(summary={summary!r}): give True (one node per "
-                        "symbol), False (every task) or None (summarise graphs of "
-                        "more than max_nodes nodes)")
+        raise TypeError(
+            f"{caller}(summary={summary!r}): give True (one node per "
+            "symbol), False (every task) or None (summarise graphs of "
+            "more than max_nodes nodes)"
+        )
 
 
-_SCOPE_TITLES = {"while": "while_loop", "graph": "graph_scope",
-                 "launchable": "launchable graph"}
+_SCOPE_TITLES = {
+    "while": "while_loop",
+    "graph": "graph_scope",
+    "launchable": "launchable graph",
+}
 
 
 def _node(ident: int) -> str:
@@ -368,8 +429,9 @@ def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def transitive_reduction(edges: Iterable[tuple[int, int]],
-                         order: Sequence[int] | None = None) -> set[tuple[int, int]]:
+def transitive_reduction(
+    edges: Iterable[tuple[int, int]], order: Sequence[int] | None = None
+) -> set[tuple[int, int]]:
     """Drop every edge ``a -> c`` implied by a longer path ``a -> ... -> c``.
 
     Parameters
@@ -405,32 +467,38 @@ def transitive_reduction(edges: Iterable[tuple[int, int]],
     dependencies are mostly short, keeps both small. The bits of a node are
     dropped once its last successor is visited.
     """
-    edge_list: Collection[tuple[int, int]] = \
+    edge_list: Collection[tuple[int, int]] = (
         edges if isinstance(edges, (set, frozenset, list, tuple)) else list(edges)
+    )
     if order is None:
         order = _topological_order(edge_list)
     position, predecessors, longest = _spans(edge_list, order)
     window = _best_window(longest.values())
-    landmark = {source: bit for bit, source in enumerate(
-        sorted(s for s, span in longest.items() if span > window))}
+    landmark = {
+        source: bit
+        for bit, source in enumerate(
+            sorted(s for s, span in longest.items() if span > window)
+        )
+    }
     successors_left = dict.fromkeys(longest, 0)
     for source, _ in edge_list:
         successors_left[source] += 1
-    near: dict[int, int] = {}            # bit window - d: the ancestor d positions back
-    far: dict[int, int] = {}             # bit landmark[a]: the landmark a is an ancestor
+    near: dict[int, int] = {}  # bit window - d: the ancestor d positions back
+    far: dict[int, int] = {}  # bit landmark[a]: the landmark a is an ancestor
     reduced: set[tuple[int, int]] = set()
     for node in order:
         sources = predecessors.get(node)
         near_bits = far_bits = 0
         if sources:
-            near_bits, far_bits = _keep_edges_into(node, sources, position, window,
-                                                   landmark, near, far, reduced)
+            near_bits, far_bits = _keep_edges_into(
+                node, sources, position, window, landmark, near, far, reduced
+            )
             for source in sources:
                 successors_left[source] -= 1
                 if successors_left[source] == 0:
                     near.pop(source, None)
                     far.pop(source, None)
-        if node in successors_left:                        # someone will ask
+        if node in successors_left:  # someone will ask
             if near_bits:
                 near[node] = near_bits
             if far_bits:
@@ -438,22 +506,28 @@ def transitive_reduction(edges: Iterable[tuple[int, int]],
     return reduced
 
 
-def _keep_edges_into(node: int, sources: list[int], position: dict[int, int],
-                     window: int, landmark: dict[int, int], near: dict[int, int],
-                     far: dict[int, int], reduced: set[tuple[int, int]]
-                     ) -> tuple[int, int]:
+def _keep_edges_into(
+    node: int,
+    sources: list[int],
+    position: dict[int, int],
+    window: int,
+    landmark: dict[int, int],
+    near: dict[int, int],
+    far: dict[int, int],
+    reduced: set[tuple[int, int]],
+) -> tuple[int, int]:
     """Add to ``reduced`` the edges into ``node`` that no nearer predecessor implies
     (see :func:`transitive_reduction`); return ``node``'s ancestor bits, within the
     window and among the landmarks. Sorts ``sources`` nearest first."""
     here = position[node]
     near_bits = far_bits = 0
     sources.sort(key=position.__getitem__, reverse=True)
-    for source in dict.fromkeys(sources):          # nearest first, once each
+    for source in dict.fromkeys(sources):  # nearest first, once each
         distance = here - position[source]
         if distance <= window:
             own = 1 << (window - distance)
             if near_bits & own:
-                continue                           # implied by a nearer one
+                continue  # implied by a nearer one
         else:
             if far_bits >> landmark[source] & 1:
                 continue
@@ -466,27 +540,34 @@ def _keep_edges_into(node: int, sources: list[int], position: dict[int, int],
     return near_bits, far_bits
 
 
-def _spans(edges: Collection[tuple[int, int]], order: Sequence[int]
-           ) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
+def _spans(
+    edges: Collection[tuple[int, int]], order: Sequence[int]
+) -> tuple[dict[int, int], dict[int, list[int]], dict[int, int]]:
     """Each node's position in ``order``, its predecessors, and (for sources) the
     length of its longest edge in positions; checks ``order``."""
     position = {node: index for index, node in enumerate(order)}
     if len(position) < len(order):
-        raise ValueError("transitive_reduction: order lists a node twice; give each "
-                         "node once, or leave order out")
+        raise ValueError(
+            "transitive_reduction: order lists a node twice; give each "
+            "node once, or leave order out"
+        )
     predecessors: dict[int, list[int]] = {}
     longest: dict[int, int] = {}
     for source, target in edges:
         if source not in position or target not in position:
             missing = source if source not in position else target
-            raise ValueError(f"transitive_reduction: node {missing!r} of edge "
-                             f"{(source, target)!r} is not in the order given; list "
-                             "every node, or leave order out")
+            raise ValueError(
+                f"transitive_reduction: node {missing!r} of edge "
+                f"{(source, target)!r} is not in the order given; list "
+                "every node, or leave order out"
+            )
         span = position[target] - position[source]
         if span <= 0:
-            raise ValueError(f"transitive_reduction: edge {(source, target)!r} goes "
-                             "against the order given (or is a loop); give a "
-                             "topological order, or leave order out")
+            raise ValueError(
+                f"transitive_reduction: edge {(source, target)!r} goes "
+                "against the order given (or is a loop); give a "
+                "topological order, or leave order out"
+            )
         predecessors.setdefault(target, []).append(source)
         if span > longest.get(source, 0):
             longest[source] = span
@@ -534,13 +615,16 @@ def _topological_order(edges: Iterable[tuple[int, int]]) -> list[int]:
                 heapq.heappush(ready, target)
     if len(order) < len(waiting):
         stuck = sorted(node for node, count in waiting.items() if count > 0)[:5]
-        raise ValueError("transitive_reduction: the edges have a cycle (through "
-                         f"{stuck}); a task graph never does — pass the edges of a "
-                         "directed acyclic graph")
+        raise ValueError(
+            "transitive_reduction: the edges have a cycle (through "
+            f"{stuck}); a task graph never does — pass the edges of a "
+            "directed acyclic graph"
+        )
     return order
 
 
 # -- Chrome / Perfetto trace -----------------------------------------------------
+
 
 class TraceRecorder(Instrument):
     """Record a timeline in the Chrome / Perfetto trace-event format.
@@ -592,11 +676,15 @@ class TraceRecorder(Instrument):
 
         lanes: dict[tuple[int, int], list[float]] = {}
         lane_ids: dict[tuple[int, int, int], int] = {}
-        timed = sorted(((us(start), us(body), us(end), record)
-                        for record, start, body, end in self.spans),
-                       key=lambda item: item[0])
+        timed = sorted(
+            (
+                (us(start), us(body), us(end), record)
+                for record, start, body, end in self.spans
+            ),
+            key=lambda item: item[0],
+        )
         for t_start, t_body, t_end, record in timed:
-            pid = record.device + 2            # host -> 1, device n -> n + 2
+            pid = record.device + 2  # host -> 1, device n -> n + 2
             # Spans on one track must nest or be disjoint: work whose windows overlap
             # on one stream (bodies running on the host) goes to an extra lane.
             busy = lanes.setdefault((pid, record.stream), [])
@@ -605,42 +693,103 @@ class TraceRecorder(Instrument):
                 busy.append(t_end)
             else:
                 busy[lane] = t_end
-            tid = record.stream if lane == 0 else lane_ids.setdefault(
-                (pid, record.stream, lane), (1 << 48) + len(lane_ids))
+            tid = (
+                record.stream
+                if lane == 0
+                else lane_ids.setdefault(
+                    (pid, record.stream, lane), (1 << 48) + len(lane_ids)
+                )
+            )
             if (pid, tid) not in named:
                 named.add((pid, tid))
-                events.append({"ph": "M", "name": "process_name", "pid": pid,
-                               "args": {"name": "host" if pid == 1 else
-                                        f"device {record.device}"}})
+                events.append(
+                    {
+                        "ph": "M",
+                        "name": "process_name",
+                        "pid": pid,
+                        "args": {
+                            "name": "host" if pid == 1 else f"device {record.device}"
+                        },
+                    }
+                )
                 name = f"stream 0x{record.stream:x}" + (f" ({lane + 1})" if lane else "")
-                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": name}})
+                events.append(
+                    {
+                        "ph": "M",
+                        "name": "thread_name",
+                        "pid": pid,
+                        "tid": tid,
+                        "args": {"name": name},
+                    }
+                )
             if record.transfers and t_body > t_start:
                 moved = sum(t[3] for t in record.transfers)
-                events.append({
-                    "ph": "X", "cat": "transfer", "pid": pid, "tid": tid,
-                    "name": "copy " + ", ".join(
-                        f"{d} {place_name(s)}→{place_name(t)}"
-                        for d, s, t, _ in record.transfers),
-                    "ts": t_start, "dur": max(t_body - t_start, 0.001),
-                    "args": {"bytes": moved, "for": record.label}})
-            events.append({
-                "ph": "X", "cat": record.kind, "pid": pid, "tid": tid,
-                "name": record.label, "ts": t_body, "dur": max(t_end - t_body, 0.001),
-                "args": {"accesses": [f"{d}.{_MODES.get(m, m)}@{place_name(p)}"
-                                      for _, d, m, p in record.accesses]}})
+                events.append(
+                    {
+                        "ph": "X",
+                        "cat": "transfer",
+                        "pid": pid,
+                        "tid": tid,
+                        "name": "copy "
+                        + ", ".join(
+                            f"{d} {place_name(s)}→{place_name(t)}"
+                            for d, s, t, _ in record.transfers
+                        ),
+                        "ts": t_start,
+                        "dur": max(t_body - t_start, 0.001),
+                        "args": {"bytes": moved, "for": record.label},
+                    }
+                )
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": record.kind,
+                    "pid": pid,
+                    "tid": tid,
+                    "name": record.label,
+                    "ts": t_body,
+                    "dur": max(t_end - t_body, 0.001),
+                    "args": {
+                        "accesses": [
+                            f"{d}.{_MODES.get(m, m)}@{place_name(p)}"
+                            for _, d, m, p in record.accesses
+                        ]
+                    },
+                }
+            )
             for predecessor in record.predecessors:
                 if predecessor in ends:
                     p_pid, p_tid, p_end = ends[predecessor]
-                    flow = {"cat": "dependency", "name": "dependency",
-                            "id": f"{predecessor}-{record.ident}"}
-                    events.append({**flow, "ph": "s", "pid": p_pid, "tid": p_tid,
-                                   "ts": p_end - 0.001})
-                    events.append({**flow, "ph": "f", "bp": "e", "pid": pid, "tid": tid,
-                                   "ts": t_body})
+                    flow = {
+                        "cat": "dependency",
+                        "name": "dependency",
+                        "id": f"{predecessor}-{record.ident}",
+                    }
+                    events.append(
+                        {
+                            **flow,
+                            "ph": "s",
+                            "pid": p_pid,
+                            "tid": p_tid,
+                            "ts": p_end - 0.001,
+                        }
+                    )
+                    events.append(
+                        {
+                            **flow,
+                            "ph": "f",
+                            "bp": "e",
+                            "pid": pid,
+                            "tid": tid,
+                            "ts": t_body,
+                        }
+                    )
             ends[record.ident] = (pid, tid, t_end)
-        return {"traceEvents": events, "displayTimeUnit": "ms",
-                "otherData": {"producer": "stflow"}}
+        return {
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": {"producer": "stflow"},
+        }
 
     def write(self, path: str | None = None) -> None:
         with open(path or self.path or "stflow-trace.json", "w") as out:
@@ -652,6 +801,7 @@ class TraceRecorder(Instrument):
 
 
 # -- NVTX ------------------------------------------------------------------------
+
 
 class NvtxRanges(Instrument):
     """NVTX ranges named by task symbol (needs the ``nvtx`` package).
@@ -665,6 +815,7 @@ class NvtxRanges(Instrument):
             import nvtx
         except ImportError:
             from .._core.errors import BackendUnavailableError
+
             raise BackendUnavailableError(
                 "NVTX ranges need the nvtx package: pip install 'stflow[nvtx]'"
             ) from None

@@ -31,8 +31,16 @@ from typing import Any
 
 from .._compile import mypyc_attr
 
-__all__ = ["Counters", "Instrument", "Instruments", "Statistics", "WorkRecord",
-           "byte_size_text", "direction", "place_name"]
+__all__ = [
+    "Counters",
+    "Instrument",
+    "Instruments",
+    "Statistics",
+    "WorkRecord",
+    "byte_size_text",
+    "direction",
+    "place_name",
+]
 
 
 def place_name(device: int) -> str:
@@ -89,8 +97,9 @@ class Instrument:
     def work_submitted(self, record: WorkRecord) -> None:
         pass
 
-    def transfer(self, record: WorkRecord, data: str, source: int, target: int,
-                 nbytes: int) -> None:
+    def transfer(
+        self, record: WorkRecord, data: str, source: int, target: int, nbytes: int
+    ) -> None:
         pass
 
     def allocation(self, record: WorkRecord | None, device: int, nbytes: int) -> None:
@@ -150,15 +159,17 @@ class Statistics:
 
     def __str__(self) -> str:
         size = byte_size_text
-        return (f"{self.tasks} tasks, {self.host_callbacks} host callbacks; copies "
-                f"H2D {self.copies_h2d} ({size(self.bytes_h2d)}), D2H {self.copies_d2h} "
-                f"({size(self.bytes_d2h)}), D2D {self.copies_d2d} "
-                f"({size(self.bytes_d2d)}), H2H {self.copies_h2h} "
-                f"({size(self.bytes_h2h)}); {self.allocations} allocations "
-                f"({size(self.allocated_bytes)}); waits issued {self.waits_issued}, "
-                f"skipped {self.waits_skipped}; {self.evictions} evictions "
-                f"({size(self.evicted_bytes)}, {size(self.written_back_bytes)} written "
-                "back)")
+        return (
+            f"{self.tasks} tasks, {self.host_callbacks} host callbacks; copies "
+            f"H2D {self.copies_h2d} ({size(self.bytes_h2d)}), D2H {self.copies_d2h} "
+            f"({size(self.bytes_d2h)}), D2D {self.copies_d2d} "
+            f"({size(self.bytes_d2d)}), H2H {self.copies_h2h} "
+            f"({size(self.bytes_h2h)}); {self.allocations} allocations "
+            f"({size(self.allocated_bytes)}); waits issued {self.waits_issued}, "
+            f"skipped {self.waits_skipped}; {self.evictions} evictions "
+            f"({size(self.evicted_bytes)}, {size(self.written_back_bytes)} written "
+            "back)"
+        )
 
 
 def byte_size_text(nbytes: int) -> str:
@@ -179,8 +190,17 @@ def direction(source: int, target: int) -> str:
 class Counters:
     """Plain counters behind ``ctx.statistics()`` (cheap enough for the hot path)."""
 
-    __slots__ = ("tasks", "host_callbacks", "copies", "bytes", "allocations",
-                 "allocated_bytes", "waits_issued", "waits_skipped", "fences")
+    __slots__ = (
+        "tasks",
+        "host_callbacks",
+        "copies",
+        "bytes",
+        "allocations",
+        "allocated_bytes",
+        "waits_issued",
+        "waits_skipped",
+        "fences",
+    )
 
     def __init__(self) -> None:
         self.tasks = 0
@@ -213,9 +233,16 @@ class Instruments:
         instrument.attach(runtime)
         self.attached.append(instrument)
 
-    def open(self, ident: int, kind: str, label: str, device: int, stream: Any,
-             accesses: list[tuple[int, str, int, int]], prerequisites: list[Any]
-             ) -> WorkRecord | None:
+    def open(
+        self,
+        ident: int,
+        kind: str,
+        label: str,
+        device: int,
+        stream: Any,
+        accesses: list[tuple[int, str, int, int]],
+        prerequisites: list[Any],
+    ) -> WorkRecord | None:
         """A record of new work, told to the instruments (``None`` when none listens)."""
         if not self.attached:
             return None
@@ -224,8 +251,16 @@ class Instruments:
             producer = event.producer
             if producer is not None and producer not in predecessors:
                 predecessors.append(producer)
-        record = WorkRecord(ident, kind, label, device, stream.handle, accesses,
-                            predecessors, native_stream=stream)
+        record = WorkRecord(
+            ident,
+            kind,
+            label,
+            device,
+            stream.handle,
+            accesses,
+            predecessors,
+            native_stream=stream,
+        )
         self.records[ident] = record
         for instrument in self.attached:
             instrument.work_submitted(record)
@@ -239,8 +274,9 @@ class Instruments:
             for instrument in self.attached:
                 instrument.allocation(record, device, nbytes)
 
-    def copied(self, record: WorkRecord | None, data: str, source: int, target: int,
-               nbytes: int) -> None:
+    def copied(
+        self, record: WorkRecord | None, data: str, source: int, target: int, nbytes: int
+    ) -> None:
         way = direction(source, target)
         counters = self.counters
         counters.copies[way] += 1
@@ -290,21 +326,35 @@ class Instruments:
                 failures.append(exc)
         return failures
 
-    def statistics(self, backend: Any, graph_instantiations: int, graph_updates: int,
-                   memory: Any = None) -> Statistics:
+    def statistics(
+        self,
+        backend: Any,
+        graph_instantiations: int,
+        graph_updates: int,
+        memory: Any = None,
+    ) -> Statistics:
         counters = self.counters
         return Statistics(
-            backend=backend.name, tasks=counters.tasks,
+            backend=backend.name,
+            tasks=counters.tasks,
             host_callbacks=counters.host_callbacks,
-            copies_h2d=counters.copies["h2d"], copies_d2h=counters.copies["d2h"],
-            copies_d2d=counters.copies["d2d"], copies_h2h=counters.copies["h2h"],
-            bytes_h2d=counters.bytes["h2d"], bytes_d2h=counters.bytes["d2h"],
-            bytes_d2d=counters.bytes["d2d"], bytes_h2h=counters.bytes["h2h"],
-            allocations=counters.allocations, allocated_bytes=counters.allocated_bytes,
+            copies_h2d=counters.copies["h2d"],
+            copies_d2h=counters.copies["d2h"],
+            copies_d2d=counters.copies["d2d"],
+            copies_h2h=counters.copies["h2h"],
+            bytes_h2d=counters.bytes["h2d"],
+            bytes_d2h=counters.bytes["d2h"],
+            bytes_d2d=counters.bytes["d2d"],
+            bytes_h2h=counters.bytes["h2h"],
+            allocations=counters.allocations,
+            allocated_bytes=counters.allocated_bytes,
             evictions=0 if memory is None else memory.evictions,
             evicted_bytes=0 if memory is None else memory.evicted_bytes,
             written_back_bytes=0 if memory is None else memory.written_back_bytes,
             waits_issued=counters.waits_issued,
-            waits_skipped=counters.waits_skipped, fences=counters.fences,
-            seed=backend.seed, graph_instantiations=graph_instantiations,
-            graph_updates=graph_updates)
+            waits_skipped=counters.waits_skipped,
+            fences=counters.fences,
+            seed=backend.seed,
+            graph_instantiations=graph_instantiations,
+            graph_updates=graph_updates,
+        )

@@ -42,12 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from .dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
 from .._core.errors import DeviceOrdinalError, PlaceAllocationError
 from .._places.places import data_place
+from ..backends._base import HOST, MANAGED, Allocation, Backend, Stream
+from .dlpack import CPU, CUDA, CUDA_HOST, CUDA_MANAGED, dtype_code, export_capsule
 from .sources import check_dtype
 from .views import stream_handle
-from ..backends._base import HOST, MANAGED, Allocation, Backend, Stream
 
 __all__ = ["DeviceArray"]
 
@@ -62,12 +62,16 @@ def _check_shape(size: Any) -> tuple[int, ...]:
     elif isinstance(size, (tuple, list)):
         extents = tuple(size)
     else:
-        raise TypeError(f"DeviceArray: size must be an int (or a shape tuple of ints), "
-                        f"got {type(size).__name__}")
+        raise TypeError(
+            f"DeviceArray: size must be an int (or a shape tuple of ints), "
+            f"got {type(size).__name__}"
+        )
     for extent in extents:
         if isinstance(extent, bool) or not isinstance(extent, int):
-            raise TypeError(f"DeviceArray: extents must be ints, got "
-                            f"{type(extent).__name__} in {size!r}")
+            raise TypeError(
+                f"DeviceArray: extents must be ints, got "
+                f"{type(extent).__name__} in {size!r}"
+            )
         if extent < 0:
             raise ValueError(f"DeviceArray size must be non-negative, got {size!r}")
     return extents
@@ -83,8 +87,13 @@ def _stream_key(handle: int) -> Any:
     return handle
 
 
-def _free(backend: Backend, allocation: Allocation, stream: Stream | None,
-          stream_owner: Any, description: str) -> None:
+def _free(
+    backend: Backend,
+    allocation: Allocation,
+    stream: Stream | None,
+    stream_owner: Any,
+    description: str,
+) -> None:
     """The finalizer of a root array: free its memory, warn on failure (the
     reference only prints it).
 
@@ -94,8 +103,11 @@ def _free(backend: Backend, allocation: Allocation, stream: Stream | None,
     try:
         backend.free_from_finalizer(allocation, stream)
     except BaseException as exc:  # noqa: BLE001 - nobody can catch it here
-        warnings.warn(f"stflow: freeing the memory of {description} failed: {exc!r}",
-                      RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"stflow: freeing the memory of {description} failed: {exc!r}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 class DeviceArray:
@@ -135,8 +147,19 @@ class DeviceArray:
     the array alive, as NumPy does.
     """
 
-    __slots__ = ("_ptr", "_shape", "_dtype", "_place", "_stream", "_stream_owner",
-                 "_backend", "_root", "_finalizer", "_device", "__weakref__")
+    __slots__ = (
+        "_ptr",
+        "_shape",
+        "_dtype",
+        "_place",
+        "_stream",
+        "_stream_owner",
+        "_backend",
+        "_root",
+        "_finalizer",
+        "_device",
+        "__weakref__",
+    )
     _ptr: int
     _shape: tuple[int, ...]
     _dtype: np.dtype
@@ -148,33 +171,43 @@ class DeviceArray:
     _finalizer: Any
     _device: tuple[int, int]
 
-    def __new__(cls, size: Any = None, dtype: Any = None, dplace: Any = None,
-                stream: Any = None) -> DeviceArray:
+    def __new__(
+        cls, size: Any = None, dtype: Any = None, dplace: Any = None, stream: Any = None
+    ) -> DeviceArray:
         if cls is DeviceArray:
             from ..backends import default_backend
-            cls = _CudaDeviceArray if default_backend(notify=False).gpu_memory \
+
+            cls = (
+                _CudaDeviceArray
+                if default_backend(notify=False).gpu_memory
                 else _HostDeviceArray
+            )
         return object.__new__(cls)
 
-    def __init__(self, size: Any, dtype: Any, dplace: data_place,
-                 stream: Any = None) -> None:
+    def __init__(
+        self, size: Any, dtype: Any, dplace: data_place, stream: Any = None
+    ) -> None:
         from ..backends import default_backend
+
         shape = _check_shape(size)
         checked = check_dtype(dtype, "DeviceArray")
         if not isinstance(dplace, data_place):
-            raise TypeError(f"DeviceArray: dplace must be a data_place, got "
-                            f"{type(dplace).__name__}")
+            raise TypeError(
+                f"DeviceArray: dplace must be a data_place, got {type(dplace).__name__}"
+            )
         backend = default_backend(notify=False)
         device = dplace.device_id
         if device < MANAGED:
             raise PlaceAllocationError(
                 f"DeviceArray: data_place.allocate failed: {dplace!r} cannot allocate "
-                "memory; use data_place.host(), .managed() or .device(n)")
+                "memory; use data_place.host(), .managed() or .device(n)"
+            )
         if device >= backend.device_count:
             raise DeviceOrdinalError(
                 f"DeviceArray: invalid device id {device}: device {device} does not "
                 f"exist on the {backend.name} backend ({backend.device_count} "
-                "device(s))")
+                "device(s))"
+            )
         native = backend.stream_from_handle(stream_handle(stream))
         nbytes = math.prod(shape) * checked.itemsize
         self._shape = shape
@@ -194,8 +227,14 @@ class DeviceArray:
             allocation = backend.allocate(device, nbytes, ordered, checked)
             self._ptr = allocation.ptr
             self._finalizer = weakref.finalize(
-                self, _free, backend, allocation, ordered, stream,
-                f"a DeviceArray of {nbytes} bytes at {dplace.kind}")
+                self,
+                _free,
+                backend,
+                allocation,
+                ordered,
+                stream,
+                f"a DeviceArray of {nbytes} bytes at {dplace.kind}",
+            )
             self._finalizer.atexit = False
 
     @staticmethod
@@ -296,19 +335,21 @@ class DeviceArray:
             A step other than 1, or a 0-d array.
         """
         if not isinstance(key, slice):
-            raise TypeError(f"DeviceArray indices must be slices such as a[2:5], got "
-                            f"{type(key).__name__}")
+            raise TypeError(
+                f"DeviceArray indices must be slices such as a[2:5], got "
+                f"{type(key).__name__}"
+            )
         if key.step not in (None, 1):
-            raise IndexError(f"DeviceArray slices must be contiguous (step 1), got step "
-                             f"{key.step}")
+            raise IndexError(
+                f"DeviceArray slices must be contiguous (step 1), got step {key.step}"
+            )
         if not self._shape:
             raise IndexError("a 0-d DeviceArray cannot be sliced")
         start, stop, _ = key.indices(self._shape[0])
         stop = max(stop, start)
         row = math.prod(self._shape[1:]) * self._dtype.itemsize
         ptr = self._ptr + start * row if stop > start else 0
-        return type(self)._view(self._root or self, ptr,
-                                (stop - start, *self._shape[1:]))
+        return type(self)._view(self._root or self, ptr, (stop - start, *self._shape[1:]))
 
     # -- copies ------------------------------------------------------------------
     def _copy(self, dst: int, src: int) -> None:
@@ -344,15 +385,19 @@ class DeviceArray:
         source = np.asarray(host_array)
         if source.dtype != self._dtype:
             if not np.can_cast(source.dtype, self._dtype, "same_kind"):
-                raise TypeError(f"copy_to_device: cannot convert {source.dtype} to "
-                                f"{self._dtype} under 'same_kind' casting; convert "
-                                "explicitly (host_array.astype(...)) if that is meant")
+                raise TypeError(
+                    f"copy_to_device: cannot convert {source.dtype} to "
+                    f"{self._dtype} under 'same_kind' casting; convert "
+                    "explicitly (host_array.astype(...)) if that is meant"
+                )
             source = source.astype(self._dtype, casting="same_kind")
         source = np.ascontiguousarray(source)
         if source.nbytes != self.nbytes:
-            raise ValueError(f"copy_to_device: {source.nbytes} bytes given for an array "
-                             f"of {self.nbytes} bytes (shape {self._shape}, "
-                             f"{self._dtype})")
+            raise ValueError(
+                f"copy_to_device: {source.nbytes} bytes given for an array "
+                f"of {self.nbytes} bytes (shape {self._shape}, "
+                f"{self._dtype})"
+            )
         if self.nbytes:
             self._copy(self._ptr, int(source.__array_interface__["data"][0]))
 
@@ -363,8 +408,14 @@ class DeviceArray:
         backend."""
         return self._device
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                   dl_device: Any = None, copy: Any = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> Any:
         """A DLPack capsule of the memory (zero-copy), keeping this array alive.
 
         Parameters
@@ -398,23 +449,31 @@ class DeviceArray:
         the allocation stream; the host never blocks.
         """
         if copy:
-            raise BufferError("DeviceArray exports zero-copy only; copy=True is not "
-                              "supported (copy_to_host() makes a host copy)")
+            raise BufferError(
+                "DeviceArray exports zero-copy only; copy=True is not "
+                "supported (copy_to_host() makes a host copy)"
+            )
         if dl_device is not None:
             try:
                 wanted = (int(dl_device[0]), int(dl_device[1]))
             except (TypeError, ValueError, IndexError) as exc:
-                raise BufferError(f"dl_device must be a (device_type, device_id) pair, "
-                                  f"got {dl_device!r}") from exc
+                raise BufferError(
+                    f"dl_device must be a (device_type, device_id) pair, "
+                    f"got {dl_device!r}"
+                ) from exc
             if wanted != self._device:
-                raise BufferError(f"the array lives on DLPack device {self._device}; "
-                                  f"it cannot be exported to {wanted} without a copy")
+                raise BufferError(
+                    f"the array lives on DLPack device {self._device}; "
+                    f"it cannot be exported to {wanted} without a copy"
+                )
         code = dtype_code(self._dtype)
         if code is None:
             kind = "structured dtype" if self._dtype.fields is not None else "dtype"
-            raise BufferError(f"{kind} {self._dtype} has no DLPack equivalent (only "
-                              "bool, integer, floating and complex types do; the CUDA "
-                              "Array Interface describes structured types)")
+            raise BufferError(
+                f"{kind} {self._dtype} has no DLPack equivalent (only "
+                "bool, integer, floating and complex types do; the CUDA "
+                "Array Interface describes structured types)"
+            )
         versioned = _wants_versioned(max_version)
         self._handshake(stream)
         return self._capsule(code, versioned)
@@ -422,20 +481,31 @@ class DeviceArray:
     def _capsule(self, code: tuple[int, int], versioned: bool) -> Any:
         """The capsule of the memory, owning this array (the arguments checked):
         stflow's exporter, which says ``(13, n)`` for managed memory."""
-        return export_capsule(self, self._ptr, self._shape, code[0], code[1],
-                              self._device[0], self._device[1], versioned)
+        return export_capsule(
+            self,
+            self._ptr,
+            self._shape,
+            code[0],
+            code[1],
+            self._device[0],
+            self._device[1],
+            versioned,
+        )
 
     def _handshake(self, stream: Any) -> None:
         if stream is None:
             stream = 1
         if isinstance(stream, bool) or not isinstance(stream, int):
-            raise TypeError(f"__dlpack__: stream must be an int or None, got "
-                            f"{type(stream).__name__}")
+            raise TypeError(
+                f"__dlpack__: stream must be an int or None, got {type(stream).__name__}"
+            )
         if stream == -1:
             return
         if stream < 0:
-            raise ValueError(f"__dlpack__: stream {stream} is not valid; use -1 (no "
-                             "synchronisation), None, 1, 2 or a stream handle")
+            raise ValueError(
+                f"__dlpack__: stream {stream} is not valid; use -1 (no "
+                "synchronisation), None, 1, 2 or a stream handle"
+            )
         if not self.nbytes:
             return
         key = _stream_key(stream)
@@ -443,7 +513,7 @@ class DeviceArray:
             return
         backend = self._backend
         if key == _LEGACY or (key == _PER_THREAD and not backend.gpu_memory):
-            stream = 0               # the emulated backend has one default stream
+            stream = 0  # the emulated backend has one default stream
         consumer = backend.stream_from_handle(stream)
         if consumer is self._stream:
             return
@@ -452,18 +522,24 @@ class DeviceArray:
     # -- misc --------------------------------------------------------------------
     def _interface(self) -> dict[str, Any]:
         interface: dict[str, Any] = {
-            "version": 3, "shape": self._shape, "typestr": self._dtype.str,
-            "data": (self._ptr, False), "strides": None,
+            "version": 3,
+            "shape": self._shape,
+            "typestr": self._dtype.str,
+            "data": (self._ptr, False),
+            "strides": None,
         }
         if self._dtype.fields is not None:
             interface["descr"] = self._dtype.descr
         return interface
 
     def __repr__(self) -> str:
-        extent = f"size={self._shape[0]}" if len(self._shape) == 1 \
-            else f"shape={self._shape}"
-        return (f"DeviceArray({extent}, dtype={self._dtype}, ptr=0x{self._ptr:x}, "
-                f"place={self._place.kind})")
+        extent = (
+            f"size={self._shape[0]}" if len(self._shape) == 1 else f"shape={self._shape}"
+        )
+        return (
+            f"DeviceArray({extent}, dtype={self._dtype}, ptr=0x{self._ptr:x}, "
+            f"place={self._place.kind})"
+        )
 
 
 def _wants_versioned(max_version: Any) -> bool:
@@ -474,8 +550,9 @@ def _wants_versioned(max_version: Any) -> bool:
             raise TypeError(type(max_version).__name__)
         major = int(max_version[0])
     except (TypeError, ValueError, IndexError) as exc:
-        raise TypeError(f"max_version must be a (major, minor) tuple, got "
-                        f"{max_version!r}") from exc
+        raise TypeError(
+            f"max_version must be a (major, minor) tuple, got {max_version!r}"
+        ) from exc
     return major >= 1
 
 
@@ -517,7 +594,7 @@ class _HostDeviceArray(DeviceArray):
         this ``DeviceArray`` (NumPy keeps the object whose ``__array_interface__``
         it read), so the capsule owns this array until the consumer releases it."""
         values = np.asarray(self)
-        if values.base is not self:        # not NumPy's documented behaviour: ours
+        if values.base is not self:  # not NumPy's documented behaviour: ours
             return super()._capsule(code, versioned)
         return values.__dlpack__(max_version=(1, 0) if versioned else None)
 

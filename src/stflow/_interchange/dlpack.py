@@ -60,17 +60,33 @@ import numpy as np
 
 from .._core.errors import ShapeError
 
-__all__ = ["CPU", "CUDA", "CUDA_HOST", "CUDA_MANAGED", "DLPackTensor", "dlpack_export",
-           "dtype_code", "export_capsule", "numpy_dtype", "read_capsule",
-           "request_capsule"]
+__all__ = [
+    "CPU",
+    "CUDA",
+    "CUDA_HOST",
+    "CUDA_MANAGED",
+    "DLPackTensor",
+    "dlpack_export",
+    "dtype_code",
+    "export_capsule",
+    "numpy_dtype",
+    "read_capsule",
+    "request_capsule",
+]
 
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
 """DLPack device types used by stflow (``kDLCPU``, ``kDLCUDA``, ``kDLCUDAHost``,
 ``kDLCUDAManaged``)."""
 
 _INT, _UINT, _FLOAT, _BFLOAT, _COMPLEX, _BOOL = 0, 1, 2, 4, 5, 6
-_CODES = {_INT: "int", _UINT: "uint", _FLOAT: "float", _BFLOAT: "bfloat",
-          _COMPLEX: "complex", _BOOL: "bool"}
+_CODES = {
+    _INT: "int",
+    _UINT: "uint",
+    _FLOAT: "float",
+    _BFLOAT: "bfloat",
+    _COMPLEX: "complex",
+    _BOOL: "bool",
+}
 _KIND_CODES = {"i": _INT, "u": _UINT, "f": _FLOAT, "c": _COMPLEX, "b": _BOOL}
 _CODE_KINDS = {code: kind for kind, code in _KIND_CODES.items()}
 _READ_ONLY = 1
@@ -84,20 +100,31 @@ class DLDevice(ctypes.Structure):
 
 
 class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
+    _fields_ = [
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+    ]
 
 
 class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 class DLPackVersion(ctypes.Structure):
@@ -105,23 +132,32 @@ class DLPackVersion(ctypes.Structure):
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor)]
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
 
 
 # -- the C API of capsules (independent prototypes: ctypes.pythonapi stays untouched) ---
 _api = ctypes.pythonapi
-_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
-                                 ctypes.c_void_p)(("PyCapsule_New", _api))
+_capsule_new = ctypes.PYFUNCTYPE(
+    ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p
+)(("PyCapsule_New", _api))
 _capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
-    ("PyCapsule_GetName", _api))
+    ("PyCapsule_GetName", _api)
+)
 _capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _api))
+    ("PyCapsule_GetPointer", _api)
+)
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_IsValid", _api))
+    ("PyCapsule_IsValid", _api)
+)
 _raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", _api))
+    ("PyCapsule_GetPointer", _api)
+)
 
 # Capsule names must outlive the capsules: module-level bytes live for the process.
 _LEGACY = b"dltensor"
@@ -167,6 +203,7 @@ def _destructor(name: bytes) -> Any:
     A consumer renames the capsule when it takes the tensor over; only a capsule that
     still has its original name (never consumed) releases the tensor here.
     """
+
     def destroy(capsule: int | None) -> None:
         _clear_pending_error()
         if capsule and _raw_is_valid(capsule, name):
@@ -180,14 +217,23 @@ _DESTRUCTORS = {False: _destructor(_LEGACY), True: _destructor(_VERSIONED)}
 
 def _as_int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"dlpack_export: {what} must be an int, got "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"dlpack_export: {what} must be an int, got {type(value).__name__}"
+        )
     return value
 
 
-def dlpack_export(owner: Any, data_ptr: int, shape: Any, dtype_code: int, dtype_bits: int,
-                  device_id: int, *, device_type: int = CUDA,
-                  versioned: bool = False) -> Any:
+def dlpack_export(
+    owner: Any,
+    data_ptr: int,
+    shape: Any,
+    dtype_code: int,
+    dtype_bits: int,
+    device_id: int,
+    *,
+    device_type: int = CUDA,
+    versioned: bool = False,
+) -> Any:
     """Build a DLPack capsule for compact C-contiguous memory.
 
     Parameters
@@ -233,29 +279,52 @@ def dlpack_export(owner: Any, data_ptr: int, shape: Any, dtype_code: int, dtype_
     device_id = _as_int(device_id, "device_id")
     device_type = _as_int(device_type, "device_type")
     if not isinstance(versioned, bool):
-        raise TypeError(f"dlpack_export: versioned must be a bool, got "
-                        f"{type(versioned).__name__}")
+        raise TypeError(
+            f"dlpack_export: versioned must be a bool, got {type(versioned).__name__}"
+        )
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(f"dlpack_export: shape must be a sequence of ints, got "
-                        f"{type(shape).__name__}")
+        raise TypeError(
+            f"dlpack_export: shape must be a sequence of ints, got {type(shape).__name__}"
+        )
     extents = tuple(_as_int(extent, "every extent of shape") for extent in shape)
     if data_ptr < 0:
         raise ValueError(f"dlpack_export: data_ptr must not be negative, got {data_ptr}")
     if any(extent < 0 for extent in extents):
         raise ValueError(f"dlpack_export: negative extent in shape {extents}")
     if dtype_code not in _CODES:
-        raise ValueError(f"dlpack_export: unknown DLPack type code {dtype_code}; use "
-                         "int 0, uint 1, float 2, bfloat 4, complex 5 or bool 6")
+        raise ValueError(
+            f"dlpack_export: unknown DLPack type code {dtype_code}; use "
+            "int 0, uint 1, float 2, bfloat 4, complex 5 or bool 6"
+        )
     if dtype_bits <= 0 or dtype_bits % 8 or dtype_bits > 255:
-        raise ValueError(f"dlpack_export: dtype_bits must be a positive multiple of 8 "
-                         f"(at most 248), got {dtype_bits}")
-    return export_capsule(owner, data_ptr, extents, dtype_code, dtype_bits,
-                          device_type, device_id, bool(versioned))
+        raise ValueError(
+            f"dlpack_export: dtype_bits must be a positive multiple of 8 "
+            f"(at most 248), got {dtype_bits}"
+        )
+    return export_capsule(
+        owner,
+        data_ptr,
+        extents,
+        dtype_code,
+        dtype_bits,
+        device_type,
+        device_id,
+        bool(versioned),
+    )
 
 
-def export_capsule(owner: Any, data_ptr: int, shape: tuple[int, ...], code: int,
-                   bits: int, device_type: int, device_id: int, versioned: bool,
-                   readonly: bool = False, byte_offset: int = 0) -> Any:
+def export_capsule(
+    owner: Any,
+    data_ptr: int,
+    shape: tuple[int, ...],
+    code: int,
+    bits: int,
+    device_type: int,
+    device_id: int,
+    versioned: bool,
+    readonly: bool = False,
+    byte_offset: int = 0,
+) -> Any:
     """:func:`dlpack_export` without the argument checks (see there); the tensor
     starts ``byte_offset`` bytes after ``data_ptr``."""
     ndim = len(shape)
@@ -294,12 +363,15 @@ def dtype_code(dtype: np.dtype) -> tuple[int, int] | None:
     code = _KIND_CODES.get(dtype.kind)
     if code is None or dtype.fields is not None or dtype.subdtype is not None:
         return None
-    if not dtype.isnative:            # DLPack has no byte order: native only
+    if not dtype.isnative:  # DLPack has no byte order: native only
         return None
     if dtype.kind == "f" and dtype.itemsize == 16 and np.finfo(dtype).nmant != 112:
-        return None                   # x87 extended precision is not IEEE binary128
-    if dtype.kind == "c" and dtype.itemsize == 32 and \
-            np.finfo(dtype.type(0).real.dtype).nmant != 112:
+        return None  # x87 extended precision is not IEEE binary128
+    if (
+        dtype.kind == "c"
+        and dtype.itemsize == 32
+        and np.finfo(dtype.type(0).real.dtype).nmant != 112
+    ):
         return None
     return code, dtype.itemsize * 8
 
@@ -315,13 +387,16 @@ def numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype:
     kind = _CODE_KINDS.get(code)
     if kind is None or lanes != 1 or bits % 8 or (kind == "b" and bits != 8):
         name = _CODES.get(code, f"code {code}")
-        raise TypeError(f"the DLPack data type {name}{bits} (lanes {lanes}) has no "
-                        "NumPy equivalent; convert the tensor (e.g. to float32) first")
+        raise TypeError(
+            f"the DLPack data type {name}{bits} (lanes {lanes}) has no "
+            "NumPy equivalent; convert the tensor (e.g. to float32) first"
+        )
     try:
         return np.dtype(f"{kind}{bits // 8}")
     except TypeError as exc:
-        raise TypeError(f"the DLPack data type {_CODES[code]}{bits} has no NumPy "
-                        "equivalent") from exc
+        raise TypeError(
+            f"the DLPack data type {_CODES[code]}{bits} has no NumPy equivalent"
+        ) from exc
 
 
 @dataclass
@@ -370,28 +445,37 @@ def read_capsule(capsule: Any) -> DLPackTensor:
     try:
         name = _capsule_name(capsule)
     except (ValueError, TypeError, ctypes.ArgumentError) as exc:
-        raise TypeError(f"__dlpack__() returned {type(capsule).__name__}, not a "
-                        "DLPack capsule") from exc
+        raise TypeError(
+            f"__dlpack__() returned {type(capsule).__name__}, not a DLPack capsule"
+        ) from exc
     if name == _VERSIONED:
         versioned = DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, name))
         if versioned.version.major != 1:
-            raise ShapeError(f"the producer's DLPack version {versioned.version.major}."
-                             f"{versioned.version.minor} is not supported (stflow reads "
-                             "1.x)")
+            raise ShapeError(
+                f"the producer's DLPack version {versioned.version.major}."
+                f"{versioned.version.minor} is not supported (stflow reads "
+                "1.x)"
+            )
         tensor = versioned.dl_tensor
         readonly = bool(versioned.flags & _READ_ONLY)
     elif name == _LEGACY:
         tensor = DLManagedTensor.from_address(_capsule_pointer(capsule, name)).dl_tensor
         readonly = False
     else:
-        raise TypeError(f"expected a 'dltensor' or 'dltensor_versioned' capsule, got "
-                        f"{name!r} (a consumed capsule cannot be read again)")
+        raise TypeError(
+            f"expected a 'dltensor' or 'dltensor_versioned' capsule, got "
+            f"{name!r} (a consumed capsule cannot be read again)"
+        )
     ndim = int(tensor.ndim)
     shape = tuple(int(tensor.shape[i]) for i in range(ndim)) if ndim else ()
-    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
-               if ndim and tensor.strides else None)
-    dtype = numpy_dtype(int(tensor.dtype.code), int(tensor.dtype.bits),
-                        int(tensor.dtype.lanes))
+    strides = (
+        tuple(int(tensor.strides[i]) for i in range(ndim))
+        if ndim and tensor.strides
+        else None
+    )
+    dtype = numpy_dtype(
+        int(tensor.dtype.code), int(tensor.dtype.bits), int(tensor.dtype.lanes)
+    )
     ptr = int(tensor.data or 0) + int(tensor.byte_offset)
     device = (int(tensor.device.device_type), int(tensor.device.device_id))
     return DLPackTensor(ptr, shape, strides, dtype, device, readonly)

@@ -41,15 +41,24 @@ Streams
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from .dlpack import (CPU, CUDA, CUDA_HOST, CUDA_MANAGED, DLPackTensor, export_capsule,
-                      read_capsule, request_capsule)
 from .._core.errors import ShapeError
 from .._core.layout import check_strides, extent
+from .dlpack import (
+    CPU,
+    CUDA,
+    CUDA_HOST,
+    CUDA_MANAGED,
+    DLPackTensor,
+    export_capsule,
+    read_capsule,
+    request_capsule,
+)
 
 __all__ = ["Source", "describe_buffer", "check_dtype", "strided_memory_view"]
 
@@ -105,8 +114,10 @@ def _from_cai(buf: Any, interface: dict) -> Source:
         raise TypeError(f"{type(buf).__name__}.__cuda_array_interface__ is not a dict")
     shape = tuple(interface.get("shape", ()))
     if any((not isinstance(n, int)) or n < 0 for n in shape):
-        raise ShapeError(f"CUDA Array Interface shape dimensions must be non-negative "
-                         f"integers, got shape {shape}")
+        raise ShapeError(
+            f"CUDA Array Interface shape dimensions must be non-negative "
+            f"integers, got shape {shape}"
+        )
     typestr = interface["typestr"]
     descr = interface.get("descr")
     if typestr.startswith("|V") and descr:
@@ -115,23 +126,34 @@ def _from_cai(buf: Any, interface: dict) -> Source:
         dtype = np.dtype(typestr)
     dtype = check_dtype(dtype, "logical_data")
     if interface.get("mask") is not None:
-        raise ShapeError("masked CUDA arrays are not supported; pass the unmasked data "
-                         "(the CUDA Array Interface 'mask' field must be None)")
+        raise ShapeError(
+            "masked CUDA arrays are not supported; pass the unmasked data "
+            "(the CUDA Array Interface 'mask' field must be None)"
+        )
     strides = interface.get("strides")
     if strides is not None:
         strides = tuple(strides)
         if len(strides) != len(shape):
-            raise ShapeError(f"CUDA Array Interface strides must match the number of "
-                             f"dimensions: strides {strides} for shape {shape}")
-        strides = check_strides(shape, strides, dtype.itemsize,
-                                f"the {type(buf).__name__} (CUDA Array Interface)")
+            raise ShapeError(
+                f"CUDA Array Interface strides must match the number of "
+                f"dimensions: strides {strides} for shape {shape}"
+            )
+        strides = check_strides(
+            shape,
+            strides,
+            dtype.itemsize,
+            f"the {type(buf).__name__} (CUDA Array Interface)",
+        )
     stream = interface.get("stream")
     if stream == 0:
-        raise ValueError("CUDA Array Interface v3 forbids stream 0 (0 is disallowed); "
-                         "the producer must give None, 1, 2 or a stream handle")
+        raise ValueError(
+            "CUDA Array Interface v3 forbids stream 0 (0 is disallowed); "
+            "the producer must give None, 1, 2 or a stream handle"
+        )
     ptr, readonly = interface["data"]
-    return Source(int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream,
-                  strides=strides)
+    return Source(
+        int(ptr or 0), shape, dtype, bool(readonly), "cai", buf, stream, strides=strides
+    )
 
 
 def _unordered(interface: Any) -> bool:
@@ -147,29 +169,48 @@ def _from_buffer(buf: Any, view: memoryview) -> Source:
     try:
         array = np.asarray(view)
     except (TypeError, ValueError, NotImplementedError) as exc:
-        raise TypeError(f"the buffer format {view.format!r} of "
-                        f"{type(buf).__name__} has no NumPy dtype") from exc
+        raise TypeError(
+            f"the buffer format {view.format!r} of "
+            f"{type(buf).__name__} has no NumPy dtype"
+        ) from exc
     dtype = check_dtype(array.dtype, "logical_data")
-    return Source(_lowest_address(array), tuple(array.shape), dtype,
-                  bool(view.readonly), "buffer", (view, array),
-                  strides=_array_strides(buf, array, dtype))
+    return Source(
+        _lowest_address(array),
+        tuple(array.shape),
+        dtype,
+        bool(view.readonly),
+        "buffer",
+        (view, array),
+        strides=_array_strides(buf, array, dtype),
+    )
 
 
 def _from_array_interface(buf: Any) -> Source:
     array = np.asarray(buf)
     dtype = check_dtype(array.dtype, "logical_data")
-    return Source(_lowest_address(array), tuple(array.shape), dtype,
-                  not array.flags.writeable, "buffer", (buf, array),
-                  strides=_array_strides(buf, array, dtype))
+    return Source(
+        _lowest_address(array),
+        tuple(array.shape),
+        dtype,
+        not array.flags.writeable,
+        "buffer",
+        (buf, array),
+        strides=_array_strides(buf, array, dtype),
+    )
 
 
-def _array_strides(buf: Any, array: np.ndarray, dtype: np.dtype
-                   ) -> tuple[int, ...] | None:
+def _array_strides(
+    buf: Any, array: np.ndarray, dtype: np.dtype
+) -> tuple[int, ...] | None:
     """The strides of a host array that is not C-contiguous (checked)."""
     if array.flags.c_contiguous:
         return None
-    return check_strides(array.shape, array.strides, dtype.itemsize,
-                         f"the {type(buf).__name__} of shape {array.shape}")
+    return check_strides(
+        array.shape,
+        array.strides,
+        dtype.itemsize,
+        f"the {type(buf).__name__} of shape {array.shape}",
+    )
 
 
 def _lowest_address(array: np.ndarray) -> int:
@@ -177,25 +218,35 @@ def _lowest_address(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def _from_dlpack(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
-                 ) -> Source:
+def _from_dlpack(
+    buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
+) -> Source:
     device = tuple(buf.__dlpack_device__())
     if device[0] != 1:  # not the CPU: only the CUDA backend can read it
         location = (int(device[0]), int(device[1]))
         stream = None if producer_stream is None else producer_stream(location)
-        if stream is None:     # the runtime refuses GPU memory on the emulated backend
-            return Source(0, (), np.dtype(np.uint8), False, "dlpack", buf,
-                          dlpack_device=location)
+        if stream is None:  # the runtime refuses GPU memory on the emulated backend
+            return Source(
+                0, (), np.dtype(np.uint8), False, "dlpack", buf, dlpack_device=location
+            )
         return _from_gpu_dlpack(buf, location, stream)
     try:
         array = np.from_dlpack(buf)
     except BufferError as exc:
-        raise ShapeError(f"cannot import {type(buf).__name__} through DLPack: {exc}") \
-            from exc
+        raise ShapeError(
+            f"cannot import {type(buf).__name__} through DLPack: {exc}"
+        ) from exc
     dtype = check_dtype(array.dtype, "logical_data")
-    return Source(_lowest_address(array), tuple(array.shape), dtype,
-                  not array.flags.writeable, "dlpack", (buf, array),
-                  dlpack_device=(1, 0), strides=_array_strides(buf, array, dtype))
+    return Source(
+        _lowest_address(array),
+        tuple(array.shape),
+        dtype,
+        not array.flags.writeable,
+        "dlpack",
+        (buf, array),
+        dlpack_device=(1, 0),
+        strides=_array_strides(buf, array, dtype),
+    )
 
 
 def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
@@ -206,9 +257,11 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
     producer's own memory, and it is released only when stflow drops both.
     """
     if device[0] not in (CUDA, CUDA_HOST, CUDA_MANAGED):
-        raise TypeError(f"cannot register a {type(buf).__name__} on DLPack device "
-                        f"{device}: stflow reads CPU and CUDA memory only")
-    handle = int(stream.handle) or 1        # DLPack: 0 is not a CUDA stream
+        raise TypeError(
+            f"cannot register a {type(buf).__name__} on DLPack device "
+            f"{device}: stflow reads CPU and CUDA memory only"
+        )
+    handle = int(stream.handle) or 1  # DLPack: 0 is not a CUDA stream
     view_type = strided_memory_view()
     tensor: DLPackTensor
     if view_type is None:
@@ -219,14 +272,24 @@ def _from_gpu_dlpack(buf: Any, device: tuple[int, int], stream: Any) -> Source:
         tensor = _tensor_of_view(owner, buf, device)
     dtype = check_dtype(tensor.dtype, "logical_data")
     strides = None
-    if tensor.strides is not None:         # DLPack strides count elements
-        strides = check_strides(tensor.shape,
-                                tuple(s * dtype.itemsize for s in tensor.strides),
-                                dtype.itemsize, f"the DLPack tensor of "
-                                f"{type(buf).__name__}")
-    return Source(tensor.ptr, tensor.shape, dtype, tensor.readonly, "dlpack",
-                  (buf, owner), dlpack_device=device, ordered_on=stream,
-                  strides=strides)
+    if tensor.strides is not None:  # DLPack strides count elements
+        strides = check_strides(
+            tensor.shape,
+            tuple(s * dtype.itemsize for s in tensor.strides),
+            dtype.itemsize,
+            f"the DLPack tensor of {type(buf).__name__}",
+        )
+    return Source(
+        tensor.ptr,
+        tensor.shape,
+        dtype,
+        tensor.readonly,
+        "dlpack",
+        (buf, owner),
+        dlpack_device=device,
+        ordered_on=stream,
+        strides=strides,
+    )
 
 
 def _view_with_cuda_core(view_type: Any, buf: Any, handle: int) -> Any:
@@ -245,15 +308,16 @@ def _tensor_of_view(view: Any, buf: Any, device: tuple[int, int]) -> DLPackTenso
         raise TypeError(_refusal(buf, exc)) from exc
     shape = tuple(int(n) for n in view.shape)
     strides = None if view.strides is None else tuple(int(s) for s in view.strides)
-    return DLPackTensor(int(view.ptr), shape, strides, dtype, device,
-                        bool(view.readonly))
+    return DLPackTensor(int(view.ptr), shape, strides, dtype, device, bool(view.readonly))
 
 
 def _refusal(buf: Any, exc: BaseException) -> str:
     reason = str(exc) or f"{type(exc).__name__} in cuda.core"
-    return (f"cannot import {type(buf).__name__} through DLPack: {reason}; pass a "
-            "tensor of a NumPy dtype (convert bfloat16 and vector types, e.g. to "
-            "float32) whose __dlpack__ returns a DLPack capsule")
+    return (
+        f"cannot import {type(buf).__name__} through DLPack: {reason}; pass a "
+        "tensor of a NumPy dtype (convert bfloat16 and vector types, e.g. to "
+        "float32) whose __dlpack__ returns a DLPack capsule"
+    )
 
 
 class _OneCapsule:
@@ -299,8 +363,17 @@ def _find_strided_memory_view() -> Any:
     if not hasattr(StridedMemoryView, "from_dlpack"):
         return None
     values = np.zeros(2, np.int64)
-    capsule = export_capsule(values, int(values.ctypes.data), (1,), 0, 64, CPU, 0,
-                             True, byte_offset=values.itemsize)
+    capsule = export_capsule(
+        values,
+        int(values.ctypes.data),
+        (1,),
+        0,
+        64,
+        CPU,
+        0,
+        True,
+        byte_offset=values.itemsize,
+    )
     try:
         view = StridedMemoryView.from_dlpack(_OneCapsule(capsule), stream_ptr=-1)
         honoured = int(view.ptr) == int(values.ctypes.data) + values.itemsize
@@ -327,21 +400,25 @@ def _check_subclass(buf: np.ndarray) -> None:
             "cannot register a numpy.ma.MaskedArray as logical data: tasks see plain "
             "arrays and the mask would be silently lost; register buf.filled(value) "
             "(a copy with masked elements replaced) or, to work on the underlying "
-            "values and ignore the mask, buf.data (which shares memory)")
+            "values and ignore the mask, buf.data (which shares memory)"
+        )
     if isinstance(buf, np.matrix):
         raise TypeError(
             "cannot register a numpy.matrix as logical data: tasks see plain ndarrays, "
             "where * is elementwise; register numpy.asarray(buf) (which shares memory) "
-            "and use @ for matrix products")
+            "and use @ for matrix products"
+        )
     raise TypeError(
         f"cannot register a {type(buf).__module__}.{type(buf).__name__} (an ndarray "
         "subclass) as logical data: tasks see plain arrays of its bytes, so what the "
         "subclass adds (units, masks, metadata) would be silently lost; register "
-        "numpy.asarray(buf), which shares memory, if the bytes are all that matters")
+        "numpy.asarray(buf), which shares memory, if the bytes are all that matters"
+    )
 
 
-def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None
-                    = None) -> Source:
+def describe_buffer(
+    buf: Any, producer_stream: Callable[[tuple[int, int]], Any] | None = None
+) -> Source:
     """Describe ``buf`` through the first interface it supports.
 
     ``producer_stream(dlpack_device)`` gives the stream a DLPack producer in GPU
@@ -361,14 +438,20 @@ def describe_buffer(buf: Any, producer_stream: Callable[[tuple[int, int]], Any] 
         has a bad shape.
     """
     if buf is None:
-        raise TypeError("logical_data(None): there is no buffer to register; use "
-                        "ctx.logical_data_empty(shape, dtype) for data without an "
-                        "initial value")
+        raise TypeError(
+            "logical_data(None): there is no buffer to register; use "
+            "ctx.logical_data_empty(shape, dtype) for data without an "
+            "initial value"
+        )
     interface = getattr(buf, "__cuda_array_interface__", None)
     if interface is not None:
-        if producer_stream is not None and _unordered(interface) and \
-                hasattr(buf, "__dlpack__") and hasattr(buf, "__dlpack_device__"):
-            return _from_dlpack(buf, producer_stream)       # for the stream handshake
+        if (
+            producer_stream is not None
+            and _unordered(interface)
+            and hasattr(buf, "__dlpack__")
+            and hasattr(buf, "__dlpack_device__")
+        ):
+            return _from_dlpack(buf, producer_stream)  # for the stream handshake
         return _from_cai(buf, interface)
     if isinstance(buf, np.ndarray):
         if type(buf) is not np.ndarray:

@@ -8,14 +8,21 @@ written).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from .._core.errors import ScopeError
 
-__all__ = ["CudaStream", "TaskView", "ViewLifetime", "ViewTuple", "stf_cai",
-           "stream_handle"]
+__all__ = [
+    "CudaStream",
+    "TaskView",
+    "ViewLifetime",
+    "ViewTuple",
+    "stf_cai",
+    "stream_handle",
+]
 
 
 class CudaStream(int):
@@ -59,12 +66,16 @@ def stream_handle(stream: Any) -> int:
         except Exception as exc:
             raise TypeError(f"{stream!r}.__cuda_stream__() failed: {exc}") from exc
         if version != 0 or isinstance(handle, bool) or not isinstance(handle, int):
-            raise TypeError(f"{stream!r}.__cuda_stream__() returned {result!r}; "
-                            "expected (0, <int handle>)")
+            raise TypeError(
+                f"{stream!r}.__cuda_stream__() returned {result!r}; "
+                "expected (0, <int handle>)"
+            )
         return handle
     if isinstance(stream, bool) or not isinstance(stream, int):
-        raise TypeError(f"a stream must be None, an int handle or an object with "
-                        f"__cuda_stream__, got {type(stream).__name__}")
+        raise TypeError(
+            f"a stream must be None, an int handle or an object with "
+            f"__cuda_stream__, got {type(stream).__name__}"
+        )
     return stream
 
 
@@ -74,7 +85,8 @@ def _not_a_tuple(view: object) -> TypeError:
         f"{type(view).__name__} is one view, not a tuple of views: task.args_cai() "
         "returns the bare view when the task has one dependency (and None for none); "
         "use task.views(), which always returns a tuple (`(x,) = t.views()`, "
-        f"`f(*t.views())`), got {view!r}")
+        f"`f(*t.views())`), got {view!r}"
+    )
 
 
 class _OneView:
@@ -92,7 +104,7 @@ class _OneView:
     def __len__(self) -> int:
         raise _not_a_tuple(self)
 
-    def __bool__(self) -> bool:       # a view is true, as it was before __len__
+    def __bool__(self) -> bool:  # a view is true, as it was before __len__
         return True
 
 
@@ -122,11 +134,25 @@ class stf_cai(_OneView):
     returns one).
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "stream", "readonly", "strides",
-                 "__cuda_array_interface__")
+    __slots__ = (
+        "ptr",
+        "shape",
+        "dtype",
+        "stream",
+        "readonly",
+        "strides",
+        "__cuda_array_interface__",
+    )
 
-    def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
-                 readonly: bool = False, strides: tuple | None = None) -> None:
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple,
+        dtype: Any,
+        stream: int = 0,
+        readonly: bool = False,
+        strides: tuple | None = None,
+    ) -> None:
         self.ptr = int(ptr)
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
@@ -134,8 +160,11 @@ class stf_cai(_OneView):
         self.readonly = bool(readonly)
         self.strides = None if strides is None else tuple(int(s) for s in strides)
         interface: dict[str, Any] = {
-            "version": 3, "shape": self.shape, "typestr": self.dtype.str,
-            "data": (self.ptr, self.readonly), "strides": self.strides,
+            "version": 3,
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, self.readonly),
+            "strides": self.strides,
             "stream": self.stream or None,
         }
         if self.dtype.fields is not None:
@@ -149,8 +178,10 @@ class stf_cai(_OneView):
         return self.__cuda_array_interface__.get(key, default)
 
     def __repr__(self) -> str:
-        return (f"stf_cai(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype}, "
-                f"stream={self.stream}, readonly={self.readonly})")
+        return (
+            f"stf_cai(ptr=0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype}, "
+            f"stream={self.stream}, readonly={self.readonly})"
+        )
 
 
 class ViewLifetime(_OneView):
@@ -163,7 +194,7 @@ class ViewLifetime(_OneView):
     _invalid: str | None
 
     def _invalidate(self, why: str) -> None:
-        object.__setattr__(self, "_invalid", why)     # a slot of the concrete view
+        object.__setattr__(self, "_invalid", why)  # a slot of the concrete view
 
     def _check(self) -> None:
         if self._invalid is not None:
@@ -182,16 +213,20 @@ class ViewLifetime(_OneView):
         return self
 
     def __deepcopy__(self, memo: Any) -> Any:
-        raise TypeError(f"a task view cannot be copied deeply: it points at memory the "
-                        f"runtime owns; copy the data inside the task instead "
-                        f"(numpy.array(view), or a copy kernel), got {self!r}")
+        raise TypeError(
+            f"a task view cannot be copied deeply: it points at memory the "
+            f"runtime owns; copy the data inside the task instead "
+            f"(numpy.array(view), or a copy kernel), got {self!r}"
+        )
 
     def __reduce__(self) -> Any:
-        raise TypeError(f"a task view cannot be pickled: it points at memory the "
-                        f"runtime owns and is valid only inside its task, got {self!r}")
+        raise TypeError(
+            f"a task view cannot be pickled: it points at memory the "
+            f"runtime owns and is valid only inside its task, got {self!r}"
+        )
 
 
-_CAI = stf_cai.__dict__["__cuda_array_interface__"]      # the slot of stf_cai
+_CAI = stf_cai.__dict__["__cuda_array_interface__"]  # the slot of stf_cai
 
 
 class TaskView(stf_cai, ViewLifetime):
@@ -214,8 +249,15 @@ class TaskView(stf_cai, ViewLifetime):
 
     __slots__ = ("_invalid", "read_only_access")
 
-    def __init__(self, ptr: int, shape: tuple, dtype: Any, stream: int = 0,
-                 readonly: bool = False, strides: tuple | None = None) -> None:
+    def __init__(
+        self,
+        ptr: int,
+        shape: tuple,
+        dtype: Any,
+        stream: int = 0,
+        readonly: bool = False,
+        strides: tuple | None = None,
+    ) -> None:
         self._invalid = None
         self.read_only_access = bool(readonly)
         super().__init__(ptr, shape, dtype, stream, False, strides)
@@ -238,7 +280,8 @@ def _not_an_array(views: tuple) -> TypeError:
         f"dependencies) holds {len(views)} view(s), one per dependency, and is not an "
         "array: converting it would stack copies of the data, and writes to the copy "
         "would be lost; index it instead (`x, y = t.views()`, "
-        "`numpy.asarray(t.views()[0])`), or call numpy.stack(...) for a deliberate copy")
+        "`numpy.asarray(t.views()[0])`), or call numpy.stack(...) for a deliberate copy"
+    )
 
 
 class ViewTuple(tuple):

@@ -40,8 +40,13 @@ from .locality import checked_device, locality_domain_count
 from .places import exec_place, green_ctx_view, locality_domain_places
 from .stream_partitions import StreamPartition
 
-__all__ = ["green_context_helper", "green_ctx_view", "green_places",
-           "locality_domain_count", "locality_domain_places"]
+__all__ = [
+    "green_context_helper",
+    "green_ctx_view",
+    "green_places",
+    "locality_domain_count",
+    "locality_domain_places",
+]
 
 
 def _check_positive(value: Any, name: str) -> int:
@@ -86,14 +91,15 @@ class green_context_helper:
         self._sm_count = sm_count
         try:
             contexts = backend.split_device(device, sm_count, None, 0)
-        except BackendUnavailableError as exc:          # API.md 3.28: RuntimeError
+        except BackendUnavailableError as exc:  # API.md 3.28: RuntimeError
             raise RuntimeError(f"green_context_helper: {exc}") from exc
-        self._contexts = [ctx for ctx, _ in contexts]   # they keep the partitions alive
+        self._contexts = [ctx for ctx, _ in contexts]  # they keep the partitions alive
         self._partitions = []
         for i, (ctx, sms) in enumerate(contexts):
             _, native = backend.context_partition(ctx, int(ctx.handle))
-            self._partitions.append(StreamPartition(
-                device, native, f"green_ctx(dev={device}, ctx={i})", sms))
+            self._partitions.append(
+                StreamPartition(device, native, f"green_ctx(dev={device}, ctx={i})", sms)
+            )
 
     def get_count(self) -> int:
         """The number of green contexts."""
@@ -112,19 +118,27 @@ class green_context_helper:
             raise TypeError(f"get_view expects an int, got {type(idx).__name__}")
         count = len(self._partitions)
         if idx < 0:
-            raise NegativeIndexError(f"get_view: negative green context index {idx}; "
-                                     f"this helper has 0..{count - 1}")
+            raise NegativeIndexError(
+                f"get_view: negative green context index {idx}; "
+                f"this helper has 0..{count - 1}"
+            )
         if not 0 <= idx < count:
-            raise IndexError(f"green context index {idx} out of range: this helper of "
-                             f"device {self._device} has {count} (0..{count - 1})")
+            raise IndexError(
+                f"green context index {idx} out of range: this helper of "
+                f"device {self._device} has {count} (0..{count - 1})"
+            )
         return green_ctx_view._make(self, idx, self._partitions[idx])
 
     def __repr__(self) -> str:
         return f"green_context_helper(device_id={self._device}, count={self.get_count()})"
 
 
-def green_places(sms_per_place: int, n_places: int | None = None, device_id: int = 0,
-                 coscheduled_sm_count: int = 0) -> list[exec_place]:
+def green_places(
+    sms_per_place: int,
+    n_places: int | None = None,
+    device_id: int = 0,
+    coscheduled_sm_count: int = 0,
+) -> list[exec_place]:
     """Partition a device's SMs into green contexts, one execution place each.
 
     Parameters
@@ -164,13 +178,17 @@ def green_places(sms_per_place: int, n_places: int | None = None, device_id: int
     sms_per_place = _check_positive(sms_per_place, "sms_per_place")
     if n_places is not None:
         n_places = _check_positive(n_places, "n_places")
-    if isinstance(coscheduled_sm_count, bool) or not isinstance(coscheduled_sm_count, int):
-        raise TypeError(f"coscheduled_sm_count must be an int, got "
-                        f"{type(coscheduled_sm_count).__name__}")
+    if isinstance(coscheduled_sm_count, bool) or not isinstance(
+        coscheduled_sm_count, int
+    ):
+        raise TypeError(
+            f"coscheduled_sm_count must be an int, got "
+            f"{type(coscheduled_sm_count).__name__}"
+        )
     if coscheduled_sm_count < 0:
-        raise ValueError(f"coscheduled_sm_count must be 0 or more, got "
-                         f"{coscheduled_sm_count}")
+        raise ValueError(
+            f"coscheduled_sm_count must be 0 or more, got {coscheduled_sm_count}"
+        )
     backend, device = checked_device(device_id, "green_places")
-    contexts = backend.split_device(device, sms_per_place, n_places,
-                                    coscheduled_sm_count)
+    contexts = backend.split_device(device, sms_per_place, n_places, coscheduled_sm_count)
     return [exec_place.from_context(ctx, device) for ctx, _ in contexts]

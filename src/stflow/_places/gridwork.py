@@ -24,19 +24,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._core.errors import PlaceError
-from .partition import chunk_owners, chunk_size
 from .numbering import COMPOSITE, layout_place
+from .partition import chunk_owners, chunk_size
 
 if TYPE_CHECKING:
-    from .places import exec_place_grid
     from .._core.streams import StreamPools
     from ..backends._base import Backend, CompositeAllocation, Stream
+    from .places import exec_place_grid
 
 __all__ = ["allocate_composite", "fork", "join"]
 
 
-def allocate_composite(backend: Backend, place: int, nbytes: int, dtype: np.dtype,
-                       shape: tuple[int, ...], what: Any) -> CompositeAllocation:
+def allocate_composite(
+    backend: Backend,
+    place: int,
+    nbytes: int,
+    dtype: np.dtype,
+    shape: tuple[int, ...],
+    what: Any,
+) -> CompositeAllocation:
     """An instance of ``nbytes`` at composite place number ``place``.
 
     Raises
@@ -50,22 +56,32 @@ def allocate_composite(backend: Backend, place: int, nbytes: int, dtype: np.dtyp
     """
     layout = layout_place(place)
     if layout is None or layout._layout_kind != COMPOSITE or layout._grid is None:
-        raise PlaceError(f"{what}: the composite place of this instance no longer "
-                         "exists")
+        raise PlaceError(f"{what}: the composite place of this instance no longer exists")
     grid = layout._grid
     members = grid._members()
-    member_devices = [member._device if member._affine is None
-                      else member._affine._device for member in members]
+    member_devices = [
+        member._device if member._affine is None else member._affine._device
+        for member in members
+    ]
     chunk = chunk_size(nbytes, backend.composite_granularity(member_devices))
-    owners = chunk_owners(layout._mapper, nbytes, chunk, grid.dims,
-                          f"{what}: data_place.composite mapper {layout._mapper!r}",
-                          layout._data_rank, shape, dtype.itemsize)
-    return backend.allocate_composite(place, [member_devices[i] for i in owners], chunk,
-                                      nbytes, dtype)
+    owners = chunk_owners(
+        layout._mapper,
+        nbytes,
+        chunk,
+        grid.dims,
+        f"{what}: data_place.composite mapper {layout._mapper!r}",
+        layout._data_rank,
+        shape,
+        dtype.itemsize,
+    )
+    return backend.allocate_composite(
+        place, [member_devices[i] for i in owners], chunk, nbytes, dtype
+    )
 
 
-def fork(backend: Backend, pools: StreamPools, grid: exec_place_grid,
-         main: Stream) -> list[Stream]:
+def fork(
+    backend: Backend, pools: StreamPools, grid: exec_place_grid, main: Stream
+) -> list[Stream]:
     """One stream per member of ``grid`` (``main`` for member 0), each ordered
     after the work enqueued on ``main`` so far."""
     streams = [main]

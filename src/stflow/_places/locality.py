@@ -31,9 +31,18 @@ from .._core.errors import DeviceOrdinalError, PlaceError
 from ..backends._base import Backend
 from .stream_partitions import StreamPartition
 
-__all__ = ["HasHandle", "SM_SPLITS", "check_device_ordinal", "check_domain",
-           "check_split", "checked_device", "context_partition", "default_backend",
-           "default_device_count", "locality_domain_count"]
+__all__ = [
+    "HasHandle",
+    "SM_SPLITS",
+    "check_device_ordinal",
+    "check_domain",
+    "check_split",
+    "checked_device",
+    "context_partition",
+    "default_backend",
+    "default_device_count",
+    "locality_domain_count",
+]
 
 SM_SPLITS = ("backfill", "aligned", "fine")
 """How the SMs of a device are shared between its domains' execution places."""
@@ -43,6 +52,7 @@ def default_backend() -> Backend:
     """The configured default backend (``STFLOW_BACKEND``), for the factories that
     check or resolve a device now."""
     from ..backends import default_backend as configured
+
     return configured(notify=False)
 
 
@@ -75,16 +85,19 @@ def check_device_ordinal(dev_id: Any, what: str, device_count: int | None = None
         ``dev_id`` is negative, or not below ``device_count``.
     """
     if isinstance(dev_id, bool) or not isinstance(dev_id, int):
-        raise TypeError(f"{what}: the device ordinal must be an int, got "
-                        f"{type(dev_id).__name__}")
+        raise TypeError(
+            f"{what}: the device ordinal must be an int, got {type(dev_id).__name__}"
+        )
     dev_id = int(dev_id)
     if dev_id < 0:
-        raise DeviceOrdinalError(f"{what}: invalid device id {dev_id}: device ordinals "
-                                 "are 0 or more")
+        raise DeviceOrdinalError(
+            f"{what}: invalid device id {dev_id}: device ordinals are 0 or more"
+        )
     if device_count is not None and dev_id >= device_count:
         raise DeviceOrdinalError(
             f"{what}: invalid device id {dev_id}: device {dev_id} does not exist; valid "
-            f"ordinals are 0..{device_count - 1} ({device_count} device(s))")
+            f"ordinals are 0..{device_count - 1} ({device_count} device(s))"
+        )
     return dev_id
 
 
@@ -114,25 +127,30 @@ def check_domain(dev_id: Any, domain_id: Any, what: str) -> tuple[int, int]:
     device = check_device_ordinal(dev_id, what)
     count = locality_domain_count(device)
     if isinstance(domain_id, bool) or not isinstance(domain_id, int):
-        raise TypeError(f"{what}: the domain ordinal must be an int, got "
-                        f"{type(domain_id).__name__}")
+        raise TypeError(
+            f"{what}: the domain ordinal must be an int, got {type(domain_id).__name__}"
+        )
     if not 0 <= domain_id < count:
-        raise PlaceError(f"{what}: locality domain {domain_id} does not exist on device "
-                         f"{device}; valid ordinals are 0..{count - 1} "
-                         f"(locality_domain_count({device}) == {count})")
+        raise PlaceError(
+            f"{what}: locality domain {domain_id} does not exist on device "
+            f"{device}; valid ordinals are 0..{count - 1} "
+            f"(locality_domain_count({device}) == {count})"
+        )
     return device, int(domain_id)
 
 
 def check_split(sm_split: Any) -> str:
     """``sm_split`` when it is one of :data:`SM_SPLITS`."""
     if sm_split not in SM_SPLITS:
-        raise ValueError(f"sm_split must be one of {', '.join(map(repr, SM_SPLITS))}, "
-                         f"got {sm_split!r}")
+        raise ValueError(
+            f"sm_split must be one of {', '.join(map(repr, SM_SPLITS))}, got {sm_split!r}"
+        )
     return str(sm_split)
 
 
-_context_partitions: weakref.WeakValueDictionary[int, StreamPartition] = \
+_context_partitions: weakref.WeakValueDictionary[int, StreamPartition] = (
     weakref.WeakValueDictionary()
+)
 """The partition of each context handle that a live place (or stream) names."""
 
 
@@ -147,18 +165,23 @@ class HasHandle(Protocol):
 def _context_handle(ctx: Any) -> int:
     """The handle of ``ctx``: an ``int`` ``CUcontext`` or an object with ``.handle``."""
     if ctx is None or isinstance(ctx, (bool, str, bytes, float)):
-        raise TypeError(f"exec_place.from_context expects a CUcontext (int) or an object "
-                        f"with .handle (a cuda.core Context), got {type(ctx).__name__}")
+        raise TypeError(
+            f"exec_place.from_context expects a CUcontext (int) or an object "
+            f"with .handle (a cuda.core Context), got {type(ctx).__name__}"
+        )
     handle_source = ctx.handle if isinstance(ctx, HasHandle) else ctx
     try:
         handle = int(handle_source)
     except (TypeError, ValueError):
-        raise TypeError(f"exec_place.from_context expects a CUcontext (int) or an object "
-                        f"with .handle (a cuda.core Context), got {type(ctx).__name__}"
-                        ) from None
+        raise TypeError(
+            f"exec_place.from_context expects a CUcontext (int) or an object "
+            f"with .handle (a cuda.core Context), got {type(ctx).__name__}"
+        ) from None
     if handle == 0:
-        raise ValueError("exec_place.from_context: the context handle is NULL (0); pass "
-                         "a live CUcontext or cuda.core Context")
+        raise ValueError(
+            "exec_place.from_context: the context handle is NULL (0); pass "
+            "a live CUcontext or cuda.core Context"
+        )
     return handle
 
 
@@ -178,19 +201,24 @@ def context_partition(ctx: Any, dev_id: int = -1) -> tuple[int, StreamPartition 
     if isinstance(dev_id, bool) or not isinstance(dev_id, int):
         raise TypeError(f"dev_id must be an int, got {type(dev_id).__name__}")
     if dev_id < -1:
-        raise PlaceError(f"exec_place.from_context: device {dev_id} does not exist; "
-                         "give an ordinal, or -1 to derive it from the context")
+        raise PlaceError(
+            f"exec_place.from_context: device {dev_id} does not exist; "
+            "give an ordinal, or -1 to derive it from the context"
+        )
     backend = default_backend()
     device, native = backend.context_partition(ctx, handle)
     check_device_ordinal(device, "exec_place.from_context", backend.device_count)
     if dev_id != -1 and dev_id != device:
-        raise PlaceError(f"exec_place.from_context: the context belongs to device "
-                         f"{device}, not {dev_id}; pass dev_id={device} or -1")
+        raise PlaceError(
+            f"exec_place.from_context: the context belongs to device "
+            f"{device}, not {dev_id}; pass dev_id={device} or -1"
+        )
     if native is None:
         return device, None
     partition = _context_partitions.get(handle)
     if partition is None:
-        partition = StreamPartition(device, native,
-                                    f"context(dev={device}, 0x{handle:x})")
+        partition = StreamPartition(
+            device, native, f"context(dev={device}, 0x{handle:x})"
+        )
         _context_partitions[handle] = partition
     return device, partition

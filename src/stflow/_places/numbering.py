@@ -12,15 +12,28 @@ from __future__ import annotations
 
 import itertools
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .._core.errors import PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
 
-__all__ = ["COMPOSITE", "LAYOUT_DEVICE_ID", "LAYOUT_IDS", "MAX_GRID_PLACES",
-           "REPLICATED", "check_extents", "from_handle", "handle_of", "layout_place",
-           "next_handle", "next_layout_number", "place_name", "product",
-           "register_handle"]
+__all__ = [
+    "COMPOSITE",
+    "LAYOUT_DEVICE_ID",
+    "LAYOUT_IDS",
+    "MAX_GRID_PLACES",
+    "REPLICATED",
+    "check_extents",
+    "from_handle",
+    "handle_of",
+    "layout_place",
+    "next_handle",
+    "next_layout_number",
+    "place_name",
+    "product",
+    "register_handle",
+]
 
 _handles = itertools.count(1)
 
@@ -71,15 +84,20 @@ def check_extents(dims: Any, what: str) -> tuple[int, ...]:
     if isinstance(dims, int) and not isinstance(dims, bool):
         dims = (dims,)
     if not isinstance(dims, (tuple, list)):
-        raise TypeError(f"{what}: extents must be an int or a tuple of ints, got "
-                        f"{type(dims).__name__}")
+        raise TypeError(
+            f"{what}: extents must be an int or a tuple of ints, got "
+            f"{type(dims).__name__}"
+        )
     for extent in dims:
         if isinstance(extent, bool) or not isinstance(extent, int):
-            raise TypeError(f"{what}: extents must be Python ints, got "
-                            f"{type(extent).__name__} in {tuple(dims)!r}")
+            raise TypeError(
+                f"{what}: extents must be Python ints, got "
+                f"{type(extent).__name__} in {tuple(dims)!r}"
+            )
     if not 1 <= len(dims) <= 4:
-        raise ValueError(f"{what}: a grid has 1 to 4 axes, got {len(dims)} "
-                         f"({tuple(dims)!r})")
+        raise ValueError(
+            f"{what}: a grid has 1 to 4 axes, got {len(dims)} ({tuple(dims)!r})"
+        )
     if any(extent <= 0 for extent in dims):
         raise ValueError(f"{what}: extents must be positive, got {tuple(dims)!r}")
     return tuple(int(extent) for extent in dims)
@@ -118,13 +136,16 @@ def from_handle(h: Any, cls: type) -> Any:
     if isinstance(h, bool) or not isinstance(h, int):
         raise TypeError(f"{what} expects an int handle, got {type(h).__name__}")
     if h == 0:
-        raise ValueError(f"{what}: the handle is NULL (0); pass place._handle_int of a "
-                         "live place")
+        raise ValueError(
+            f"{what}: the handle is NULL (0); pass place._handle_int of a live place"
+        )
     place = _registered.get(int(h))
     if place is None or not isinstance(place, cls):
-        raise PlaceError(f"{what}: {h} is not the handle of a live {cls.__name__}; "
-                         f"handles come from {cls.__name__}._handle_int and name "
-                         "places of this process while they are alive")
+        raise PlaceError(
+            f"{what}: {h} is not the handle of a live {cls.__name__}; "
+            f"handles come from {cls.__name__}._handle_int and name "
+            "places of this process while they are alive"
+        )
     return place
 
 

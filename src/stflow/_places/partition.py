@@ -25,10 +25,19 @@ are mappers for the common layouts (``stflow.partitions`` exports them).
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["MAX_CHUNKS", "Mapper", "blocked", "chunk_owners", "chunk_size", "cyclic",
-           "native_grid_dims", "tiled"]
+__all__ = [
+    "MAX_CHUNKS",
+    "Mapper",
+    "blocked",
+    "chunk_owners",
+    "chunk_size",
+    "cyclic",
+    "native_grid_dims",
+    "tiled",
+]
 
 Mapper = Callable[[tuple[int, ...], tuple[int, ...], tuple[int, ...]], Any]
 """``mapper(data_coords, data_dims, grid_dims) -> grid coordinate`` (4-tuples in the
@@ -54,9 +63,16 @@ def chunk_size(nbytes: int, granularity: int) -> int:
     return -(-chunks // MAX_CHUNKS) * granularity
 
 
-def chunk_owners(mapper: Mapper, nbytes: int, chunk: int, dims: Sequence[int],
-                 what: str, data_rank: int | None = None,
-                 shape: Sequence[int] = (), itemsize: int = 1) -> list[int]:
+def chunk_owners(
+    mapper: Mapper,
+    nbytes: int,
+    chunk: int,
+    dims: Sequence[int],
+    what: str,
+    data_rank: int | None = None,
+    shape: Sequence[int] = (),
+    itemsize: int = 1,
+) -> list[int]:
     """The member (linear index into the grid, C order) owning each ``chunk`` bytes of
     an instance of ``nbytes``.
 
@@ -102,9 +118,9 @@ def _ranked(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
     if len(shape) < rank:
         return (1,) * (rank - len(shape)) + shape
     merged = 1
-    for extent in shape[:len(shape) - rank + 1]:
+    for extent in shape[: len(shape) - rank + 1]:
         merged *= extent
-    return (merged,) + shape[len(shape) - rank + 1:]
+    return (merged,) + shape[len(shape) - rank + 1 :]
 
 
 def _linear(coords: Any, grid: tuple[int, int, int, int], what: str) -> int:
@@ -114,11 +130,15 @@ def _linear(coords: Any, grid: tuple[int, int, int, int], what: str) -> int:
     try:
         values = [operator.index(c) for c in coords]
     except TypeError:
-        raise ValueError(f"{what}: the mapper must return a grid coordinate (an int or "
-                         f"1 to 4 ints, fastest axis first), got {coords!r}") from None
+        raise ValueError(
+            f"{what}: the mapper must return a grid coordinate (an int or "
+            f"1 to 4 ints, fastest axis first), got {coords!r}"
+        ) from None
     if not 1 <= len(values) <= 4:
-        raise ValueError(f"{what}: the mapper returned {len(values)} coordinates; a "
-                         "grid coordinate has 1 to 4 (fastest axis first)")
+        raise ValueError(
+            f"{what}: the mapper returned {len(values)} coordinates; a "
+            "grid coordinate has 1 to 4 (fastest axis first)"
+        )
     values += [0] * (4 - len(values))
     linear = 0
     stride = 1
@@ -127,7 +147,8 @@ def _linear(coords: Any, grid: tuple[int, int, int, int], what: str) -> int:
             raise ValueError(
                 f"{what}: the mapper returned an out-of-range grid coordinate "
                 f"{tuple(values)} (axis {axis} has extent {extent}; native order, "
-                "fastest axis first)")
+                "fastest axis first)"
+            )
         linear += value * stride
         stride *= extent
     # ``linear`` counts in native order (x fastest): the same number as the C-order
@@ -137,6 +158,7 @@ def _linear(coords: Any, grid: tuple[int, int, int, int], what: str) -> int:
 
 # -- named partitioners ---------------------------------------------------------------
 
+
 class blocked:
     """Contiguous, equal parts: member ``i`` of ``n`` owns bytes
     ``[i * size / n, (i + 1) * size / n)`` — for C-ordered data, a blocked
@@ -144,8 +166,12 @@ class blocked:
 
     __slots__ = ()
 
-    def __call__(self, data_coords: Sequence[int], data_dims: Sequence[int],
-                 grid_dims: Sequence[int]) -> tuple[int, int, int, int]:
+    def __call__(
+        self,
+        data_coords: Sequence[int],
+        data_dims: Sequence[int],
+        grid_dims: Sequence[int],
+    ) -> tuple[int, int, int, int]:
         members = _members(grid_dims)
         size = max(data_dims[0], 1)
         part = min(data_coords[0] * members // size, members - 1)
@@ -163,16 +189,22 @@ class cyclic:
 
     def __init__(self, block_bytes: int) -> None:
         if isinstance(block_bytes, bool) or not isinstance(block_bytes, int):
-            raise TypeError(f"cyclic: block_bytes must be an int, got "
-                            f"{type(block_bytes).__name__}")
+            raise TypeError(
+                f"cyclic: block_bytes must be an int, got {type(block_bytes).__name__}"
+            )
         if block_bytes <= 0:
             raise ValueError(f"cyclic: block_bytes must be positive, got {block_bytes}")
         self.block_bytes = block_bytes
 
-    def __call__(self, data_coords: Sequence[int], data_dims: Sequence[int],
-                 grid_dims: Sequence[int]) -> tuple[int, int, int, int]:
-        return _native((data_coords[0] // self.block_bytes) % _members(grid_dims),
-                       grid_dims)
+    def __call__(
+        self,
+        data_coords: Sequence[int],
+        data_dims: Sequence[int],
+        grid_dims: Sequence[int],
+    ) -> tuple[int, int, int, int]:
+        return _native(
+            (data_coords[0] // self.block_bytes) % _members(grid_dims), grid_dims
+        )
 
     def __repr__(self) -> str:
         return f"cyclic(block_bytes={self.block_bytes})"
@@ -197,11 +229,15 @@ class tiled:
         self.itemsize = int(itemsize)
         self.axis = axis % len(shape)
 
-    def __call__(self, data_coords: Sequence[int], data_dims: Sequence[int],
-                 grid_dims: Sequence[int]) -> tuple[int, int, int, int]:
+    def __call__(
+        self,
+        data_coords: Sequence[int],
+        data_dims: Sequence[int],
+        grid_dims: Sequence[int],
+    ) -> tuple[int, int, int, int]:
         element = data_coords[0] // self.itemsize
         inner = 1
-        for extent in self.shape[self.axis + 1:]:
+        for extent in self.shape[self.axis + 1 :]:
             inner *= extent
         extent = self.shape[self.axis]
         index = min((element // inner) % extent, extent - 1)

@@ -24,20 +24,46 @@ from __future__ import annotations
 
 import abc
 import threading
-from typing import Any, Protocol, Sequence, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from .._core.errors import NegativeIndexError, PlaceAllocationError, PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
-from .locality import (check_device_ordinal, check_domain, check_split, context_partition,
-                       default_backend, default_device_count, locality_domain_count)
-from .numbering import (COMPOSITE, LAYOUT_DEVICE_ID, MAX_GRID_PLACES, REPLICATED,
-                        check_extents, from_handle, handle_of, next_handle,
-                        next_layout_number, place_name, product, register_handle)
+from .locality import (
+    check_device_ordinal,
+    check_domain,
+    check_split,
+    context_partition,
+    default_backend,
+    default_device_count,
+    locality_domain_count,
+)
+from .numbering import (
+    COMPOSITE,
+    LAYOUT_DEVICE_ID,
+    MAX_GRID_PLACES,
+    REPLICATED,
+    check_extents,
+    from_handle,
+    handle_of,
+    next_handle,
+    next_layout_number,
+    place_name,
+    product,
+    register_handle,
+)
 from .partition import blocked
 from .stream_partitions import StreamPartition
 
-__all__ = ["ExecPlaceConvertible", "StreamResources", "data_place", "exec_place",
-           "exec_place_grid", "green_ctx_view", "locality_domain_places"]
+__all__ = [
+    "ExecPlaceConvertible",
+    "StreamResources",
+    "data_place",
+    "exec_place",
+    "exec_place_grid",
+    "green_ctx_view",
+    "locality_domain_places",
+]
 
 
 class StreamResources(abc.ABC):
@@ -81,9 +107,11 @@ class data_place:
     _device: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("data_place cannot be constructed directly; use "
-                        "data_place.host(), .device(n), .managed(), .affine() or "
-                        ".current_device()")
+        raise TypeError(
+            "data_place cannot be constructed directly; use "
+            "data_place.host(), .device(n), .managed(), .affine() or "
+            ".current_device()"
+        )
 
     @classmethod
     def _make(cls, device: int) -> data_place:
@@ -99,8 +127,9 @@ class data_place:
     @staticmethod
     def device(dev_id: int = 0) -> data_place:
         """The memory of device ``dev_id``."""
-        return data_place._make(check_device_ordinal(dev_id, "data_place.device",
-                                                     default_device_count()))
+        return data_place._make(
+            check_device_ordinal(dev_id, "data_place.device", default_device_count())
+        )
 
     @staticmethod
     def managed() -> data_place:
@@ -113,8 +142,9 @@ class data_place:
         return data_place._make(AFFINE)
 
     @staticmethod
-    def composite(grid: exec_place, mapper: Any, *,
-                  data_rank: int | None = None) -> data_place:
+    def composite(
+        grid: exec_place, mapper: Any, *, data_rank: int | None = None
+    ) -> data_place:
         """Data spread over the members of ``grid``: ``mapper`` says which member's
         memory holds each part (the partition mapper contract, ``partition.py``;
         ``stflow.partitions`` has ready-made ones).
@@ -129,17 +159,25 @@ class data_place:
         which later reference releases use.
         """
         if not isinstance(grid, exec_place):
-            raise TypeError(f"data_place.composite expects an exec_place grid, got "
-                            f"{type(grid).__name__}")
+            raise TypeError(
+                f"data_place.composite expects an exec_place grid, got "
+                f"{type(grid).__name__}"
+            )
         if not callable(mapper):
-            raise TypeError(f"data_place.composite: the mapper must be callable "
-                            f"(data_coords, data_dims, grid_dims) -> grid coordinate, "
-                            f"got {type(mapper).__name__}")
-        if data_rank is not None and (isinstance(data_rank, bool) or
-                                      not isinstance(data_rank, int)
-                                      or not 1 <= data_rank <= 4):
-            raise ValueError(f"data_place.composite: data_rank must be an int from 1 "
-                             f"to 4, got {data_rank!r}")
+            raise TypeError(
+                f"data_place.composite: the mapper must be callable "
+                f"(data_coords, data_dims, grid_dims) -> grid coordinate, "
+                f"got {type(mapper).__name__}"
+            )
+        if data_rank is not None and (
+            isinstance(data_rank, bool)
+            or not isinstance(data_rank, int)
+            or not 1 <= data_rank <= 4
+        ):
+            raise ValueError(
+                f"data_place.composite: data_rank must be an int from 1 "
+                f"to 4, got {data_rank!r}"
+            )
         place = _LayoutPlace._layout(COMPOSITE, grid, mapper)
         place._data_rank = data_rank
         return place
@@ -150,8 +188,10 @@ class data_place:
         ``None`` binds to the grid of the task that uses it (``affine()`` for a task
         on a single place)."""
         if grid is not None and not isinstance(grid, exec_place):
-            raise TypeError(f"data_place.replicated expects an exec_place grid or "
-                            f"None, got {type(grid).__name__}")
+            raise TypeError(
+                f"data_place.replicated expects an exec_place grid or "
+                f"None, got {type(grid).__name__}"
+            )
         return _LayoutPlace._layout(REPLICATED, grid, None)
 
     @staticmethod
@@ -171,10 +211,13 @@ class data_place:
         """The memory of the green context ``view`` (a ``green_ctx_view``): its
         device's memory."""
         if not isinstance(view, green_ctx_view):
-            raise TypeError(f"data_place.green_ctx expects a green_ctx_view, got "
-                            f"{type(view).__name__}")
+            raise TypeError(
+                f"data_place.green_ctx expects a green_ctx_view, got "
+                f"{type(view).__name__}"
+            )
         return _labelled_data_place._labelled(
-            view.device_id, f"green_ctx(dev={view.device_id}, ctx={view.index})")
+            view.device_id, f"green_ctx(dev={view.device_id}, ctx={view.index})"
+        )
 
     @staticmethod
     def from_handle(h: int) -> data_place:
@@ -220,11 +263,13 @@ class data_place:
         and managed memory. Free with :meth:`deallocate`.
         """
         from ..backends import place_allocator
+
         return place_allocator().allocate(self, nbytes, stream)
 
     def deallocate(self, ptr: int, nbytes: int, stream: Any = None) -> None:
         """Free memory returned by :meth:`allocate`; ``ptr == 0`` does nothing."""
         from ..backends import place_allocator
+
         place_allocator().deallocate(self, ptr, nbytes, stream)
 
     def __repr__(self) -> str:
@@ -247,8 +292,10 @@ class exec_place:
     green context or foreign CUDA context (``_stream_partitions.StreamPartition``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("exec_place cannot be constructed directly; use "
-                        "exec_place.host(), .device(n) or .current_device()")
+        raise TypeError(
+            "exec_place cannot be constructed directly; use "
+            "exec_place.host(), .device(n) or .current_device()"
+        )
 
     @classmethod
     def _make(cls, device: int) -> exec_place:
@@ -268,8 +315,9 @@ class exec_place:
     @staticmethod
     def device(dev_id: int = 0) -> exec_place:
         """Device ``dev_id``."""
-        return exec_place._make(check_device_ordinal(dev_id, "exec_place.device",
-                                                     default_device_count()))
+        return exec_place._make(
+            check_device_ordinal(dev_id, "exec_place.device", default_device_count())
+        )
 
     @staticmethod
     def current_device() -> exec_place:
@@ -277,15 +325,19 @@ class exec_place:
         return exec_place._make(default_backend().current_device())
 
     @staticmethod
-    def locality_domain(dev_id: int, domain_id: int, sm_split: str = "backfill"
-                        ) -> exec_place:
+    def locality_domain(
+        dev_id: int, domain_id: int, sm_split: str = "backfill"
+    ) -> exec_place:
         """The SMs of locality domain ``domain_id`` of device ``dev_id``; ``sm_split``
         is ``"backfill"``, ``"aligned"`` or ``"fine"`` (``locality.py``)."""
         split = check_split(sm_split)
         device, domain = check_domain(dev_id, domain_id, "exec_place.locality_domain")
         place = _partition_place._new(
-            device, None, None, f"locality_domain(dev={device},id={domain}), "
-            f"sm_split={split!r}")
+            device,
+            None,
+            None,
+            f"locality_domain(dev={device},id={domain}), sm_split={split!r}",
+        )
         place._affine = _domain_memory(device, domain)
         return place
 
@@ -295,11 +347,13 @@ class exec_place:
         ``use_green_ctx_data_place`` its affine data place is
         ``data_place.green_ctx(view)`` (``green.py``)."""
         if not isinstance(view, green_ctx_view):
-            raise TypeError(f"exec_place.green_ctx expects a green_ctx_view, got "
-                            f"{type(view).__name__}")
+            raise TypeError(
+                f"exec_place.green_ctx expects a green_ctx_view, got "
+                f"{type(view).__name__}"
+            )
         partition = view._partition
         place = _partition_place._new(partition.device, partition, view, partition.label)
-        if use_green_ctx_data_place:       # the view keeps the helper's contexts alive
+        if use_green_ctx_data_place:  # the view keeps the helper's contexts alive
             place._affine = data_place.green_ctx(view)
         return place
 
@@ -310,7 +364,7 @@ class exec_place:
         alive and returned by :attr:`backing_context`. ``dev_id=-1`` derives the
         device (``locality.context_partition``)."""
         device, partition = context_partition(ctx, dev_id)
-        if partition is None:               # the device's own context: a device place
+        if partition is None:  # the device's own context: a device place
             return _partition_place._new(device, None, ctx, f"device={device}")
         return _partition_place._new(device, partition, ctx, partition.label)
 
@@ -336,9 +390,11 @@ class exec_place:
         streams (``stflow._engine.resources``).
         """
         if not isinstance(resources, StreamResources):
-            raise TypeError(f"pick_stream expects an exec_place_resources (e.g. "
-                            f"exec_place_resources() or ctx.place_resources), got "
-                            f"{type(resources).__name__}")
+            raise TypeError(
+                f"pick_stream expects an exec_place_resources (e.g. "
+                f"exec_place_resources() or ctx.place_resources), got "
+                f"{type(resources).__name__}"
+            )
         return resources._pick_stream(self, for_computation)
 
     @property
@@ -364,7 +420,7 @@ class exec_place:
 
     @property
     def _handle_int(self) -> int:
-        register_handle(self._handle, self)       # so that from_handle finds it
+        register_handle(self._handle, self)  # so that from_handle finds it
         return self._handle
 
     @property
@@ -383,11 +439,14 @@ class exec_place:
     def set_affine_data_place(self, dplace: data_place) -> None:
         """Use ``dplace`` for dependencies with ``affine()`` places on this place."""
         if not isinstance(dplace, data_place):
-            raise TypeError(f"set_affine_data_place expects a data_place, got "
-                            f"{type(dplace).__name__}")
+            raise TypeError(
+                f"set_affine_data_place expects a data_place, got {type(dplace).__name__}"
+            )
         if dplace._device == AFFINE:
-            raise PlaceError("the affine data place of an exec_place cannot itself be "
-                             "data_place.affine(); give a concrete place")
+            raise PlaceError(
+                "the affine data place of an exec_place cannot itself be "
+                "data_place.affine(); give a concrete place"
+            )
         self._affine = dplace
 
     def get_place(self, idx: int) -> exec_place:
@@ -395,11 +454,13 @@ class exec_place:
         if isinstance(idx, bool) or not isinstance(idx, int):
             raise TypeError(f"get_place expects an int, got {type(idx).__name__}")
         if idx < 0:
-            raise NegativeIndexError(f"get_place: negative index {idx}; a scalar "
-                                     "exec_place has only index 0")
+            raise NegativeIndexError(
+                f"get_place: negative index {idx}; a scalar exec_place has only index 0"
+            )
         if idx != 0:
-            raise IndexError(f"index {idx} out of range for a scalar exec_place "
-                             "(only 0 is valid)")
+            raise IndexError(
+                f"index {idx} out of range for a scalar exec_place (only 0 is valid)"
+            )
         return self
 
     __getitem__ = get_place
@@ -414,9 +475,11 @@ class exec_place:
         dims = check_extents(grid_dims, "reshape")
         members = self._members()
         if product(dims) != len(members):
-            raise ValueError(f"cannot reshape a grid of {len(members)} places into "
-                             f"grid dims {dims}, which hold {product(dims)} places; "
-                             f"give dims whose product is {len(members)}")
+            raise ValueError(
+                f"cannot reshape a grid of {len(members)} places into "
+                f"grid dims {dims}, which hold {product(dims)} places; "
+                f"give dims whose product is {len(members)}"
+            )
         return exec_place_grid._grid(members, dims, self._affine)
 
     def collapse_axes(self, first_axis: int, last_axis: int) -> exec_place_grid:
@@ -425,13 +488,16 @@ class exec_place:
         dims = self.dims
         for axis in (first_axis, last_axis):
             if isinstance(axis, bool) or not isinstance(axis, int):
-                raise TypeError(f"collapse_axes expects int axes, got "
-                                f"{type(axis).__name__}")
+                raise TypeError(
+                    f"collapse_axes expects int axes, got {type(axis).__name__}"
+                )
         if not 0 <= first_axis <= last_axis < len(dims):
-            raise ValueError(f"collapse_axes({first_axis}, {last_axis}): need "
-                             f"0 <= first <= last < {len(dims)} for dims {dims}")
-        merged = product(dims[first_axis:last_axis + 1])
-        new_dims = dims[:first_axis] + (merged,) + dims[last_axis + 1:]
+            raise ValueError(
+                f"collapse_axes({first_axis}, {last_axis}): need "
+                f"0 <= first <= last < {len(dims)} for dims {dims}"
+            )
+        merged = product(dims[first_axis : last_axis + 1])
+        new_dims = dims[:first_axis] + (merged,) + dims[last_axis + 1 :]
         return exec_place_grid._grid(self._members(), new_dims, self._affine)
 
     def __enter__(self) -> exec_place:
@@ -469,22 +535,28 @@ class exec_place_grid(exec_place):
     _grid_dims: tuple[int, ...]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("exec_place_grid cannot be constructed directly; use "
-                        "exec_place_grid.from_devices(ids), .create(places, grid_dims, "
-                        "mapper), .machine() or place.reshape(dims)")
+        raise TypeError(
+            "exec_place_grid cannot be constructed directly; use "
+            "exec_place_grid.from_devices(ids), .create(places, grid_dims, "
+            "mapper), .machine() or place.reshape(dims)"
+        )
 
     @classmethod
-    def _grid(cls, members: Sequence[exec_place], dims: tuple[int, ...],
-              affine: data_place | None = None) -> exec_place_grid:
+    def _grid(
+        cls,
+        members: Sequence[exec_place],
+        dims: tuple[int, ...],
+        affine: data_place | None = None,
+    ) -> exec_place_grid:
         flat: list[exec_place] = []
         for member in members:
-            flat.extend(member._members())      # a grid of grids is flattened
+            flat.extend(member._members())  # a grid of grids is flattened
         grid = cls._make(flat[0]._device)
         assert isinstance(grid, exec_place_grid)
         grid._grid_members = tuple(flat)
         grid._grid_dims = dims
         grid._affine = affine
-        grid._stream_key = flat[0]._stream_key     # member 0's streams (a partition's)
+        grid._stream_key = flat[0]._stream_key  # member 0's streams (a partition's)
         return grid
 
     @staticmethod
@@ -494,21 +566,30 @@ class exec_place_grid(exec_place):
         try:
             ids = [device_ids[i] for i in range(len(device_ids))]
         except TypeError:
-            raise TypeError(f"exec_place_grid.from_devices expects a sequence of device "
-                            f"ordinals, got {type(device_ids).__name__}") from None
+            raise TypeError(
+                f"exec_place_grid.from_devices expects a sequence of device "
+                f"ordinals, got {type(device_ids).__name__}"
+            ) from None
         if not ids:
             raise ValueError("exec_place_grid.from_devices needs at least one device")
         if len(ids) > MAX_GRID_PLACES:
-            raise ValueError(f"exec_place_grid.from_devices: {len(ids)} places, at most "
-                             f"{MAX_GRID_PLACES}")
+            raise ValueError(
+                f"exec_place_grid.from_devices: {len(ids)} places, at most "
+                f"{MAX_GRID_PLACES}"
+            )
         places = [exec_place.device(i) for i in ids]
         if len(places) == 1:
             return places[0]
         return exec_place_grid._grid(places, (len(places),))
 
     @staticmethod
-    def create(places: Sequence[Any], grid_dims: Any = None, mapper: Any = None, *,
-               data_rank: int | None = None) -> exec_place_grid:
+    def create(
+        places: Sequence[Any],
+        grid_dims: Any = None,
+        mapper: Any = None,
+        *,
+        data_rank: int | None = None,
+    ) -> exec_place_grid:
         """A grid of ``places`` (C order) with C-order ``grid_dims`` (``None``: 1-D).
 
         With ``mapper``, ``data_place.composite(grid, mapper)`` becomes the grid's
@@ -517,27 +598,39 @@ class exec_place_grid(exec_place):
         try:
             given = list(places)
         except TypeError:
-            raise TypeError(f"exec_place_grid.create expects a sequence of exec_place, "
-                            f"got {type(places).__name__}") from None
+            raise TypeError(
+                f"exec_place_grid.create expects a sequence of exec_place, "
+                f"got {type(places).__name__}"
+            ) from None
         members: list[exec_place] = []
         for place in given:
-            if not isinstance(place, exec_place) and \
-                    isinstance(place, ExecPlaceConvertible):
+            if not isinstance(place, exec_place) and isinstance(
+                place, ExecPlaceConvertible
+            ):
                 place = place._as_stf_exec_place()
             if not isinstance(place, exec_place):
-                raise TypeError(f"exec_place_grid.create: places must be exec_place "
-                                f"objects, got {type(place).__name__}")
+                raise TypeError(
+                    f"exec_place_grid.create: places must be exec_place "
+                    f"objects, got {type(place).__name__}"
+                )
             members.extend(place._members())
         if not members:
             raise ValueError("exec_place_grid.create needs at least one place")
         if len(members) > MAX_GRID_PLACES:
-            raise ValueError(f"exec_place_grid.create: {len(members)} places, at most "
-                             f"{MAX_GRID_PLACES}")
-        dims = ((len(members),) if grid_dims is None
-                else check_extents(grid_dims, "exec_place_grid.create"))
+            raise ValueError(
+                f"exec_place_grid.create: {len(members)} places, at most "
+                f"{MAX_GRID_PLACES}"
+            )
+        dims = (
+            (len(members),)
+            if grid_dims is None
+            else check_extents(grid_dims, "exec_place_grid.create")
+        )
         if product(dims) != len(members):
-            raise ValueError(f"exec_place_grid.create: grid dims {dims} hold "
-                             f"{product(dims)} places, {len(members)} were given")
+            raise ValueError(
+                f"exec_place_grid.create: grid dims {dims} hold "
+                f"{product(dims)} places, {len(members)} were given"
+            )
         grid = exec_place_grid._grid(members, dims)
         if mapper is not None:
             grid._affine = data_place.composite(grid, mapper, data_rank=data_rank)
@@ -549,8 +642,10 @@ class exec_place_grid(exec_place):
         (``"locality_domain"``, device-major). With several places, the affine data
         place is blocked along the data's slowest axis."""
         if granularity not in ("device", "locality_domain"):
-            raise ValueError(f"exec_place_grid.machine: granularity must be 'device' or "
-                             f"'locality_domain', got {granularity!r}")
+            raise ValueError(
+                f"exec_place_grid.machine: granularity must be 'device' or "
+                f"'locality_domain', got {granularity!r}"
+            )
         count = default_backend().device_count
         if count < 1:
             raise PlaceError("exec_place_grid.machine: this machine has no device")
@@ -595,11 +690,14 @@ class exec_place_grid(exec_place):
             raise TypeError(f"get_place expects an int, got {type(idx).__name__}")
         members = self._grid_members
         if idx < 0:
-            raise NegativeIndexError(f"get_place: negative index {idx}; the grid's "
-                                     f"members are 0..{len(members) - 1}")
+            raise NegativeIndexError(
+                f"get_place: negative index {idx}; the grid's "
+                f"members are 0..{len(members) - 1}"
+            )
         if not 0 <= idx < len(members):
-            raise IndexError(f"index {idx} out of range for a grid of {len(members)} "
-                             "places")
+            raise IndexError(
+                f"index {idx} out of range for a grid of {len(members)} places"
+            )
         return members[idx]
 
     __getitem__ = get_place
@@ -658,7 +756,8 @@ class _LayoutPlace(data_place):
         raise PlaceAllocationError(
             f"data_place.allocate failed: {self!r} cannot allocate raw memory: a "
             f"{self._layout_kind} place holds logical data only; allocate on a device "
-            "place")
+            "place"
+        )
 
     def deallocate(self, ptr: int, nbytes: int, stream: Any = None) -> None:
         if ptr:
@@ -668,14 +767,17 @@ class _LayoutPlace(data_place):
         return f"data_place({self.kind!r})"
 
 
-def locality_domain_places(dev_id: int = 0, sm_split: str = "backfill"
-                           ) -> list[exec_place]:
+def locality_domain_places(
+    dev_id: int = 0, sm_split: str = "backfill"
+) -> list[exec_place]:
     """One execution place per locality domain of device ``dev_id``, in domain order
     (what ``exec_place_grid.locality_domains`` arranges in a rank-1 grid)."""
     split = check_split(sm_split)
     device = check_device_ordinal(dev_id, "exec_place_grid.locality_domains")
-    return [exec_place.locality_domain(device, domain, split)
-            for domain in range(locality_domain_count(device))]
+    return [
+        exec_place.locality_domain(device, domain, split)
+        for domain in range(locality_domain_count(device))
+    ]
 
 
 class green_ctx_view:
@@ -690,8 +792,10 @@ class green_ctx_view:
     _partition: StreamPartition
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("green_ctx_view cannot be constructed directly; use "
-                        "green_context_helper(sm_count, dev_id).get_view(idx)")
+        raise TypeError(
+            "green_ctx_view cannot be constructed directly; use "
+            "green_context_helper(sm_count, dev_id).get_view(idx)"
+        )
 
     @classmethod
     def _make(cls, helper: Any, index: int, partition: StreamPartition) -> green_ctx_view:
@@ -729,8 +833,9 @@ class _partition_place(exec_place):
     _label: str
 
     @classmethod
-    def _new(cls, device: int, partition: StreamPartition | None, backing: Any,
-             label: str) -> _partition_place:
+    def _new(
+        cls, device: int, partition: StreamPartition | None, backing: Any, label: str
+    ) -> _partition_place:
         place = cls._make(device)
         assert isinstance(place, _partition_place)
         place._partition = partition
@@ -746,7 +851,7 @@ class _partition_place(exec_place):
 
     def __enter__(self) -> exec_place:
         super().__enter__()
-        if self._partition is not None:     # CUDA: make the partition's context current
+        if self._partition is not None:  # CUDA: make the partition's context current
             default_backend().enter_partition(self._partition.native)
         return self
 
@@ -778,5 +883,6 @@ class _labelled_data_place(data_place):
 
 def _domain_memory(device: int, domain: int) -> data_place:
     """``data_place.locality_domain(device, domain)`` of checked ordinals."""
-    return _labelled_data_place._labelled(device,
-                                          f"locality_domain(dev={device},id={domain})")
+    return _labelled_data_place._labelled(
+        device, f"locality_domain(dev={device},id={domain})"
+    )

@@ -23,8 +23,9 @@ PARTITION_KEYS: Final = 1 << 20
 """The first stream key of partitions (device numbers and place sentinels are below)."""
 
 _partition_keys = itertools.count(PARTITION_KEYS)
-_partitions: weakref.WeakValueDictionary[int, StreamPartition] = \
+_partitions: weakref.WeakValueDictionary[int, StreamPartition] = (
     weakref.WeakValueDictionary()
+)
 
 
 class StreamPartition:

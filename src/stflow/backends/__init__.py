@@ -12,20 +12,26 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._core.errors import BackendNotice, BackendUnavailableError, PlaceAllocationError, warn_user
+from .._core.errors import (
+    BackendNotice,
+    BackendUnavailableError,
+    PlaceAllocationError,
+    warn_user,
+)
 from ._base import HOST, MANAGED, Allocation, Backend
 
 __all__ = ["Backend", "default_backend", "get_backend", "machine_init", "place_allocator"]
 
 _BACKEND_NAMES = ("auto", "cuda", "emulated", "null")
 _auto: Backend | None = None
-_auto_reason: str | None = None      # why "auto" fell back to emulation
+_auto_reason: str | None = None  # why "auto" fell back to emulation
 _noticed = False
 _lock = threading.Lock()
 
 
 def _cuda() -> Backend:
     import importlib
+
     try:
         cuda = importlib.import_module(f"{__name__}.cuda")
     except ModuleNotFoundError as exc:
@@ -51,9 +57,11 @@ def get_backend(name: str, *, notify: bool = True) -> Backend:
         raise TypeError(f"backend must be a str, got {type(name).__name__}")
     if name == "emulated":
         from .emulated import get_backend as emulated
+
         return emulated()
     if name == "null":
         from .null import get_backend as null
+
         return null()
     if name == "cuda":
         return _cuda()
@@ -72,6 +80,7 @@ def _resolve_auto(notify: bool) -> Backend:
                     _auto = _cuda()
                 except BackendUnavailableError as exc:
                     from .emulated import get_backend as emulated
+
                     _auto_reason = str(exc)
                     _auto = emulated()
     if notify and _auto_reason is not None and not _noticed:
@@ -88,6 +97,7 @@ def _resolve_auto(notify: bool) -> Backend:
 def default_backend(*, notify: bool = True) -> Backend:
     """The backend that ``STFLOW_BACKEND`` (default ``"auto"``) selects."""
     from .._core.config import config
+
     return get_backend(config().backend, notify=notify)
 
 
@@ -103,20 +113,24 @@ class _PlaceAllocator:
         device = place._device
         if device >= 0 or device in (HOST, MANAGED):
             return device
-        raise PlaceAllocationError(f"data_place.allocate failed: {place!r} cannot "
-                                   "allocate memory; use a host, managed or device "
-                                   "place")
+        raise PlaceAllocationError(
+            f"data_place.allocate failed: {place!r} cannot "
+            "allocate memory; use a host, managed or device "
+            "place"
+        )
 
     def allocate(self, place: Any, nbytes: int, stream: Any) -> int:
         if isinstance(nbytes, bool) or not isinstance(nbytes, int):
             raise TypeError(f"nbytes must be an int, got {type(nbytes).__name__}")
         if nbytes < 0:
-            raise ValueError(f"data_place.allocate: nbytes must be non-negative, got "
-                             f"{nbytes}")
+            raise ValueError(
+                f"data_place.allocate: nbytes must be non-negative, got {nbytes}"
+            )
         device = self._device(place)
         if nbytes == 0:
             return 0
         import numpy as np
+
         backend = default_backend()
         native = _stream(backend, stream) if device >= 0 else None
         allocation = backend.allocate(device, nbytes, native, np.dtype(np.uint8))
@@ -139,6 +153,7 @@ class _PlaceAllocator:
 
 def _stream(backend: Backend, stream: Any) -> Any:
     from .._interchange.views import stream_handle
+
     return backend.stream_from_handle(stream_handle(stream))
 
 

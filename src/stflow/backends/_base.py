@@ -42,17 +42,31 @@ import abc
 import functools
 import math
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._interchange.views import CudaStream, ViewLifetime
 
-__all__ = ["AFFINE", "Allocation", "Backend", "CompositeAllocation", "CurrentDevice",
-           "Event", "HOST",
-           "KernelLaunch",
-           "MANAGED", "NO_AFFINE", "Stream", "USER_PAGEABLE", "callback_state", "describable",
-           "pointer_array", "poison"]
+__all__ = [
+    "AFFINE",
+    "Allocation",
+    "Backend",
+    "CompositeAllocation",
+    "CurrentDevice",
+    "Event",
+    "HOST",
+    "KernelLaunch",
+    "MANAGED",
+    "NO_AFFINE",
+    "Stream",
+    "USER_PAGEABLE",
+    "callback_state",
+    "describable",
+    "pointer_array",
+    "poison",
+]
 
 HOST = -1
 """Device number used for host memory and host execution."""
@@ -121,11 +135,25 @@ class Stream:
 
     captures = False
 
-    __slots__ = ("handle", "device", "ordinal", "recorded", "waited", "last_event",
-                 "error_sink", "partition", "__weakref__")
+    __slots__ = (
+        "handle",
+        "device",
+        "ordinal",
+        "recorded",
+        "waited",
+        "last_event",
+        "error_sink",
+        "partition",
+        "__weakref__",
+    )
 
-    def __init__(self, handle: int, device: int, ordinal: int | None = None,
-                 error_sink: Callable[..., None] | None = None) -> None:
+    def __init__(
+        self,
+        handle: int,
+        device: int,
+        ordinal: int | None = None,
+        error_sink: Callable[..., None] | None = None,
+    ) -> None:
         self.handle = CudaStream(handle)
         self.device = device
         self.ordinal = max(device, 0) if ordinal is None else ordinal
@@ -169,11 +197,26 @@ class Allocation:
     arrays, per device); it goes with the allocation.
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "dtype", "owner", "strides", "arrays",
-                 "__weakref__")
+    __slots__ = (
+        "ptr",
+        "nbytes",
+        "device",
+        "dtype",
+        "owner",
+        "strides",
+        "arrays",
+        "__weakref__",
+    )
 
-    def __init__(self, ptr: int, nbytes: int, device: int, dtype: np.dtype,
-                 owner: Any = None, strides: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        ptr: int,
+        nbytes: int,
+        device: int,
+        dtype: np.dtype,
+        owner: Any = None,
+        strides: tuple[int, ...] | None = None,
+    ) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
@@ -184,8 +227,7 @@ class Allocation:
 
     def __repr__(self) -> str:
         layout = "" if self.strides is None else f" strides={self.strides}"
-        return (f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}"
-                f"{layout}>")
+        return f"<Allocation 0x{self.ptr:x} {self.nbytes} B device={self.device}{layout}>"
 
 
 class CompositeAllocation(Allocation):
@@ -195,17 +237,27 @@ class CompositeAllocation(Allocation):
 
     __slots__ = ("chunk", "chunk_devices", "pieces")
 
-    def __init__(self, ptr: int, nbytes: int, device: int, dtype: np.dtype,
-                 chunk: int, chunk_devices: tuple[int, ...], pieces: Any = None,
-                 owner: Any = None) -> None:
+    def __init__(
+        self,
+        ptr: int,
+        nbytes: int,
+        device: int,
+        dtype: np.dtype,
+        chunk: int,
+        chunk_devices: tuple[int, ...],
+        pieces: Any = None,
+        owner: Any = None,
+    ) -> None:
         super().__init__(ptr, nbytes, device, dtype, owner)
         self.chunk = chunk
         self.chunk_devices = chunk_devices
         self.pieces = pieces
 
     def __repr__(self) -> str:
-        return (f"<CompositeAllocation 0x{self.ptr:x} {self.nbytes} B over devices "
-                f"{sorted(set(self.chunk_devices))}>")
+        return (
+            f"<CompositeAllocation 0x{self.ptr:x} {self.nbytes} B over devices "
+            f"{sorted(set(self.chunk_devices))}>"
+        )
 
 
 class KernelLaunch:
@@ -230,13 +282,19 @@ class KernelLaunch:
         Names the task in error messages.
     """
 
-    __slots__ = ("kernel", "grid", "block", "shmem", "args", "packed", "buffers",
-                 "label")
+    __slots__ = ("kernel", "grid", "block", "shmem", "args", "packed", "buffers", "label")
 
-    def __init__(self, kernel: Any, grid: tuple[int, int, int],
-                 block: tuple[int, int, int], shmem: int, args: tuple, packed: list,
-                 buffers: list[tuple[Allocation, tuple[int, ...], np.dtype, bool]],
-                 label: str) -> None:
+    def __init__(
+        self,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shmem: int,
+        args: tuple,
+        packed: list,
+        buffers: list[tuple[Allocation, tuple[int, ...], np.dtype, bool]],
+        label: str,
+    ) -> None:
         self.kernel = kernel
         self.grid = grid
         self.block = block
@@ -320,9 +378,12 @@ class Backend(abc.ABC):
 
     # -- streams and events ------------------------------------------------------
     @abc.abstractmethod
-    def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None,
-                      partition: Any = None) -> Stream:
+    def create_stream(
+        self,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+        partition: Any = None,
+    ) -> Stream:
         """Create a stream on ``device`` (``HOST``: a stream for host work) whose
         asynchronous failures go to ``error_sink``.
 
@@ -368,8 +429,9 @@ class Backend(abc.ABC):
         at least 1. The default: the whole device is one domain."""
         return 1
 
-    def split_device(self, device: int, sm_count: int, n_places: int | None,
-                     coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+    def split_device(
+        self, device: int, sm_count: int, n_places: int | None, coscheduled_sm_count: int
+    ) -> list[tuple[Any, int]]:
         """Partition the SMs of ``device`` into groups of ``sm_count`` SMs (rounded
         up to the backend's granularity): exactly ``n_places`` groups, or as many as
         fit when ``None``; ``coscheduled_sm_count`` (``0``: none) is a co-scheduling
@@ -391,9 +453,11 @@ class Backend(abc.ABC):
             for them (a ``BackendUnavailableError`` naming the extra).
         """
         from .._core.errors import GreenContextUnavailableError
+
         raise GreenContextUnavailableError(
             f"the {self.name} backend cannot partition device {device}'s SMs (green "
-            "contexts); use the cuda or the emulated backend")
+            "contexts); use the cuda or the emulated backend"
+        )
 
     def context_partition(self, context: Any, handle: int) -> tuple[int, Any]:
         """The device of the existing context ``context`` (``handle`` is its handle
@@ -407,9 +471,12 @@ class Backend(abc.ABC):
             ``handle`` is not a context of this backend.
         """
         from .._core.errors import PlaceError
-        raise PlaceError(f"exec_place.from_context: 0x{handle:x} is not a context of "
-                         f"the {self.name} backend, which has none; use the cuda or "
-                         "the emulated backend")
+
+        raise PlaceError(
+            f"exec_place.from_context: 0x{handle:x} is not a context of "
+            f"the {self.name} backend, which has none; use the cuda or "
+            "the emulated backend"
+        )
 
     def enter_partition(self, native: Any) -> None:
         """Make the partition of ``native`` current on the calling thread (what
@@ -418,8 +485,9 @@ class Backend(abc.ABC):
 
     # -- memory ------------------------------------------------------------------
     @abc.abstractmethod
-    def allocate(self, device: int, nbytes: int, stream: Stream | None,
-                 dtype: np.dtype) -> Allocation:
+    def allocate(
+        self, device: int, nbytes: int, stream: Stream | None, dtype: np.dtype
+    ) -> Allocation:
         """Allocate ``nbytes`` on ``device`` (``HOST``, ``MANAGED`` or an ordinal).
 
         Device memory is stream-ordered on ``stream``. ``dtype`` says what the memory
@@ -445,16 +513,24 @@ class Backend(abc.ABC):
     def composite_granularity(self, devices: Sequence[int]) -> int:
         """The chunk size, in bytes, of composite allocations over ``devices``."""
         from .._core.errors import PlaceError
+
         raise PlaceError(f"the {self.name} backend has no composite data places")
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
         """For place number ``device`` (a composite place), one address range of
         ``nbytes`` whose ``i``-th ``chunk`` bytes live on
         ``chunk_devices[i]`` (an ordinal, or ``HOST``), accessible from every device.
         Not stream-ordered: usable at once. :meth:`free` releases it once the work
         enqueued on its stream so far has completed."""
         from .._core.errors import PlaceError
+
         raise PlaceError(f"the {self.name} backend has no composite data places")
 
     @abc.abstractmethod
@@ -479,9 +555,16 @@ class Backend(abc.ABC):
         """Copy ``nbytes`` from address ``src`` to address ``dst`` in stream order."""
 
     @abc.abstractmethod
-    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                     itemsize: int, stream: Stream) -> None:
+    def copy_strided(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         """Copy the elements of ``shape`` (``itemsize`` bytes each) from the layout
         at ``src`` to the layout at ``dst`` in stream order; strides are in bytes,
         ``None`` for C-contiguous (``stflow._core.layout.pitched`` decomposes the copy into
@@ -493,8 +576,9 @@ class Backend(abc.ABC):
         """Repeat ``pattern`` over ``nbytes`` at ``ptr`` in stream order."""
 
     @abc.abstractmethod
-    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
-                stream: Stream) -> None:
+    def combine(
+        self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
+    ) -> None:
         """``dst[i] = op(dst[i], src[i])`` for ``count`` elements of ``dtype``, in
         stream order (both addresses reachable from the stream's device). ``op`` is a
         name of ``stflow._core.reduce.OPS``; reductions combine partial results with it."""
@@ -512,8 +596,10 @@ class Backend(abc.ABC):
             This backend cannot run kernels of that kind.
         """
         from .._core.errors import BackendUnavailableError
-        raise BackendUnavailableError(f"{launch.label}: the {self.name} backend cannot "
-                                      "launch kernels")
+
+        raise BackendUnavailableError(
+            f"{launch.label}: the {self.name} backend cannot launch kernels"
+        )
 
     # -- timestamps (for traces) -------------------------------------------------
     def timestamp(self, stream: Stream | None) -> Any:
@@ -529,18 +615,30 @@ class Backend(abc.ABC):
 
     # -- views -------------------------------------------------------------------
     @abc.abstractmethod
-    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> ViewLifetime:
+    def task_view(
+        self,
+        allocation: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> ViewLifetime:
         """The view a task body gets of an instance (CAI on CUDA): a
         :class:`~stflow._interchange.views.ViewLifetime`, which the task invalidates when it ends
         and graph mode may refuse host access to."""
 
-    def host_array(self, allocation: Allocation, shape: tuple[int, ...], dtype: np.dtype,
-                   readonly: bool) -> np.ndarray:
+    def host_array(
+        self,
+        allocation: Allocation,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> np.ndarray:
         """A zero-copy NumPy array of host-accessible memory."""
         owner = allocation if allocation.owner is None else allocation.owner
-        return pointer_array(allocation.ptr, shape, dtype, readonly, owner,
-                             allocation.strides)
+        return pointer_array(
+            allocation.ptr, shape, dtype, readonly, owner, allocation.strides
+        )
 
     # -- declared capabilities (nothing is probed by name) -----------------------------
     # Each has a default that is right for a backend without the capability, so the
@@ -552,8 +650,9 @@ class Backend(abc.ABC):
         contexts have nothing to renew."""
         return False
 
-    def launch_callable(self, stream: Stream, fn: Callable[..., Any], args: tuple,
-                        source: str) -> None:
+    def launch_callable(
+        self, stream: Stream, fn: Callable[..., Any], args: tuple, source: str
+    ) -> None:
         """Enqueue ``fn(*args)`` on ``stream`` as device work (``stflow.emulated.launch``
         and ``task.run``, the analog of a kernel launch where device memory is host
         memory). Task views among ``args`` arrive as NumPy arrays of their memory; a
@@ -567,10 +666,12 @@ class Backend(abc.ABC):
             The backend's device work is not Python (CUDA: launch a kernel).
         """
         from .._core.errors import BackendUnavailableError
+
         raise BackendUnavailableError(
             f"{source}: the {self.name} backend cannot run Python callables as device "
             "work; launch a kernel (ctx.cuda_kernel) or use t.run(fn), which gives "
-            "CuPy arrays on CUDA")
+            "CuPy arrays on CUDA"
+        )
 
     def set_loop_condition(self, handle: int, value: Any) -> None:
         """Set the condition of a ``while_loop`` (``loop.cond_handle``) from launched
@@ -583,9 +684,11 @@ class Backend(abc.ABC):
             ``cudaGraphSetConditional`` in a kernel).
         """
         from .._core.errors import BackendUnavailableError
+
         raise BackendUnavailableError(
             f"the {self.name} backend sets loop conditions from device code "
-            "(cudaGraphSetConditional(handle, value) in a kernel), not from Python")
+            "(cudaGraphSetConditional(handle, value) in a kernel), not from Python"
+        )
 
 
 def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
@@ -597,6 +700,8 @@ def poison(buffer: np.ndarray, dtype: np.dtype) -> None:
         buffer.view(dtype).fill(np.nan)
     else:
         buffer.fill(0xA5)
+
+
 # -- end of the declared capabilities -------------------------------------------------
 
 
@@ -618,24 +723,54 @@ def describable(dtype: np.dtype) -> bool:
         return False
 
 
-def pointer_array(ptr: int, shape: tuple[int, ...], dtype: np.dtype, readonly: bool,
-                  owner: Any, strides: tuple[int, ...] | None = None) -> np.ndarray:
+def pointer_array(
+    ptr: int,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    readonly: bool,
+    owner: Any,
+    strides: tuple[int, ...] | None = None,
+) -> np.ndarray:
     """A NumPy array of exactly ``dtype`` over ``ptr`` that keeps ``owner`` alive
     (``strides`` in bytes, ``None`` for C order)."""
     if describable(dtype):
         holder = _ArrayInterfaceHolder(
-            {"version": 3, "shape": tuple(shape), "typestr": dtype.str,
-             "descr": dtype.descr, "data": (ptr, readonly), "strides": strides},
+            {
+                "version": 3,
+                "shape": tuple(shape),
+                "typestr": dtype.str,
+                "descr": dtype.descr,
+                "data": (ptr, readonly),
+                "strides": strides,
+            },
             owner,
         )
         return np.asarray(holder)
-    if strides is not None:              # each element as raw bytes, then the dtype
-        raw = np.asarray(_ArrayInterfaceHolder(
-            {"version": 3, "shape": tuple(shape) + (dtype.itemsize,), "typestr": "|u1",
-             "data": (ptr, readonly), "strides": tuple(strides) + (1,)}, owner))
+    if strides is not None:  # each element as raw bytes, then the dtype
+        raw = np.asarray(
+            _ArrayInterfaceHolder(
+                {
+                    "version": 3,
+                    "shape": tuple(shape) + (dtype.itemsize,),
+                    "typestr": "|u1",
+                    "data": (ptr, readonly),
+                    "strides": tuple(strides) + (1,),
+                },
+                owner,
+            )
+        )
         return raw.view(dtype)[..., 0]
     nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.asarray(_ArrayInterfaceHolder(
-        {"version": 3, "shape": (nbytes,), "typestr": "|u1", "data": (ptr, readonly),
-         "strides": None}, owner))
+    raw = np.asarray(
+        _ArrayInterfaceHolder(
+            {
+                "version": 3,
+                "shape": (nbytes,),
+                "typestr": "|u1",
+                "data": (ptr, readonly),
+                "strides": None,
+            },
+            owner,
+        )
+    )
     return raw.view(dtype).reshape(shape)

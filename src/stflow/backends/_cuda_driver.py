@@ -12,8 +12,15 @@ from typing import Any
 
 from .._core.errors import BackendUnavailableError, CudaError, OutOfMemoryError
 
-__all__ = ["CudaOutOfMemoryError", "EXTRAS", "check", "driver", "error", "load",
-           "releases_gil"]
+__all__ = [
+    "CudaOutOfMemoryError",
+    "EXTRAS",
+    "check",
+    "driver",
+    "error",
+    "load",
+    "releases_gil",
+]
 
 EXTRAS = "install stflow[cu12] (CUDA 12 driver) or stflow[cu13] (CUDA 13 driver)"
 
@@ -45,8 +52,10 @@ def error(err: Any, step: str) -> CudaError:
     if description:
         message += f" ({description})"
     if name == "CUDA_ERROR_OUT_OF_MEMORY":
-        message += ("; free device memory (finalize contexts, "
-                    "get_backend('cuda').trim_pools()) or use smaller data")
+        message += (
+            "; free device memory (finalize contexts, "
+            "get_backend('cuda').trim_pools()) or use smaller data"
+        )
         return CudaOutOfMemoryError(message, name=name, code=int(err))
     return CudaError(message, name=name, code=int(err))
 
@@ -73,6 +82,7 @@ def releases_gil() -> bool:
     """
     try:
         from cuda.bindings import __version__ as version
+
         return int(str(version).split(".")[0]) >= 13
     except Exception:  # noqa: BLE001 - unknown version: be careful
         return False
@@ -99,7 +109,8 @@ def load() -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"the CUDA backend needs the cuda-bindings package, which cannot be imported "
-            f"({exc}); {EXTRAS}, or use backend='emulated'") from exc
+            f"({exc}); {EXTRAS}, or use backend='emulated'"
+        ) from exc
     try:
         (err,) = module.cuInit(0)
     except Exception as exc:  # noqa: BLE001 - e.g. the driver library is missing
@@ -111,11 +122,13 @@ def load() -> Any:
         raise BackendUnavailableError(
             f"cuInit failed with {getattr(err, 'name', err)}: no usable NVIDIA GPU or "
             f"driver; check the driver and CUDA_VISIBLE_DEVICES, {EXTRAS} matching the "
-            "driver, or use backend='emulated'")
+            "driver, or use backend='emulated'"
+        )
     err, count = module.cuDeviceGetCount()
     if err or not count:
         raise BackendUnavailableError(
             f"no CUDA device is visible ({getattr(err, 'name', None) or 'count 0'}); "
-            f"check CUDA_VISIBLE_DEVICES, {EXTRAS}, or use backend='emulated'")
+            f"check CUDA_VISIBLE_DEVICES, {EXTRAS}, or use backend='emulated'"
+        )
     driver = module
     return module

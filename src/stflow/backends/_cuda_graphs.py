@@ -73,7 +73,8 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,14 +89,22 @@ __all__ = ["CudaGraphSupport"]
 MAX_TERMS = 8
 """Terms one condition may combine."""
 _COMPARISONS = (">", "<", ">=", "<=")
-_ELEMENT_TYPES = {"float32": "float", "float64": "double", "int32": "int",
-                  "int64": "long long"}
+_ELEMENT_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int32": "int",
+    "int64": "long long",
+}
 _INT64 = (-(2**63), 2**63 - 1)
 
-_SET_CONDITIONAL = ('extern "C" __device__ __cudart_builtin__ void '
-                    "cudaGraphSetConditional(cudaGraphConditionalHandle handle, "
-                    "unsigned int value);\n")
-_LOOP_KERNELS = _SET_CONDITIONAL + r"""
+_SET_CONDITIONAL = (
+    'extern "C" __device__ __cudart_builtin__ void '
+    "cudaGraphSetConditional(cudaGraphConditionalHandle handle, "
+    "unsigned int value);\n"
+)
+_LOOP_KERNELS = (
+    _SET_CONDITIONAL
+    + r"""
 extern "C" __global__ void stflow_loop_start(cudaGraphConditionalHandle handle,
                                              unsigned int* counter, unsigned int count,
                                              unsigned int value)
@@ -112,6 +121,7 @@ extern "C" __global__ void stflow_repeat_step(cudaGraphConditionalHandle handle,
     cudaGraphSetConditional(handle, left != 0u ? 1u : 0u);
 }
 """
+)
 
 
 class _Resources:
@@ -127,7 +137,7 @@ class _Resources:
     def __init__(self) -> None:
         self.users = 1
         self.releases: list[Callable[[], None]] = []
-        self.edges: dict[int, set[int]] = {}   # node -> nodes added as its dependencies
+        self.edges: dict[int, set[int]] = {}  # node -> nodes added as its dependencies
         self.bodies: list[int] = []
         self.loops: list[int] = []
 
@@ -140,7 +150,7 @@ class _Capture:
     def __init__(self, resources: _Resources, in_loop_body: bool) -> None:
         self.resources = resources
         self.in_loop_body = in_loop_body
-        self.target: tuple[Any, list[Any]] | None = None   # (graph, deps) of a child
+        self.target: tuple[Any, list[Any]] | None = None  # (graph, deps) of a child
 
 
 class _Loop:
@@ -148,14 +158,21 @@ class _Loop:
 
     __slots__ = ("node", "body", "device", "counter", "start", "handle")
 
-    def __init__(self, node: Any, body: Any, device: int, counter: Allocation | None,
-                 start: Any, handle: Any = None) -> None:
+    def __init__(
+        self,
+        node: Any,
+        body: Any,
+        device: int,
+        counter: Allocation | None,
+        start: Any,
+        handle: Any = None,
+    ) -> None:
         self.node = node
         self.body = body
         self.device = device
         self.counter = counter
-        self.start = start          # the kernel node setting the condition
-        self.handle = handle        # its CUgraphConditionalHandle
+        self.start = start  # the kernel node setting the condition
+        self.handle = handle  # its CUgraphConditionalHandle
 
 
 class _Executable:
@@ -166,7 +183,7 @@ class _Executable:
     def __init__(self, native: Any, resources: _Resources) -> None:
         self.native = native
         self.resources = resources
-        self.launched: dict[int, tuple[Any, list]] = {}   # stream -> (event, pool)
+        self.launched: dict[int, tuple[Any, list]] = {}  # stream -> (event, pool)
 
 
 class CudaGraphSupport(GraphSupport):
@@ -182,20 +199,24 @@ class CudaGraphSupport(GraphSupport):
         d = _cu.driver
         self._backend = backend
         self._lock = threading.Lock()
-        self._resources: dict[int, _Resources] = {}    # graph or body -> resources
-        self._bodies: dict[int, _Loop] = {}            # body graph -> its loop
-        self._loop_nodes: dict[int, _Loop] = {}        # loop node -> its loop
+        self._resources: dict[int, _Resources] = {}  # graph or body -> resources
+        self._bodies: dict[int, _Loop] = {}  # body graph -> its loop
+        self._loop_nodes: dict[int, _Loop] = {}  # loop node -> its loop
         self._placeholders: dict[int, tuple[Any, int]] = {}  # IF node: (handle, device)
         # cuda-bindings 12 names the calls taking edge data ``*_v2``; 13 drops the
         # suffix (same arguments).
         self._add_node = getattr(d, "cuGraphAddNode_v2", None) or d.cuGraphAddNode
-        self._add_edges = (getattr(d, "cuGraphAddDependencies_v2", None)
-                           or d.cuGraphAddDependencies)
+        self._add_edges = (
+            getattr(d, "cuGraphAddDependencies_v2", None) or d.cuGraphAddDependencies
+        )
         self._get_edges = getattr(d, "cuGraphGetEdges_v2", None) or d.cuGraphGetEdges
-        self._capture_info = (getattr(d, "cuStreamGetCaptureInfo_v3", None)
-                              or d.cuStreamGetCaptureInfo)
-        self._set_capture_deps = (getattr(d, "cuStreamUpdateCaptureDependencies_v2",
-                                          None) or d.cuStreamUpdateCaptureDependencies)
+        self._capture_info = (
+            getattr(d, "cuStreamGetCaptureInfo_v3", None) or d.cuStreamGetCaptureInfo
+        )
+        self._set_capture_deps = (
+            getattr(d, "cuStreamUpdateCaptureDependencies_v2", None)
+            or d.cuStreamUpdateCaptureDependencies
+        )
         self._cuGraphLaunch = d.cuGraphLaunch
         self._cuEventRecord = d.cuEventRecord
         self._conditional_type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
@@ -203,7 +224,7 @@ class CudaGraphSupport(GraphSupport):
 
     # -- graphs --------------------------------------------------------------------
     def create_graph(self) -> Any:
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         graph = _cu.check(_cu.driver.cuGraphCreate(0), "creating a CUDA graph")
         with self._lock:
             self._resources[int(graph)] = _Resources()
@@ -232,14 +253,16 @@ class CudaGraphSupport(GraphSupport):
             if loop is not None:
                 self._bodies.pop(int(loop.body), None)
                 self._resources.pop(int(loop.body), None)
-        edges = self._owner(graph).edges        # its handle value may be reused
+        edges = self._owner(graph).edges  # its handle value may be reused
         edges.pop(int(node), None)
         for known in edges.values():
             known.discard(int(node))
         _cu.check(d.cuGraphDestroyNode(node), "removing a node from a CUDA graph")
         if loop is not None:
-            _cu.check(d.cuGraphDestroyNode(loop.start),
-                      "removing the start of a loop from a CUDA graph")
+            _cu.check(
+                d.cuGraphDestroyNode(loop.start),
+                "removing the start of a loop from a CUDA graph",
+            )
 
     def _nodes(self, graph: Any) -> list[Any]:
         """The nodes of the top level of ``graph``."""
@@ -279,8 +302,9 @@ class CudaGraphSupport(GraphSupport):
             edges.pop(int(node), None)
             for known in edges.values():
                 known.discard(int(node))
-            _cu.check(_cu.driver.cuGraphDestroyNode(node),
-                      "removing a node from a CUDA graph")
+            _cu.check(
+                _cu.driver.cuGraphDestroyNode(node), "removing a node from a CUDA graph"
+            )
         for handle, device in handles:
             self._placeholder(graph, handle, device)
 
@@ -300,8 +324,9 @@ class CudaGraphSupport(GraphSupport):
         """An IF node of ``handle`` with an empty body, keeping the handle used."""
         d = _cu.driver
         kinds = d.CUgraphConditionalNodeType
-        params = self._conditional(handle, kinds.CU_GRAPH_COND_TYPE_IF,
-                                   self._backend._contexts[device])
+        params = self._conditional(
+            handle, kinds.CU_GRAPH_COND_TYPE_IF, self._backend._contexts[device]
+        )
         step = "keeping the condition of a discarded loop in a CUDA graph"
         node = _cu.check(self._add_node(graph, [], None, 0, params), step)
         _cu.check(d.cuGraphAddEmptyNode(params.conditional.phGraph_out[0], None, 0), step)
@@ -321,8 +346,10 @@ class CudaGraphSupport(GraphSupport):
         try:
             return self._resources[int(graph)]
         except KeyError:
-            raise ScopeError(f"CUDA graph 0x{int(graph):x} was not made by "
-                             "create_graph or add_loop, or was destroyed") from None
+            raise ScopeError(
+                f"CUDA graph 0x{int(graph):x} was not made by "
+                "create_graph or add_loop, or was destroyed"
+            ) from None
 
     # -- capture -------------------------------------------------------------------
     def begin_capture(self, stream: Stream, graph: Any, deps: Sequence[Any]) -> None:
@@ -339,21 +366,24 @@ class CudaGraphSupport(GraphSupport):
             The stream is capturing already, or ``graph`` is the body of a loop on
             another device than the stream's.
         """
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         backend = self._backend
         if stream.handle in backend._captures:
-            raise ScopeError(f"{stream!r} is already capturing into a graph; end that "
-                             "capture first")
+            raise ScopeError(
+                f"{stream!r} is already capturing into a graph; end that capture first"
+            )
         d = _cu.driver
         deps = list(deps)
         resources = self._owner(graph)
         loop = self._bodies.get(int(graph))
         device = stream.ordinal
         if loop is not None and device != loop.device:
-            raise ScopeError(f"work of device {device} cannot run in the body of a loop "
-                             f"on device {loop.device}: the body of a CUDA conditional "
-                             "node runs in the loop node's device context only; keep "
-                             "the work of a loop on one device")
+            raise ScopeError(
+                f"work of device {device} cannot run in the body of a loop "
+                f"on device {loop.device}: the body of a CUDA conditional "
+                "node runs in the loop node's device context only; keep "
+                "the work of a loop on one device"
+            )
         mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
         capture = _Capture(resources, loop is not None)
         if loop is None:
@@ -363,12 +393,22 @@ class CudaGraphSupport(GraphSupport):
             # (benchmarks/capture_scaling.py: 24 µs at 1000 nodes, 2 ms at 30 000;
             # a child graph node: 4.4 µs, flat).
             capture.target = (graph, deps)
-            _cu.check(d.cuStreamBeginCapture(stream.native, mode),  # type: ignore
-                      f"beginning a graph capture on {stream!r}")
+            _cu.check(
+                d.cuStreamBeginCapture(stream.native, mode),  # type: ignore
+                f"beginning a graph capture on {stream!r}",
+            )
         else:
-            _cu.check(d.cuStreamBeginCaptureToGraph(stream.native,  # type: ignore
-                                                    graph, deps, None, len(deps), mode),
-                      f"beginning a graph capture on {stream!r}")
+            _cu.check(
+                d.cuStreamBeginCaptureToGraph(
+                    stream.native,  # type: ignore
+                    graph,
+                    deps,
+                    None,
+                    len(deps),
+                    mode,
+                ),
+                f"beginning a graph capture on {stream!r}",
+            )
         backend._captures[stream.handle] = capture
 
     def end_capture(self, stream: Stream) -> list[Any]:
@@ -381,7 +421,7 @@ class CudaGraphSupport(GraphSupport):
             captured (a synchronous call, work of a legacy stream, an event of
             another capture); the message says so.
         """
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         d = _cu.driver
         native = stream.native  # type: ignore[attr-defined]
         capture = self._backend._captures.pop(stream.handle, None)
@@ -390,32 +430,40 @@ class CudaGraphSupport(GraphSupport):
             # fails in cuStreamEndCapture; an empty one makes an empty child node.
             ended = d.cuStreamEndCapture(native)
             if ended[0]:
-                raise _cu.error(ended[0], f"capturing the work enqueued on {stream!r} "
-                                          "into a graph (an operation on it could not "
-                                          "be captured: a synchronous call, a "
-                                          "legacy-stream dependency or an event of "
-                                          "another capture)")
+                raise _cu.error(
+                    ended[0],
+                    f"capturing the work enqueued on {stream!r} "
+                    "into a graph (an operation on it could not "
+                    "be captured: a synchronous call, a "
+                    "legacy-stream dependency or an event of "
+                    "another capture)",
+                )
             graph, before = capture.target
             child = ended[1]
             try:
-                node = _cu.check(d.cuGraphAddChildGraphNode(graph, before, len(before),
-                                                            child),
-                                 f"adding the work captured on {stream!r} to a graph")
+                node = _cu.check(
+                    d.cuGraphAddChildGraphNode(graph, before, len(before), child),
+                    f"adding the work captured on {stream!r} to a graph",
+                )
             finally:
                 _cu.check(d.cuGraphDestroy(child), "destroying a captured graph")
             return [node]
         try:
-            info = _cu.check(self._capture_info(native),
-                             f"reading the capture state of {stream!r}")
+            info = _cu.check(
+                self._capture_info(native), f"reading the capture state of {stream!r}"
+            )
             status, deps, count = info[0], info[3], info[-1]
         finally:
             ended = d.cuStreamEndCapture(native)
         if ended[0] or status != d.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
             error = ended[0] or d.CUresult.CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-            raise _cu.error(error, f"capturing the work enqueued on {stream!r} into a "
-                                   "graph (an operation on it could not be captured: "
-                                   "a synchronous call, a legacy-stream dependency or "
-                                   "an event of another capture)")
+            raise _cu.error(
+                error,
+                f"capturing the work enqueued on {stream!r} into a "
+                "graph (an operation on it could not be captured: "
+                "a synchronous call, a legacy-stream dependency or "
+                "an event of another capture)",
+            )
         return list(deps[:count]) if count else []
 
     def capture_host_node(self, stream: Stream, function: Any, user_data: int) -> None:
@@ -440,7 +488,9 @@ class CudaGraphSupport(GraphSupport):
         params.host.fn = function
         params.host.userData = user_data
         node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
-        flags = d.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+        flags = (
+            d.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES
+        )
         _cu.check(self._set_capture_deps(native, [node], None, 1, int(flags)), step)
 
     # -- edges and loops -----------------------------------------------------------
@@ -459,8 +509,11 @@ class CudaGraphSupport(GraphSupport):
         if result[0]:
             for node in new:
                 known.discard(int(node))
-            raise _cu.error(result[0], "adding dependencies to a CUDA graph node"
-                            + self._explain_edges(graph, new, after)) from None
+            raise _cu.error(
+                result[0],
+                "adding dependencies to a CUDA graph node"
+                + self._explain_edges(graph, new, after),
+            ) from None
 
     def _explain_edges(self, graph: Any, before: Sequence[Any], after: Any) -> str:
         """What the driver may have refused in an edge ``before -> after`` of
@@ -473,17 +526,25 @@ class CudaGraphSupport(GraphSupport):
                 found.append("a node would depend on itself")
             containing = getattr(d, "cuGraphNodeGetContainingGraph", None)
             if containing is not None:
-                for role, node in [("the dependent", after),
-                                   *(("a dependency", node) for node in before)]:
+                for role, node in [
+                    ("the dependent", after),
+                    *(("a dependency", node) for node in before),
+                ]:
                     err, owner = containing(node)
                     if err:
-                        found.append(f"{role} 0x{int(node):x} is not a live node "
-                                     f"({getattr(err, 'name', err)})")
+                        found.append(
+                            f"{role} 0x{int(node):x} is not a live node "
+                            f"({getattr(err, 'name', err)})"
+                        )
                     elif int(owner) != int(graph):
-                        found.append(f"{role} 0x{int(node):x} belongs to graph "
-                                     f"0x{int(owner):x}, not 0x{int(graph):x}")
-            dependencies = (getattr(d, "cuGraphNodeGetDependencies_v2", None)
-                            or d.cuGraphNodeGetDependencies)
+                        found.append(
+                            f"{role} 0x{int(node):x} belongs to graph "
+                            f"0x{int(owner):x}, not 0x{int(graph):x}"
+                        )
+            dependencies = (
+                getattr(d, "cuGraphNodeGetDependencies_v2", None)
+                or d.cuGraphNodeGetDependencies
+            )
             result = dependencies(after, 0)
             count = int(result[-1]) if not result[0] else 0
             if count:
@@ -491,14 +552,16 @@ class CudaGraphSupport(GraphSupport):
                 existing = {int(node) for node in list(result[1])[:count]}
                 for node in before:
                     if int(node) in existing:
-                        found.append(f"the edge 0x{int(node):x} -> 0x{int(after):x} "
-                                     "exists already")
-        except Exception:                           # a diagnosis only
+                        found.append(
+                            f"the edge 0x{int(node):x} -> 0x{int(after):x} exists already"
+                        )
+        except Exception:  # a diagnosis only
             pass
         return f" ({'; '.join(found)})" if found else ""
 
-    def add_loop(self, graph: Any, deps: Sequence[Any], device: int,
-                 count: int | None) -> tuple[Any, Any, int]:
+    def add_loop(
+        self, graph: Any, deps: Sequence[Any], device: int, count: int | None
+    ) -> tuple[Any, Any, int]:
         """Add a conditional WHILE node to ``graph`` on ``device``, after ``deps``.
 
         Returns ``(node, body, handle)``: the loop node, the body graph to capture
@@ -525,14 +588,17 @@ class CudaGraphSupport(GraphSupport):
             counter = backend.allocate(device, 4, None, np.dtype(np.uint32))
             resources.releases.append(lambda: backend.free(counter, None))
         kernel = self._function(_LOOP_KERNELS, "stflow_loop_start", device)
-        args = [ctypes.c_uint64(int(handle)),
-                ctypes.c_uint64(counter.ptr if counter is not None else 0),
-                ctypes.c_uint32(count or 0),
-                ctypes.c_uint32(1 if count is None else int(count > 0))]
+        args = [
+            ctypes.c_uint64(int(handle)),
+            ctypes.c_uint64(counter.ptr if counter is not None else 0),
+            ctypes.c_uint32(count or 0),
+            ctypes.c_uint32(1 if count is None else int(count > 0)),
+        ]
         start = self._add_kernel_node(graph, [], kernel, args, device)
         deps = [*deps, start]
         params = self._conditional(
-            handle, d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE, context)
+            handle, d.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_WHILE, context
+        )
         node = _cu.check(self._add_node(graph, deps, None, len(deps), params), step)
         body = params.conditional.phGraph_out[0]
         loop = _Loop(node, body, device, counter, start, handle)
@@ -555,8 +621,9 @@ class CudaGraphSupport(GraphSupport):
         args = [ctypes.c_uint64(handle), ctypes.c_uint64(loop.counter.ptr)]
         self._add_kernel_node(body, list(sinks), kernel, args, loop.device)
 
-    def set_condition(self, stream: Stream, handle: int,
-                      terms: Sequence[ConditionTerm], combiner: str) -> None:
+    def set_condition(
+        self, stream: Stream, handle: int, terms: Sequence[ConditionTerm], combiner: str
+    ) -> None:
         """Enqueue on ``stream`` the kernel setting ``handle`` from ``terms``.
 
         Raises
@@ -566,8 +633,9 @@ class CudaGraphSupport(GraphSupport):
             or dtype, or a NaN threshold against an integer element.
         """
         if combiner not in ("all", "any"):
-            raise ValueError(f"a condition combines its terms with 'all' or 'any', "
-                             f"not {combiner!r}")
+            raise ValueError(
+                f"a condition combines its terms with 'all' or 'any', not {combiner!r}"
+            )
         if not 1 <= len(terms) <= MAX_TERMS:
             raise ValueError(f"a condition has 1 to {MAX_TERMS} terms, not {len(terms)}")
         signature = []
@@ -575,11 +643,15 @@ class CudaGraphSupport(GraphSupport):
         for ptr, dtype, op, threshold, negate in terms:
             name = np.dtype(dtype).name
             if name not in _ELEMENT_TYPES:
-                raise ValueError(f"a condition term reads float32, float64, int32 or "
-                                 f"int64 elements, not {name}")
+                raise ValueError(
+                    f"a condition term reads float32, float64, int32 or "
+                    f"int64 elements, not {name}"
+                )
             if op not in _COMPARISONS:
-                raise ValueError(f"a condition term compares with one of "
-                                 f"{', '.join(_COMPARISONS)}, not {op!r}")
+                raise ValueError(
+                    f"a condition term compares with one of "
+                    f"{', '.join(_COMPARISONS)}, not {op!r}"
+                )
             signature.append((name, op, bool(negate)))
             args.append(ctypes.c_uint64(ptr))
             if name.startswith("float"):
@@ -590,17 +662,30 @@ class CudaGraphSupport(GraphSupport):
         device = stream.ordinal
         kernel = self._function(source, "stflow_condition", device)
         array = _kernel_params(args)
-        _cu.check(_cu.driver.cuLaunchKernel(kernel, 1, 1, 1, 1, 1, 1, 0,
-                                            stream.native,  # type: ignore
-                                            ctypes.addressof(array), 0),
-                  f"launching a loop condition kernel on {stream!r}")
+        _cu.check(
+            _cu.driver.cuLaunchKernel(
+                kernel,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream.native,  # type: ignore
+                ctypes.addressof(array),
+                0,
+            ),
+            f"launching a loop condition kernel on {stream!r}",
+        )
 
     # -- executables ---------------------------------------------------------------
     def instantiate(self, graph: Any) -> _Executable:
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         resources = self._owner(graph)
-        native = _cu.check(_cu.driver.cuGraphInstantiate(graph, 0),
-                           "instantiating a CUDA graph")
+        native = _cu.check(
+            _cu.driver.cuGraphInstantiate(graph, 0), "instantiating a CUDA graph"
+        )
         with self._lock:
             resources.users += 1
         return _Executable(native, resources)
@@ -613,7 +698,7 @@ class CudaGraphSupport(GraphSupport):
         The resources of the graph the executable used before are released once the
         launches enqueued so far completed (and that graph is destroyed).
         """
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         resources = self._owner(graph)
         (err, _info) = _cu.driver.cuGraphExecUpdate(executable.native, graph)
         if err == self._update_failure:
@@ -627,7 +712,7 @@ class CudaGraphSupport(GraphSupport):
         return True
 
     def launch(self, executable: Any, stream: Stream) -> None:
-        self._backend._ensure_context()     # a thread without one (workers)
+        self._backend._ensure_context()  # a thread without one (workers)
         native = stream.native  # type: ignore[attr-defined]
         (err,) = self._cuGraphLaunch(executable.native, native)
         if err:
@@ -640,12 +725,16 @@ class CudaGraphSupport(GraphSupport):
             except IndexError:
                 event = self._backend._new_event(stream.ordinal)
             entry = executable.launched[stream.handle] = (event, pool)
-        _cu.check(self._cuEventRecord(entry[0], native),
-                  f"recording the end of a CUDA graph launch on {stream!r}")
+        _cu.check(
+            self._cuEventRecord(entry[0], native),
+            f"recording the end of a CUDA graph launch on {stream!r}",
+        )
 
     def destroy_exec(self, executable: Any) -> None:
-        _cu.check(_cu.driver.cuGraphExecDestroy(executable.native),
-                  "destroying an executable CUDA graph")
+        _cu.check(
+            _cu.driver.cuGraphExecDestroy(executable.native),
+            "destroying an executable CUDA graph",
+        )
         self._release_after_launches(executable)
 
     def _release_after_launches(self, executable: _Executable) -> None:
@@ -675,8 +764,9 @@ class CudaGraphSupport(GraphSupport):
         """The kernel ``name`` of ``source`` loaded in ``device``'s context (cached)."""
         return self._backend.kernels.function(source, name, device)
 
-    def _add_kernel_node(self, graph: Any, deps: list[Any], function: Any,
-                         args: list[Any], device: int) -> Any:
+    def _add_kernel_node(
+        self, graph: Any, deps: list[Any], function: Any, args: list[Any], device: int
+    ) -> Any:
         d = _cu.driver
         params = d.CUgraphNodeParams()
         params.type = d.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
@@ -686,25 +776,26 @@ class CudaGraphSupport(GraphSupport):
         kernel.blockDimX = kernel.blockDimY = kernel.blockDimZ = 1
         array = _kernel_params(args)
         kernel.kernelParams = ctypes.addressof(array)
-        return _cu.check(self._add_node(graph, deps, None, len(deps), params),
-                         f"adding a kernel node to a CUDA graph on device {device}")
-
-
+        return _cu.check(
+            self._add_node(graph, deps, None, len(deps), params),
+            f"adding a kernel node to a CUDA graph on device {device}",
+        )
 
 
 def _integer_threshold(op: str, threshold: float) -> int:
     """The 64-bit integer ``t`` with ``x op t == x op threshold`` for integers ``x``."""
     if math.isnan(threshold):
-        raise ValueError("a condition term on integer elements needs a threshold that "
-                         "is a number, not NaN")
+        raise ValueError(
+            "a condition term on integer elements needs a threshold that "
+            "is a number, not NaN"
+        )
     if math.isinf(threshold):
         return _INT64[1] if threshold > 0 else _INT64[0]
     rounded = math.floor(threshold) if op in (">", "<=") else math.ceil(threshold)
     return min(max(rounded, _INT64[0]), _INT64[1])
 
 
-def _condition_source(signature: tuple[tuple[str, str, bool], ...],
-                      combiner: str) -> str:
+def _condition_source(signature: tuple[tuple[str, str, bool], ...], combiner: str) -> str:
     """CUDA C++ of the kernel evaluating a condition of this signature."""
     params = ["cudaGraphConditionalHandle handle"]
     tests = []
@@ -716,7 +807,13 @@ def _condition_source(signature: tuple[tuple[str, str, bool], ...],
         test = f"(({threshold})p{i}[0] {op} t{i})"
         tests.append(f"!{test}" if negate else test)
     join = " && " if combiner == "all" else " || "
-    return (_SET_CONDITIONAL
-            + 'extern "C" __global__ void stflow_condition(' + ", ".join(params) + ")\n"
-            + "{\n    const bool value = " + join.join(tests) + ";\n"
-            + "    cudaGraphSetConditional(handle, value ? 1u : 0u);\n}\n")
+    return (
+        _SET_CONDITIONAL
+        + 'extern "C" __global__ void stflow_condition('
+        + ", ".join(params)
+        + ")\n"
+        + "{\n    const bool value = "
+        + join.join(tests)
+        + ";\n"
+        + "    cudaGraphSetConditional(handle, value ? 1u : 0u);\n}\n"
+    )

@@ -26,11 +26,20 @@ from typing import Any
 from .._core.errors import GreenContextUnavailableError, PlaceError
 from . import _cuda_driver as _cu
 
-__all__ = ["ContextPartition", "CudaPartitions", "context_device",
-           "locality_domain_count", "partition_stream", "set_current", "split_device"]
+__all__ = [
+    "ContextPartition",
+    "CudaPartitions",
+    "context_device",
+    "locality_domain_count",
+    "partition_stream",
+    "set_current",
+    "split_device",
+]
 
-_CORE_EXTRA = ("green contexts on the CUDA backend need cuda.core 1.0 or later "
-               "(pip install 'cuda-core>=1.0', or stflow[cu13])")
+_CORE_EXTRA = (
+    "green contexts on the CUDA backend need cuda.core 1.0 or later "
+    "(pip install 'cuda-core>=1.0', or stflow[cu13])"
+)
 
 
 class ContextPartition:
@@ -53,18 +62,20 @@ def _core() -> tuple[Any, Any, Any]:
     try:
         from cuda.core import ContextOptions, SMResourceOptions
     except ImportError:
-        try:    # cuda.core 1.0 did not re-export them
+        try:  # cuda.core 1.0 did not re-export them
             from cuda.core._context import ContextOptions
             from cuda.core._device_resources import SMResourceOptions
         except ImportError as exc:
             raise GreenContextUnavailableError(
                 _CORE_EXTRA + "; this cuda.core has no green-context support "
-                "(ContextOptions / SMResourceOptions)") from exc
+                "(ContextOptions / SMResourceOptions)"
+            ) from exc
     return Device, ContextOptions, SMResourceOptions
 
 
-def split_device(device: int, sms: int, n_places: int | None,
-                 coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+def split_device(
+    device: int, sms: int, n_places: int | None, coscheduled_sm_count: int
+) -> list[tuple[Any, int]]:
     """Green contexts of ``sms`` SMs on ``device``: ``n_places`` of them (exactly, else
     ``RuntimeError``) or, with ``None``, as many as fit. Returns ``(Context,
     sm_count)`` pairs. The caller's current context is restored."""
@@ -83,24 +94,35 @@ def split_device(device: int, sms: int, n_places: int | None,
         if count <= 0:
             raise RuntimeError(
                 f"could not partition device {device} into places of {sms} SMs: it has "
-                f"{total} SMs and partitions of at least {size}")
+                f"{total} SMs and partitions of at least {size}"
+            )
         options = {"count": [sms] * count}
         if coscheduled_sm_count:
             options["coscheduled_sm_count"] = [coscheduled_sm_count] * count
         try:
             groups, _remainder = sm.split(SMResourceOptions(**options))
         except Exception as exc:  # noqa: BLE001 - cuda.core's CUDAError and friends
-            raise RuntimeError(f"could not partition device {device} into {count} "
-                               f"places of {sms} SMs: {exc}") from exc
+            raise RuntimeError(
+                f"could not partition device {device} into {count} "
+                f"places of {sms} SMs: {exc}"
+            ) from exc
         if len(groups) < count and n_places is not None:
             raise RuntimeError(
                 f"could not partition device {device} into {n_places} places of {sms} "
-                f"SMs (the driver returned {len(groups)} groups)")
+                f"SMs (the driver returned {len(groups)} groups)"
+            )
         if not groups:
-            raise RuntimeError(f"could not partition device {device} into places of "
-                               f"{sms} SMs (the driver returned no group)")
-        return [(dev.create_context(ContextOptions(resources=[group])),
-                 int(getattr(group, "sm_count", sms))) for group in groups[:count]]
+            raise RuntimeError(
+                f"could not partition device {device} into places of "
+                f"{sms} SMs (the driver returned no group)"
+            )
+        return [
+            (
+                dev.create_context(ContextOptions(resources=[group])),
+                int(getattr(group, "sm_count", sms)),
+            )
+            for group in groups[:count]
+        ]
     finally:
         restored = d.cuCtxSetCurrent(prev)
         if restored[0] and sys.exc_info()[0] is None:
@@ -112,9 +134,11 @@ def partition_stream(partition: Any) -> Any:
     ``StreamPartition`` whose ``native`` is a :class:`ContextPartition`)."""
     native = partition.native
     if not isinstance(native, ContextPartition):
-        raise PlaceError(f"{partition} was made for the emulated backend and cannot run "
-                         "on CUDA; create green places while the CUDA backend is the "
-                         "default (STFLOW_BACKEND=cuda)")
+        raise PlaceError(
+            f"{partition} was made for the emulated backend and cannot run "
+            "on CUDA; create green places while the CUDA backend is the "
+            "default (STFLOW_BACKEND=cuda)"
+        )
     d = _cu.driver
     context = d.CUcontext(native.context)
     _cu.check(d.cuCtxPushCurrent(context), f"making {partition} current")
@@ -136,27 +160,33 @@ def context_device(handle: int) -> tuple[int, bool]:
     finally:
         _cu.check(d.cuCtxPopCurrent(), f"leaving context 0x{handle:x}")
     cu_device = _cu.check(d.cuDeviceGet(device), f"cuDeviceGet({device})")
-    primary = _cu.check(d.cuDevicePrimaryCtxRetain(cu_device),
-                        f"retaining device {device}'s primary context")
+    primary = _cu.check(
+        d.cuDevicePrimaryCtxRetain(cu_device),
+        f"retaining device {device}'s primary context",
+    )
     try:
         return device, int(primary) == handle
     finally:
-        _cu.check(d.cuDevicePrimaryCtxRelease(cu_device),
-                  f"releasing device {device}'s primary context")
+        _cu.check(
+            d.cuDevicePrimaryCtxRelease(cu_device),
+            f"releasing device {device}'s primary context",
+        )
 
 
 def set_current(handle: int) -> None:
     """Make ``CUcontext`` ``handle`` current on the calling thread."""
     d = _cu.driver
-    _cu.check(d.cuCtxSetCurrent(d.CUcontext(handle)), f"making context 0x{handle:x} "
-              "current")
+    _cu.check(
+        d.cuCtxSetCurrent(d.CUcontext(handle)), f"making context 0x{handle:x} current"
+    )
 
 
 def locality_domain_count(device: int) -> int:
     """The locality domains of ``device`` (1 without driver support)."""
     d = _cu.driver
-    attribute = getattr(d.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT",
-                        None)
+    attribute = getattr(
+        d.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT", None
+    )
     if attribute is None:
         return 1
     result = d.cuDeviceGetAttribute(attribute, device)
@@ -175,8 +205,9 @@ class CudaPartitions:
         """``CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT`` (1 without support)."""
         return locality_domain_count(device)
 
-    def split_device(self, device: int, sm_count: int, n_places: int | None,
-                     coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+    def split_device(
+        self, device: int, sm_count: int, n_places: int | None, coscheduled_sm_count: int
+    ) -> list[tuple[Any, int]]:
         """Green ``cuda.core`` Contexts (:func:`split_device`)."""
         return split_device(device, sm_count, n_places, coscheduled_sm_count)
 

@@ -18,15 +18,24 @@ from . import _cuda_driver as _cu
 
 __all__ = ["KernelCache", "combine_source", "compile_source", "kernel_params"]
 
-_C_TYPES = {"bool": "bool", "int8": "signed char", "uint8": "unsigned char",
-            "int16": "short", "uint16": "unsigned short", "int32": "int",
-            "uint32": "unsigned int", "int64": "long long",
-            "uint64": "unsigned long long", "float32": "float", "float64": "double"}
+_C_TYPES = {
+    "bool": "bool",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+    "int16": "short",
+    "uint16": "unsigned short",
+    "int32": "int",
+    "uint32": "unsigned int",
+    "int64": "long long",
+    "uint64": "unsigned long long",
+    "float32": "float",
+    "float64": "double",
+}
 
 _EXPRESSIONS = {
     "sum": "a + b",
     "prod": "a * b",
-    "min": "(a != a || b != b) ? (T)(a + b) : (b < a ? b : a)",     # NaN wins
+    "min": "(a != a || b != b) ? (T)(a + b) : (b < a ? b : a)",  # NaN wins
     "max": "(a != a || b != b) ? (T)(a + b) : (b > a ? b : a)",
     "logical_and": "(a != (T)0) && (b != (T)0)",
     "logical_or": "(a != (T)0) || (b != (T)0)",
@@ -48,17 +57,21 @@ def combine_source(op: str, dtype: str) -> str:
         element = _C_TYPES[dtype]
         expression = _EXPRESSIONS[op]
     except KeyError:
-        raise ValueError(f"no combine kernel for reduce({op!r}) on {dtype} data") from None
-    return (f"typedef {element} T;\n"
-            'extern "C" __global__ void stflow_combine(T* dst, const T* src, '
-            "unsigned long long n)\n{\n"
-            "    const unsigned long long stride = (unsigned long long)blockDim.x * "
-            "gridDim.x;\n"
-            "    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x "
-            "+ threadIdx.x; i < n; i += stride) {\n"
-            "        const T a = dst[i];\n        const T b = src[i];\n"
-            f"        dst[i] = (T)({expression});\n"
-            "    }\n}\n")
+        raise ValueError(
+            f"no combine kernel for reduce({op!r}) on {dtype} data"
+        ) from None
+    return (
+        f"typedef {element} T;\n"
+        'extern "C" __global__ void stflow_combine(T* dst, const T* src, '
+        "unsigned long long n)\n{\n"
+        "    const unsigned long long stride = (unsigned long long)blockDim.x * "
+        "gridDim.x;\n"
+        "    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x "
+        "+ threadIdx.x; i < n; i += stride) {\n"
+        "        const T a = dst[i];\n        const T b = src[i];\n"
+        f"        dst[i] = (T)({expression});\n"
+        "    }\n}\n"
+    )
 
 
 class KernelCache:
@@ -87,16 +100,20 @@ class KernelCache:
             d = _cu.driver
             if library is None:
                 cubin = compile_source(source, arch)
-                library = _cu.check(d.cuLibraryLoadData(cubin, None, None, 0, None,
-                                                        None, 0),
-                                    f"loading the {name} kernel")
+                library = _cu.check(
+                    d.cuLibraryLoadData(cubin, None, None, 0, None, None, 0),
+                    f"loading the {name} kernel",
+                )
                 self._libraries[(source, arch)] = library
-            kernel = _cu.check(d.cuLibraryGetKernel(library, name.encode()),
-                               f"finding the {name} kernel")
+            kernel = _cu.check(
+                d.cuLibraryGetKernel(library, name.encode()), f"finding the {name} kernel"
+            )
             backend._push(device)
-            try:        # load it into the context now, not lazily during a capture
-                function = _cu.check(d.cuKernelGetFunction(kernel),
-                                     f"loading the {name} kernel on device {device}")
+            try:  # load it into the context now, not lazily during a capture
+                function = _cu.check(
+                    d.cuKernelGetFunction(kernel),
+                    f"loading the {name} kernel on device {device}",
+                )
             finally:
                 backend._pop(device)
             self._functions[key] = function
@@ -113,21 +130,28 @@ def compile_source(source: str, arch: tuple[int, int]) -> bytes:
     """Compile ``source`` with NVRTC to a cubin for ``sm_<arch>``."""
     try:
         from cuda.bindings import nvrtc
-        nvrtc.nvrtcVersion()                    # loads libnvrtc
+
+        nvrtc.nvrtcVersion()  # loads libnvrtc
     except Exception as exc:  # noqa: BLE001 - not installed, or no libnvrtc
-        raise CudaError(f"stflow compiles its CUDA kernels (loop conditions, reduction "
-                        f"combines) with NVRTC, which cannot be loaded ({exc}); install "
-                        "the NVRTC of your CUDA version (pip install nvidia-cuda-nvrtc)"
-                        ) from exc
+        raise CudaError(
+            f"stflow compiles its CUDA kernels (loop conditions, reduction "
+            f"combines) with NVRTC, which cannot be loaded ({exc}); install "
+            "the NVRTC of your CUDA version (pip install nvidia-cuda-nvrtc)"
+        ) from exc
 
     def check(result: tuple, step: str) -> Any:
         if result[0] != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CudaError(f"{step} failed: {result[0].name}", name=result[0].name,
-                            code=int(result[0]))
+            raise CudaError(
+                f"{step} failed: {result[0].name}",
+                name=result[0].name,
+                code=int(result[0]),
+            )
         return result[1] if len(result) > 1 else None
 
-    program = check(nvrtc.nvrtcCreateProgram(source.encode(), b"stflow_kernels.cu", 0,
-                                             [], []), "creating an NVRTC program")
+    program = check(
+        nvrtc.nvrtcCreateProgram(source.encode(), b"stflow_kernels.cu", 0, [], []),
+        "creating an NVRTC program",
+    )
     try:
         options = [f"--gpu-architecture=sm_{arch[0]}{arch[1]}".encode()]
         result = nvrtc.nvrtcCompileProgram(program, len(options), options)
@@ -135,10 +159,13 @@ def compile_source(source: str, arch: tuple[int, int]) -> bytes:
             size = check(nvrtc.nvrtcGetProgramLogSize(program), "reading the NVRTC log")
             log = b" " * size
             check(nvrtc.nvrtcGetProgramLog(program, log), "reading the NVRTC log")
-            raise CudaError(f"compiling a kernel for sm_{arch[0]}{arch[1]} "
-                            f"failed: {result[0].name}\n"
-                            f"{log.decode(errors='replace')}",
-                            name=result[0].name, code=int(result[0]))
+            raise CudaError(
+                f"compiling a kernel for sm_{arch[0]}{arch[1]} "
+                f"failed: {result[0].name}\n"
+                f"{log.decode(errors='replace')}",
+                name=result[0].name,
+                code=int(result[0]),
+            )
         size = check(nvrtc.nvrtcGetCUBINSize(program), "reading the cubin size")
         cubin = b" " * size
         check(nvrtc.nvrtcGetCUBIN(program, cubin), "reading the cubin")

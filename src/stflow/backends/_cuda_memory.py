@@ -48,7 +48,8 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,14 +88,18 @@ class CudaMemory:
     def _init_memory(self) -> None:
         d = _cu.driver
         attribute = d.CUpointer_attribute
-        self._locate_attributes = [attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                   attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                   attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                                   attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                                   attribute.CU_POINTER_ATTRIBUTE_CONTEXT]
+        self._locate_attributes = [
+            attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+            attribute.CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
+            attribute.CU_POINTER_ATTRIBUTE_CONTEXT,
+        ]
         self._pool_device = {int(pool): i for i, pool in enumerate(self._pools)}
-        self._kind_attributes = [attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED]
+        self._kind_attributes = [
+            attribute.CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED,
+        ]
         self._memorytype_device = int(d.CUmemorytype.CU_MEMORYTYPE_DEVICE)
         self._memorytype_host = int(d.CUmemorytype.CU_MEMORYTYPE_HOST)
         self._invalid_value = d.CUresult.CUDA_ERROR_INVALID_VALUE
@@ -102,7 +107,7 @@ class CudaMemory:
         self._deferred: list[tuple[Any, list, Callable[[], None] | None]] = []
         self._deferred_lock = threading.Lock()
         self._staging_free: dict[int, list[int]] = {}
-        self._registered: dict[int, list[Any]] = {}   # ptr -> [nbytes, users, array]
+        self._registered: dict[int, list[Any]] = {}  # ptr -> [nbytes, users, array]
         self._unregistering: dict[int, tuple[int, threading.Event]] = {}
         self._registered_lock = threading.Lock()
         self._staging_cached = 0
@@ -112,8 +117,9 @@ class CudaMemory:
         self._own_kind: dict[int, int] = {}
 
     # -- allocation ----------------------------------------------------------------
-    def allocate(self, device: int, nbytes: int, stream: Stream | None,
-                 dtype: np.dtype) -> Allocation:
+    def allocate(
+        self, device: int, nbytes: int, stream: Stream | None, dtype: np.dtype
+    ) -> Allocation:
         """Allocate ``nbytes`` at ``device`` (an ordinal, ``HOST`` or ``MANAGED``).
 
         Notes
@@ -131,14 +137,18 @@ class CudaMemory:
         if device >= 0:
             step = f"allocating {nbytes} bytes on device {device}"
             if stream is not None and stream.ordinal == device:
-                err, ptr = d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
-                                                     stream.native)  # type: ignore
+                err, ptr = d.cuMemAllocFromPoolAsync(
+                    nbytes,
+                    self._pools[device],
+                    stream.native,  # type: ignore[attr-defined]
+                )
                 if err:
                     raise _cu.error(err, step) from None
-            else:           # no stream, or another device's: allocate ready for use
+            else:  # no stream, or another device's: allocate ready for use
                 service = self._service[device]
-                ptr = _cu.check(d.cuMemAllocFromPoolAsync(nbytes, self._pools[device],
-                                                          service), step)
+                ptr = _cu.check(
+                    d.cuMemAllocFromPoolAsync(nbytes, self._pools[device], service), step
+                )
                 _cu.check(d.cuStreamSynchronize(service), step)
             self._own_kind[int(ptr)] = DEVICE
             return Allocation(int(ptr), nbytes, device, dtype, None)
@@ -146,15 +156,22 @@ class CudaMemory:
         self._ensure_context()
         if device == HOST:
             flags = d.CU_MEMHOSTALLOC_PORTABLE | d.CU_MEMHOSTALLOC_DEVICEMAP
-            ptr = _cu.check(d.cuMemHostAlloc(nbytes, flags),
-                            f"allocating {nbytes} bytes of pinned host memory")
+            ptr = _cu.check(
+                d.cuMemHostAlloc(nbytes, flags),
+                f"allocating {nbytes} bytes of pinned host memory",
+            )
         elif device == MANAGED:
-            ptr = _cu.check(d.cuMemAllocManaged(
-                nbytes, int(d.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL)),
-                f"allocating {nbytes} bytes of managed memory")
+            ptr = _cu.check(
+                d.cuMemAllocManaged(
+                    nbytes, int(d.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL)
+                ),
+                f"allocating {nbytes} bytes of managed memory",
+            )
         else:
-            raise PlaceError(f"cannot allocate memory at place {device}; use a device "
-                             "ordinal, HOST or MANAGED")
+            raise PlaceError(
+                f"cannot allocate memory at place {device}; use a device "
+                "ordinal, HOST or MANAGED"
+            )
         self._own_kind[int(ptr)] = PINNED if device == HOST else MANAGED_MEMORY
         return Allocation(int(ptr), nbytes, device, dtype, None)
 
@@ -173,7 +190,7 @@ class CudaMemory:
             return
         allocation.owner = _FREED
         self._own_kind.pop(ptr, None)
-        if isinstance(allocation, CompositeAllocation):    # unmapped once idle
+        if isinstance(allocation, CompositeAllocation):  # unmapped once idle
             size, pieces = allocation.pieces
             if stream is None:
                 self._release_composite(ptr, size, pieces)
@@ -183,8 +200,7 @@ class CudaMemory:
             return
         device = allocation.device
         if device >= 0:
-            native = self._service[device] if stream is None \
-                else stream.native  # type: ignore[attr-defined]
+            native = self._service[device] if stream is None else stream.native  # type: ignore[attr-defined]
             (err,) = _cu.driver.cuMemFreeAsync(ptr, native)
             if err:
                 raise _cu.error(err, f"freeing {allocation!r}") from None
@@ -200,8 +216,11 @@ class CudaMemory:
         pooled stream lent to other work since) gets no free node, whose memory the
         graph never allocated (``CUDA_ERROR_NOT_PERMITTED``): the memory is freed once
         that graph is released instead."""
-        if stream is not None and self._captures and \
-                self._captures.get(stream.handle) is not None:
+        if (
+            stream is not None
+            and self._captures
+            and self._captures.get(stream.handle) is not None
+        ):
             self._defer(stream, lambda: self.free(allocation, None))
             return
         self.free(allocation, stream)
@@ -224,28 +243,43 @@ class CudaMemory:
         for device in set(devices) or {0}:
             if device < 0:
                 continue
-            value = _cu.check(d.cuMemGetAllocationGranularity(
-                self._allocation_prop(device),
-                d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                f"asking the allocation granularity of device {device}")
+            value = _cu.check(
+                d.cuMemGetAllocationGranularity(
+                    self._allocation_prop(device),
+                    d.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM,
+                ),
+                f"asking the allocation granularity of device {device}",
+            )
             granularity = max(granularity, int(value))
         return granularity
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
         """Reserve one virtual range and map each run of chunks of one device on
         physical memory of that device (``cuMemCreate`` / ``cuMemMap``); every device
         gets read-write access (``cuMemSetAccess``), so a body sees one array and a
         copy engine of any device can fill it."""
         d = _cu.driver
         if any(owner < 0 for owner in chunk_devices):
-            raise PlaceError("a composite place of the CUDA backend spreads data over "
-                             "device memory only; use a grid of device places")
+            raise PlaceError(
+                "a composite place of the CUDA backend spreads data over "
+                "device memory only; use a grid of device places"
+            )
         self._ensure_context()
         size = len(chunk_devices) * chunk
-        ptr = int(_cu.check(d.cuMemAddressReserve(size, chunk, 0, 0),
-                            f"reserving {size} bytes of virtual addresses"))
-        pieces: list[tuple[int, int, Any]] = []       # (offset, bytes, handle)
+        ptr = int(
+            _cu.check(
+                d.cuMemAddressReserve(size, chunk, 0, 0),
+                f"reserving {size} bytes of virtual addresses",
+            )
+        )
+        pieces: list[tuple[int, int, Any]] = []  # (offset, bytes, handle)
         try:
             start = 0
             while start < len(chunk_devices):
@@ -254,11 +288,15 @@ class CudaMemory:
                 while end < len(chunk_devices) and chunk_devices[end] == owner:
                     end += 1
                 run = (end - start) * chunk
-                handle = _cu.check(d.cuMemCreate(run, self._allocation_prop(owner), 0),
-                                   f"creating {run} bytes of memory on device {owner}")
+                handle = _cu.check(
+                    d.cuMemCreate(run, self._allocation_prop(owner), 0),
+                    f"creating {run} bytes of memory on device {owner}",
+                )
                 try:
-                    _cu.check(d.cuMemMap(ptr + start * chunk, run, 0, handle, 0),
-                              f"mapping {run} bytes of device {owner}")
+                    _cu.check(
+                        d.cuMemMap(ptr + start * chunk, run, 0, handle, 0),
+                        f"mapping {run} bytes of device {owner}",
+                    )
                 except BaseException:
                     d.cuMemRelease(handle)
                     raise
@@ -271,29 +309,36 @@ class CudaMemory:
                 desc.location.id = peer
                 desc.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                 access.append(desc)
-            _cu.check(d.cuMemSetAccess(ptr, size, access, len(access)),
-                      "giving every device access to a composite range")
+            _cu.check(
+                d.cuMemSetAccess(ptr, size, access, len(access)),
+                "giving every device access to a composite range",
+            )
         except BaseException:
             self._release_composite(ptr, size, pieces)
             raise
-        return CompositeAllocation(ptr, nbytes, device, dtype, chunk,
-                                   tuple(chunk_devices), (size, tuple(pieces)))
+        return CompositeAllocation(
+            ptr, nbytes, device, dtype, chunk, tuple(chunk_devices), (size, tuple(pieces))
+        )
 
-    def _release_composite(self, ptr: int, size: int,
-                           pieces: Sequence[tuple[int, int, Any]]) -> None:
+    def _release_composite(
+        self, ptr: int, size: int, pieces: Sequence[tuple[int, int, Any]]
+    ) -> None:
         d = _cu.driver
         self._ensure_context()
         for offset, run, handle in pieces:
             d.cuMemUnmap(ptr + offset, run)
             d.cuMemRelease(handle)
-        _cu.check(d.cuMemAddressFree(ptr, size),
-                  f"freeing the virtual range of a composite instance at 0x{ptr:x}")
+        _cu.check(
+            d.cuMemAddressFree(ptr, size),
+            f"freeing the virtual range of a composite instance at 0x{ptr:x}",
+        )
 
     def _release_host(self, device: int, ptr: int) -> None:
         self._ensure_context()
         if device == HOST:
-            _cu.check(_cu.driver.cuMemFreeHost(ptr),
-                      f"freeing pinned host memory at 0x{ptr:x}")
+            _cu.check(
+                _cu.driver.cuMemFreeHost(ptr), f"freeing pinned host memory at 0x{ptr:x}"
+            )
         else:
             _cu.check(_cu.driver.cuMemFree(ptr), f"freeing managed memory at 0x{ptr:x}")
 
@@ -306,8 +351,10 @@ class CudaMemory:
         first (finalize the contexts) to release everything.
         """
         for device, pool in enumerate(self._pools):
-            _cu.check(_cu.driver.cuMemPoolTrimTo(pool, 0),
-                      f"trimming the memory pool of device {device}")
+            _cu.check(
+                _cu.driver.cuMemPoolTrimTo(pool, 0),
+                f"trimming the memory pool of device {device}",
+            )
 
     # -- where memory is ---------------------------------------------------------------
     def locate(self, ptr: int) -> int:
@@ -323,7 +370,8 @@ class CudaMemory:
         context before falling back to that attribute.
         """
         err, values = _cu.driver.cuPointerGetAttributes(
-            len(self._locate_attributes), self._locate_attributes, ptr)
+            len(self._locate_attributes), self._locate_attributes, ptr
+        )
         if err:
             if err == self._invalid_value:
                 return HOST
@@ -341,7 +389,7 @@ class CudaMemory:
     def pointer_kind(self, ptr: int) -> int:
         """``DEVICE``, ``MANAGED_MEMORY``, ``PINNED`` or ``PAGEABLE``."""
         kind = self._own_kind.get(ptr)
-        if kind is not None:               # the base of one of our allocations
+        if kind is not None:  # the base of one of our allocations
             return kind
         err, values = _cu.driver.cuPointerGetAttributes(2, self._kind_attributes, ptr)
         if err:
@@ -358,8 +406,10 @@ class CudaMemory:
 
     def is_pinned(self, ptr: int, nbytes: int) -> bool:
         """True when both ends of the range are page-locked (registered elsewhere)."""
-        return (self.pointer_kind(ptr) == PINNED
-                and self.pointer_kind(ptr + max(nbytes, 1) - 1) == PINNED)
+        return (
+            self.pointer_kind(ptr) == PINNED
+            and self.pointer_kind(ptr + max(nbytes, 1) - 1) == PINNED
+        )
 
     def register_host(self, array: np.ndarray) -> Any:
         """Page-lock a user host buffer; returns a token or ``None``.
@@ -383,7 +433,7 @@ class CudaMemory:
         if nbytes == 0:
             return None
         ptr = int(array.__array_interface__["data"][0])
-        self._unregistered(ptr, nbytes)            # a deferred unregistering first
+        self._unregistered(ptr, nbytes)  # a deferred unregistering first
         with self._registered_lock:
             entry = self._registered.get(ptr)
             if entry is not None and entry[0] >= nbytes:
@@ -391,8 +441,9 @@ class CudaMemory:
                 return ptr
             self._ensure_context()
             populate(ptr, nbytes)
-            (err,) = _cu.driver.cuMemHostRegister(ptr, nbytes,
-                                                  _cu.driver.CU_MEMHOSTREGISTER_PORTABLE)
+            (err,) = _cu.driver.cuMemHostRegister(
+                ptr, nbytes, _cu.driver.CU_MEMHOSTREGISTER_PORTABLE
+            )
             if err:
                 return None
             self._registered[ptr] = [nbytes, 1, array]
@@ -417,8 +468,12 @@ class CudaMemory:
             nbytes, array = entry[0], entry[2]
             done = threading.Event()
             self._unregistering[token] = (nbytes, done)
-        threading.Thread(target=self._unregister, args=(token, array, done),
-                         name="stflow-unregister", daemon=True).start()
+        threading.Thread(
+            target=self._unregister,
+            args=(token, array, done),
+            name="stflow-unregister",
+            daemon=True,
+        ).start()
 
     def _unregister(self, ptr: int, array: Any, done: threading.Event) -> None:
         try:
@@ -426,9 +481,13 @@ class CudaMemory:
             (err,) = _cu.driver.cuMemHostUnregister(ptr)
             if err:
                 import warnings
-                warnings.warn(f"stflow: unregistering host memory at 0x{ptr:x} "
-                              f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
-                              RuntimeWarning, stacklevel=1)
+
+                warnings.warn(
+                    f"stflow: unregistering host memory at 0x{ptr:x} "
+                    f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
         finally:
             with self._registered_lock:
                 self._unregistering.pop(ptr, None)
@@ -439,8 +498,11 @@ class CudaMemory:
         """Wait for the deferred unregistering of memory overlapping ``[ptr, ptr +
         nbytes)``."""
         with self._registered_lock:
-            pending = [done for start, (size, done) in self._unregistering.items()
-                       if start < ptr + nbytes and ptr < start + size]
+            pending = [
+                done
+                for start, (size, done) in self._unregistering.items()
+                if start < ptr + nbytes and ptr < start + size
+            ]
         for done in pending:
             done.wait()
 
@@ -478,12 +540,20 @@ class CudaMemory:
     def _async_copy(dst: int, src: int, nbytes: int, stream: Stream) -> None:
         (err,) = _cu.driver.cuMemcpyAsync(dst, src, nbytes, stream.native)  # type: ignore
         if err:
-            raise _cu.error(err, f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x} "
-                                 f"on {stream!r}") from None
+            raise _cu.error(
+                err, f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x} on {stream!r}"
+            ) from None
 
-    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                     itemsize: int, stream: Stream) -> None:
+    def copy_strided(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         """Copy the elements of ``shape`` between two layouts in stream order.
 
         Notes
@@ -500,46 +570,64 @@ class CudaMemory:
         source = self.pointer_kind(src)
         target = self.pointer_kind(dst)
         if PAGEABLE not in (source, target) and not source == target == PINNED:
-            self._pitched_copies(dst, dst_strides, src, src_strides, shape, itemsize,
-                                 stream)
+            self._pitched_copies(
+                dst, dst_strides, src, src_strides, shape, itemsize, stream
+            )
             return
         nbytes = math.prod(shape) * itemsize
-        self._refuse_host_work(stream, f"copying {nbytes} bytes of a strided layout "
-                                       f"from 0x{src:x} to 0x{dst:x}")
+        self._refuse_host_work(
+            stream,
+            f"copying {nbytes} bytes of a strided layout from 0x{src:x} to 0x{dst:x}",
+        )
         if DEVICE not in (source, target):
-            self.launch_host_func(stream, lambda: copy_elements(
-                dst, dst_strides, src, src_strides, shape, itemsize))
+            self.launch_host_func(
+                stream,
+                lambda: copy_elements(
+                    dst, dst_strides, src, src_strides, shape, itemsize
+                ),
+            )
             return
         staging = self._staging(nbytes)
         if source == PAGEABLE:
-            self.launch_host_func(stream, lambda: copy_elements(
-                staging, None, src, src_strides, shape, itemsize))
-            self._pitched_copies(dst, dst_strides, staging, None, shape, itemsize,
-                                 stream)
+            self.launch_host_func(
+                stream,
+                lambda: copy_elements(staging, None, src, src_strides, shape, itemsize),
+            )
+            self._pitched_copies(dst, dst_strides, staging, None, shape, itemsize, stream)
         else:
-            self._pitched_copies(staging, None, src, src_strides, shape, itemsize,
-                                 stream)
-            self.launch_host_func(stream, lambda: copy_elements(
-                dst, dst_strides, staging, None, shape, itemsize))
+            self._pitched_copies(staging, None, src, src_strides, shape, itemsize, stream)
+            self.launch_host_func(
+                stream,
+                lambda: copy_elements(dst, dst_strides, staging, None, shape, itemsize),
+            )
         self._defer(stream, lambda: self._release_staging(staging, nbytes))
 
-    def _pitched_copies(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                        src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                        itemsize: int, stream: Stream) -> None:
+    def _pitched_copies(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         """The 2-D copies of a layout-to-layout copy between device-accessible
         memory (unified addresses), enqueued on ``stream``."""
         pieces = pitched(shape, dst_strides, src_strides, itemsize)
-        if pieces.height == 1:                     # contiguous runs: 1-D copies
+        if pieces.height == 1:  # contiguous runs: 1-D copies
             for dst_offset, src_offset in pieces.offsets():
-                self._async_copy(dst + dst_offset, src + src_offset, pieces.width,
-                                 stream)
+                self._async_copy(dst + dst_offset, src + src_offset, pieces.width, stream)
             return
         if max(pieces.dst_pitch, pieces.src_pitch) > _MAX_PITCH:
             for dst_offset, src_offset in pieces.offsets():
                 for row in range(pieces.height):
-                    self._async_copy(dst + dst_offset + row * pieces.dst_pitch,
-                                     src + src_offset + row * pieces.src_pitch,
-                                     pieces.width, stream)
+                    self._async_copy(
+                        dst + dst_offset + row * pieces.dst_pitch,
+                        src + src_offset + row * pieces.src_pitch,
+                        pieces.width,
+                        stream,
+                    )
             return
         driver = _cu.driver
         unified = driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
@@ -550,20 +638,23 @@ class CudaMemory:
         copy.dstPitch = pieces.dst_pitch
         copy.WidthInBytes = pieces.width
         copy.Height = pieces.height
-        native = stream.native                      # type: ignore[attr-defined]
+        native = stream.native  # type: ignore[attr-defined]
         for dst_offset, src_offset in pieces.offsets():
             copy.srcDevice = src + src_offset
             copy.dstDevice = dst + dst_offset
             (err,) = driver.cuMemcpy2DAsync(copy, native)
             if err:
-                raise _cu.error(err, f"copying {pieces.height} rows of {pieces.width} "
-                                     f"bytes from 0x{src + src_offset:x} (pitch "
-                                     f"{pieces.src_pitch}) to 0x{dst + dst_offset:x} "
-                                     f"(pitch {pieces.dst_pitch}) on {stream!r}") \
-                    from None
+                raise _cu.error(
+                    err,
+                    f"copying {pieces.height} rows of {pieces.width} "
+                    f"bytes from 0x{src + src_offset:x} (pitch "
+                    f"{pieces.src_pitch}) to 0x{dst + dst_offset:x} "
+                    f"(pitch {pieces.dst_pitch}) on {stream!r}",
+                ) from None
 
-    def _staged_copy(self, dst: int, src: int, nbytes: int, stream: Stream,
-                     from_pageable: bool) -> None:
+    def _staged_copy(
+        self, dst: int, src: int, nbytes: int, stream: Stream, from_pageable: bool
+    ) -> None:
         """Pageable <-> device memory through a pinned buffer, all in stream order."""
         staging = self._staging(nbytes)
         if from_pageable:
@@ -583,9 +674,12 @@ class CudaMemory:
                 self._staging_cached -= size
                 return free.pop()
         self._ensure_context()
-        return int(_cu.check(
-            _cu.driver.cuMemHostAlloc(size, _cu.driver.CU_MEMHOSTALLOC_PORTABLE),
-            f"allocating a {size}-byte pinned staging buffer"))
+        return int(
+            _cu.check(
+                _cu.driver.cuMemHostAlloc(size, _cu.driver.CU_MEMHOSTALLOC_PORTABLE),
+                f"allocating a {size}-byte pinned staging buffer",
+            )
+        )
 
     def _release_staging(self, ptr: int, nbytes: int) -> None:
         size = _size_class(nbytes)
@@ -609,9 +703,10 @@ class CudaMemory:
             return
         size = len(pattern)
         if not size or nbytes % size:
-            raise ValueError(f"fill: {nbytes} bytes is not a whole number of "
-                             f"{size}-byte patterns")
-        pattern = pattern[:_period(pattern)]
+            raise ValueError(
+                f"fill: {nbytes} bytes is not a whole number of {size}-byte patterns"
+            )
+        pattern = pattern[: _period(pattern)]
         kind = self.pointer_kind(ptr)
         if kind == PAGEABLE or (kind == PINNED and len(pattern) > _MAX_STRIDED_PERIOD):
             self._refuse_host_work(stream, f"filling {nbytes} bytes at 0x{ptr:x}")
@@ -621,11 +716,12 @@ class CudaMemory:
         else:
             _memset(ptr, nbytes, pattern, stream)
 
-    def _fill_by_doubling(self, ptr: int, nbytes: int, pattern: bytes,
-                          stream: Stream) -> None:
+    def _fill_by_doubling(
+        self, ptr: int, nbytes: int, pattern: bytes, stream: Stream
+    ) -> None:
         tile = pattern * max(1, min(nbytes, 1 << 16) // len(pattern))
         staging = self._staging(len(tile))
-        ctypes.memmove(staging, tile, len(tile))      # our own buffer: no ordering needed
+        ctypes.memmove(staging, tile, len(tile))  # our own buffer: no ordering needed
         self._async_copy(ptr, staging, len(tile), stream)
         self._defer(stream, lambda: self._release_staging(staging, len(tile)))
         done = len(tile)
@@ -643,7 +739,8 @@ class CudaMemory:
                 "body of a loop on the CUDA backend cannot hold host callbacks (a "
                 "conditional graph node runs kernels, copies and fills only); keep "
                 "host work out of the loop, or use device or page-locked memory "
-                "(register the host array) so that copies run on the device")
+                "(register the host array) so that copies run on the device"
+            )
 
     # -- deferred releases -------------------------------------------------------------
     def _defer(self, stream: Stream, action: Callable[[], None] | None) -> None:
@@ -669,8 +766,9 @@ class CudaMemory:
         with self._deferred_lock:
             self._deferred.append((handle, pool, action))
 
-    def _after_events(self, events: list[tuple[Any, list]],
-                      action: Callable[[], None]) -> None:
+    def _after_events(
+        self, events: list[tuple[Any, list]], action: Callable[[], None]
+    ) -> None:
         """Run ``action`` once all ``events`` (recorded ``(handle, pool)`` pairs)
         have completed; each handle then returns to its pool."""
         left = [len(events)]
@@ -716,19 +814,35 @@ def _memset(ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
     if period == 1:
         _cu.check(d.cuMemsetD8Async(ptr, pattern[0], nbytes, native), step)
     elif period == 2 and not ptr % 2:
-        _cu.check(d.cuMemsetD16Async(ptr, int.from_bytes(pattern, "little"),
-                                     nbytes // 2, native), step)
+        _cu.check(
+            d.cuMemsetD16Async(
+                ptr, int.from_bytes(pattern, "little"), nbytes // 2, native
+            ),
+            step,
+        )
     elif period == 4 and not ptr % 4:
-        _cu.check(d.cuMemsetD32Async(ptr, int.from_bytes(pattern, "little"),
-                                     nbytes // 4, native), step)
-    else:                                # one strided 2D memset per column
-        width = (4 if not period % 4 and not ptr % 4 else
-                 2 if not period % 2 and not ptr % 2 else 1)
-        memset = {1: d.cuMemsetD2D8Async, 2: d.cuMemsetD2D16Async,
-                  4: d.cuMemsetD2D32Async}[width]
+        _cu.check(
+            d.cuMemsetD32Async(
+                ptr, int.from_bytes(pattern, "little"), nbytes // 4, native
+            ),
+            step,
+        )
+    else:  # one strided 2D memset per column
+        width = (
+            4
+            if not period % 4 and not ptr % 4
+            else 2
+            if not period % 2 and not ptr % 2
+            else 1
+        )
+        memset = {
+            1: d.cuMemsetD2D8Async,
+            2: d.cuMemsetD2D16Async,
+            4: d.cuMemsetD2D32Async,
+        }[width]
         rows = nbytes // period
         for offset in range(0, period, width):
-            value = int.from_bytes(pattern[offset:offset + width], "little")
+            value = int.from_bytes(pattern[offset : offset + width], "little")
             _cu.check(memset(ptr + offset, period, value, 1, rows, native), step)
 
 

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .._core.errors import ScopeError
 from . import _cuda_driver as _cu
@@ -75,9 +76,16 @@ class DriverStream(Stream):
 
     __slots__ = ("native", "events", "owned", "generation")
 
-    def __init__(self, native: Any, device: int, ordinal: int, events: list,
-                 owned: bool, error_sink: Callable[..., None] | None = None,
-                 generation: int = 0) -> None:
+    def __init__(
+        self,
+        native: Any,
+        device: int,
+        ordinal: int,
+        events: list,
+        owned: bool,
+        error_sink: Callable[..., None] | None = None,
+        generation: int = 0,
+    ) -> None:
         super().__init__(int(native), device, ordinal, error_sink)
         self.native = native
         self.events = events
@@ -113,8 +121,13 @@ class _Timestamp:
 
     __slots__ = ("device", "handle", "pool", "origin")
 
-    def __init__(self, device: int, handle: Any, pool: list,
-                 origin: tuple[_Timestamp, float] | None = None) -> None:
+    def __init__(
+        self,
+        device: int,
+        handle: Any,
+        pool: list,
+        origin: tuple[_Timestamp, float] | None = None,
+    ) -> None:
         self.device = device
         self.handle = handle
         self.pool = pool
@@ -158,28 +171,40 @@ class CudaStreams:
         self._push(device)
         try:
             flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
-            return _cu.check(d.cuStreamCreate(flags),
-                             f"creating a stream on device {device}")
+            return _cu.check(
+                d.cuStreamCreate(flags), f"creating a stream on device {device}"
+            )
         finally:
             self._pop(device)
 
-    def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None,
-                      partition: Any = None) -> DriverStream:
+    def create_stream(
+        self,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+        partition: Any = None,
+    ) -> DriverStream:
         """A non-blocking stream on ``device`` (``HOST``: on the current device); with
         ``partition``, in that green or foreign context (``_cuda_green``)."""
         ordinal = self.current_device() if device == HOST else device
         self._check_ordinal(ordinal, "create_stream")
         if partition is not None:
             from ._cuda_green import partition_stream
+
             native = partition_stream(partition)
         else:
             try:
                 native = self._free_streams[ordinal].pop()
             except IndexError:
                 native = self._new_stream(ordinal)
-        stream = DriverStream(native, device, ordinal, self._event_pools[ordinal], True,
-                              error_sink, self._generation)
+        stream = DriverStream(
+            native,
+            device,
+            ordinal,
+            self._event_pools[ordinal],
+            True,
+            error_sink,
+            self._generation,
+        )
         stream.partition = partition
         self._streams[stream.handle] = stream
         return stream
@@ -196,18 +221,22 @@ class CudaStreams:
             return
         stream.owned = False
         self._streams.pop(stream.handle, None)
-        if stream.generation != self._generation:     # its context was destroyed
+        if stream.generation != self._generation:  # its context was destroyed
             return
-        if stream.partition is not None:       # never reused outside its partition
-            _cu.check(_cu.driver.cuStreamDestroy(stream.native),
-                      f"destroying a stream of {stream.partition}")
+        if stream.partition is not None:  # never reused outside its partition
+            _cu.check(
+                _cu.driver.cuStreamDestroy(stream.native),
+                f"destroying a stream of {stream.partition}",
+            )
             return
         free = self._free_streams[stream.ordinal]
         if len(free) < _STREAM_FREE_LIST:
             free.append(stream.native)
         else:
-            _cu.check(_cu.driver.cuStreamDestroy(stream.native),
-                      f"destroying a stream of device {stream.ordinal}")
+            _cu.check(
+                _cu.driver.cuStreamDestroy(stream.native),
+                f"destroying a stream of device {stream.ordinal}",
+            )
 
     def stream_from_handle(self, handle: int) -> DriverStream:
         """Wrap a raw ``CUstream`` handle (``0``: the legacy default stream).
@@ -227,14 +256,15 @@ class CudaStreams:
             self._ensure_context()
             native = _cu.driver.CUstream(handle)
             ordinal = key[1] if isinstance(key, tuple) else self._stream_device(native)
-            stream = DriverStream(native, ordinal, ordinal, self._event_pools[ordinal],
-                                  False)
+            stream = DriverStream(
+                native, ordinal, ordinal, self._event_pools[ordinal], False
+            )
             self._foreign[key] = stream
         return stream
 
     def _stream_device(self, native: Any) -> int:
         d = _cu.driver
-        get_device = getattr(d, "cuStreamGetDevice", None)      # CUDA 12.8 and later
+        get_device = getattr(d, "cuStreamGetDevice", None)  # CUDA 12.8 and later
         if get_device is not None:
             return int(_cu.check(get_device(native), "cuStreamGetDevice"))
         ctx = _cu.check(d.cuStreamGetCtx(native), "cuStreamGetCtx")
@@ -270,12 +300,16 @@ class CudaStreams:
     # -- events ------------------------------------------------------------------
     def _new_event(self, device: int, timing: bool = False) -> Any:
         d = _cu.driver
-        flags = int(d.CUevent_flags.CU_EVENT_DEFAULT if timing
-                    else d.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        flags = int(
+            d.CUevent_flags.CU_EVENT_DEFAULT
+            if timing
+            else d.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        )
         self._push(device)
         try:
-            return _cu.check(d.cuEventCreate(flags),
-                             f"creating an event on device {device}")
+            return _cu.check(
+                d.cuEventCreate(flags), f"creating an event on device {device}"
+            )
         finally:
             self._pop(device)
 
@@ -297,8 +331,9 @@ class CudaStreams:
     def wait(self, stream: Stream, event: Event) -> None:
         (err,) = self._cuStreamWaitEvent(stream.native, event.handle, 0)  # type: ignore
         if err:
-            raise _cu.error(err, f"cuStreamWaitEvent: {stream!r} waiting for "
-                                 f"{event!r}") from None
+            raise _cu.error(
+                err, f"cuStreamWaitEvent: {stream!r} waiting for {event!r}"
+            ) from None
 
     def query(self, event: Event) -> bool:
         (err,) = self._cuEventQuery(event.handle)  # type: ignore[attr-defined]
@@ -336,8 +371,10 @@ class CudaStreams:
     @staticmethod
     def _refuse_in_callback() -> None:
         if callback_state.active:
-            raise ScopeError("device work must not block on the device; do not wait "
-                             "for stflow work from a host callback")
+            raise ScopeError(
+                "device work must not block on the device; do not wait "
+                "for stflow work from a host callback"
+            )
 
     def _poll(self, query: Callable, handle: Any, step: str) -> None:
         """Wait for ``query(handle)`` to succeed, releasing the GIL between queries.
@@ -395,8 +432,10 @@ class CudaStreams:
         assert stamp.origin is not None
         origin, origin_seconds = stamp.origin
         _cu.check(self._cuEventSynchronize(stamp.handle), "waiting for a timestamp")
-        elapsed = _cu.check(_cu.driver.cuEventElapsedTime(origin.handle, stamp.handle),
-                            f"reading a timestamp of device {stamp.device}")
+        elapsed = _cu.check(
+            _cu.driver.cuEventElapsedTime(origin.handle, stamp.handle),
+            f"reading a timestamp of device {stamp.device}",
+        )
         return origin_seconds + float(elapsed) / 1e3
 
     def _time_origin(self, device: int) -> tuple[_Timestamp, float]:

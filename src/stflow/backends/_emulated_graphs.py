@@ -29,7 +29,8 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -69,8 +70,13 @@ class Node:
 
     __slots__ = ("run", "deps", "loop", "graph")
 
-    def __init__(self, run: Callable[[], None] | None, deps: list[Node],
-                 loop: Loop | None = None, graph: Graph | None = None) -> None:
+    def __init__(
+        self,
+        run: Callable[[], None] | None,
+        deps: list[Node],
+        loop: Loop | None = None,
+        graph: Graph | None = None,
+    ) -> None:
         self.run = run
         self.deps = deps
         self.loop = loop
@@ -91,10 +97,10 @@ class Graph:
 
     def __init__(self, parent: Node | None = None) -> None:
         self.nodes: list[Node] = []
-        self.handles: list[int] = []          # condition handles it owns
-        self.parent = parent                  # the loop node of a body graph
+        self.handles: list[int] = []  # condition handles it owns
+        self.parent = parent  # the loop node of a body graph
         self.destroyed = False
-        self.captures = 0                     # streams capturing into it now
+        self.captures = 0  # streams capturing into it now
 
     def describe(self) -> str:
         depth, node = 0, self.parent
@@ -108,8 +114,10 @@ def _check_not_capturing(graph: Graph, step: str) -> None:
     capture goes straight into the body graph, ``cuStreamBeginCaptureToGraph``; a
     top-level graph's captures go into graphs of their own)."""
     if graph.captures and graph.parent is not None:
-        raise EmulatedGraphError(f"{step}: {graph.describe()} is the target of "
-                                 f"{graph.captures} open stream capture(s)")
+        raise EmulatedGraphError(
+            f"{step}: {graph.describe()} is the target of "
+            f"{graph.captures} open stream capture(s)"
+        )
 
 
 def _check_nodes(graph: Graph, nodes: Sequence[Any], step: str) -> None:
@@ -120,12 +128,16 @@ def _check_nodes(graph: Graph, nodes: Sequence[Any], step: str) -> None:
         if not isinstance(node, Node):
             raise EmulatedGraphError(f"{step}: {node!r} is not a graph node")
         if node.graph is not graph:
-            where = ("a removed node" if node.graph is None
-                     else f"a node of {node.graph.describe()}")
+            where = (
+                "a removed node"
+                if node.graph is None
+                else f"a node of {node.graph.describe()}"
+            )
             raise EmulatedGraphError(
                 f"{step}: a dependency is {where}, not of {graph.describe()} (a CUDA "
                 "graph's edges join nodes of one graph; the driver answers "
-                "CUDA_ERROR_INVALID_VALUE)")
+                "CUDA_ERROR_INVALID_VALUE)"
+            )
 
 
 class Capture:
@@ -209,8 +221,9 @@ class EmulatedGraphs(GraphSupport):
         for node in reversed(graph.nodes[mark:]):
             self.remove_node(graph, node)
 
-    def add_loop(self, graph: Graph, deps: Sequence[Any], device: int,
-                 count: int | None) -> tuple[Node, Graph, int]:
+    def add_loop(
+        self, graph: Graph, deps: Sequence[Any], device: int, count: int | None
+    ) -> tuple[Node, Graph, int]:
         handle = next(_handles)
         with _conditions_lock:
             _conditions[handle] = [1]
@@ -223,15 +236,20 @@ class EmulatedGraphs(GraphSupport):
         graph.nodes.append(node)
         return node, body, handle
 
-    def set_condition(self, stream: Stream, handle: int, terms: Sequence[ConditionTerm],
-                      combiner: str) -> None:
-        readers = [(_reader(ptr, dtype), _COMPARE[op], threshold, negate)
-                   for ptr, dtype, op, threshold, negate in terms]
+    def set_condition(
+        self, stream: Stream, handle: int, terms: Sequence[ConditionTerm], combiner: str
+    ) -> None:
+        readers = [
+            (_reader(ptr, dtype), _COMPARE[op], threshold, negate)
+            for ptr, dtype, op, threshold, negate in terms
+        ]
         combine = all if combiner == "all" else any
 
         def evaluate() -> None:
-            value = combine(compare(read(), threshold) != negate
-                            for read, compare, threshold, negate in readers)
+            value = combine(
+                compare(read(), threshold) != negate
+                for read, compare, threshold, negate in readers
+            )
             set_conditional(handle, int(value))
 
         self.backend.enqueue_call(stream, evaluate)
@@ -251,8 +269,9 @@ class EmulatedGraphs(GraphSupport):
 
     def launch(self, executable: Executable, stream: Stream) -> None:
         executable.launches += 1
-        rng = random.Random(hash((self.backend.seed, id(executable),
-                                  executable.launches)))
+        rng = random.Random(
+            hash((self.backend.seed, id(executable), executable.launches))
+        )
         graph = executable.graph
 
         def run() -> None:
@@ -285,7 +304,7 @@ def _run_graph(graph: Graph, rng: random.Random) -> None:
             else:
                 stack.pop()
             continue
-        if frame.running is not None:             # its loop node has just finished
+        if frame.running is not None:  # its loop node has just finished
             frame.complete(frame.running)
             frame.running = None
         if not frame.ready:
@@ -327,8 +346,10 @@ class _GraphRun:
 
     def check(self) -> None:
         if self.ran != len(self.nodes):
-            raise RuntimeError(f"an emulated graph has a dependency cycle: "
-                               f"{len(self.nodes) - self.ran} of its nodes never became ready")
+            raise RuntimeError(
+                f"an emulated graph has a dependency cycle: "
+                f"{len(self.nodes) - self.ran} of its nodes never became ready"
+            )
 
 
 class _LoopRun:
@@ -347,5 +368,5 @@ class _LoopRun:
             return self.done <= loop.count
         cell = _conditions[loop.handle]
         if self.done == 1:
-            cell[0] = 1                            # the body runs at least once
+            cell[0] = 1  # the body runs at least once
         return bool(cell[0])

@@ -18,8 +18,13 @@ from typing import Any
 
 from .._core.errors import PlaceError
 
-__all__ = ["EMULATED_SM_COUNT", "EMULATED_SM_GRANULARITY", "EmulatedContext",
-           "EmulatedPartitions", "split_sizes"]
+__all__ = [
+    "EMULATED_SM_COUNT",
+    "EMULATED_SM_GRANULARITY",
+    "EmulatedContext",
+    "EmulatedPartitions",
+    "split_sizes",
+]
 
 EMULATED_SM_COUNT = 32
 """SMs of a virtual device."""
@@ -28,8 +33,9 @@ EMULATED_SM_GRANULARITY = 2
 """Partitions hold a multiple of this many SMs (the minimum partition)."""
 
 _handles = itertools.count(0x6C0000)
-_contexts: weakref.WeakValueDictionary[int, EmulatedContext] = \
+_contexts: weakref.WeakValueDictionary[int, EmulatedContext] = (
     weakref.WeakValueDictionary()
+)
 """The live contexts by handle (process-wide, like ``CUcontext`` values)."""
 
 
@@ -59,8 +65,10 @@ class EmulatedContext:
         _contexts[self.handle] = self
 
     def __repr__(self) -> str:
-        return (f"EmulatedContext(handle=0x{self.handle:x}, device_id={self.device_id}, "
-                f"sm_count={self.sm_count})")
+        return (
+            f"EmulatedContext(handle=0x{self.handle:x}, device_id={self.device_id}, "
+            f"sm_count={self.sm_count})"
+        )
 
 
 def split_sizes(device: int, sm_count: int, n_places: int | None) -> list[int]:
@@ -80,7 +88,8 @@ def split_sizes(device: int, sm_count: int, n_places: int | None) -> list[int]:
         raise RuntimeError(
             f"could not partition device {device} into {wanted} places of {sm_count} "
             f"SMs: a virtual device has {EMULATED_SM_COUNT} SMs, partitions are "
-            f"multiples of {granule}, so {fit} fit; ask for fewer or smaller places")
+            f"multiples of {granule}, so {fit} fit; ask for fewer or smaller places"
+        )
     return [size] * wanted
 
 
@@ -90,8 +99,9 @@ class EmulatedPartitions:
     __slots__ = ()
     name: str
 
-    def split_device(self, device: int, sm_count: int, n_places: int | None,
-                     coscheduled_sm_count: int) -> list[tuple[Any, int]]:
+    def split_device(
+        self, device: int, sm_count: int, n_places: int | None, coscheduled_sm_count: int
+    ) -> list[tuple[Any, int]]:
         """:class:`EmulatedContext` partitions (``Backend.split_device``); the
         co-scheduled count is a lower bound of each partition's SMs."""
         sizes = split_sizes(device, max(sm_count, coscheduled_sm_count), n_places)
@@ -105,5 +115,6 @@ class EmulatedPartitions:
             raise PlaceError(
                 f"exec_place.from_context: 0x{handle:x} is not a context of the "
                 f"{self.name} backend; there, pass a backing_context of a green place "
-                "(green_places(...)[i].backing_context) or its .handle")
+                "(green_places(...)[i].backing_context) or its .handle"
+            )
         return emulated.device_id, emulated

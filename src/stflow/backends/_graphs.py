@@ -27,7 +27,8 @@ loop node's graph refers to.
 from __future__ import annotations
 
 import abc
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -87,8 +88,9 @@ class GraphSupport(abc.ABC):
         """Remove ``node`` (a loop node whose body failed to record) and its edges."""
 
     @abc.abstractmethod
-    def add_loop(self, graph: Any, deps: Sequence[Any], device: int,
-                 count: int | None) -> tuple[Any, Any, int]:
+    def add_loop(
+        self, graph: Any, deps: Sequence[Any], device: int, count: int | None
+    ) -> tuple[Any, Any, int]:
         """Add a loop node to ``graph`` after ``deps``; returns ``(node, body, handle)``.
 
         ``count=None`` is a while loop: at each launch the body runs once, then again
@@ -100,8 +102,9 @@ class GraphSupport(abc.ABC):
         """
 
     @abc.abstractmethod
-    def set_condition(self, stream: Stream, handle: int,
-                      terms: Sequence[ConditionTerm], combiner: str) -> None:
+    def set_condition(
+        self, stream: Stream, handle: int, terms: Sequence[ConditionTerm], combiner: str
+    ) -> None:
         """Enqueue on ``stream`` (capturing into a loop body) the evaluation of a
         condition: ``handle`` becomes 1 if all (``combiner="all"``) or any
         (``"any"``) of ``terms`` hold, else 0."""

@@ -16,18 +16,32 @@ from __future__ import annotations
 import bisect
 import ctypes
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._core.errors import BackendUnavailableError, ScopeError
 from .._core.layout import dense_strides
 from .._interchange.views import ViewLifetime
-from ._base import (HOST, Allocation, CompositeAllocation, KernelLaunch, describable,
-                    pointer_array, poison)
+from ._base import (
+    HOST,
+    Allocation,
+    CompositeAllocation,
+    KernelLaunch,
+    describable,
+    pointer_array,
+    poison,
+)
 
-__all__ = ["HostMemory", "HostView", "copy_elements", "element_array", "poison",
-           "python_kernel"]
+__all__ = [
+    "HostMemory",
+    "HostView",
+    "copy_elements",
+    "element_array",
+    "poison",
+    "python_kernel",
+]
 
 
 class HostView(ViewLifetime):
@@ -45,12 +59,27 @@ class HostView(ViewLifetime):
     runs) but can still be handed to launched work (``stflow.emulated.launch``).
     """
 
-    __slots__ = ("_allocation", "ptr", "shape", "dtype", "readonly", "strides", "stream",
-                 "_invalid", "_host_refused")
+    __slots__ = (
+        "_allocation",
+        "ptr",
+        "shape",
+        "dtype",
+        "readonly",
+        "strides",
+        "stream",
+        "_invalid",
+        "_host_refused",
+    )
 
-    def __init__(self, allocation: Allocation, ptr: int, shape: tuple[int, ...],
-                 dtype: np.dtype, readonly: bool,
-                 strides: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        allocation: Allocation,
+        ptr: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+        strides: tuple[int, ...] | None = None,
+    ) -> None:
         # Keep the buffer itself: arrays made from the view outlive a free() of the
         # allocation (they then see the poison pattern, never released memory).
         self._allocation = allocation.owner
@@ -58,7 +87,7 @@ class HostView(ViewLifetime):
         self.shape = shape
         self.dtype = dtype
         self.readonly = readonly
-        self.strides = strides          # bytes; None: C order (see stflow._core.layout)
+        self.strides = strides  # bytes; None: C order (see stflow._core.layout)
         self.stream = 0
         self._invalid: str | None = None
         self._host_refused: str | None = None
@@ -81,14 +110,25 @@ class HostView(ViewLifetime):
             # The interface cannot express this dtype (padded records): without the
             # attribute, NumPy builds the array through __array__, exactly.
             raise AttributeError("__array_interface__")
-        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str,
-                "descr": self.dtype.descr, "data": (self.ptr, self.readonly),
-                "strides": self.strides}
+        return {
+            "version": 3,
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": self.dtype.descr,
+            "data": (self.ptr, self.readonly),
+            "strides": self.strides,
+        }
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         self._check_host_access()
-        array = pointer_array(self.ptr, self.shape, self.dtype, self.readonly,
-                              self._allocation, self.strides)
+        array = pointer_array(
+            self.ptr,
+            self.shape,
+            self.dtype,
+            self.readonly,
+            self._allocation,
+            self.strides,
+        )
         if dtype is not None and np.dtype(dtype) != array.dtype:
             return array.astype(dtype)
         return array.copy() if copy else array
@@ -99,8 +139,14 @@ class HostView(ViewLifetime):
     def get(self, key: str, default: Any = None) -> Any:
         return self.__array_interface__.get(key, default)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None,
-                   dl_device: Any = None, copy: Any = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: Any = None,
+    ) -> Any:
         array = np.asarray(self)
         kwargs: dict[str, Any] = {}
         if max_version is not None:
@@ -115,8 +161,10 @@ class HostView(ViewLifetime):
         return (1, 0)
 
     def __repr__(self) -> str:
-        return (f"HostView(ptr=0x{self.ptr:x}, shape={self.shape}, "
-                f"dtype={self.dtype}, readonly={self.readonly})")
+        return (
+            f"HostView(ptr=0x{self.ptr:x}, shape={self.shape}, "
+            f"dtype={self.dtype}, readonly={self.readonly})"
+        )
 
 
 class HostMemory:
@@ -124,8 +172,8 @@ class HostMemory:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._starts: list[int] = []                    # sorted
-        self._ranges: dict[int, tuple[int, int]] = {}   # start -> (end, device)
+        self._starts: list[int] = []  # sorted
+        self._ranges: dict[int, tuple[int, int]] = {}  # start -> (end, device)
 
     def allocate(self, device: int, nbytes: int, dtype: np.dtype) -> Allocation:
         """A poisoned buffer of ``nbytes`` on ``device``."""
@@ -133,13 +181,19 @@ class HostMemory:
         poison(buffer, dtype)
         ptr = buffer.ctypes.data
         with self._lock:
-            if ptr not in self._ranges:     # else a dropped, never freed buffer's
+            if ptr not in self._ranges:  # else a dropped, never freed buffer's
                 bisect.insort(self._starts, ptr)
             self._ranges[ptr] = (ptr + buffer.nbytes, device)
         return Allocation(ptr, nbytes, device, dtype, buffer)
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
         """A poisoned buffer of ``nbytes`` whose ``i``-th ``chunk`` bytes are
         registered on ``chunk_devices[i]`` (:meth:`locate` answers per chunk)."""
         buffer = np.empty(max(nbytes, 1), dtype=np.uint8)
@@ -158,8 +212,9 @@ class HostMemory:
                 bisect.insort(self._starts, start)
                 self._ranges[start] = (min(start + chunk, end), device)
                 runs.append(start)
-        return CompositeAllocation(ptr, nbytes, device, dtype, chunk,
-                                   tuple(chunk_devices), tuple(runs), buffer)
+        return CompositeAllocation(
+            ptr, nbytes, device, dtype, chunk, tuple(chunk_devices), tuple(runs), buffer
+        )
 
     def release(self, allocation: Allocation) -> None:
         """Poison ``allocation`` and forget it (arrays still viewing it keep the
@@ -167,8 +222,11 @@ class HostMemory:
         buffer = allocation.owner
         if buffer is not None:
             poison(buffer, allocation.dtype)
-        starts = (allocation.pieces if isinstance(allocation, CompositeAllocation)
-                  else (allocation.ptr,))
+        starts = (
+            allocation.pieces
+            if isinstance(allocation, CompositeAllocation)
+            else (allocation.ptr,)
+        )
         with self._lock:
             for start in starts:
                 if self._ranges.pop(start, None) is not None:
@@ -187,48 +245,74 @@ class HostMemory:
         return HOST
 
 
-
 def combine_at(dst: int, src: int, count: int, dtype: np.dtype, op: str) -> None:
     """``dst[i] = op(dst[i], src[i])`` on host-addressable memory (now)."""
     from .._core.reduce import OPS
+
     if not count:
         return
     nbytes = count * np.dtype(dtype).itemsize
-    target = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(dst)).view(dtype)
-    source = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(src)).view(dtype)
+    target = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(dst)).view(
+        dtype
+    )
+    source = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(src)).view(
+        dtype
+    )
     OPS[op].ufunc(target, source, out=target)
 
 
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def element_array(ptr: int, shape: tuple[int, ...], strides: tuple[int, ...] | None,
-                  itemsize: int, readonly: bool = False) -> np.ndarray:
+def element_array(
+    ptr: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...] | None,
+    itemsize: int,
+    readonly: bool = False,
+) -> np.ndarray:
     """The elements of a layout as an array of ``itemsize``-byte words (raw bytes
     with a last axis of ``itemsize`` when no word type fits), over host-addressable
     memory, without a copy."""
     word = _WORDS.get(itemsize)
     if strides is None:
         strides = dense_strides(shape, itemsize)
-    if word is not None and ptr % itemsize == 0 and all(s % itemsize == 0
-                                                         for s in strides):
+    if (
+        word is not None
+        and ptr % itemsize == 0
+        and all(s % itemsize == 0 for s in strides)
+    ):
         return pointer_array(ptr, shape, np.dtype(word), readonly, None, strides)
-    return pointer_array(ptr, tuple(shape) + (itemsize,), np.dtype(np.uint8), readonly,
-                         None, tuple(strides) + (1,))
+    return pointer_array(
+        ptr,
+        tuple(shape) + (itemsize,),
+        np.dtype(np.uint8),
+        readonly,
+        None,
+        tuple(strides) + (1,),
+    )
 
 
-def copy_elements(dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                  src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                  itemsize: int) -> None:
+def copy_elements(
+    dst: int,
+    dst_strides: tuple[int, ...] | None,
+    src: int,
+    src_strides: tuple[int, ...] | None,
+    shape: tuple[int, ...],
+    itemsize: int,
+) -> None:
     """Copy the elements of ``shape`` between two layouts in host-addressable memory
     (now): only the elements' bytes are written."""
-    np.copyto(element_array(dst, shape, dst_strides, itemsize),
-              element_array(src, shape, src_strides, itemsize, readonly=True))
+    np.copyto(
+        element_array(dst, shape, dst_strides, itemsize),
+        element_array(src, shape, src_strides, itemsize, readonly=True),
+    )
 
 
-def python_kernel(launch: KernelLaunch,
-                  host_array: Callable[[Allocation, tuple[int, ...], np.dtype, bool],
-                                       np.ndarray]) -> tuple[Callable[..., Any], tuple]:
+def python_kernel(
+    launch: KernelLaunch,
+    host_array: Callable[[Allocation, tuple[int, ...], np.dtype, bool], np.ndarray],
+) -> tuple[Callable[..., Any], tuple]:
     """The Python callable of a ``cuda_kernel`` launch and the values it is called with.
 
     Every argument that is the address of one of the task's instances becomes a NumPy
@@ -244,22 +328,28 @@ def python_kernel(launch: KernelLaunch,
     """
     kernel = launch.kernel
     if isinstance(kernel, int) or (type(kernel).__module__ or "").startswith(
-            ("cuda.core", "cuda.bindings", "cupy")):
+        ("cuda.core", "cuda.bindings", "cupy")
+    ):
         raise BackendUnavailableError(
             f"{launch.label}: {type(kernel).__name__} is a CUDA function, which needs "
             "the CUDA backend; here launch a Python callable (called as kernel(*args) "
-            "with NumPy arrays for k.get_arg(i))")
+            "with NumPy arrays for k.get_arg(i))"
+        )
     if not callable(kernel):
-        raise TypeError(f"launch: kernel must be a Python callable on a backend without "
-                        f"a GPU, got {type(kernel).__name__}")
+        raise TypeError(
+            f"launch: kernel must be a Python callable on a backend without "
+            f"a GPU, got {type(kernel).__name__}"
+        )
     writable: dict[int, bool] = {}
     found: dict[int, tuple[Allocation, tuple[int, ...], np.dtype]] = {}
     for allocation, shape, dtype, writes in launch.buffers:
         if allocation.ptr:
             found[allocation.ptr] = (allocation, shape, dtype)
             writable[allocation.ptr] = writable.get(allocation.ptr, False) or writes
-    arrays = {ptr: host_array(allocation, shape, dtype, not writable[ptr])
-              for ptr, (allocation, shape, dtype) in found.items()}
+    arrays = {
+        ptr: host_array(allocation, shape, dtype, not writable[ptr])
+        for ptr, (allocation, shape, dtype) in found.items()
+    }
     return kernel, tuple(_kernel_value(arg, arrays) for arg in launch.args)
 
 
@@ -268,7 +358,7 @@ def _kernel_value(arg: Any, arrays: dict[int, np.ndarray]) -> Any:
     if isinstance(arg, ctypes._SimpleCData):
         arg = arg.value
     elif isinstance(arg, (ctypes.Structure, ctypes.Union, ctypes.Array)):
-        return type(arg).from_buffer_copy(arg)     # the value at the call
+        return type(arg).from_buffer_copy(arg)  # the value at the call
     if type(arg) is int and arg in arrays:
         return arrays[arg]
     return arg

@@ -31,6 +31,7 @@ def populate(ptr: int, nbytes: int) -> None:
     import mmap
     import os
     from concurrent.futures import ThreadPoolExecutor
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         madvise = libc.madvise
@@ -42,14 +43,18 @@ def populate(ptr: int, nbytes: int) -> None:
     page = mmap.PAGESIZE
     start = ptr - ptr % page
     end = ptr + nbytes
-    pieces = [(at, min(_POPULATE_PIECE, end - at))
-              for at in range(start, end, _POPULATE_PIECE)]
+    pieces = [
+        (at, min(_POPULATE_PIECE, end - at)) for at in range(start, end, _POPULATE_PIECE)
+    ]
 
     def one(piece: tuple[int, int]) -> int:
-        return 0 if madvise(piece[0], piece[1], _MADV_POPULATE_WRITE) == 0 \
+        return (
+            0
+            if madvise(piece[0], piece[1], _MADV_POPULATE_WRITE) == 0
             else ctypes.get_errno()
+        )
 
     with ThreadPoolExecutor(min(len(pieces), os.cpu_count() or 1, 16)) as pool:
         errors = set(pool.map(one, pieces))
-    if errors & {22}:                  # EINVAL: a kernel without MADV_POPULATE_WRITE
+    if errors & {22}:  # EINVAL: a kernel without MADV_POPULATE_WRITE
         _populate_unsupported = True

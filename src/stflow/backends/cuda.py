@@ -51,7 +51,8 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -88,27 +89,37 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         d = _cu.driver
         check = _cu.check
         self._count = int(check(d.cuDeviceGetCount(), "cuDeviceGetCount"))
-        self._devices = [check(d.cuDeviceGet(i), f"cuDeviceGet({i})")
-                         for i in range(self._count)]
-        self._contexts = [check(d.cuDevicePrimaryCtxRetain(dev),
-                                f"retaining the primary context of device {i}")
-                          for i, dev in enumerate(self._devices)]
+        self._devices = [
+            check(d.cuDeviceGet(i), f"cuDeviceGet({i})") for i in range(self._count)
+        ]
+        self._contexts = [
+            check(
+                d.cuDevicePrimaryCtxRetain(dev),
+                f"retaining the primary context of device {i}",
+            )
+            for i, dev in enumerate(self._devices)
+        ]
         self._context_device = {int(ctx): i for i, ctx in enumerate(self._contexts)}
         self._context_ids = [self._context_id(ctx) for ctx in self._contexts]
-        self._pools = [check(d.cuDeviceGetDefaultMemPool(dev),
-                             f"cuDeviceGetDefaultMemPool on device {i}")
-                       for i, dev in enumerate(self._devices)]
+        self._pools = [
+            check(
+                d.cuDeviceGetDefaultMemPool(dev),
+                f"cuDeviceGetDefaultMemPool on device {i}",
+            )
+            for i, dev in enumerate(self._devices)
+        ]
         self._properties = [self._read_properties(i) for i in range(self._count)]
         self._event_pools: list[list[Any]] = [[] for _ in range(self._count)]
         self._free_streams: list[list[Any]] = [[] for _ in range(self._count)]
-        self._generation = 0       # bumped when primary contexts are renewed
-        self._streams: weakref.WeakValueDictionary[int, DriverStream] = \
+        self._generation = 0  # bumped when primary contexts are renewed
+        self._streams: weakref.WeakValueDictionary[int, DriverStream] = (
             weakref.WeakValueDictionary()
+        )
         self._foreign: dict[Any, DriverStream] = {}
         self._lock = threading.Lock()
         self._initialized = False
         self._host_funcs: dict[int, tuple[Callable[[], None], Stream, bool]] = {}
-        self._captures: dict[int, Any] = {}         # capturing stream -> _Capture
+        self._captures: dict[int, Any] = {}  # capturing stream -> _Capture
         self._host_keys = itertools.count(1)
         self._trampoline = _HOST_FN_TYPE(self._run_host_func)
         self._host_fn = d.CUhostFn(ctypes.cast(self._trampoline, ctypes.c_void_p).value)
@@ -156,9 +167,12 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         Contexts of stflow still alive across such a reset cannot be saved: their
         streams and memory went with the old context.
         """
-        stale = [i for i, ctx in enumerate(self._contexts)
-                 if self._context_ids[i] is None or
-                 self._context_id(ctx) != self._context_ids[i]]
+        stale = [
+            i
+            for i, ctx in enumerate(self._contexts)
+            if self._context_ids[i] is None
+            or self._context_id(ctx) != self._context_ids[i]
+        ]
         if not stale:
             return False
         d = _cu.driver
@@ -169,13 +183,17 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
                 # No release first: the count is per device, not per incarnation, and
                 # another library (the one that reset it) may hold the new context
                 # already; one more retain keeps it alive for the process, as ours did.
-                ctx = check(d.cuDevicePrimaryCtxRetain(dev),
-                            f"retaining the primary context of device {i} again "
-                            "(it was reset by another library)")
+                ctx = check(
+                    d.cuDevicePrimaryCtxRetain(dev),
+                    f"retaining the primary context of device {i} again "
+                    "(it was reset by another library)",
+                )
                 self._contexts[i] = ctx
                 self._context_ids[i] = self._context_id(ctx)
-                self._pools[i] = check(d.cuDeviceGetDefaultMemPool(dev),
-                                       f"cuDeviceGetDefaultMemPool on device {i}")
+                self._pools[i] = check(
+                    d.cuDeviceGetDefaultMemPool(dev),
+                    f"cuDeviceGetDefaultMemPool on device {i}",
+                )
                 # Made in the destroyed context: gone with it. New lists, not
                 # emptied ones: objects of the old context still hold the old lists
                 # and return their (dead) streams and events to those.
@@ -190,8 +208,10 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         self._init_memory()
         current = _cu.check(d.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if not int(current) or self._context_id(current) is None:
-            _cu.check(d.cuCtxSetCurrent(self._contexts[0]),
-                      "making device 0's primary context current")
+            _cu.check(
+                d.cuCtxSetCurrent(self._contexts[0]),
+                "making device 0's primary context current",
+            )
         for i in stale:
             self._service[i] = self._new_stream(i)
             self._time_origins[i] = self._time_origin(i)
@@ -203,16 +223,22 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         """Make device 0's primary context current if the thread has no context."""
         ctx = _cu.check(_cu.driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         if not int(ctx):
-            _cu.check(_cu.driver.cuCtxSetCurrent(self._contexts[0]),
-                      "making device 0's primary context current")
+            _cu.check(
+                _cu.driver.cuCtxSetCurrent(self._contexts[0]),
+                "making device 0's primary context current",
+            )
 
     def _push(self, device: int) -> None:
-        _cu.check(_cu.driver.cuCtxPushCurrent(self._contexts[device]),
-                  f"making device {device}'s primary context current")
+        _cu.check(
+            _cu.driver.cuCtxPushCurrent(self._contexts[device]),
+            f"making device {device}'s primary context current",
+        )
 
     def _pop(self, device: int) -> None:
-        _cu.check(_cu.driver.cuCtxPopCurrent(),
-                  f"restoring the context after using device {device}")
+        _cu.check(
+            _cu.driver.cuCtxPopCurrent(),
+            f"restoring the context after using device {device}",
+        )
 
     def _read_properties(self, device: int) -> tuple[str, int, int, int]:
         d = _cu.driver
@@ -221,10 +247,18 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         name = _cu.check(d.cuDeviceGetName(256, dev), step)
         name = name.split(b"\0", 1)[0].decode() if isinstance(name, bytes) else str(name)
         attribute = d.CUdevice_attribute
-        major = _cu.check(d.cuDeviceGetAttribute(
-            attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), step)
-        minor = _cu.check(d.cuDeviceGetAttribute(
-            attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), step)
+        major = _cu.check(
+            d.cuDeviceGetAttribute(
+                attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev
+            ),
+            step,
+        )
+        minor = _cu.check(
+            d.cuDeviceGetAttribute(
+                attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev
+            ),
+            step,
+        )
         total = _cu.check(d.cuDeviceTotalMem(dev), step)
         return name, int(major), int(minor), int(total)
 
@@ -237,8 +271,10 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         return int(self._properties[device][3])
 
     def describe(self) -> str:
-        devices = ", ".join(f"{name} (sm_{major}{minor}, {round(total / 2**30)} GiB)"
-                            for name, major, minor, total in self._properties)
+        devices = ", ".join(
+            f"{name} (sm_{major}{minor}, {round(total / 2**30)} GiB)"
+            for name, major, minor, total in self._properties
+        )
         return f"cuda backend, {self._count} device(s): {devices}"
 
     def current_device(self) -> int:
@@ -250,21 +286,25 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
         if not handle:
             return 0
         device = self._context_device.get(handle)
-        if device is None:              # not a primary context: ask for its device
+        if device is None:  # not a primary context: ask for its device
             device = int(_cu.check(_cu.driver.cuCtxGetDevice(), "cuCtxGetDevice"))
         return device
 
     def set_current_device(self, device: int) -> None:
         """Make ``device``'s primary context current on the calling thread."""
         self._check_ordinal(device, "set_current_device")
-        _cu.check(_cu.driver.cuCtxSetCurrent(self._contexts[device]),
-                  f"making device {device}'s primary context current")
+        _cu.check(
+            _cu.driver.cuCtxSetCurrent(self._contexts[device]),
+            f"making device {device}'s primary context current",
+        )
 
     def _check_ordinal(self, device: int, what: str) -> None:
         if not 0 <= device < self._count:
-            raise DeviceOrdinalError(f"{what}: invalid device id {device}: device "
-                                     f"{device} does not exist on the cuda backend "
-                                     f"({self._count} device(s))")
+            raise DeviceOrdinalError(
+                f"{what}: invalid device id {device}: device "
+                f"{device} does not exist on the cuda backend "
+                f"({self._count} device(s))"
+            )
 
     def machine_init(self) -> None:
         """Enable peer access between devices and configure the memory pools.
@@ -288,9 +328,10 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
             threshold = d.cuuint64_t(2**64 - 1)
             attribute = d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
             for device, pool in enumerate(self._pools):
-                _cu.check(d.cuMemPoolSetAttribute(pool, attribute, threshold),
-                          f"setting the memory pool release threshold of device "
-                          f"{device}")
+                _cu.check(
+                    d.cuMemPoolSetAttribute(pool, attribute, threshold),
+                    f"setting the memory pool release threshold of device {device}",
+                )
             for device in range(self._count):
                 for peer in range(self._count):
                     if peer != device:
@@ -300,43 +341,61 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
     def _enable_peer(self, device: int, peer: int) -> None:
         """Let ``device`` access ``peer``'s memory (contexts and pool), if possible."""
         d = _cu.driver
-        can = _cu.check(d.cuDeviceCanAccessPeer(self._devices[device],
-                                                self._devices[peer]),
-                        f"asking whether device {device} can access device {peer}")
+        can = _cu.check(
+            d.cuDeviceCanAccessPeer(self._devices[device], self._devices[peer]),
+            f"asking whether device {device} can access device {peer}",
+        )
         if not can:
             return
         self._push(device)
         try:
             (err,) = d.cuCtxEnablePeerAccess(self._contexts[peer], 0)
             if err and err != d.CUresult.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
-                raise _cu.error(err, f"enabling peer access from device {device} to "
-                                     f"device {peer}") from None
+                raise _cu.error(
+                    err, f"enabling peer access from device {device} to device {peer}"
+                ) from None
         finally:
             self._pop(device)
         access = d.CUmemAccessDesc()
         access.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         access.location.id = device
         access.flags = d.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        _cu.check(d.cuMemPoolSetAccess(self._pools[peer], [access], 1),
-                  f"granting device {device} access to device {peer}'s memory pool")
+        _cu.check(
+            d.cuMemPoolSetAccess(self._pools[peer], [access], 1),
+            f"granting device {device} access to device {peer}'s memory pool",
+        )
 
     # -- reductions ----------------------------------------------------------------
-    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
-                stream: Stream) -> None:
+    def combine(
+        self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
+    ) -> None:
         """An NVRTC kernel (one per operation and dtype, compiled once) on the
         stream's device: a grid-stride loop of 256-thread blocks."""
         if not count:
             return
         device = stream.ordinal
-        function = self.kernels.function(combine_source(op, np.dtype(dtype).name),
-                                         "stflow_combine", device)
+        function = self.kernels.function(
+            combine_source(op, np.dtype(dtype).name), "stflow_combine", device
+        )
         blocks = min((count + 255) // 256, 65535)
         args = [ctypes.c_uint64(dst), ctypes.c_uint64(src), ctypes.c_uint64(count)]
         array = kernel_params(args)
-        _cu.check(_cu.driver.cuLaunchKernel(function, blocks, 1, 1, 256, 1, 1, 0,
-                                            stream.native,  # type: ignore[attr-defined]
-                                            ctypes.addressof(array), 0),
-                  f"combining reduction results ({op}) on {stream!r}")
+        _cu.check(
+            _cu.driver.cuLaunchKernel(
+                function,
+                blocks,
+                1,
+                1,
+                256,
+                1,
+                1,
+                0,
+                stream.native,  # type: ignore[attr-defined]
+                ctypes.addressof(array),
+                0,
+            ),
+            f"combining reduction results ({op}) on {stream!r}",
+        )
 
     # -- host callbacks ----------------------------------------------------------
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
@@ -380,7 +439,7 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
             if entry is None:
                 return
             fn, stream, kept = entry
-            if not kept:                # a host node of a graph runs at every launch
+            if not kept:  # a host node of a graph runs at every launch
                 self._host_funcs.pop(key or 0, None)
             state = callback_state
             previous = state.active
@@ -392,8 +451,11 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
                 if sink is not None:
                     sink(exc)
                 else:
-                    warnings.warn(f"stflow: a host callback with no owner raised "
-                                  f"{exc!r}", RuntimeWarning, stacklevel=1)
+                    warnings.warn(
+                        f"stflow: a host callback with no owner raised {exc!r}",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
             finally:
                 state.active = previous
         except BaseException:  # noqa: BLE001 - nothing may escape into the driver
@@ -422,23 +484,35 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
             except ImportError as exc:
                 raise BackendUnavailableError(
                     "cuda_kernel.launch needs cuda.core; install stflow[cu12] or "
-                    "stflow[cu13] (cuda-core)") from exc
+                    "stflow[cu13] (cuda-core)"
+                ) from exc
         native: Any = stream.native  # type: ignore[attr-defined]
         function = self._function(launch.kernel, stream.ordinal, launch.label)
         packed = launch.packed
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
-            *[ctypes.addressof(value) for value in packed])
-        _cu.check(_cu.driver.cuLaunchKernel(
-            function, *launch.grid, *launch.block, launch.shmem, native,
-            ctypes.addressof(pointers) if packed else 0, 0),
-            f"{launch.label}: cuLaunchKernel")
+            *[ctypes.addressof(value) for value in packed]
+        )
+        _cu.check(
+            _cu.driver.cuLaunchKernel(
+                function,
+                *launch.grid,
+                *launch.block,
+                launch.shmem,
+                native,
+                ctypes.addressof(pointers) if packed else 0,
+                0,
+            ),
+            f"{launch.label}: cuLaunchKernel",
+        )
 
     def _function(self, kernel: Any, device: int, label: str) -> Any:
         """The ``CUfunction`` of ``kernel`` for ``device``."""
         driver = _cu.driver
         if isinstance(kernel, bool):
-            raise TypeError("launch: kernel must be a cuda.core Kernel, a CuPy "
-                            "RawKernel or an int CUfunction, got bool")
+            raise TypeError(
+                "launch: kernel must be a cuda.core Kernel, a CuPy "
+                "RawKernel or an int CUfunction, got bool"
+            )
         if isinstance(kernel, int):
             return driver.CUfunction(kernel)
         if isinstance(kernel, driver.CUfunction):
@@ -449,22 +523,30 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
             if isinstance(handle, driver.CUfunction):
                 return handle
             if isinstance(handle, driver.CUkernel):
+
                 def resolve() -> Any:
-                    return _cu.check(driver.cuKernelGetFunction(handle),
-                                     f"{label}: resolving a CUkernel to the "
-                                     f"CUfunction of device {device}")
+                    return _cu.check(
+                        driver.cuKernelGetFunction(handle),
+                        f"{label}: resolving a CUkernel to the "
+                        f"CUfunction of device {device}",
+                    )
             else:
                 return driver.CUfunction(int(handle))
         elif hasattr(kernel, "kernel") and (type(kernel).__module__ or "").startswith(
-                "cupy"):
+            "cupy"
+        ):
+
             def resolve() -> Any:
                 return driver.CUfunction(int(kernel.kernel.ptr))
+
         if resolve is None:
-            raise TypeError(f"launch: kernel must be a cuda.core Kernel, a CuPy "
-                            f"RawKernel or an int CUfunction on the CUDA backend, got "
-                            f"{type(kernel).__name__}")
+            raise TypeError(
+                f"launch: kernel must be a cuda.core Kernel, a CuPy "
+                f"RawKernel or an int CUfunction on the CUDA backend, got "
+                f"{type(kernel).__name__}"
+            )
         previous = self.current_device()
-        self.set_current_device(device)      # also when the thread has no context
+        self.set_current_device(device)  # also when the thread has no context
         try:
             return resolve()
         finally:
@@ -472,12 +554,19 @@ class CudaBackend(CudaStreams, CudaMemory, CudaPartitions, Backend):
                 self.set_current_device(previous)
 
     # -- views -------------------------------------------------------------------
-    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> TaskView:
+    def task_view(
+        self,
+        allocation: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> TaskView:
         """A CUDA Array Interface view advertising no stream (an ``stf_cai`` valid
         until the task ends)."""
-        return TaskView(allocation.ptr + offset, shape, dtype, 0, readonly,
-                        allocation.strides)
+        return TaskView(
+            allocation.ptr + offset, shape, dtype, 0, readonly, allocation.strides
+        )
 
 
 _backend: CudaBackend | None = None

@@ -40,19 +40,37 @@ import time
 import weakref
 import zlib
 from collections import deque
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._core.access import READ
 from .._core.errors import AccessModeError, ScopeError, add_note, work_ids
-from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
-                    KernelLaunch, Stream, callback_state, pointer_array)
+from ._base import (
+    Allocation,
+    Backend,
+    CompositeAllocation,
+    CurrentDevice,
+    Event,
+    KernelLaunch,
+    Stream,
+    callback_state,
+    pointer_array,
+)
 from ._emulated_green import EmulatedPartitions
-from ._host_memory import (HostMemory, HostView, combine_at, copy_elements,
-                           element_array, poison, python_kernel)
+from ._host_memory import (
+    HostMemory,
+    HostView,
+    combine_at,
+    copy_elements,
+    element_array,
+    poison,
+    python_kernel,
+)
 
 __all__ = ["EmulatedBackend", "EmulatedView", "get_backend", "poison"]
+
 
 class EmulatedView(HostView):
     """What task bodies get on the emulated backend: a :class:`HostView` whose missing
@@ -74,11 +92,17 @@ class EmulatedView(HostView):
             "(__array_interface__, zero-copy), DLPack (torch.from_dlpack(view)), the "
             "adapters (stflow.interop.pytorch / numba / cupy), or t.run(fn), which "
             "gives NumPy arrays here and CuPy arrays on CUDA; CUDA libraries need "
-            "backend='cuda'", name="__cuda_array_interface__", obj=self)
+            "backend='cuda'",
+            name="__cuda_array_interface__",
+            obj=self,
+        )
 
     def __repr__(self) -> str:
-        return (f"EmulatedView(ptr=0x{self.ptr:x}, shape={self.shape}, "
-                f"dtype={self.dtype}, readonly={self.readonly})")
+        return (
+            f"EmulatedView(ptr=0x{self.ptr:x}, shape={self.shape}, "
+            f"dtype={self.dtype}, readonly={self.readonly})"
+        )
+
 
 _CALL, _RECORD, _WAIT = 0, 1, 2
 COMPOSITE_CHUNK = 256
@@ -90,11 +114,12 @@ _HOLD_SECONDS = 50e-6
 class EmulatedStream(Stream):
     __slots__ = ("queue", "capture")
 
-    def __init__(self, handle: int, device: int,
-                 error_sink: Callable[..., None] | None = None) -> None:
+    def __init__(
+        self, handle: int, device: int, error_sink: Callable[..., None] | None = None
+    ) -> None:
         super().__init__(handle, device, max(device, 0), error_sink)
         self.queue: deque[tuple[int, Any]] = deque()
-        self.capture: Any = None        # a graph capture (``_emulated_graphs``)
+        self.capture: Any = None  # a graph capture (``_emulated_graphs``)
 
 
 class EmulatedEvent(Event):
@@ -112,10 +137,11 @@ class _Scheduler:
         self.seed = seed
         self.rng = random.Random(seed)
         self.cv = threading.Condition(threading.Lock())
-        self.active: dict[EmulatedStream, None] = {}   # streams with queued work
-        self.waiters = 0                                # host threads blocked on events
-        self.thread = threading.Thread(target=self.run, name="stflow-emulated-device",
-                                       daemon=True)
+        self.active: dict[EmulatedStream, None] = {}  # streams with queued work
+        self.waiters = 0  # host threads blocked on events
+        self.thread = threading.Thread(
+            target=self.run, name="stflow-emulated-device", daemon=True
+        )
         self.thread.start()
 
     def enqueue(self, stream: EmulatedStream, kind: int, payload: Any) -> None:
@@ -155,8 +181,9 @@ class _Scheduler:
         while True:
             with cv:
                 while True:
-                    ready = [s for s in active
-                             if s.queue[0][0] != _WAIT or s.queue[0][1].done]
+                    ready = [
+                        s for s in active if s.queue[0][0] != _WAIT or s.queue[0][1].done
+                    ]
                     if ready:
                         # Let the host run ahead now and then: work it forgot to wait
                         # for is then still pending when it touches the data.
@@ -182,8 +209,11 @@ class _Scheduler:
                     _report(stream, exc)
                 except BaseException:  # noqa: BLE001 - the device must keep running
                     import traceback
-                    sys.stderr.write("stflow: could not report an error of emulated "
-                                     "device work:\n" + traceback.format_exc())
+
+                    sys.stderr.write(
+                        "stflow: could not report an error of emulated "
+                        "device work:\n" + traceback.format_exc()
+                    )
             finally:
                 with cv:
                     stream.queue.popleft()
@@ -198,8 +228,12 @@ def _report(stream: Stream, exc: BaseException) -> None:
         sink(exc)
     else:  # pragma: no cover - work on a stream nobody owns
         import warnings
-        warnings.warn(f"stflow: error in emulated device work with no owner: {exc!r}",
-                      RuntimeWarning, stacklevel=1)
+
+        warnings.warn(
+            f"stflow: error in emulated device work with no owner: {exc!r}",
+            RuntimeWarning,
+            stacklevel=1,
+        )
 
 
 class EmulatedBackend(EmulatedPartitions, Backend):
@@ -215,8 +249,9 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         self._devices = devices
         self._scheduler = _Scheduler(seed)
         self._handles = itertools.count(0x5F0010, 0x10)
-        self._streams: weakref.WeakValueDictionary[int, EmulatedStream] = \
+        self._streams: weakref.WeakValueDictionary[int, EmulatedStream] = (
             weakref.WeakValueDictionary()
+        )
         self._memory = HostMemory()
         self._local = CurrentDevice()
         self._default_stream = self.create_stream(0)
@@ -226,8 +261,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         return self._devices
 
     def describe(self) -> str:
-        return (f"emulated backend, {self._devices} virtual device(s), "
-                f"seed {self.seed}")
+        return f"emulated backend, {self._devices} virtual device(s), seed {self.seed}"
 
     def current_device(self) -> int:
         return self._local.device
@@ -236,11 +270,14 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         self._local.device = device
 
     # -- streams and events ------------------------------------------------------
-    def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None,
-                      partition: Any = None) -> EmulatedStream:
+    def create_stream(
+        self,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+        partition: Any = None,
+    ) -> EmulatedStream:
         stream = EmulatedStream(next(self._handles), device, error_sink)
-        stream.partition = partition      # an SM partition of a virtual device: a label
+        stream.partition = partition  # an SM partition of a virtual device: a label
         self._streams[stream.handle] = stream
         return stream
 
@@ -276,8 +313,10 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         if event.done:  # type: ignore[attr-defined]
             return
         if callback_state.active:
-            raise ScopeError("device work must not block on the device; do not wait "
-                             "for stflow work from a host callback or launched function")
+            raise ScopeError(
+                "device work must not block on the device; do not wait "
+                "for stflow work from a host callback or launched function"
+            )
         scheduler = self._scheduler
         cv = scheduler.cv
         with cv:
@@ -307,19 +346,29 @@ class EmulatedBackend(EmulatedPartitions, Backend):
     def graphs(self) -> Any:
         """Graph construction and launch (:class:`~._emulated_graphs.EmulatedGraphs`)."""
         from ._emulated_graphs import EmulatedGraphs
+
         return EmulatedGraphs(self)
 
     # -- memory ------------------------------------------------------------------
-    def allocate(self, device: int, nbytes: int, stream: Stream | None,
-                 dtype: np.dtype) -> Allocation:
+    def allocate(
+        self, device: int, nbytes: int, stream: Stream | None, dtype: np.dtype
+    ) -> Allocation:
         return self._memory.allocate(device, nbytes, dtype)
 
     def composite_granularity(self, devices: Sequence[int]) -> int:
         return COMPOSITE_CHUNK
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
-        return self._memory.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
+        return self._memory.allocate_composite(
+            device, chunk_devices, chunk, nbytes, dtype
+        )
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         if stream is None:
@@ -334,20 +383,33 @@ class EmulatedBackend(EmulatedPartitions, Backend):
     # -- copies and host work ----------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
         if nbytes:
+
             def move() -> None:
                 ctypes.memmove(dst, src, nbytes)
 
             self.enqueue_call(stream, move)
 
-    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                     itemsize: int, stream: Stream) -> None:
+    def copy_strided(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         if 0 not in shape:
-            self.enqueue_call(stream, functools.partial(
-                copy_elements, dst, dst_strides, src, src_strides, shape, itemsize))
+            self.enqueue_call(
+                stream,
+                functools.partial(
+                    copy_elements, dst, dst_strides, src, src_strides, shape, itemsize
+                ),
+            )
 
-    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
-                stream: Stream) -> None:
+    def combine(
+        self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
+    ) -> None:
         if count:
             self.enqueue_call(stream, lambda: combine_at(dst, src, count, dtype, op))
 
@@ -366,22 +428,28 @@ class EmulatedBackend(EmulatedPartitions, Backend):
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
         self.enqueue_call(stream, fn)
 
-    def launch_callable(self, stream: Stream, fn: Callable[..., Any], args: tuple,
-                        source: str) -> None:
+    def launch_callable(
+        self, stream: Stream, fn: Callable[..., Any], args: tuple, source: str
+    ) -> None:
         """Enqueue ``fn(*args)`` on ``stream``; its :class:`EmulatedView` arguments
         arrive as NumPy arrays of their memory (also the views of a task recorded
         into a graph, which refuse host access: the work reads them when the graph
         runs)."""
         if callback_state.active:
-            raise ScopeError("launch() called from work running in stream order; "
-                             "enqueue from the task body instead")
+            raise ScopeError(
+                "launch() called from work running in stream order; "
+                "enqueue from the task body instead"
+            )
         for argument in args:
             if isinstance(argument, EmulatedView):
-                argument._check()                 # a view of a task that has ended
-        arguments = tuple(pointer_array(a.ptr, a.shape, a.dtype, a.readonly,
-                                        a._allocation, a.strides)
-                          if isinstance(a, EmulatedView) else a for a in args)
-        order = next(work_ids)            # errors are reported in submission order
+                argument._check()  # a view of a task that has ended
+        arguments = tuple(
+            pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation, a.strides)
+            if isinstance(a, EmulatedView)
+            else a
+            for a in args
+        )
+        order = next(work_ids)  # errors are reported in submission order
 
         def run() -> None:
             try:
@@ -397,6 +465,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
 
     def set_loop_condition(self, handle: int, value: Any) -> None:
         from ._emulated_graphs import set_conditional
+
         set_conditional(handle, value)
 
     def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
@@ -404,7 +473,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         :func:`~._host_memory.python_kernel` for what it receives)."""
         kernel, values = python_kernel(launch, self.host_array)
         sink = stream.error_sink
-        order = next(work_ids)            # errors are reported in submission order
+        order = next(work_ids)  # errors are reported in submission order
 
         def run() -> None:
             try:
@@ -428,7 +497,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
             stamp[0] = time.perf_counter()
 
         self.enqueue_call(stream, take)
-        stamp[1] = EmulatedEvent(stream, -1)      # completes right after `take`
+        stamp[1] = EmulatedEvent(stream, -1)  # completes right after `take`
         self._scheduler.enqueue(stream, _RECORD, stamp[1])  # type: ignore[arg-type]
         return stamp
 
@@ -439,10 +508,22 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         return float(stamp[0])
 
     # -- views -------------------------------------------------------------------
-    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> HostView:
-        return EmulatedView(allocation, allocation.ptr + offset, shape, dtype, readonly,
-                            allocation.strides)
+    def task_view(
+        self,
+        allocation: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> HostView:
+        return EmulatedView(
+            allocation,
+            allocation.ptr + offset,
+            shape,
+            dtype,
+            readonly,
+            allocation.strides,
+        )
 
     # -- the read-only check: read() data must not change ------------------------------
     def pending_calls(self, stream: Stream) -> bool:
@@ -470,8 +551,13 @@ class EmulatedBackend(EmulatedPartitions, Backend):
             if allocation is None or not nbytes or allocation.ptr in seen:
                 continue
             seen.add(allocation.ptr)
-            entries.append((access.state, allocation,
-                            _fingerprint(_contents(access.state, allocation))))
+            entries.append(
+                (
+                    access.state,
+                    allocation,
+                    _fingerprint(_contents(access.state, allocation)),
+                )
+            )
         return ReadGuard(self, entries) if entries else None
 
 
@@ -486,8 +572,13 @@ def _contents(state: Any, allocation: Allocation) -> memoryview | bytes:
     buffer gathered into a copy, never the bytes between them)."""
     if allocation.strides is None:
         return _memory_at(allocation.ptr, state.nbytes)
-    elements = element_array(allocation.ptr, state.shape, allocation.strides,
-                             allocation.dtype.itemsize, readonly=True)
+    elements = element_array(
+        allocation.ptr,
+        state.shape,
+        allocation.strides,
+        allocation.dtype.itemsize,
+        readonly=True,
+    )
     return elements.tobytes()
 
 
@@ -536,10 +627,11 @@ class ReadGuard:
 
     __slots__ = ("backend", "entries")
 
-    def __init__(self, backend: EmulatedBackend,
-                 entries: list[tuple[Any, Allocation, bytes | int]]) -> None:
+    def __init__(
+        self, backend: EmulatedBackend, entries: list[tuple[Any, Allocation, bytes | int]]
+    ) -> None:
         self.backend = backend
-        self.entries = entries           # (data state, instance memory, fingerprint)
+        self.entries = entries  # (data state, instance memory, fingerprint)
 
     def check(self, stream: Stream, task: Any) -> AccessModeError | None:
         """Compare the fingerprints at the end of ``task``, before its end event.
@@ -551,6 +643,7 @@ class ReadGuard:
         ``check_errors``), and ``None`` is returned.
         """
         if self.backend.pending_calls(stream):
+
             def deferred() -> None:
                 error = self._compare(task)
                 if error is not None:
@@ -567,7 +660,8 @@ class ReadGuard:
                     f"{task._label()} declared read() on logical data {state.label} "
                     "but changed it (a write through its view, its pointer or launched "
                     "work): later tasks would not see the change; declare rw() or "
-                    "write() to modify it, or work on a copy")
+                    "write() to modify it, or work on a copy"
+                )
         return None
 
 
@@ -582,6 +676,7 @@ def get_backend() -> EmulatedBackend:
         with _backend_lock:
             if _backend is None:
                 from .._core.config import config
+
                 cfg = config()
                 _backend = EmulatedBackend(cfg.emulated_devices, cfg.emulation_seed)
     return _backend

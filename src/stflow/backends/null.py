@@ -26,12 +26,21 @@ from __future__ import annotations
 import ctypes
 import itertools
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from ._base import (Allocation, Backend, CompositeAllocation, CurrentDevice, Event,
-                    KernelLaunch, Stream, callback_state)
+from ._base import (
+    Allocation,
+    Backend,
+    CompositeAllocation,
+    CurrentDevice,
+    Event,
+    KernelLaunch,
+    Stream,
+    callback_state,
+)
 from ._emulated_green import EmulatedPartitions
 from ._host_memory import HostMemory, HostView, combine_at, copy_elements, python_kernel
 
@@ -69,9 +78,12 @@ class NullBackend(EmulatedPartitions, Backend):
         self._local.device = device
 
     # -- streams and events ------------------------------------------------------
-    def create_stream(self, device: int,
-                      error_sink: Callable[..., None] | None = None,
-                      partition: Any = None) -> Stream:
+    def create_stream(
+        self,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+        partition: Any = None,
+    ) -> Stream:
         self.live_streams += 1
         stream = Stream(next(self._handles), device, max(device, 0), error_sink)
         stream.partition = partition
@@ -103,16 +115,25 @@ class NullBackend(EmulatedPartitions, Backend):
         """Nothing to do: ``event`` has completed."""
 
     # -- memory ------------------------------------------------------------------
-    def allocate(self, device: int, nbytes: int, stream: Stream | None,
-                 dtype: np.dtype) -> Allocation:
+    def allocate(
+        self, device: int, nbytes: int, stream: Stream | None, dtype: np.dtype
+    ) -> Allocation:
         return self._memory.allocate(device, nbytes, dtype)
 
     def composite_granularity(self, devices: Sequence[int]) -> int:
         return 4096
 
-    def allocate_composite(self, device: int, chunk_devices: Sequence[int], chunk: int,
-                           nbytes: int, dtype: np.dtype) -> CompositeAllocation:
-        return self._memory.allocate_composite(device, chunk_devices, chunk, nbytes, dtype)
+    def allocate_composite(
+        self,
+        device: int,
+        chunk_devices: Sequence[int],
+        chunk: int,
+        nbytes: int,
+        dtype: np.dtype,
+    ) -> CompositeAllocation:
+        return self._memory.allocate_composite(
+            device, chunk_devices, chunk, nbytes, dtype
+        )
 
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         self._memory.release(allocation)
@@ -125,9 +146,16 @@ class NullBackend(EmulatedPartitions, Backend):
         if nbytes:
             ctypes.memmove(dst, src, nbytes)
 
-    def copy_strided(self, dst: int, dst_strides: tuple[int, ...] | None, src: int,
-                     src_strides: tuple[int, ...] | None, shape: tuple[int, ...],
-                     itemsize: int, stream: Stream) -> None:
+    def copy_strided(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+        stream: Stream,
+    ) -> None:
         if 0 not in shape:
             copy_elements(dst, dst_strides, src, src_strides, shape, itemsize)
 
@@ -137,8 +165,9 @@ class NullBackend(EmulatedPartitions, Backend):
             target = np.ctypeslib.as_array(memory).reshape(-1, len(pattern))
             target[:] = np.frombuffer(pattern, dtype=np.uint8)
 
-    def combine(self, dst: int, src: int, count: int, dtype: np.dtype, op: str,
-                stream: Stream) -> None:
+    def combine(
+        self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
+    ) -> None:
         self._run(stream, combine_at, (dst, src, count, dtype, op))
 
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
@@ -166,10 +195,22 @@ class NullBackend(EmulatedPartitions, Backend):
             state.active = previous
 
     # -- views -------------------------------------------------------------------
-    def task_view(self, allocation: Allocation, offset: int, shape: tuple[int, ...],
-                  dtype: np.dtype, readonly: bool) -> HostView:
-        return HostView(allocation, allocation.ptr + offset, shape, dtype, readonly,
-                        allocation.strides)
+    def task_view(
+        self,
+        allocation: Allocation,
+        offset: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        readonly: bool,
+    ) -> HostView:
+        return HostView(
+            allocation,
+            allocation.ptr + offset,
+            shape,
+            dtype,
+            readonly,
+            allocation.strides,
+        )
 
 
 _backend: NullBackend | None = None
@@ -183,5 +224,6 @@ def get_backend() -> NullBackend:
         with _backend_lock:
             if _backend is None:
                 from .._core.config import config
+
                 _backend = NullBackend(config().emulated_devices)
     return _backend

@@ -7,13 +7,22 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from .._dist.handles import dist_task
 from .._core.errors import BackendUnavailableError, RemoteTaskError
+from .._dist.handles import dist_task
 from .._interchange.views import ViewLifetime
 
-__all__ = ["Elsewhere", "TaskScope", "add_note", "backend_of", "gpu_memory",
-           "import_framework", "local_task", "recorded_into_a_graph", "task_label",
-           "views_of"]
+__all__ = [
+    "Elsewhere",
+    "TaskScope",
+    "add_note",
+    "backend_of",
+    "gpu_memory",
+    "import_framework",
+    "local_task",
+    "recorded_into_a_graph",
+    "task_label",
+    "views_of",
+]
 
 
 def import_framework(module: str, extra: str, package: str) -> ModuleType:
@@ -23,7 +32,8 @@ def import_framework(module: str, extra: str, package: str) -> ModuleType:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"this stflow adapter needs {package}, which cannot be imported ({exc}); "
-            f"install it with: pip install 'stflow[{extra}]'") from exc
+            f"install it with: pip install 'stflow[{extra}]'"
+        ) from exc
 
 
 def local_task(task: Any, what: str) -> Any:
@@ -92,7 +102,8 @@ class Elsewhere:
         return RemoteTaskError(
             f"{self._scope}: this task executes on rank {self._rank}, so on this rank "
             f"it yields no arrays; guard the body: 'with {self._scope}(ctx, ...) as "
-            f"arrays:' then 'if arrays:' (false where the task does not execute)")
+            f"arrays:' then 'if arrays:' (false where the task does not execute)"
+        )
 
     def __bool__(self) -> bool:
         return False

@@ -30,7 +30,7 @@ from ._common import task_label
 
 __all__ = ["RecordedArray", "emulated_stream_handle", "install", "recorded_array"]
 
-_LOCK = threading.Lock()          # the simulator keeps a kernel's configuration on it
+_LOCK = threading.Lock()  # the simulator keeps a kernel's configuration on it
 _INSTALLED: dict[str, Any] = {}
 
 
@@ -38,6 +38,7 @@ def emulated_stream_handle(stream: Any) -> int | None:
     """The raw handle of ``stream`` when it is a (non-default) stream of the emulated
     backend, else ``None``."""
     from .._interchange.views import stream_handle
+
     try:
         handle = stream_handle(stream)
     except TypeError:
@@ -45,6 +46,7 @@ def emulated_stream_handle(stream: Any) -> int | None:
     if handle == 0:
         return None
     from ..backends import get_backend
+
     try:
         get_backend("emulated").stream_from_handle(handle)
     except ValueError:
@@ -63,6 +65,7 @@ def install(cuda: Any) -> None:
     stream_class = _stream_class(cuda.stream)
     original_external = getattr(cuda, "external_stream", None)
     if not getattr(original_external, "_stflow", False):
+
         def external_stream(ptr: Any) -> Any:
             handle = emulated_stream_handle(ptr)
             if handle is not None:
@@ -72,12 +75,15 @@ def install(cuda: Any) -> None:
             return original_external(ptr)
 
         external_stream._stflow = True  # type: ignore[attr-defined]
-        external_stream.__doc__ = ("numba.cuda.external_stream of the simulator, also "
-                                   "accepting stflow's emulated stream handles")
+        external_stream.__doc__ = (
+            "numba.cuda.external_stream of the simulator, also "
+            "accepting stflow's emulated stream handles"
+        )
         cuda.external_stream = external_stream
 
     call = FakeCUDAKernel.__call__
     if not getattr(call, "_stflow", False):
+
         def __call__(self: Any, *args: Any) -> Any:
             recorded = [arg for arg in args if isinstance(arg, RecordedArray)]
             if not recorded or self._device:
@@ -85,7 +91,7 @@ def install(cuda: Any) -> None:
             return _enqueue(self, call, FakeCUDAArray, args, recorded)
 
         __call__._stflow = True  # type: ignore[attr-defined]
-        setattr(FakeCUDAKernel, "__call__", __call__)   # typed alike with or without Numba
+        FakeCUDAKernel.__call__ = __call__  # type: ignore[method-assign]
     _INSTALLED["cuda"] = cuda
     _INSTALLED["stream"] = stream_class
     _INSTALLED["array"] = _array_class(FakeCUDAArray)
@@ -133,7 +139,8 @@ def _array_class(base: type) -> type:
                 f"an array of {self.label}, which is recorded into a graph, was read "
                 "on the host; its data exists only when the graph runs. Pass it to a "
                 "kernel (the launch is recorded and runs with the graph) or read the "
-                "data after the scope with ctx.wait(ld)")
+                "data after the scope with ctx.wait(ld)"
+            )
 
         @property
         def shape(self) -> tuple[int, ...]:
@@ -161,8 +168,10 @@ def _array_class(base: type) -> type:
         alloc_size = nbytes
 
         def __repr__(self) -> str:
-            return (f"<simulator array of {self.label} (recorded into a graph), "
-                    f"shape={self.shape}, dtype={self.dtype}>")
+            return (
+                f"<simulator array of {self.label} (recorded into a graph), "
+                f"shape={self.shape}, dtype={self.dtype}>"
+            )
 
     return Recorded
 
@@ -177,8 +186,10 @@ def _enqueue(kernel: Any, call: Any, array: type, args: tuple, recorded: list) -
     """Enqueue ``kernel(*args)`` on the stream of its recorded arrays' task."""
     handles = {arg.handle for arg in recorded}
     if len(handles) != 1:
-        raise ScopeError("a kernel is called with arrays of several tasks recorded into "
-                         "graphs; launch it inside one task, with that task's arrays")
+        raise ScopeError(
+            "a kernel is called with arrays of several tasks recorded into "
+            "graphs; launch it inside one task, with that task's arrays"
+        )
     grid, block, shared = kernel.grid_dim, kernel.block_dim, kernel.dynshared_size
     positions = [i for i, arg in enumerate(args) if isinstance(arg, RecordedArray)]
 
@@ -193,4 +204,5 @@ def _enqueue(kernel: Any, call: Any, array: type, args: tuple, recorded: list) -
 
     run.__qualname__ = getattr(kernel, "__name__", "kernel")
     from ..emulated import launch
+
     launch(handles.pop(), run, *[args[i].view for i in positions])

@@ -67,8 +67,9 @@ def _mode_class() -> Any:
                 super().__init__()
                 self.capture = capture
 
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                                   kwargs: Any = None) -> Any:
+            def __torch_dispatch__(
+                self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+            ) -> Any:
                 return self.capture.record(func, args, kwargs or {})
 
         _MODES.append(Recorder)
@@ -81,7 +82,8 @@ def _host_read(label: str, func: Any) -> ScopeError:
         f"on the host ({func}: .item(), float(t), bool(t), if t:, print(t)); the body "
         "runs once, while the graph is recorded, so the value is not known yet (CUDA "
         "graph capture refuses this too). Keep the value in a tensor (torch.where, "
-        "t.clamp, ...) or read it after the scope with ctx.wait(ld)")
+        "t.clamp, ...) or read it after the scope with ctx.wait(ld)"
+    )
 
 
 class TorchCapture:
@@ -97,10 +99,11 @@ class TorchCapture:
         self.task = task
         self.views = views
         self.label = task_label(task)
-        self.tensors = tuple(torch.from_numpy(np.zeros(view.shape, view.dtype))
-                             for view in views)
+        self.tensors = tuple(
+            torch.from_numpy(np.zeros(view.shape, view.dtype)) for view in views
+        )
         self.slots: dict[int, int] = {id(t): i for i, t in enumerate(self.tensors)}
-        self.alive: list[Any] = list(self.tensors)   # ids stay unique while recording
+        self.alive: list[Any] = list(self.tensors)  # ids stay unique while recording
         self.steps: list[tuple[Any, list[Any], Any, list[int | None]]] = []
         self.failed = False
         self.mode = _mode_class()(self)
@@ -118,6 +121,7 @@ class TorchCapture:
         if self.failed or not steps:
             return
         from ..emulated import launch
+
         torch = self.torch
 
         def replay(*arrays: Any) -> None:
@@ -135,6 +139,7 @@ class TorchCapture:
 
     def record(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         from torch.utils._pytree import tree_flatten
+
         torch = self.torch
         if func is torch.ops.aten._local_scalar_dense.default:
             raise _host_read(self.label, func)
@@ -149,7 +154,8 @@ class TorchCapture:
                     f"a tensor made outside the body ({func}, argument "
                     f"{argument.name!r}); recording would write it once, not each time "
                     "the graph runs. Register it as logical data and give it to the "
-                    "task as a dependency")
+                    "task as a dependency"
+                )
         leaves, spec = tree_flatten((args, kwargs))
         references = [self._reference(leaf) for leaf in leaves]
         try:
@@ -175,6 +181,7 @@ class TorchCapture:
         run on the ``meta`` device, outputs that are inputs map back to them, others
         become zero tensors (used only while recording)."""
         from torch.utils._pytree import tree_map
+
         torch = self.torch
         back: dict[int, Any] = {}
 
@@ -191,8 +198,11 @@ class TorchCapture:
         def to_cpu(leaf: Any) -> Any:
             if isinstance(leaf, torch.Tensor):
                 original = back.get(id(leaf))
-                return original if original is not None else torch.zeros(
-                    leaf.shape, dtype=leaf.dtype)
+                return (
+                    original
+                    if original is not None
+                    else torch.zeros(leaf.shape, dtype=leaf.dtype)
+                )
             return leaf
 
         return tree_map(to_cpu, out)
@@ -201,17 +211,28 @@ class TorchCapture:
 def _replay(torch: Any, steps: tuple, count: int, arrays: tuple) -> None:
     """Run a recorded program on tensors over the task's memory (``arrays``)."""
     from torch.utils._pytree import tree_flatten, tree_unflatten
+
     values: list[Any] = [None] * count
     for index, array in enumerate(arrays):
-        if not array.flags.writeable:     # read() dependencies: PyTorch has no
-            array = pointer_array(array.ctypes.data, tuple(array.shape), array.dtype,
-                                  False, array,          # read-only tensors
-                                  None if array.flags.c_contiguous else array.strides)
+        if not array.flags.writeable:  # read() dependencies: PyTorch has no
+            array = pointer_array(
+                array.ctypes.data,
+                tuple(array.shape),
+                array.dtype,
+                False,
+                array,  # read-only tensors
+                None if array.flags.c_contiguous else array.strides,
+            )
         values[index] = torch.from_numpy(array)
     for func, references, spec, slots in steps:
-        leaves = [values[ref.index] if isinstance(ref, _Slot)
-                  else ref.tensor if isinstance(ref, _Constant) else ref
-                  for ref in references]
+        leaves = [
+            values[ref.index]
+            if isinstance(ref, _Slot)
+            else ref.tensor
+            if isinstance(ref, _Constant)
+            else ref
+            for ref in references
+        ]
         args, kwargs = tree_unflatten(leaves, spec)
         outputs, _ = tree_flatten(func(*args, **kwargs))
         for slot, leaf in zip(slots, outputs):

@@ -22,8 +22,14 @@ import numpy as np
 from .._core.errors import BackendUnavailableError
 from .._core.layout import extent
 from .._interchange.views import CudaStream
-from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
-                      views_of)
+from ._common import (
+    TaskScope,
+    backend_of,
+    gpu_memory,
+    import_framework,
+    task_device,
+    views_of,
+)
 
 __all__ = ["as_cupy", "cupy_arg", "cupy_arguments", "cupy_stream", "cupy_task"]
 
@@ -32,7 +38,8 @@ def _cupy(gpu: bool, backend: str) -> Any:
     if not gpu:
         raise BackendUnavailableError(
             f"CuPy arrays need the CUDA backend; this task runs on the {backend} backend "
-            "(use numpy.asarray(view) in the body, or a context with backend='cuda')")
+            "(use numpy.asarray(view) in the body, or a context with backend='cuda')"
+        )
     return import_framework("cupy", "cupy", "CuPy")
 
 
@@ -41,7 +48,7 @@ def cupy_stream(handle: Any) -> Any:
     (``with cupy_stream(t.stream_ptr()): ...``)."""
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
-    if from_external is not None:                           # CuPy 14 and later
+    if from_external is not None:  # CuPy 14 and later
         return from_external(CudaStream(int(handle)))
     return cupy.cuda.ExternalStream(int(handle))
 
@@ -69,12 +76,14 @@ def as_cupy(view: Any) -> Any:
     interface = view.__cuda_array_interface__
     shape = tuple(interface["shape"])
     dtype = np.dtype(interface["typestr"])
-    strides = interface.get("strides")            # a registered strided buffer
-    memory = cupy.cuda.UnownedMemory(interface["data"][0],
-                                     extent(shape, strides, dtype.itemsize), view,
-                                     device_id=cupy.cuda.Device().id)
-    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
-                        strides=strides)
+    strides = interface.get("strides")  # a registered strided buffer
+    memory = cupy.cuda.UnownedMemory(
+        interface["data"][0],
+        extent(shape, strides, dtype.itemsize),
+        view,
+        device_id=cupy.cuda.Device().id,
+    )
+    return cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=strides)
 
 
 _BODY_CACHE_LIMIT = 4096
@@ -93,25 +102,27 @@ def body_stream(handle: int) -> Any:
     return stream
 
 
-def allocation_array(cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: Any,
-                     device: int) -> Any:
+def allocation_array(
+    cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: Any, device: int
+) -> Any:
     """A CuPy array over ``allocation`` (an instance's memory) for a ``task.run``
     body on ``device``: a fresh ``view()`` of an array made once per allocation and
     device, so a body costs no CAI dictionary, memory object or view of the task
     (the array does not keep the allocation alive: a body must not keep its arrays
     beyond the task)."""
-    per_device = allocation.arrays           # kept on the allocation, goes with it
+    per_device = allocation.arrays  # kept on the allocation, goes with it
     if per_device is None:
         per_device = allocation.arrays = {}
     base = per_device.get(device)
     if base is None or base.shape != shape or base.dtype != dtype:
         dtype = np.dtype(dtype)
         strides = allocation.strides
-        memory = cupy.cuda.UnownedMemory(allocation.ptr,
-                                         extent(shape, strides, dtype.itemsize), None,
-                                         device_id=device)
+        memory = cupy.cuda.UnownedMemory(
+            allocation.ptr, extent(shape, strides, dtype.itemsize), None, device_id=device
+        )
         base = per_device[device] = cupy.ndarray(
-            shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=strides)
+            shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=strides
+        )
     return base.view()
 
 
@@ -125,16 +136,23 @@ def body_array(view: Any) -> Any:
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     interface = view.__cuda_array_interface__
     device = cupy.cuda.runtime.getDevice()
-    key = (interface["data"][0], tuple(interface["shape"]), interface["typestr"],
-           interface.get("strides"), device)
+    key = (
+        interface["data"][0],
+        tuple(interface["shape"]),
+        interface["typestr"],
+        interface.get("strides"),
+        device,
+    )
     base = _body_arrays.get(key)
     if base is None:
         shape = key[1]
         dtype = np.dtype(key[2])
-        memory = cupy.cuda.UnownedMemory(key[0], extent(shape, key[3], dtype.itemsize),
-                                         key, device_id=device)
-        base = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(memory, 0),
-                            strides=key[3])
+        memory = cupy.cuda.UnownedMemory(
+            key[0], extent(shape, key[3], dtype.itemsize), key, device_id=device
+        )
+        base = cupy.ndarray(
+            shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=key[3]
+        )
         if len(_body_arrays) >= _BODY_CACHE_LIMIT:
             _body_arrays.clear()
         _body_arrays[key] = base

@@ -18,20 +18,26 @@ and this module is imported or used). Without the simulator it raises
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from .._handles.context import context
-from .._dist.handles import dist_dep
-from .._dist.context import distributed_context
 from .._core.errors import BackendUnavailableError
+from .._dist.context import distributed_context
+from .._dist.handles import dist_dep
+from .._handles.context import context
 from .._handles.logical_data import dep
 from .._places.places import exec_place
 from ._common import TaskScope, import_framework, recorded_into_a_graph, views_of
 
-__all__ = ["get_arg_numba", "jit", "numba_arguments", "numba_task",
-           "stf_kernel_decorator"]
+__all__ = [
+    "get_arg_numba",
+    "jit",
+    "numba_arguments",
+    "numba_task",
+    "stf_kernel_decorator",
+]
 
 
 def _cuda() -> Any:
@@ -41,6 +47,7 @@ def _cuda() -> Any:
 
 def _simulated() -> bool:
     from numba.core import config
+
     return bool(getattr(config, "ENABLE_CUDASIM", False))
 
 
@@ -49,6 +56,7 @@ def _install_simulator_support(cuda: Any) -> None:
     record the kernels of recorded tasks (``_numba_simulator``)."""
     if _simulated():
         from ._numba_simulator import install
+
         install(cuda)
 
 
@@ -63,17 +71,22 @@ def _array(view: Any, task: Any) -> Any:
             raise BackendUnavailableError(
                 "Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) cannot use GPU memory "
                 "of the CUDA backend; unset NUMBA_ENABLE_CUDASIM or use "
-                "backend='emulated'")
-        return cuda.from_cuda_array_interface(view.__cuda_array_interface__,
-                                              owner=None, sync=False)
+                "backend='emulated'"
+            )
+        return cuda.from_cuda_array_interface(
+            view.__cuda_array_interface__, owner=None, sync=False
+        )
     if not simulated:
         raise BackendUnavailableError(
             "on the emulated backend the Numba adapter needs Numba's CUDA simulator: set "
-            "NUMBA_ENABLE_CUDASIM=1 before importing numba")
+            "NUMBA_ENABLE_CUDASIM=1 before importing numba"
+        )
     if recorded_into_a_graph(view):
         from ._numba_simulator import recorded_array
+
         return recorded_array(view, task)
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
     return FakeCUDAArray(np.asarray(view))
 
 
@@ -125,9 +138,14 @@ class _Launcher:
     _place: exec_place | None
     _ctx: context | distributed_context | None
 
-    def __init__(self, kernel: stf_kernel_decorator, grid: Any, block: Any,
-                 place: exec_place | None,
-                 ctx: context | distributed_context | None) -> None:
+    def __init__(
+        self,
+        kernel: stf_kernel_decorator,
+        grid: Any,
+        block: Any,
+        place: exec_place | None,
+        ctx: context | distributed_context | None,
+    ) -> None:
         object.__setattr__(self, "_kernel", kernel)
         object.__setattr__(self, "_grid", grid)
         object.__setattr__(self, "_block", block)
@@ -145,10 +163,12 @@ class _Launcher:
         ctx = self._ctx
         if ctx is None:
             if not deps:
-                raise TypeError("No STF context could be inferred: a stflow Numba "
-                                "kernel needs a dependency (ld.read(), ...) among its "
-                                "arguments or a context in its configuration: "
-                                "kernel[grid, block, place, ctx](...)")
+                raise TypeError(
+                    "No STF context could be inferred: a stflow Numba "
+                    "kernel needs a dependency (ld.read(), ...) among its "
+                    "arguments or a context in its configuration: "
+                    "kernel[grid, block, place, ctx](...)"
+                )
             ctx = deps[0].ld.borrow_ctx_handle()
         kernel = self._kernel._compiled()
         task_args: list[Any] = [] if self._place is None else [self._place]
@@ -169,14 +189,18 @@ class _Launcher:
         if ctx is None:
             ctx = deps[0][0].context
         if not isinstance(ctx, distributed_context):
-            raise TypeError("a kernel launch on a distributed context's data "
-                            "configured with a local context")
+            raise TypeError(
+                "a kernel launch on a distributed context's data "
+                "configured with a local context"
+            )
         if any(isinstance(arg, dep) for arg in args):
-            raise TypeError("a kernel launch mixes a distributed context's data with "
-                            "a local context's")
+            raise TypeError(
+                "a kernel launch mixes a distributed context's data with "
+                "a local context's"
+            )
         with ctx.task(*deps, place=self._place) as t:
             if not t.runs_here:
-                return                     # the kernel runs on the executing rank
+                return  # the kernel runs on the executing rank
             kernel = self._kernel._compiled()
             arrays = iter([get_arg_numba(t, i) for i in range(len(deps))])
             call = [next(arrays) if isinstance(arg, dist_dep) else arg for arg in args]
@@ -199,8 +223,12 @@ class stf_kernel_decorator:
     is used.
     """
 
-    def __init__(self, pyfunc: Callable[..., Any], jit_args: tuple = (),
-                 jit_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        pyfunc: Callable[..., Any],
+        jit_args: tuple = (),
+        jit_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self._pyfunc = pyfunc
         self._jit_args = tuple(jit_args)
         self._jit_kwargs = dict(jit_kwargs or {})
@@ -209,29 +237,38 @@ class stf_kernel_decorator:
     def _compiled(self) -> Any:
         kernel = self._kernel
         if kernel is None:
-            kernel = self._kernel = _cuda().jit(*self._jit_args,
-                                                **self._jit_kwargs)(self._pyfunc)
+            kernel = self._kernel = _cuda().jit(*self._jit_args, **self._jit_kwargs)(
+                self._pyfunc
+            )
         return kernel
 
     def __getitem__(self, config: Any) -> _Launcher:
         if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
-            raise TypeError("a kernel launch is configured as kernel[grid, block], "
-                            "kernel[grid, block, exec_place] or kernel[grid, block, "
-                            f"exec_place, ctx], got {config!r}")
+            raise TypeError(
+                "a kernel launch is configured as kernel[grid, block], "
+                "kernel[grid, block, exec_place] or kernel[grid, block, "
+                f"exec_place, ctx], got {config!r}"
+            )
         place = config[2] if len(config) > 2 else None
         ctx = config[3] if len(config) > 3 else None
         if place is not None and not isinstance(place, exec_place):
-            raise TypeError(f"the third launch configuration item must be an "
-                            f"exec_place or None, got {type(place).__name__}")
+            raise TypeError(
+                f"the third launch configuration item must be an "
+                f"exec_place or None, got {type(place).__name__}"
+            )
         if ctx is not None and not isinstance(ctx, (context, distributed_context)):
-            raise TypeError(f"the fourth launch configuration item must be a context "
-                            f"or None, got {type(ctx).__name__}")
+            raise TypeError(
+                f"the fourth launch configuration item must be a context "
+                f"or None, got {type(ctx).__name__}"
+            )
         return _Launcher(self, config[0], config[1], place, ctx)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(f"kernel {getattr(self._pyfunc, '__name__', '?')!r} was "
-                           "called without a launch configuration; use "
-                           "kernel[grid, block](*args)")
+        raise RuntimeError(
+            f"kernel {getattr(self._pyfunc, '__name__', '?')!r} was "
+            "called without a launch configuration; use "
+            "kernel[grid, block](*args)"
+        )
 
     def __repr__(self) -> str:
         return f"<stflow Numba kernel {getattr(self._pyfunc, '__name__', '?')!r}>"
@@ -243,8 +280,12 @@ def jit(*jit_args: Any, **jit_kwargs: Any) -> Any:
     ``@jit`` bare, or ``@jit(...)`` with the arguments of ``numba.cuda.jit``; returns a
     :class:`stf_kernel_decorator`.
     """
-    if len(jit_args) == 1 and not jit_kwargs and callable(jit_args[0]) \
-            and not isinstance(jit_args[0], (str, list, tuple)):
+    if (
+        len(jit_args) == 1
+        and not jit_kwargs
+        and callable(jit_args[0])
+        and not isinstance(jit_args[0], (str, list, tuple))
+    ):
         return stf_kernel_decorator(jit_args[0])
 
     def decorate(pyfunc: Callable[..., Any]) -> stf_kernel_decorator:
@@ -253,5 +294,5 @@ def jit(*jit_args: Any, **jit_kwargs: Any) -> Any:
     return decorate
 
 
-if "numba.cuda" in sys.modules:      # imported first, as the reference's tests do
+if "numba.cuda" in sys.modules:  # imported first, as the reference's tests do
     _install_simulator_support(sys.modules["numba.cuda"])

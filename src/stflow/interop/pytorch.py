@@ -30,8 +30,14 @@ import numpy as np
 from .._core.errors import ScopeError
 from .._interchange.views import stf_cai
 from ..backends._base import pointer_array
-from ._common import (TaskScope, gpu_memory, import_framework, recorded_into_a_graph,
-                      task_device, views_of)
+from ._common import (
+    TaskScope,
+    gpu_memory,
+    import_framework,
+    recorded_into_a_graph,
+    task_device,
+    views_of,
+)
 from ._torch_capture import TorchCapture
 
 __all__ = ["pytorch_task", "tensor_arg", "tensor_arguments"]
@@ -45,8 +51,9 @@ def _tensor(torch: Any, view: Any) -> Any:
     """A zero-copy tensor of a task view (CUDA Array Interface or emulated)."""
     if hasattr(view, "__cuda_array_interface__"):
         if view.readonly:
-            view = stf_cai(view.ptr, view.shape, view.dtype, 0, readonly=False,
-                           strides=view.strides)
+            view = stf_cai(
+                view.ptr, view.shape, view.dtype, 0, readonly=False, strides=view.strides
+            )
         return torch.as_tensor(view)
     if recorded_into_a_graph(view):
         raise ScopeError(
@@ -54,11 +61,18 @@ def _tensor(torch: Any, view: Any) -> Any:
             "while_loop, repeat, use_graph=True) on the emulated backend: a tensor "
             "made now would be used once, while the graph is recorded. Write the body "
             "as 'with pytorch_task(ctx, *deps) as tensors:', which records its PyTorch "
-            "operations and replays them each time the graph runs")
+            "operations and replays them each time the graph runs"
+        )
     array = np.asarray(view)
     if not array.flags.writeable:
-        array = pointer_array(view.ptr, tuple(array.shape), array.dtype, False, array,
-                              None if array.flags.c_contiguous else array.strides)
+        array = pointer_array(
+            view.ptr,
+            tuple(array.shape),
+            array.dtype,
+            False,
+            array,
+            None if array.flags.c_contiguous else array.strides,
+        )
     return torch.from_numpy(array)
 
 
@@ -127,6 +141,6 @@ class pytorch_task(TaskScope):
     def _close(self, error: BaseException | None) -> None:
         capture = self._capture
         if capture is not None:
-            capture.failed = error is not None     # a failed body records nothing
+            capture.failed = error is not None  # a failed body records nothing
             self._capture = None
         super()._close(error)

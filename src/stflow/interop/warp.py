@@ -16,8 +16,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..backends._base import HOST
-from ._common import (TaskScope, backend_of, gpu_memory, import_framework, task_device,
-                      views_of)
+from ._common import (
+    TaskScope,
+    backend_of,
+    gpu_memory,
+    import_framework,
+    task_device,
+    views_of,
+)
 
 __all__ = ["warp_arg", "warp_arguments", "warp_task"]
 
@@ -32,12 +38,16 @@ def _array(wp: Any, task: Any, view: Any) -> Any:
     dtype = wp.dtype_from_numpy(view.dtype)
     if gpu_memory(task):
         where = backend_of(task).locate(view.ptr)
-        device = "cpu" if where == HOST else \
-            f"cuda:{where if where >= 0 else task_device(task)}"
+        device = (
+            "cpu"
+            if where == HOST
+            else f"cuda:{where if where >= 0 else task_device(task)}"
+        )
     else:
         device = "cpu"
-    return wp.array(ptr=view.ptr, dtype=dtype, shape=view.shape, strides=view.strides,
-                    device=device)
+    return wp.array(
+        ptr=view.ptr, dtype=dtype, shape=view.shape, strides=view.strides, device=device
+    )
 
 
 def warp_arg(task: Any, index: int) -> Any:

@@ -12,18 +12,56 @@ threads at once (under a watchdog, :func:`run_threads`), and
 from ..interop.cupy import as_cupy as cupy_array
 from ..interop.cupy import cupy_stream
 from ._distributed import check_distributed_program, run_distributed_program
-from ._programs import (DataSpec, Op, Outcome, Program, TaskOp, check_program,
-                        cupy_body, emulated_body, generate_program, initial_arrays,
-                        run_oracle, run_program, task_body)
+from ._programs import (
+    DataSpec,
+    Op,
+    Outcome,
+    Program,
+    TaskOp,
+    check_program,
+    cupy_body,
+    emulated_body,
+    generate_program,
+    initial_arrays,
+    run_oracle,
+    run_program,
+    task_body,
+)
 from ._scoped import Scoped, check_scoped_program, generate_scoped_program
-from ._threaded import (Hang, ThreadedProgram, all_stacks, check_threaded_program,
-                        generate_threaded_program, run_threads)
+from ._threaded import (
+    Hang,
+    ThreadedProgram,
+    all_stacks,
+    check_threaded_program,
+    generate_threaded_program,
+    run_threads,
+)
 
-__all__ = ["DataSpec", "Hang", "Op", "Outcome", "Program", "Scoped", "TaskOp",
-           "ThreadedProgram", "all_stacks", "check_distributed_program", "check_program",
-           "check_scoped_program",
-           "check_threaded_program", "generate_scoped_program",
-           "generate_threaded_program", "run_threads",
-           "cupy_array", "cupy_body", "cupy_stream", "emulated_body", "generate_program",
-           "initial_arrays", "run_distributed_program", "run_oracle", "run_program",
-           "task_body"]
+__all__ = [
+    "DataSpec",
+    "Hang",
+    "Op",
+    "Outcome",
+    "Program",
+    "Scoped",
+    "TaskOp",
+    "ThreadedProgram",
+    "all_stacks",
+    "check_distributed_program",
+    "check_program",
+    "check_scoped_program",
+    "check_threaded_program",
+    "generate_scoped_program",
+    "generate_threaded_program",
+    "run_threads",
+    "cupy_array",
+    "cupy_body",
+    "cupy_stream",
+    "emulated_body",
+    "generate_program",
+    "initial_arrays",
+    "run_distributed_program",
+    "run_oracle",
+    "run_program",
+    "task_body",
+]

@@ -28,9 +28,18 @@ import numpy as np
 
 from .._core.reduce import OPS, REDUCE, reduce_mode, reduce_op
 from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
-from ._programs import (Program, _host_fn, _place, _same, flatten_bundles,
-                        generate_program, parent_problems, run_oracle, task_body,
-                        user_arrays)
+from ._programs import (
+    Program,
+    _host_fn,
+    _place,
+    _same,
+    flatten_bundles,
+    generate_program,
+    parent_problems,
+    run_oracle,
+    task_body,
+    user_arrays,
+)
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
 
@@ -53,9 +62,16 @@ def _add_edge_reductions(program: Program, rng: random.Random) -> Program:
         dtype = rng.choice(["float32", "float64"])
         origin = rng.choice(_EDGE_ORIGINS)
         fill = rng.choice([1.0, 2.5] if family == "mul" else [0.0, 1.0, 2.5])
-        data.append(DataSpec(shape, dtype, origin, fill=fill if origin == "full" else 0.0,
-                             accumulator=family))
-        if origin == "array":        # dyadic, as the folds: sums exact in any order
+        data.append(
+            DataSpec(
+                shape,
+                dtype,
+                origin,
+                fill=fill if origin == "full" else 0.0,
+                accumulator=family,
+            )
+        )
+        if origin == "array":  # dyadic, as the folds: sums exact in any order
             initial[len(data) - 1] = np.full(shape, fill, dtype=dtype)
         accumulators.append(len(data) - 1)
     devices = program.devices
@@ -65,31 +81,59 @@ def _add_edge_reductions(program: Program, rng: random.Random) -> Program:
     for op in [*program.ops, None]:
         while rng.random() < 0.4:
             acc = rng.choice(accumulators)
-            readable = [i for i in sorted(initialised) if i != acc
-                        and data[i].origin != "token"]
-            if acc not in initialised or rng.random() < 0.6:     # reduce into acc
-                names = (["sum", "sum", "min", "max"] if data[acc].accumulator == "add"
-                         else ["prod", "prod", "min", "max"])
+            readable = [
+                i for i in sorted(initialised) if i != acc and data[i].origin != "token"
+            ]
+            if acc not in initialised or rng.random() < 0.6:  # reduce into acc
+                names = (
+                    ["sum", "sum", "min", "max"]
+                    if data[acc].accumulator == "add"
+                    else ["prod", "prod", "min", "max"]
+                )
                 kind = "host_launch" if rng.random() < 0.2 else "task"
                 host_places = [None, "host", "managed"]
-                deps = [(acc, reduce_mode(OPS[rng.choice(names)]),
-                         rng.choice(host_places if kind == "host_launch" else places))]
+                deps = [
+                    (
+                        acc,
+                        reduce_mode(OPS[rng.choice(names)]),
+                        rng.choice(host_places if kind == "host_launch" else places),
+                    )
+                ]
                 if readable and rng.random() < 0.6:
-                    deps.append((rng.choice(readable), READ,
-                                 rng.choice(host_places if kind == "host_launch"
-                                            else places)))
-                ops.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3),
-                                  "host" if kind == "host_launch"
-                                  else rng.choice(["host", *range(devices)])))
+                    deps.append(
+                        (
+                            rng.choice(readable),
+                            READ,
+                            rng.choice(host_places if kind == "host_launch" else places),
+                        )
+                    )
+                ops.append(
+                    TaskOp(
+                        kind,
+                        tuple(deps),
+                        round(rng.uniform(-2, 2), 3),
+                        "host"
+                        if kind == "host_launch"
+                        else rng.choice(["host", *range(devices)]),
+                    )
+                )
                 initialised.add(acc)
                 continue
-            writable = [i for i in readable if not data[i].readonly
-                        and not data[i].accumulator]
-            if writable and rng.random() < 0.6:           # read acc, update another
-                ops.append(TaskOp("task", ((rng.choice(writable), RW, rng.choice(places)),
-                                           (acc, READ, rng.choice(places))),
-                                  round(rng.uniform(-2, 2), 3),
-                                  rng.choice(["host", *range(devices)])))
+            writable = [
+                i for i in readable if not data[i].readonly and not data[i].accumulator
+            ]
+            if writable and rng.random() < 0.6:  # read acc, update another
+                ops.append(
+                    TaskOp(
+                        "task",
+                        (
+                            (rng.choice(writable), RW, rng.choice(places)),
+                            (acc, READ, rng.choice(places)),
+                        ),
+                        round(rng.uniform(-2, 2), 3),
+                        rng.choice(["host", *range(devices)]),
+                    )
+                )
             else:
                 ops.append(Op("wait", acc))
         if op is None:
@@ -105,8 +149,9 @@ def _oracle_program(program: Program) -> Program:
     """``program`` as the oracle runs it: a never-written accumulator filled with the
     identity of the first reduction into it (where a local context starts it)."""
     data = list(program.data)
-    pending = {i for i, spec in enumerate(data) if spec.accumulator
-               and spec.origin == "empty"}
+    pending = {
+        i for i, spec in enumerate(data) if spec.accumulator and spec.origin == "empty"
+    }
     for op in program.ops:
         if not pending:
             break
@@ -115,12 +160,17 @@ def _oracle_program(program: Program) -> Program:
                 if index in pending and mode & REDUCE:
                     spec = data[index]
                     identity = reduce_op(mode).identity(np.dtype(spec.dtype))
-                    data[index] = DataSpec(spec.shape, spec.dtype, "full",
-                                           fill=float(identity),
-                                           accumulator=spec.accumulator)
+                    data[index] = DataSpec(
+                        spec.shape,
+                        spec.dtype,
+                        "full",
+                        fill=float(identity),
+                        accumulator=spec.accumulator,
+                    )
                     pending.discard(index)
-    return Program(program.seed, data, program.ops, program.devices, program.initial,
-                   program.grids)
+    return Program(
+        program.seed, data, program.ops, program.devices, program.initial, program.grids
+    )
 
 
 def _owners(program: Program, size: int) -> tuple[list[int], list[int | None]]:
@@ -128,19 +178,21 @@ def _owners(program: Program, size: int) -> tuple[list[int], list[int | None]]:
     default rule), drawn from the program's seed."""
     rng = random.Random(program.seed * 7 + size)
     owners = [rng.randrange(size) for _ in program.data]
-    ranks = [rng.randrange(size) if isinstance(op, TaskOp) and rng.random() < 0.5
-             else None for op in program.ops]
+    ranks = [
+        rng.randrange(size) if isinstance(op, TaskOp) and rng.random() < 0.5 else None
+        for op in program.ops
+    ]
     return owners, ranks
 
 
-def run_distributed_program(program: Program, comm: Any, backend: str = "emulated",
-                            use_graph: bool = False
-                            ) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray],
-                                       list[int]]:
+def run_distributed_program(
+    program: Program, comm: Any, backend: str = "emulated", use_graph: bool = False
+) -> tuple[list[tuple[int, np.ndarray]], dict[int, np.ndarray], list[int]]:
     """Run ``program`` over ``comm`` (the ranks' local contexts in graph mode with
     ``use_graph``); returns this rank's wait results, its user arrays after
     ``finalize()``, and the owners."""
     import stflow as stf
+
     owners, ranks = _owners(program, int(comm.Get_size()))
     user = user_arrays(program)
     waits = []
@@ -152,35 +204,54 @@ def run_distributed_program(program: Program, comm: Any, backend: str = "emulate
             elif spec.origin == "array":
                 data[i] = ctx.logical_data(user[i], owner=owners[i], name=f"d{i}")
             elif spec.origin == "full":
-                data[i] = ctx.logical_data(np.full(spec.shape or (), spec.fill,
-                                                   dtype=spec.dtype),
-                                           owner=owners[i], name=f"d{i}")
+                data[i] = ctx.logical_data(
+                    np.full(spec.shape or (), spec.fill, dtype=spec.dtype),
+                    owner=owners[i],
+                    name=f"d{i}",
+                )
             else:
-                data[i] = ctx.logical_data_empty(spec.shape or (), spec.dtype or "f8",
-                                                 owner=owners[i], name=f"d{i}")
+                data[i] = ctx.logical_data_empty(
+                    spec.shape or (), spec.dtype or "f8", owner=owners[i], name=f"d{i}"
+                )
         for op, rank in zip(program.ops, ranks):
             if isinstance(op, TaskOp):
-                deps = [_dep(data[index], mode, _place(stf, place))
-                        for index, mode, place in op.deps]
-                modes = [mode for index, mode, _ in op.deps
-                         if program.data[index].origin != "token"]
-                if op.bundle is not None:   # fields of different owners, one argument
+                deps = [
+                    _dep(data[index], mode, _place(stf, place))
+                    for index, mode, place in op.deps
+                ]
+                modes = [
+                    mode
+                    for index, mode, _ in op.deps
+                    if program.data[index].origin != "token"
+                ]
+                if op.bundle is not None:  # fields of different owners, one argument
                     shape = op.bundle
-                    group = ctx.bundle(**{name: stf.constant(data[index]) if const
-                                          else data[index]
-                                          for name, index, _, const in shape.fields})
+                    group = ctx.bundle(
+                        **{
+                            name: stf.constant(data[index]) if const else data[index]
+                            for name, index, _, const in shape.fields
+                        }
+                    )
                     where = _place(stf, op.deps[shape.start][2])
-                    deps[shape.start:shape.start + shape.count] = [
-                        group.dep(where, **dict(shape.explicit)) if shape.how == "dep"
-                        else getattr(group, shape.how)(where)]
+                    deps[shape.start : shape.start + shape.count] = [
+                        group.dep(where, **dict(shape.explicit))
+                        if shape.how == "dep"
+                        else getattr(group, shape.how)(where)
+                    ]
                 if op.kind == "host_launch":
                     ctx.host_launch(*deps, fn=_host_fn(modes, op.coef), rank=rank)
                     continue
-                place = (stf.exec_place.host() if op.place_of_exec == "host"
-                         else stf.exec_place.device(op.place_of_exec))
+                place = (
+                    stf.exec_place.host()
+                    if op.place_of_exec == "host"
+                    else stf.exec_place.device(op.place_of_exec)
+                )
                 with ctx.task(*deps, rank=rank, place=place) as t:
-                    t.run(lambda xp, *arrays, modes=modes, coef=op.coef:
-                          task_body(xp, flatten_bundles(arrays), modes, coef))
+                    t.run(
+                        lambda xp, *arrays, modes=modes, coef=op.coef: task_body(
+                            xp, flatten_bundles(arrays), modes, coef
+                        )
+                    )
             elif op.kind == "wait":
                 waits.append((op.data, ctx.wait(data[op.data])))
             elif op.kind == "fence":
@@ -198,9 +269,15 @@ def _dep(data: Any, mode: int, place: Any) -> Any:
     return data.rw(place)
 
 
-def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
-                              reductions: bool = False, use_graph: bool = False,
-                              edge_reductions: bool = False, **options: Any) -> None:
+def check_distributed_program(
+    seed: int,
+    comm: Any,
+    backend: str = "emulated",
+    reductions: bool = False,
+    use_graph: bool = False,
+    edge_reductions: bool = False,
+    **options: Any,
+) -> None:
     """Run the program of ``seed`` over ``comm`` and compare with the oracle (on
     every rank; collective). ``reductions``: with accumulators (``ld.reduce(op)`` by
     tasks on random ranks, combined across ranks); ``edge_reductions``: with
@@ -214,8 +291,9 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         With the program listing and the first differences, on the rank that saw
         them (after every rank finished the program).
     """
-    program = generate_program(seed, _devices(comm, backend), reductions=reductions,
-                               drops=False, **options)
+    program = generate_program(
+        seed, _devices(comm, backend), reductions=reductions, drops=False, **options
+    )
     if edge_reductions:
         program = _add_edge_reductions(program, random.Random(seed * 6151 + 29))
     expected = run_oracle(_oracle_program(program))
@@ -227,21 +305,29 @@ def check_distributed_program(seed: int, comm: Any, backend: str = "emulated",
         problems.append(f"{len(waits)} wait results, expected {len(expected.waits)}")
     for number, ((index, got), (_, want)) in enumerate(zip(waits, expected.waits)):
         if not _same(got, want, exact):
-            problems.append(f"wait #{number} of d{index}: got {got.ravel()[:6]}, "
-                            f"expected {want.ravel()[:6]}")
+            problems.append(
+                f"wait #{number} of d{index}: got {got.ravel()[:6]}, "
+                f"expected {want.ravel()[:6]}"
+            )
     wants = {}
     for index, want in expected.final.items():
         if owners[index] != rank:
-            want = program.initial[index]           # another rank's array: untouched
+            want = program.initial[index]  # another rank's array: untouched
         wants[index] = want
         if not _same(final[index], want, exact):
-            problems.append(f"user array d{index} (owner {owners[index]}): got "
-                            f"{final[index].ravel()[:6]}, expected {want.ravel()[:6]}")
+            problems.append(
+                f"user array d{index} (owner {owners[index]}): got "
+                f"{final[index].ravel()[:6]}, expected {want.ravel()[:6]}"
+            )
     problems += parent_problems(program, final, wants, exact)
     if problems:
-        raise AssertionError(f"rank {rank} differs from the sequential oracle:\n  "
-                             + "\n  ".join(problems) + "\n" + program.describe()
-                             + f"\nowners: {owners}")
+        raise AssertionError(
+            f"rank {rank} differs from the sequential oracle:\n  "
+            + "\n  ".join(problems)
+            + "\n"
+            + program.describe()
+            + f"\nowners: {owners}"
+        )
 
 
 def _devices(comm: Any, backend: str) -> int:
@@ -250,4 +336,5 @@ def _devices(comm: Any, backend: str) -> int:
     from mpi4py import MPI
 
     from ..backends import get_backend
+
     return int(comm.allreduce(min(get_backend(backend).device_count, 2), op=MPI.MIN))

@@ -29,22 +29,31 @@ class GridSpec:
 
     members: tuple[int, ...]
     dims: tuple[int, ...]
-    mapper: str                 # "blocked", "cyclic:<bytes>" or "random:<seed>"
+    mapper: str  # "blocked", "cyclic:<bytes>" or "random:<seed>"
     affine: str
 
 
-def add_grids(rng: random.Random, ops: list[Any], devices: int,
-              grids: list[GridSpec]) -> list[Any]:
+def add_grids(
+    rng: random.Random, ops: list[Any], devices: int, grids: list[GridSpec]
+) -> list[Any]:
     """``ops`` with some tasks moved to grids and some dependencies to composite or
     replicated places (``grids`` receives the grids used)."""
     for _ in range(rng.randint(1, 3)):
         size = rng.choice([2, 2, 3, 4])
         members = tuple(rng.randrange(devices) for _ in range(size))
         dims = (2, 2) if size == 4 and rng.random() < 0.5 else (size,)
-        mapper = rng.choice(["blocked", f"cyclic:{rng.choice([256, 512, 4096])}",
-                             f"random:{rng.randrange(1 << 30)}"])
-        grids.append(GridSpec(members, dims, mapper,
-                              rng.choice(["composite", "composite", "device"])))
+        mapper = rng.choice(
+            [
+                "blocked",
+                f"cyclic:{rng.choice([256, 512, 4096])}",
+                f"random:{rng.randrange(1 << 30)}",
+            ]
+        )
+        grids.append(
+            GridSpec(
+                members, dims, mapper, rng.choice(["composite", "composite", "device"])
+            )
+        )
     result = []
     for op in ops:
         if not isinstance(op, TaskOp) or op.kind != "task" or rng.random() < 0.6:
@@ -55,8 +64,12 @@ def add_grids(rng: random.Random, ops: list[Any], devices: int,
             counts[index] = counts.get(index, 0) + 1
         deps = []
         for index, mode, place in op.deps:
-            if counts[index] == 1 and mode in (READ, WRITE, READ | WRITE) and \
-                    place != "token" and rng.random() < 0.4:
+            if (
+                counts[index] == 1
+                and mode in (READ, WRITE, READ | WRITE)
+                and place != "token"
+                and rng.random() < 0.4
+            ):
                 if mode == READ and rng.random() < 0.4:
                     place = ("replicated", rng.choice([None, rng.randrange(len(grids))]))
                 else:
@@ -68,13 +81,15 @@ def add_grids(rng: random.Random, ops: list[Any], devices: int,
             grid = rng.randrange(len(grids))
             place_of_exec = ("grid", grid)
             member = rng.randrange(len(grids[grid].members))
-        result.append(TaskOp(op.kind, tuple(deps), op.coef, place_of_exec, op.launch,
-                             member))
+        result.append(
+            TaskOp(op.kind, tuple(deps), op.coef, place_of_exec, op.launch, member)
+        )
     return result
 
 
 def _mapper(text: str) -> Any:
     from .. import partitions
+
     if text == "blocked":
         return partitions.blocked()
     kind, _, value = text.partition(":")
@@ -85,9 +100,13 @@ def _mapper(text: str) -> Any:
     def scattered(coords: Any, dims: Any, grid: Any) -> tuple[int, ...]:
         count = grid[0] * grid[1] * grid[2] * grid[3]
         member = ((coords[0] // 256) * 2654435761 + seed) % (1 << 32) % count
-        return (member % grid[0], member // grid[0] % grid[1],
-                member // (grid[0] * grid[1]) % grid[2],
-                member // (grid[0] * grid[1] * grid[2]))
+        return (
+            member % grid[0],
+            member // grid[0] % grid[1],
+            member // (grid[0] * grid[1]) % grid[2],
+            member // (grid[0] * grid[1] * grid[2]),
+        )
+
     return scattered
 
 
@@ -103,8 +122,11 @@ class Built:
             mapper = _mapper(spec.mapper)
             grid = stf.exec_place_grid.create(places, spec.dims)
             composite = stf.data_place.composite(grid, mapper)
-            grid.set_affine_data_place(composite if spec.affine == "composite"
-                                       else stf.data_place.device(spec.members[0]))
+            grid.set_affine_data_place(
+                composite
+                if spec.affine == "composite"
+                else stf.data_place.device(spec.members[0])
+            )
             self.grids.append(grid)
             self.composites.append(composite)
         self.replicated: dict[int | None, Any] = {None: stf.data_place.replicated()}

@@ -20,14 +20,14 @@ READ, WRITE, RW = 1, 2, 3
 class DataSpec:
     """One logical data of a program."""
 
-    shape: tuple[int, ...] | None      # None for a token
+    shape: tuple[int, ...] | None  # None for a token
     dtype: str | None
-    origin: str                        # "array", "full", "empty", "token"
-    fill: float = 0.0                  # for "full"
-    readonly: bool = False             # for "array"
-    fill_place: Any = None             # for "full": None, "host" or a device ordinal
-    accumulator: str | None = None     # "add" or "mul": only reduced into and read
-    view: Any = None                   # for "array": a strided view of a parent array,
+    origin: str  # "array", "full", "empty", "token"
+    fill: float = 0.0  # for "full"
+    readonly: bool = False  # for "array"
+    fill_place: Any = None  # for "full": None, "host" or a device ordinal
+    accumulator: str | None = None  # "add" or "mul": only reduced into and read
+    view: Any = None  # for "array": a strided view of a parent array,
     # (parent number, parent shape, ((start, step) per axis)); see _programs.add_views
 
 
@@ -64,8 +64,8 @@ class TaskOp:
     coef: float
     place_of_exec: Any = 0
     launch: bool = False
-    member: int = 0                    # on a grid: the member whose stream runs it
-    bundle: BundleSpec | None = None   # some deps submitted as one bundle
+    member: int = 0  # on a grid: the member whose stream runs it
+    bundle: BundleSpec | None = None  # some deps submitted as one bundle
 
 
 @dataclass(frozen=True)

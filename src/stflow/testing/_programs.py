@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import random
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +43,19 @@ from ._grids import Built, GridSpec, add_grids
 from ._ops import READ, RW, WRITE, BundleSpec, DataSpec, Op, TaskOp, _same
 from ._parents import _parent_values, _view_index, add_views, parent_problems
 
-__all__ = ["DataSpec", "Program", "TaskOp", "add_views", "check_program",
-           "generate_program", "parent_problems", "run_oracle", "run_program",
-           "smallest_budget", "task_body"]
+__all__ = [
+    "DataSpec",
+    "Program",
+    "TaskOp",
+    "add_views",
+    "check_program",
+    "generate_program",
+    "parent_problems",
+    "run_oracle",
+    "run_program",
+    "smallest_budget",
+    "task_body",
+]
 
 _MODE_NAMES = {READ: "read", WRITE: "write", RW: "rw"}
 
@@ -68,16 +79,22 @@ class Program:
         for op in self.ops:
             if isinstance(op, TaskOp):
                 deps = ", ".join(f"d{i}.{_mode_text(m)}({p!r})" for i, m, p in op.deps)
-                member = (f" member {op.member}" if isinstance(op.place_of_exec, tuple)
-                          else "")
-                lines.append(f"  {op.kind}@{op.place_of_exec!r}{member}"
-                             f"{' launch' if op.launch else ''}({deps}) c={op.coef}")
+                member = (
+                    f" member {op.member}" if isinstance(op.place_of_exec, tuple) else ""
+                )
+                lines.append(
+                    f"  {op.kind}@{op.place_of_exec!r}{member}"
+                    f"{' launch' if op.launch else ''}({deps}) c={op.coef}"
+                )
                 if op.bundle is not None:
-                    lines.append(f"    deps {op.bundle.start}..{op.bundle.start + op.bundle.count - 1}"
-                                 f" as a bundle: {op.bundle}")
+                    lines.append(
+                        f"    deps {op.bundle.start}..{op.bundle.start + op.bundle.count - 1}"
+                        f" as a bundle: {op.bundle}"
+                    )
             else:
-                lines.append(f"  {op.kind} d{op.data}" if op.data >= 0 else
-                             f"  {op.kind}")
+                lines.append(
+                    f"  {op.kind} d{op.data}" if op.data >= 0 else f"  {op.kind}"
+                )
         return "\n".join(lines)
 
 
@@ -98,8 +115,11 @@ def task_body(xp: Any, arrays: Sequence[Any], modes: Sequence[int], coef: float)
     for array, mode in zip(arrays, modes):
         if mode & READ and array.size:
             flat = array.reshape(-1)
-            sample = (flat[0].astype(xp.float64) + flat[flat.size // 2].astype(xp.float64)
-                      + flat[-1].astype(xp.float64))
+            sample = (
+                flat[0].astype(xp.float64)
+                + flat[flat.size // 2].astype(xp.float64)
+                + flat[-1].astype(xp.float64)
+            )
             total = sample if total is None else total + sample
     # A Python float, not an array: no host-to-device transfer, which a body recorded
     # into a CUDA graph could not make (the host value would be read at replay).
@@ -129,18 +149,28 @@ def _fold(xp: Any, array: Any, op: Any, base: Any) -> None:
         k = (index + xp.floor(base)) % 3
         contribution = xp.where(k == 0, 2.0, xp.where(k == 1, 0.5, 1.0)) * nan_guard
     else:
-        contribution = (xp.clip(xp.floor(base * 4.0) / 4.0, -8.0, 8.0) + index % 3
-                        ) * nan_guard
+        contribution = (
+            xp.clip(xp.floor(base * 4.0) / 4.0, -8.0, 8.0) + index % 3
+        ) * nan_guard
     op.ufunc(array, contribution.astype(array.dtype), out=array)
 
 
 # -- generation ------------------------------------------------------------------
 
-def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
-                     max_ops: int = 24, host_callbacks: bool = True,
-                     drops: bool = True, reductions: bool = True,
-                     grids: bool = False, views: bool = True,
-                     bundles: bool = True) -> Program:
+
+def generate_program(
+    seed: int,
+    devices: int = 2,
+    *,
+    max_data: int = 6,
+    max_ops: int = 24,
+    host_callbacks: bool = True,
+    drops: bool = True,
+    reductions: bool = True,
+    grids: bool = False,
+    views: bool = True,
+    bundles: bool = True,
+) -> Program:
     """Draw a random program from ``seed`` (``reductions``: with accumulators, data
     only reduced into and read; ``grids``: with tasks on grids of places and data at
     composite and replicated places, see ``_grids.py``; ``views``: some user arrays
@@ -172,8 +202,9 @@ def generate_program(seed: int, devices: int = 2, *, max_data: int = 6,
         kind = "host_launch" if host_callbacks and roll < 0.33 else "task"
         ops.append(_draw_task(rng, kind, data, alive, initialised, devices))
     if reductions:
-        ops = _add_reductions(random.Random(seed * 7919 + 17), data, ops, devices,
-                              host_callbacks)
+        ops = _add_reductions(
+            random.Random(seed * 7919 + 17), data, ops, devices, host_callbacks
+        )
         initialised.update(i for i, spec in enumerate(data) if spec.accumulator)
     grid_specs: list[GridSpec] = []
     if grids:
@@ -198,24 +229,40 @@ def _draw_data(rng: random.Random, devices: int, max_data: int) -> list[DataSpec
         if roll < 0.12:
             data.append(DataSpec(None, None, "token"))
             continue
-        shape: tuple[int, ...] = ((rng.randint(1, 300),) if rng.random() < 0.6
-                 else (rng.randint(1, 20), rng.randint(1, 20)))
+        shape: tuple[int, ...] = (
+            (rng.randint(1, 300),)
+            if rng.random() < 0.6
+            else (rng.randint(1, 20), rng.randint(1, 20))
+        )
         dtype = rng.choice(["float32", "float64"])
         if roll < 0.6:
             if rng.random() < 0.08:
-                shape = rng.choice([(), (0,), (3, 0)])     # 0-d and zero-size buffers
+                shape = rng.choice([(), (0,), (3, 0)])  # 0-d and zero-size buffers
             data.append(DataSpec(shape, dtype, "array", readonly=rng.random() < 0.15))
         elif roll < 0.85:
             fill_place = rng.choice([None, "host", *range(devices)])
-            data.append(DataSpec(shape, dtype, "full", fill=rng.choice([0.0, 1.0, 2.5]),
-                                 fill_place=fill_place))
+            data.append(
+                DataSpec(
+                    shape,
+                    dtype,
+                    "full",
+                    fill=rng.choice([0.0, 1.0, 2.5]),
+                    fill_place=fill_place,
+                )
+            )
         else:
             data.append(DataSpec(shape, dtype, "empty"))
     return data
 
 
-def _draw_task(rng: random.Random, kind: str, data: list[DataSpec], alive: list[int],
-               initialised: set[int], devices: int) -> TaskOp:
+def _draw_task(
+    rng: random.Random,
+    kind: str,
+    data: list[DataSpec],
+    alive: list[int],
+    initialised: set[int],
+    devices: int,
+) -> TaskOp:
     """A task or host callback (``kind``) on some of the ``alive`` data: modes that
     write what is not ``initialised`` yet (which it then is), places, sometimes the
     same data twice."""
@@ -235,8 +282,7 @@ def _draw_task(rng: random.Random, kind: str, data: list[DataSpec], alive: list[
         elif kind == "host_launch":
             place = rng.choice([None, None, "host", "managed"])
         else:
-            place = rng.choice([None, None, None, "host", "managed",
-                                *range(devices)])
+            place = rng.choice([None, None, None, "host", "managed", *range(devices)])
         deps.append((index, mode, place))
         if mode & WRITE:
             initialised.add(index)
@@ -246,19 +292,32 @@ def _draw_task(rng: random.Random, kind: str, data: list[DataSpec], alive: list[
         spec = data[index]
         if spec.origin != "token" and index in initialised_before:
             if mode == READ:
-                again = rng.choice([None, "host", "managed", *range(devices)]) \
-                    if kind == "task" else rng.choice([None, "host", "managed"])
+                again = (
+                    rng.choice([None, "host", "managed", *range(devices)])
+                    if kind == "task"
+                    else rng.choice([None, "host", "managed"])
+                )
                 deps.append((index, READ, again))
             elif not spec.readonly:
                 deps.append((index, READ, place))
-    place_of_exec = "host" if kind == "host_launch" else rng.choice(["host",
-                                                                     *range(devices)])
-    return TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), place_of_exec,
-                  launch=kind == "task" and rng.random() < 0.4)
+    place_of_exec = (
+        "host" if kind == "host_launch" else rng.choice(["host", *range(devices)])
+    )
+    return TaskOp(
+        kind,
+        tuple(deps),
+        round(rng.uniform(-2, 2), 3),
+        place_of_exec,
+        launch=kind == "task" and rng.random() < 0.4,
+    )
 
 
-def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
-                spare: Sequence[int] | None = None) -> list[Any]:
+def add_bundles(
+    rng: random.Random,
+    data: list[DataSpec],
+    ops: list[Any],
+    spare: Sequence[int] | None = None,
+) -> list[Any]:
     """Submit some deps of some tasks as one bundle (``ctx.bundle``): deps of
     distinct data at one place, moved next to each other (the oracle runs the same
     order), spelt with ``read()``, ``rw()``, ``write()`` or ``dep(**modes)`` as their
@@ -273,8 +332,12 @@ def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
                 dropped.add(op.data)
             result.append(op)
             continue
-        if not isinstance(op, TaskOp) or op.bundle is not None or not op.deps or \
-                rng.random() > 0.35:
+        if (
+            not isinstance(op, TaskOp)
+            or op.bundle is not None
+            or not op.deps
+            or rng.random() > 0.35
+        ):
             result.append(op)
             continue
         place = rng.choice([p for _, _, p in op.deps])
@@ -292,7 +355,7 @@ def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
         others = set(modes) - {READ}
         options = ["dep"]
         if not others:
-            options += ["read", "rw", "write"]     # rw/write: every field constant
+            options += ["read", "rw", "write"]  # rw/write: every field constant
         elif len(others) == 1 and others <= {RW, WRITE}:
             options.append("rw" if RW in others else "write")
         how = rng.choice(options)
@@ -308,24 +371,34 @@ def add_bundles(rng: random.Random, data: list[DataSpec], ops: list[Any],
             if how == "dep" and (mode != READ or rng.random() < 0.5):
                 explicit.append((name, mode))
         if how == "dep":
-            untouched = [i for i in (range(len(data)) if spare is None else spare)
-                         if i not in dropped and
-                         i not in {index for index, _, _ in op.deps}]
+            untouched = [
+                i
+                for i in (range(len(data)) if spare is None else spare)
+                if i not in dropped and i not in {index for index, _, _ in op.deps}
+            ]
             for index in rng.sample(untouched, min(len(untouched), rng.randint(0, 2))):
                 name = f"none_d{index}"
-                fields.insert(rng.randint(0, len(fields)),
-                              (name, index, False, rng.random() < 0.3))
+                fields.insert(
+                    rng.randint(0, len(fields)), (name, index, False, rng.random() < 0.3)
+                )
                 explicit.append((name, 0))
         rng.shuffle(explicit)
-        spec = BundleSpec(start, len(block), tuple(fields), how, tuple(explicit),
-                          run=rng.random() < 0.5)
-        result.append(TaskOp(op.kind, deps, op.coef, op.place_of_exec, op.launch,
-                             op.member, spec))
+        spec = BundleSpec(
+            start, len(block), tuple(fields), how, tuple(explicit), run=rng.random() < 0.5
+        )
+        result.append(
+            TaskOp(op.kind, deps, op.coef, op.place_of_exec, op.launch, op.member, spec)
+        )
     return result
 
 
-def _add_reductions(rng: random.Random, data: list[DataSpec], ops: list[Any],
-                    devices: int, host_callbacks: bool) -> list[Any]:
+def _add_reductions(
+    rng: random.Random,
+    data: list[DataSpec],
+    ops: list[Any],
+    devices: int,
+    host_callbacks: bool,
+) -> list[Any]:
     """Add one or two accumulators to ``data`` and, between the operations of
     ``ops``, tasks that reduce into them or read them (writing other data)."""
     if rng.random() < 0.3:
@@ -333,13 +406,22 @@ def _add_reductions(rng: random.Random, data: list[DataSpec], ops: list[Any],
     accumulators = []
     for _ in range(rng.randint(1, 2)):
         family = rng.choice(["add", "add", "mul"])
-        shape = (rng.randint(1, 64),) if rng.random() < 0.7 else (rng.randint(1, 6),
-                                                                  rng.randint(1, 6))
+        shape = (
+            (rng.randint(1, 64),)
+            if rng.random() < 0.7
+            else (rng.randint(1, 6), rng.randint(1, 6))
+        )
         fill = rng.choice([1.0, 2.5] if family == "mul" else [0.0, 1.0, 2.5])
-        data.append(DataSpec(shape, rng.choice(["float32", "float64"]), "full",
-                             fill=fill, fill_place=rng.choice([None, "host",
-                                                               *range(devices)]),
-                             accumulator=family))
+        data.append(
+            DataSpec(
+                shape,
+                rng.choice(["float32", "float64"]),
+                "full",
+                fill=fill,
+                fill_place=rng.choice([None, "host", *range(devices)]),
+                accumulator=family,
+            )
+        )
         accumulators.append(len(data) - 1)
     places = [None, None, "host", "managed", *range(devices)]
     initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
@@ -348,36 +430,70 @@ def _add_reductions(rng: random.Random, data: list[DataSpec], ops: list[Any],
     for op in [*ops, None]:
         while rng.random() < 0.35:
             acc = rng.choice(accumulators)
-            ops_of = (["sum", "sum", "min", "max"] if data[acc].accumulator == "add"
-                      else ["prod", "prod", "min", "max"])
-            readable = [i for i, spec in enumerate(data)
-                        if i != acc and i not in dropped and spec.shape is not None
-                        and i in initialised]
-            if rng.random() < 0.7:         # reduce into acc, reading another data
+            ops_of = (
+                ["sum", "sum", "min", "max"]
+                if data[acc].accumulator == "add"
+                else ["prod", "prod", "min", "max"]
+            )
+            readable = [
+                i
+                for i, spec in enumerate(data)
+                if i != acc
+                and i not in dropped
+                and spec.shape is not None
+                and i in initialised
+            ]
+            if rng.random() < 0.7:  # reduce into acc, reading another data
                 kind = "host_launch" if host_callbacks and rng.random() < 0.2 else "task"
                 mode = reduce_mode(OPS[rng.choice(ops_of)])
-                place = (rng.choice([None, "host", "managed"]) if kind == "host_launch"
-                         else rng.choice(places))
+                place = (
+                    rng.choice([None, "host", "managed"])
+                    if kind == "host_launch"
+                    else rng.choice(places)
+                )
                 deps = [(acc, mode, place)]
                 if readable and rng.random() < 0.7:
-                    deps.append((rng.choice(readable), READ,
-                                 rng.choice([None, "host", "managed"])
-                                 if kind == "host_launch" else rng.choice(places)))
-                exec_place = "host" if kind == "host_launch" else \
-                    rng.choice(["host", *range(devices)])
-                result.append(TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3),
-                                     exec_place, launch=kind == "task" and
-                                     rng.random() < 0.5))
+                    deps.append(
+                        (
+                            rng.choice(readable),
+                            READ,
+                            rng.choice([None, "host", "managed"])
+                            if kind == "host_launch"
+                            else rng.choice(places),
+                        )
+                    )
+                exec_place = (
+                    "host"
+                    if kind == "host_launch"
+                    else rng.choice(["host", *range(devices)])
+                )
+                result.append(
+                    TaskOp(
+                        kind,
+                        tuple(deps),
+                        round(rng.uniform(-2, 2), 3),
+                        exec_place,
+                        launch=kind == "task" and rng.random() < 0.5,
+                    )
+                )
                 continue
-            writable = [i for i in readable if not data[i].readonly
-                        and not data[i].accumulator]
-            if writable:                   # read acc, update another data
+            writable = [
+                i for i in readable if not data[i].readonly and not data[i].accumulator
+            ]
+            if writable:  # read acc, update another data
                 target = rng.choice(writable)
-                result.append(TaskOp("task", ((target, RW, rng.choice(places)),
-                                              (acc, READ, rng.choice(places))),
-                                     round(rng.uniform(-2, 2), 3),
-                                     rng.choice(["host", *range(devices)]),
-                                     launch=rng.random() < 0.5))
+                result.append(
+                    TaskOp(
+                        "task",
+                        (
+                            (target, RW, rng.choice(places)),
+                            (acc, READ, rng.choice(places)),
+                        ),
+                        round(rng.uniform(-2, 2), 3),
+                        rng.choice(["host", *range(devices)]),
+                        launch=rng.random() < 0.5,
+                    )
+                )
             elif rng.random() < 0.5:
                 result.append(Op("wait", acc))
         if op is None:
@@ -401,6 +517,7 @@ def initial_arrays(program: Program) -> dict[int, np.ndarray]:
 
 
 # -- the oracle ------------------------------------------------------------------
+
 
 @dataclass
 class Outcome:
@@ -434,10 +551,11 @@ def run_oracle(program: Program) -> Outcome:
                 value = values[index]
                 if value is None:
                     continue
-                if mode & REDUCE:              # a private view holding the identity
+                if mode & REDUCE:  # a private view holding the identity
                     operation = reduce_op(mode)
-                    private = np.full(value.shape, operation.identity(value.dtype),
-                                      dtype=value.dtype)
+                    private = np.full(
+                        value.shape, operation.identity(value.dtype), dtype=value.dtype
+                    )
                     folds.append((operation, value, private))
                     value = private
                 arrays.append(value)
@@ -447,8 +565,9 @@ def run_oracle(program: Program) -> Outcome:
                 operation.ufunc(value, private, out=value)
         elif op.kind == "wait":
             waits.append((op.data, values[op.data].copy()))  # type: ignore[union-attr]
-    final = {i: values[i] for i, spec in enumerate(program.data)
-             if spec.origin == "array"}
+    final = {
+        i: values[i] for i, spec in enumerate(program.data) if spec.origin == "array"
+    }
     return Outcome(waits, final)  # type: ignore[arg-type]
 
 
@@ -494,6 +613,7 @@ def flatten_bundles(values: Any) -> list[Any]:
     """``values`` with each bundle's named tuple replaced by its fields' values
     (fields without memory, ``None``, left out)."""
     from .._handles.bundles import is_view
+
     flat: list[Any] = []
     for value in values:
         if is_view(value):
@@ -504,10 +624,13 @@ def flatten_bundles(values: Any) -> list[Any]:
 
 
 def _emulated(t: Any, op: TaskOp, modes: list[int], launched: bool) -> None:
-    if launched and op.bundle is not None and op.bundle.run and \
-            not isinstance(op.place_of_exec, tuple):
-        t.run(lambda xp, *arrays: task_body(xp, flatten_bundles(arrays), modes,
-                                            op.coef))
+    if (
+        launched
+        and op.bundle is not None
+        and op.bundle.run
+        and not isinstance(op.place_of_exec, tuple)
+    ):
+        t.run(lambda xp, *arrays: task_body(xp, flatten_bundles(arrays), modes, op.coef))
         return
     views = _task_views(t, op)
     if launched:
@@ -530,6 +653,7 @@ def cupy_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     import cupy
 
     from ..interop.cupy import as_cupy, cupy_stream
+
     views = _task_views(t, op)
     with cupy_stream(_body_stream(t, op)):
         task_body(cupy, [as_cupy(v) for v in views], modes, op.coef)
@@ -570,8 +694,9 @@ def user_arrays(program: Program) -> dict[int, np.ndarray]:
     return user
 
 
-def declare_data(stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarray]
-                 ) -> dict[int, Any]:
+def declare_data(
+    stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarray]
+) -> dict[int, Any]:
     """The program's logical data in ``ctx`` (a context or a stackable context)."""
     lds: dict[int, Any] = {}
     for i, spec in enumerate(program.data):
@@ -583,8 +708,13 @@ def declare_data(stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarra
                 exec_place = stf.exec_place.host()
             elif spec.fill_place is not None:
                 exec_place = stf.exec_place.device(spec.fill_place)
-            lds[i] = ctx.logical_data_full(spec.shape, spec.fill, dtype=spec.dtype,
-                                           exec_place=exec_place, name=f"d{i}")
+            lds[i] = ctx.logical_data_full(
+                spec.shape,
+                spec.fill,
+                dtype=spec.dtype,
+                exec_place=exec_place,
+                name=f"d{i}",
+            )
         elif spec.origin == "empty":
             lds[i] = ctx.logical_data_empty(spec.shape, spec.dtype, name=f"d{i}")
         else:
@@ -592,24 +722,37 @@ def declare_data(stf: Any, ctx: Any, program: Program, user: dict[int, np.ndarra
     return lds
 
 
-def run_program(program: Program, backend: str = "emulated",
-                body: BodyRunner | None = None, use_graph: bool = False,
-                memory_budget: Any = None) -> Outcome:
+def run_program(
+    program: Program,
+    backend: str = "emulated",
+    body: BodyRunner | None = None,
+    use_graph: bool = False,
+    memory_budget: Any = None,
+) -> Outcome:
     """Run ``program`` through stflow on ``backend`` (in graph mode with
     ``use_graph``, within ``memory_budget`` bytes per device); returns what it
     observed."""
     import stflow as stf
+
     if body is None:
-        body = (cupy_body if backend == "cuda" else host_body if backend == "null" else
-                emulated_graph_body if use_graph else emulated_body)
+        body = (
+            cupy_body
+            if backend == "cuda"
+            else host_body
+            if backend == "null"
+            else emulated_graph_body
+            if use_graph
+            else emulated_body
+        )
     user = user_arrays(program)
     waits = []
-    with stf.context(backend=backend, use_graph=use_graph,
-                     memory_budget=memory_budget) as ctx:
+    with stf.context(
+        backend=backend, use_graph=use_graph, memory_budget=memory_budget
+    ) as ctx:
         lds = declare_data(stf, ctx, program, user)
         for op in program.ops:
             if isinstance(op, TaskOp):
-                submit(stf, ctx, program, op, lds, body)    # keeps no reference
+                submit(stf, ctx, program, op, lds, body)  # keeps no reference
             elif op.kind == "wait":
                 waits.append((op.data, ctx.wait(lds[op.data])))
             elif op.kind == "fence":
@@ -620,8 +763,14 @@ def run_program(program: Program, backend: str = "emulated",
     return Outcome(waits, final)
 
 
-def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any],
-           body: BodyRunner) -> None:
+def submit(
+    stf: Any,
+    ctx: Any,
+    program: Program,
+    op: TaskOp,
+    lds: dict[int, Any],
+    body: BodyRunner,
+) -> None:
     """Submit one task or host callback; nothing of it outlives the call, so a later
     ``drop`` really drops the data (its retirement is then exercised)."""
     built = _built(stf, program) if program.grids else None
@@ -633,15 +782,17 @@ def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any]
             modes.append(mode)
     if op.bundle is not None:
         spec = op.bundle
-        fields = {name: stf.constant(lds[index]) if const else lds[index]
-                  for name, index, _, const in spec.fields}
+        fields = {
+            name: stf.constant(lds[index]) if const else lds[index]
+            for name, index, _, const in spec.fields
+        }
         group = ctx.bundle(**fields)
         where = _place(stf, op.deps[spec.start][2], built)
         if spec.how == "dep":
             made = group.dep(where, **dict(spec.explicit))
         else:
             made = getattr(group, spec.how)(where)
-        deps[spec.start:spec.start + spec.count] = [made]
+        deps[spec.start : spec.start + spec.count] = [made]
     if op.kind == "host_launch":
         ctx.host_launch(*deps, fn=_host_fn(modes, op.coef))
         return
@@ -649,8 +800,11 @@ def submit(stf: Any, ctx: Any, program: Program, op: TaskOp, lds: dict[int, Any]
         assert built is not None
         place = built.exec_place(op.place_of_exec)
     else:
-        place = (stf.exec_place.host() if op.place_of_exec == "host"
-                 else stf.exec_place.device(op.place_of_exec))
+        place = (
+            stf.exec_place.host()
+            if op.place_of_exec == "host"
+            else stf.exec_place.device(op.place_of_exec)
+        )
     with ctx.task(place, *deps) as t:
         body(t, op, modes)
 
@@ -677,8 +831,9 @@ def _nbytes(spec: DataSpec) -> int:
     return int(np.prod(spec.shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
 
 
-def task_working_sets(program: Program, ops: Sequence[Any] | None = None
-                      ) -> list[dict[int, set[int]]]:
+def task_working_sets(
+    program: Program, ops: Sequence[Any] | None = None
+) -> list[dict[int, set[int]]]:
     """For every task of ``ops`` (default: the program's): device -> the data it
     needs there."""
     sets = []
@@ -722,7 +877,7 @@ def smallest_budget(program: Program, groups: Sequence[set[int]] = ()) -> int:
     for at in task_working_sets(program):
         for indices in at.values():
             need = max(need, sum(_nbytes(program.data[i]) for i in indices))
-    for spec in program.data:                  # logical_data_full fills on a device
+    for spec in program.data:  # logical_data_full fills on a device
         if spec.origin == "full" and spec.fill_place != "host":
             need = max(need, _nbytes(spec))
     # Partial results of reductions wait in private instances until combined (into
@@ -733,8 +888,11 @@ def smallest_budget(program: Program, groups: Sequence[set[int]] = ()) -> int:
             for index, mode, _ in op.deps:
                 if mode & REDUCE:
                     reductions[index] += 1
-    need += sum((count + 2) * _nbytes(program.data[index])
-                for index, count in enumerate(reductions) if count)
+    need += sum(
+        (count + 2) * _nbytes(program.data[index])
+        for index, count in enumerate(reductions)
+        if count
+    )
     for group in groups:
         need = max(need, sum(_nbytes(program.data[i]) for i in group))
     return need
@@ -748,12 +906,18 @@ def tight_budget(seed: int, smallest: int) -> int:
 def _host_fn(modes: list[int], coef: float) -> Callable[..., None]:
     def fn(*arrays: np.ndarray) -> None:
         task_body(np, flatten_bundles(arrays), modes, coef)
+
     return fn
 
 
-def check_program(program: Program, backend: str = "emulated",
-                  body: BodyRunner | None = None, exact: bool | None = None,
-                  use_graph: bool = False, memory_budget: Any = None) -> None:
+def check_program(
+    program: Program,
+    backend: str = "emulated",
+    body: BodyRunner | None = None,
+    exact: bool | None = None,
+    use_graph: bool = False,
+    memory_budget: Any = None,
+) -> None:
     """Run ``program`` through stflow and the oracle; raise if they differ.
 
     ``memory_budget`` (bytes per device) makes the runtime evict; it must hold the
@@ -773,21 +937,29 @@ def check_program(program: Program, backend: str = "emulated",
     actual = run_program(program, backend, body, use_graph, memory_budget)
     problems = []
     if len(actual.waits) != len(expected.waits):
-        problems.append(f"{len(actual.waits)} wait results, expected "
-                        f"{len(expected.waits)}")
-    for number, ((index, got), (_, want)) in enumerate(zip(actual.waits,
-                                                           expected.waits)):
+        problems.append(
+            f"{len(actual.waits)} wait results, expected {len(expected.waits)}"
+        )
+    for number, ((index, got), (_, want)) in enumerate(zip(actual.waits, expected.waits)):
         if not _same(got, want, exact):
-            problems.append(f"wait #{number} of d{index}: got {got.ravel()[:6]}..., "
-                            f"expected {want.ravel()[:6]}...")
+            problems.append(
+                f"wait #{number} of d{index}: got {got.ravel()[:6]}..., "
+                f"expected {want.ravel()[:6]}..."
+            )
     for index, want in expected.final.items():
         got = actual.final[index]
         if not _same(got, want, exact):
-            problems.append(f"final user array d{index}: got {got.ravel()[:6]}..., "
-                            f"expected {want.ravel()[:6]}...")
+            problems.append(
+                f"final user array d{index}: got {got.ravel()[:6]}..., "
+                f"expected {want.ravel()[:6]}..."
+            )
     problems += parent_problems(program, actual.final, expected.final, exact)
     if problems:
         budget = "" if memory_budget is None else f"\nmemory budget: {memory_budget}"
-        raise AssertionError("stflow differs from the sequential oracle:\n  "
-                             + "\n  ".join(problems) + "\n" + program.describe()
-                             + budget)
+        raise AssertionError(
+            "stflow differs from the sequential oracle:\n  "
+            + "\n  ".join(problems)
+            + "\n"
+            + program.describe()
+            + budget
+        )

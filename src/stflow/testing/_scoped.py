@@ -27,13 +27,31 @@ from typing import Any
 import numpy as np
 
 from .._core.access import READ, WRITE
-from ._programs import (BodyRunner, Outcome, Program, TaskOp, _same, cupy_body,
-                        declare_data, emulated_graph_body, generate_program, run_oracle,
-                        parent_problems, smallest_budget, submit, tight_budget,
-                        user_arrays)
+from ._programs import (
+    BodyRunner,
+    Outcome,
+    Program,
+    TaskOp,
+    _same,
+    cupy_body,
+    declare_data,
+    emulated_graph_body,
+    generate_program,
+    parent_problems,
+    run_oracle,
+    smallest_budget,
+    submit,
+    tight_budget,
+    user_arrays,
+)
 
-__all__ = ["Scoped", "abandon_point", "check_scoped_program", "generate_scoped_program",
-           "smallest_scoped_budget"]
+__all__ = [
+    "Scoped",
+    "abandon_point",
+    "check_scoped_program",
+    "generate_scoped_program",
+    "smallest_scoped_budget",
+]
 
 KINDS = ("graph", "repeat", "while", "launchable")
 
@@ -50,9 +68,14 @@ class Scoped:
         return 1 if self.kind in ("graph", "flat") else self.k
 
 
-def generate_scoped_program(seed: int, devices: int = 2, *,
-                            single_device_loops: bool = False, depth: int = 2,
-                            **options: Any) -> tuple[Program, list[Any]]:
+def generate_scoped_program(
+    seed: int,
+    devices: int = 2,
+    *,
+    single_device_loops: bool = False,
+    depth: int = 2,
+    **options: Any,
+) -> tuple[Program, list[Any]]:
     """A program and its ops arranged in scopes (nested lists of ops and
     :class:`Scoped`).
 
@@ -62,25 +85,36 @@ def generate_scoped_program(seed: int, devices: int = 2, *,
     the default ``2`` do not depend on it.
     """
     if depth < 1:
-        raise ValueError(f"depth is the deepest nesting of scopes, at least 1, "
-                         f"not {depth}")
+        raise ValueError(
+            f"depth is the deepest nesting of scopes, at least 1, not {depth}"
+        )
     program = generate_program(seed, devices, **options)
     rng = random.Random(seed * 7919 + 1)
-    ops = [op for op in program.ops if not (not isinstance(op, TaskOp)
-                                            and op.kind == "wait")]
-    longest = 6 if depth <= 2 else 4 * depth     # room for deeper nestings
+    ops = [
+        op for op in program.ops if not (not isinstance(op, TaskOp) and op.kind == "wait")
+    ]
+    longest = 6 if depth <= 2 else 4 * depth  # room for deeper nestings
     items: list[Any] = []
     i = 0
     while i < len(ops):
         op = ops[i]
         if _scopable(op) and rng.random() < 0.35:
             span: list[Any] = []
-            while i < len(ops) and _scopable(ops[i]) and \
-                    len(span) < rng.randint(1, longest):
+            while (
+                i < len(ops) and _scopable(ops[i]) and len(span) < rng.randint(1, longest)
+            ):
                 span.append(ops[i])
                 i += 1
-            items.append(_wrap(span, rng, root=True, single=single_device_loops,
-                               depth=depth, nest=0.4 if depth <= 2 else 0.8))
+            items.append(
+                _wrap(
+                    span,
+                    rng,
+                    root=True,
+                    single=single_device_loops,
+                    depth=depth,
+                    nest=0.4 if depth <= 2 else 0.8,
+                )
+            )
             continue
         items.append(op)
         i += 1
@@ -134,33 +168,39 @@ def _skipped_write(items: list[Any], index: int) -> Scoped | None:
 
 
 def _writes(items: list[Any], index: int) -> bool:
-    return any(_writes(item.items, index) if isinstance(item, Scoped)
-               else isinstance(item, TaskOp) and
-               any(i == index and mode & WRITE for i, mode, _ in item.deps)
-               for item in items)
+    return any(
+        _writes(item.items, index)
+        if isinstance(item, Scoped)
+        else isinstance(item, TaskOp)
+        and any(i == index and mode & WRITE for i, mode, _ in item.deps)
+        for item in items
+    )
 
 
 def _scopable(op: Any) -> bool:
     return isinstance(op, TaskOp) and op.kind == "task"
 
 
-def _wrap(span: list[Any], rng: random.Random, root: bool, single: bool,
-          depth: int, nest: float) -> Scoped:
+def _wrap(
+    span: list[Any], rng: random.Random, root: bool, single: bool, depth: int, nest: float
+) -> Scoped:
     kinds: tuple[str, ...] = KINDS if root else KINDS[:3]
     if single and any(op.place_of_exec != 0 for op in span):
         kinds = ("graph", "launchable") if root else ()
-    if not kinds:                      # cannot nest here: record it at the parent level
+    if not kinds:  # cannot nest here: record it at the parent level
         return Scoped("flat", 1, span)
     kind = rng.choice(kinds)
     scope = Scoped(kind, rng.randint(1, 3))
     if nest != 0.4 and kind == "repeat" and rng.random() < 0.15:
-        scope.k = 0                    # deep programs: bodies that never run too
+        scope.k = 0  # deep programs: bodies that never run too
     if depth > 1 and len(span) > 1 and rng.random() < nest:
         start = rng.randrange(len(span))
         stop = rng.randint(start + 1, len(span))
-        scope.items = [*span[:start],
-                       _wrap(span[start:stop], rng, False, single, depth - 1, nest),
-                       *span[stop:]]
+        scope.items = [
+            *span[:start],
+            _wrap(span[start:stop], rng, False, single, depth - 1, nest),
+            *span[stop:],
+        ]
     else:
         scope.items = span
     return scope
@@ -196,8 +236,11 @@ def smallest_scoped_budget(program: Program, items: list[Any]) -> int:
             touched: set[int] = set()
             for op in _recorded([item]):
                 if isinstance(op, TaskOp):
-                    touched.update(index for index, _, _ in op.deps
-                                   if program.data[index].shape is not None)
+                    touched.update(
+                        index
+                        for index, _, _ in op.deps
+                        if program.data[index].shape is not None
+                    )
             groups.append(touched)
     return smallest_budget(program, groups) + 64
 
@@ -221,23 +264,29 @@ def abandon_point(seed: int, items: list[Any]) -> tuple[int, list[list[TaskOp]]]
     return cut, levels
 
 
-def run_scoped_program(program: Program, items: list[Any], backend: str = "emulated",
-                       body: BodyRunner | None = None, memory_budget: Any = None,
-                       abandon: list[list[TaskOp]] | None = None
-                       ) -> dict[int, np.ndarray]:
+def run_scoped_program(
+    program: Program,
+    items: list[Any],
+    backend: str = "emulated",
+    body: BodyRunner | None = None,
+    memory_budget: Any = None,
+    abandon: list[list[TaskOp]] | None = None,
+) -> dict[int, np.ndarray]:
     """Run a scoped program through a ``stackable_context``; returns the final user
     arrays. ``abandon``: then push a scope per list, record its tasks, and raise
     inside the ``with`` block (the warning that the scopes were discarded is
     checked)."""
     import stflow as stf
+
     if body is None:
         body = cupy_body if backend == "cuda" else emulated_graph_body
     user = user_arrays(program)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with stf.stackable_context(backend=backend,
-                                       memory_budget=memory_budget) as sctx:
+            with stf.stackable_context(
+                backend=backend, memory_budget=memory_budget
+            ) as sctx:
                 lds = declare_data(stf, sctx, program, user)
                 _run_items(stf, sctx, program, items, lds, body, backend)
                 if abandon is not None:
@@ -249,19 +298,31 @@ def run_scoped_program(program: Program, items: list[Any], backend: str = "emula
         except _Abandoned:
             pass
     messages = [str(warning.message) for warning in caught]
-    if abandon is not None and not any(f"raised _Abandoned with {len(abandon)} open "
-                                       "scope(s)" in message for message in messages):
-        raise AssertionError(f"no warning that {len(abandon)} open scope(s) were "
-                             f"discarded; the warnings: {messages}")
-    for warning in caught:          # the others, as they came
+    if abandon is not None and not any(
+        f"raised _Abandoned with {len(abandon)} open scope(s)" in message
+        for message in messages
+    ):
+        raise AssertionError(
+            f"no warning that {len(abandon)} open scope(s) were "
+            f"discarded; the warnings: {messages}"
+        )
+    for warning in caught:  # the others, as they came
         if not str(warning.message).startswith("stackable_context: the with block"):
-            warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                                   warning.lineno)
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
     return user
 
 
-def _run_items(stf: Any, sctx: Any, program: Program, items: list[Any],
-               lds: dict[int, Any], body: BodyRunner, backend: str) -> None:
+def _run_items(
+    stf: Any,
+    sctx: Any,
+    program: Program,
+    items: list[Any],
+    lds: dict[int, Any],
+    body: BodyRunner,
+    backend: str,
+) -> None:
     for item in items:
         if isinstance(item, Scoped):
             _run_scope(stf, sctx, program, item, lds, body, backend)
@@ -273,8 +334,15 @@ def _run_items(stf: Any, sctx: Any, program: Program, items: list[Any],
             del lds[item.data]
 
 
-def _run_scope(stf: Any, sctx: Any, program: Program, scope: Scoped,
-               lds: dict[int, Any], body: BodyRunner, backend: str) -> None:
+def _run_scope(
+    stf: Any,
+    sctx: Any,
+    program: Program,
+    scope: Scoped,
+    lds: dict[int, Any],
+    body: BodyRunner,
+    backend: str,
+) -> None:
     inner = (stf, sctx, program, scope.items, lds, body, backend)
     if scope.kind == "flat":
         _run_items(*inner)
@@ -302,17 +370,25 @@ def _run_scope(stf: Any, sctx: Any, program: Program, scope: Scoped,
 def _decrement(t: Any, backend: str) -> None:
     if backend == "cuda":
         from ..interop.cupy import as_cupy, cupy_stream
+
         with cupy_stream(t.stream_ptr()):
             as_cupy(t.get_arg_cai(0))[...] -= 1
         return
     from ..emulated import launch
+
     launch(t.stream_ptr(), lambda a: a.__isub__(1), t.get_arg_cai(0))
 
 
-def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
-                         body: BodyRunner | None = None, exact: bool | None = None,
-                         memory_budget: Any = None, abandon: bool = False,
-                         **options: Any) -> None:
+def check_scoped_program(
+    seed: int,
+    devices: int = 2,
+    backend: str = "emulated",
+    body: BodyRunner | None = None,
+    exact: bool | None = None,
+    memory_budget: Any = None,
+    abandon: bool = False,
+    **options: Any,
+) -> None:
     """Run the scoped program of ``seed`` and the unrolled oracle; raise
     ``AssertionError`` (with both listings) if a final user buffer differs.
 
@@ -322,34 +398,46 @@ def check_scoped_program(seed: int, devices: int = 2, backend: str = "emulated",
     (:func:`abandon_point`); the oracle runs what came before."""
     if exact is None:
         exact = backend == "emulated"
-    program, items = generate_scoped_program(seed, devices,
-                                             single_device_loops=backend == "cuda",
-                                             **options)
+    program, items = generate_scoped_program(
+        seed, devices, single_device_loops=backend == "cuda", **options
+    )
     pushed: list[list[TaskOp]] | None = None
     run = items
     if abandon:
         cut, pushed = abandon_point(seed, items)
         run = items[:cut]
-    unrolled = Program(program.seed, program.data, _unrolled(run), devices,
-                       program.initial)
+    unrolled = Program(
+        program.seed, program.data, _unrolled(run), devices, program.initial
+    )
     expected: Outcome = run_oracle(unrolled)
     if memory_budget == "tight":
-        recorded = run + [Scoped("graph", 1, [op for level in pushed or []
-                                               for op in level])]
+        recorded = run + [
+            Scoped("graph", 1, [op for level in pushed or [] for op in level])
+        ]
         memory_budget = tight_budget(seed, smallest_scoped_budget(program, recorded))
     actual = run_scoped_program(program, run, backend, body, memory_budget, pushed)
-    problems = [f"final user array d{index}: got {actual[index].ravel()[:6]}..., "
-                f"expected {want.ravel()[:6]}..."
-                for index, want in expected.final.items()
-                if not _same(actual[index], want, exact)]
+    problems = [
+        f"final user array d{index}: got {actual[index].ravel()[:6]}..., "
+        f"expected {want.ravel()[:6]}..."
+        for index, want in expected.final.items()
+        if not _same(actual[index], want, exact)
+    ]
     problems += parent_problems(program, actual, expected.final, exact)
     if problems:
-        abandoned = ("" if pushed is None else
-                     f"\nabandoned after {len(run)} items, with push() scopes "
-                     f"recording: {pushed}")
-        raise AssertionError("\n".join(problems) + "\n" + program.describe() +
-                             "\nscopes:\n" + _describe(items) +
-                             f"\nmemory budget: {memory_budget}{abandoned}")
+        abandoned = (
+            ""
+            if pushed is None
+            else f"\nabandoned after {len(run)} items, with push() scopes "
+            f"recording: {pushed}"
+        )
+        raise AssertionError(
+            "\n".join(problems)
+            + "\n"
+            + program.describe()
+            + "\nscopes:\n"
+            + _describe(items)
+            + f"\nmemory budget: {memory_budget}{abandoned}"
+        )
 
 
 def _describe(items: list[Any], indent: str = "  ") -> str:

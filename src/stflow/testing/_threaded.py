@@ -42,25 +42,54 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .._core.reduce import OPS, reduce_mode, reduce_op
 from ._grids import GridSpec, add_grids
-from ._programs import (READ, RW, WRITE, BodyRunner, DataSpec, Op, Program, TaskOp,
-                        _same, add_bundles, add_views, cupy_body, declare_data,
-                        emulated_body, emulated_graph_body, host_body, initial_arrays,
-                        parent_problems, submit, task_body, user_arrays)
+from ._programs import (
+    READ,
+    RW,
+    WRITE,
+    BodyRunner,
+    DataSpec,
+    Op,
+    Program,
+    TaskOp,
+    _same,
+    add_bundles,
+    add_views,
+    cupy_body,
+    declare_data,
+    emulated_body,
+    emulated_graph_body,
+    host_body,
+    initial_arrays,
+    parent_problems,
+    submit,
+    task_body,
+    user_arrays,
+)
 
-__all__ = ["Hang", "Scratch", "Segment", "ThreadedProgram", "all_stacks",
-           "check_threaded_program", "generate_threaded_program", "run_threads"]
+__all__ = [
+    "Hang",
+    "Scratch",
+    "Segment",
+    "ThreadedProgram",
+    "all_stacks",
+    "check_threaded_program",
+    "generate_threaded_program",
+    "run_threads",
+]
 
 MODES = ("stream", "graph", "scopes")
 
 
 # -- running threads under a watchdog ------------------------------------------------
+
 
 class Hang(AssertionError):
     """Threads did not finish in time."""
@@ -71,8 +100,10 @@ def all_stacks() -> str:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     parts = []
     for ident, frame in sys._current_frames().items():
-        parts.append(f"--- thread {names.get(ident, '?')} ({ident}) ---\n"
-                     + "".join(traceback.format_stack(frame)))
+        parts.append(
+            f"--- thread {names.get(ident, '?')} ({ident}) ---\n"
+            + "".join(traceback.format_stack(frame))
+        )
     return "\n".join(parts)
 
 
@@ -98,8 +129,10 @@ def run_threads(fns: Sequence[Callable[[], Any]], timeout: float = 60.0) -> list
             with lock:
                 errors.append((index, exc))
 
-    threads = [threading.Thread(target=call, args=(i, fn), name=f"worker-{i}",
-                                daemon=True) for i, fn in enumerate(fns)]
+    threads = [
+        threading.Thread(target=call, args=(i, fn), name=f"worker-{i}", daemon=True)
+        for i, fn in enumerate(fns)
+    ]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + timeout
@@ -118,6 +151,7 @@ def run_threads(fns: Sequence[Callable[[], Any]], timeout: float = 60.0) -> list
 
 
 # -- programs -------------------------------------------------------------------------
+
 
 @dataclass
 class Segment:
@@ -144,11 +178,15 @@ class Scratch:
     collect: bool = False
 
     def __str__(self) -> str:
-        deps = ", ".join(f"{'scratch' if i == SCRATCH else f'd{i}'}.{m}({p!r})"
-                         for i, m, p in self.op.deps)
-        return (f"register {self.initial.dtype}{list(self.initial.shape)}, "
-                f"{self.op.kind}@{self.op.place_of_exec!r}({deps}) c={self.op.coef}, "
-                f"drop{', gc' if self.collect else ''}")
+        deps = ", ".join(
+            f"{'scratch' if i == SCRATCH else f'd{i}'}.{m}({p!r})"
+            for i, m, p in self.op.deps
+        )
+        return (
+            f"register {self.initial.dtype}{list(self.initial.shape)}, "
+            f"{self.op.kind}@{self.op.place_of_exec!r}({deps}) c={self.op.coef}, "
+            f"drop{', gc' if self.collect else ''}"
+        )
 
 
 @dataclass
@@ -156,46 +194,62 @@ class ThreadedProgram:
     seed: int
     mode: str
     data: list[DataSpec]
-    private: list[list[int]]              # thread -> its data indices
+    private: list[list[int]]  # thread -> its data indices
     shared: list[int]
     turn_data: list[int]
     threads: list[list[Segment]]
-    turns: list[tuple[int, int]]          # (thread, segment), in turn order
+    turns: list[tuple[int, int]]  # (thread, segment), in turn order
     devices: int
     initial: dict[int, np.ndarray] = field(default_factory=dict)
     grids: list[GridSpec] = field(default_factory=list)
-    mixed: list[int] = field(default_factory=list)    # mixed accumulators
+    mixed: list[int] = field(default_factory=list)  # mixed accumulators
 
     def as_program(self) -> Program:
         """The data part, as a :class:`Program` (for the shared helpers)."""
         return Program(self.seed, self.data, [], self.devices, self.initial, self.grids)
 
     def describe(self) -> str:
-        lines = [f"threaded program seed={self.seed} mode={self.mode} "
-                 f"devices={self.devices}"]
+        lines = [
+            f"threaded program seed={self.seed} mode={self.mode} devices={self.devices}"
+        ]
         for i, spec in enumerate(self.data):
-            role = ("shared" if i in self.shared else "turn" if i in self.turn_data
-                    else "mixed accumulator" if i in self.mixed
-                    else f"private to {[t for t, p in enumerate(self.private) if i in p]}")
+            role = (
+                "shared"
+                if i in self.shared
+                else "turn"
+                if i in self.turn_data
+                else "mixed accumulator"
+                if i in self.mixed
+                else f"private to {[t for t, p in enumerate(self.private) if i in p]}"
+            )
             lines.append(f"  d{i} ({role}): {spec}")
         lines.append(f"  turns: {self.turns}")
         for t, segments in enumerate(self.threads):
             lines.append(f"  thread {t}:")
             for s, segment in enumerate(segments):
-                flags = (" turn" if segment.turn else "") + (" scoped" if segment.scoped
-                                                             else "")
+                flags = (" turn" if segment.turn else "") + (
+                    " scoped" if segment.scoped else ""
+                )
                 lines.append(f"    segment {s}{flags}:")
                 for op in segment.ops:
                     lines.append(f"      {op}")
         return "\n".join(lines)
 
 
-def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
-                              devices: int = 2, *, max_segments: int = 4,
-                              max_ops: int = 6, grids: bool = False,
-                              reductions: bool = True, registrations: bool = True,
-                              views: bool = True, bundles: bool = True
-                              ) -> ThreadedProgram:
+def generate_threaded_program(
+    seed: int,
+    threads: int = 4,
+    mode: str = "stream",
+    devices: int = 2,
+    *,
+    max_segments: int = 4,
+    max_ops: int = 6,
+    grids: bool = False,
+    reductions: bool = True,
+    registrations: bool = True,
+    views: bool = True,
+    bundles: bool = True,
+) -> ThreadedProgram:
     """Draw a threaded program from ``seed`` for ``mode`` (``stream``, ``graph``:
     ``context(use_graph=...)``; ``scopes``: a ``stackable_context``; ``grids``: some
     tasks on grids of places, some data at composite or replicated places;
@@ -208,20 +262,30 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
     data: list[DataSpec] = []
 
     def new_data(readonly: bool = False) -> int:
-        shape = ((rng.randint(1, 64),) if rng.random() < 0.7
-                 else (rng.randint(1, 8), rng.randint(1, 8)))
+        shape = (
+            (rng.randint(1, 64),)
+            if rng.random() < 0.7
+            else (rng.randint(1, 8), rng.randint(1, 8))
+        )
         dtype = rng.choice(["float32", "float64"])
         if readonly or rng.random() < 0.6:
             data.append(DataSpec(shape, dtype, "array", readonly=readonly))
         else:
-            data.append(DataSpec(shape, dtype, "full", fill=rng.choice([0.0, 1.5]),
-                                 fill_place=rng.choice([None, "host", *range(devices)])))
+            data.append(
+                DataSpec(
+                    shape,
+                    dtype,
+                    "full",
+                    fill=rng.choice([0.0, 1.5]),
+                    fill_place=rng.choice([None, "host", *range(devices)]),
+                )
+            )
         return len(data) - 1
 
     private = [[new_data() for _ in range(rng.randint(2, 3))] for _ in range(threads)]
     shared = [new_data(readonly=True) for _ in range(rng.randint(1, 3))]
     turn_data = [new_data() for _ in range(rng.randint(1, 2))]
-    if views:          # views of shared parents: threads register interleaved bytes
+    if views:  # views of shared parents: threads register interleaved bytes
         data[:] = add_views(seed, data)
 
     per_thread: list[list[Segment]] = []
@@ -230,11 +294,20 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
         for _ in range(rng.randint(2, max_segments)):
             turn = rng.random() < 0.4
             scoped = mode == "scopes" and rng.random() < 0.5
-            ops = [_draw_op(rng, mode, private[t], shared, turn_data if turn else [],
-                            devices, scoped)
-                   for _ in range(rng.randint(1, max_ops))]
+            ops = [
+                _draw_op(
+                    rng,
+                    mode,
+                    private[t],
+                    shared,
+                    turn_data if turn else [],
+                    devices,
+                    scoped,
+                )
+                for _ in range(rng.randint(1, max_ops))
+            ]
             if turn and mode != "scopes":
-                ops.append(Op("wait", rng.choice(turn_data)))   # the user's handover
+                ops.append(Op("wait", rng.choice(turn_data)))  # the user's handover
             segments.append(Segment(ops, turn, scoped))
         per_thread.append(segments)
 
@@ -245,34 +318,50 @@ def generate_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
         for segments in per_thread:
             for segment in segments:
                 segment.ops[:] = add_grids(places, segment.ops, devices, grid_specs)
-    extra = random.Random(seed * 6007 + 3)      # the programs above stay as they were
+    extra = random.Random(seed * 6007 + 3)  # the programs above stay as they were
     mixed: list[int] = []
     fills: dict[int, float] = {}
     if reductions and extra.random() < 0.7:
         _add_accumulators(extra, data, mixed, fills, per_thread, devices)
     if registrations and extra.random() < 0.7:
         _add_registrations(extra, shared, per_thread, devices)
-    if bundles:       # some deps as one bundle (NONE fields: the thread's own data)
+    if bundles:  # some deps as one bundle (NONE fields: the thread's own data)
         bundling = random.Random(seed * 15485863 + 7)
         for t, segments in enumerate(per_thread):
             for segment in segments:
-                segment.ops[:] = add_bundles(bundling, data, segment.ops,
-                                             spare=[*private[t], *shared])
-    program = ThreadedProgram(seed, mode, data, private, shared, turn_data, per_thread,
-                              turns, devices, grids=grid_specs, mixed=mixed)
+                segment.ops[:] = add_bundles(
+                    bundling, data, segment.ops, spare=[*private[t], *shared]
+                )
+    program = ThreadedProgram(
+        seed,
+        mode,
+        data,
+        private,
+        shared,
+        turn_data,
+        per_thread,
+        turns,
+        devices,
+        grids=grid_specs,
+        mixed=mixed,
+    )
     program.initial = initial_arrays(program.as_program())
-    for index, fill in fills.items():           # dyadic: sums exact in any order
-        program.initial[index] = np.full(data[index].shape or (), fill,
-                                         dtype=data[index].dtype)
+    for index, fill in fills.items():  # dyadic: sums exact in any order
+        program.initial[index] = np.full(
+            data[index].shape or (), fill, dtype=data[index].dtype
+        )
     return program
 
 
-def _turn_order(rng: random.Random, per_thread: list[list[Segment]]
-                ) -> list[tuple[int, int]]:
+def _turn_order(
+    rng: random.Random, per_thread: list[list[Segment]]
+) -> list[tuple[int, int]]:
     """The turn order: every thread's turns in its own order, interleaved at
     random."""
-    queues = [[(t, s) for s, segment in enumerate(segments) if segment.turn]
-              for t, segments in enumerate(per_thread)]
+    queues = [
+        [(t, s) for s, segment in enumerate(segments) if segment.turn]
+        for t, segments in enumerate(per_thread)
+    ]
     turns = []
     while any(queues):
         queue = rng.choice([q for q in queues if q])
@@ -280,16 +369,24 @@ def _turn_order(rng: random.Random, per_thread: list[list[Segment]]
     return turns
 
 
-def _add_accumulators(rng: random.Random, data: list[DataSpec], mixed: list[int],
-                      fills: dict[int, float], per_thread: list[list[Segment]],
-                      devices: int) -> None:
+def _add_accumulators(
+    rng: random.Random,
+    data: list[DataSpec],
+    mixed: list[int],
+    fills: dict[int, float],
+    per_thread: list[list[Segment]],
+    devices: int,
+) -> None:
     """One or two accumulators reduced into with mixed ops (appended to ``data``,
     their indices to ``mixed``, their initial values to ``fills``), and the
     reductions into them."""
     for _ in range(rng.randint(1, 2)):
         shape = (1,) if rng.random() < 0.4 else (rng.randint(2, 48),)
-        data.append(DataSpec(shape, rng.choice(["float32", "float64"]), "array",
-                             accumulator="mixed"))
+        data.append(
+            DataSpec(
+                shape, rng.choice(["float32", "float64"]), "array", accumulator="mixed"
+            )
+        )
         mixed.append(len(data) - 1)
         fills[len(data) - 1] = rng.choice([0.0, 1.0, -1.0])
     _add_mixed_reductions(rng, data, mixed, fills, per_thread, devices)
@@ -303,9 +400,14 @@ _LOW, _HIGH = -6.0, 8.0
 _NEUTRAL = {"max": -8.0, "min": 8.0, "prod": 2.0}
 
 
-def _add_mixed_reductions(rng: random.Random, data: list[DataSpec], mixed: list[int],
-                          fills: dict[int, float], per_thread: list[list[Segment]],
-                          devices: int) -> None:
+def _add_mixed_reductions(
+    rng: random.Random,
+    data: list[DataSpec],
+    mixed: list[int],
+    fills: dict[int, float],
+    per_thread: list[list[Segment]],
+    devices: int,
+) -> None:
     """Insert reductions into the mixed accumulators at random places of every
     thread's segments; each thread has operations of its own. A scoped segment
     reduces into the first accumulator only (two scopes of two threads each holding
@@ -323,24 +425,32 @@ def _add_mixed_reductions(rng: random.Random, data: list[DataSpec], mixed: list[
             if op == "sum":
                 q = rng.choice([-1.0, -0.5])
                 if low[acc] + q < _LOW or high[acc] + q + 2 > _HIGH:
-                    continue                     # the bounds would not hold
+                    continue  # the bounds would not hold
                 low[acc] += q
                 high[acc] += q + 2
                 coef = q
             else:
                 coef = _NEUTRAL[op]
             host = not segment.scoped and rng.random() < 0.2
-            place = (rng.choice([None, "host", "managed"]) if host else
-                     rng.choice([None, None, "host", "managed", *range(devices)]))
+            place = (
+                rng.choice([None, "host", "managed"])
+                if host
+                else rng.choice([None, None, "host", "managed", *range(devices)])
+            )
             exec_place = "host" if host else rng.choice(["host", *range(devices)])
-            task = TaskOp("host_launch" if host else "task",
-                          ((acc, reduce_mode(OPS[op]), place),), coef, exec_place,
-                          launch=not host and rng.random() < 0.5)
+            task = TaskOp(
+                "host_launch" if host else "task",
+                ((acc, reduce_mode(OPS[op]), place),),
+                coef,
+                exec_place,
+                launch=not host and rng.random() < 0.5,
+            )
             segment.ops.insert(rng.randint(0, len(segment.ops)), task)
 
 
-def _add_registrations(rng: random.Random, shared: list[int],
-                       per_thread: list[list[Segment]], devices: int) -> None:
+def _add_registrations(
+    rng: random.Random, shared: list[int], per_thread: list[list[Segment]], devices: int
+) -> None:
     """Insert :class:`Scratch` work into the segments that are not scopes."""
     for segments in per_thread:
         unscoped = [segment for segment in segments if not segment.scoped]
@@ -349,26 +459,46 @@ def _add_registrations(rng: random.Random, shared: list[int],
         for _ in range(rng.randint(2, 6)):
             shape = (rng.randint(1, 40),)
             dtype = rng.choice(["float32", "float64"])
-            initial = np.random.default_rng(rng.getrandbits(32)).uniform(
-                -1, 1, shape).astype(dtype)
+            initial = (
+                np.random.default_rng(rng.getrandbits(32))
+                .uniform(-1, 1, shape)
+                .astype(dtype)
+            )
             host = rng.random() < 0.25
             deps: list[tuple[int, int, Any]] = [
-                (SCRATCH, rng.choice([RW, WRITE]),
-                 rng.choice([None, "host", "managed"]) if host else
-                 rng.choice([None, None, "host", "managed", *range(devices)]))]
+                (
+                    SCRATCH,
+                    rng.choice([RW, WRITE]),
+                    rng.choice([None, "host", "managed"])
+                    if host
+                    else rng.choice([None, None, "host", "managed", *range(devices)]),
+                )
+            ]
             if shared and rng.random() < 0.5:
                 deps.append((rng.choice(shared), READ, None))
-            op = TaskOp("host_launch" if host else "task", tuple(deps),
-                        round(rng.uniform(-2, 2), 3),
-                        "host" if host else rng.choice(["host", *range(devices)]),
-                        launch=not host and rng.random() < 0.5)
+            op = TaskOp(
+                "host_launch" if host else "task",
+                tuple(deps),
+                round(rng.uniform(-2, 2), 3),
+                "host" if host else rng.choice(["host", *range(devices)]),
+                launch=not host and rng.random() < 0.5,
+            )
             segment = rng.choice(unscoped)
-            segment.ops.insert(rng.randint(0, len(segment.ops)),
-                               Scratch(initial, op, collect=rng.random() < 0.15))
+            segment.ops.insert(
+                rng.randint(0, len(segment.ops)),
+                Scratch(initial, op, collect=rng.random() < 0.15),
+            )
 
 
-def _draw_op(rng: random.Random, mode: str, private: list[int], shared: list[int],
-             turn_data: list[int], devices: int, scoped: bool) -> Any:
+def _draw_op(
+    rng: random.Random,
+    mode: str,
+    private: list[int],
+    shared: list[int],
+    turn_data: list[int],
+    devices: int,
+    scoped: bool,
+) -> Any:
     roll = rng.random()
     writable = private + turn_data
     if roll < 0.08 and not scoped:
@@ -386,15 +516,19 @@ def _draw_op(rng: random.Random, mode: str, private: list[int], shared: list[int
         else:
             place = rng.choice([None, None, None, "host", "managed", *range(devices)])
         deps.append((index, mode_, place))
-    exec_place = "host" if kind == "host_launch" else rng.choice(["host", *range(devices)])
+    exec_place = (
+        "host" if kind == "host_launch" else rng.choice(["host", *range(devices)])
+    )
     launch = kind == "task" and (mode != "stream" or rng.random() < 0.5)
     return TaskOp(kind, tuple(deps), round(rng.uniform(-2, 2), 3), exec_place, launch)
 
 
 # -- the oracle -------------------------------------------------------------------------
 
-def run_threaded_oracle(program: ThreadedProgram
-                        ) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
+
+def run_threaded_oracle(
+    program: ThreadedProgram,
+) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
     """Every thread's ``wait`` results, and the final user arrays (those of
     :class:`Scratch` work keyed ``(thread, number)``), sequentially."""
     values: dict[int, np.ndarray] = {}
@@ -412,21 +546,29 @@ def run_threaded_oracle(program: ThreadedProgram
             for op in program.threads[t][done[t]].ops:
                 if isinstance(op, Scratch):
                     value = op.initial.copy()
-                    task_body(np, [value if i == SCRATCH else values[i]
-                                   for i, _, _ in op.op.deps],
-                              [m for _, m, _ in op.op.deps], op.op.coef)
+                    task_body(
+                        np,
+                        [value if i == SCRATCH else values[i] for i, _, _ in op.op.deps],
+                        [m for _, m, _ in op.op.deps],
+                        op.op.coef,
+                    )
                     scratch[(t, len([k for k in scratch if k[0] == t]))] = value
                 elif isinstance(op, TaskOp) and op.deps[0][0] in program.mixed:
-                    (index, mode, _), = op.deps       # a private view: the identity
+                    ((index, mode, _),) = op.deps  # a private view: the identity
                     operation = reduce_op(mode)
                     value = values[index]
-                    private = np.full(value.shape, operation.identity(value.dtype),
-                                      dtype=value.dtype)
+                    private = np.full(
+                        value.shape, operation.identity(value.dtype), dtype=value.dtype
+                    )
                     task_body(np, [private], [mode], op.coef)
                     operation.ufunc(value, private, out=value)
                 elif isinstance(op, TaskOp):
-                    task_body(np, [values[i] for i, _, _ in op.deps],
-                              [m for _, m, _ in op.deps], op.coef)
+                    task_body(
+                        np,
+                        [values[i] for i, _, _ in op.deps],
+                        [m for _, m, _ in op.deps],
+                        op.coef,
+                    )
                 elif op.kind == "wait":
                     waits[t].append(values[op.data].copy())
             done[t] += 1
@@ -435,34 +577,50 @@ def run_threaded_oracle(program: ThreadedProgram
         run_segments(t, s + 1)
     for t, segments in enumerate(program.threads):
         run_segments(t, len(segments))
-    final: dict[Any, np.ndarray] = {i: values[i] for i, spec in enumerate(program.data)
-                                    if spec.origin == "array"}
+    final: dict[Any, np.ndarray] = {
+        i: values[i] for i, spec in enumerate(program.data) if spec.origin == "array"
+    }
     final.update(scratch)
     return waits, final
 
 
 # -- running through stflow -------------------------------------------------------------
 
-def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
-                         body: BodyRunner | None = None, timeout: float = 120.0,
-                         jitter: bool = True
-                         ) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
+
+def run_threaded_program(
+    program: ThreadedProgram,
+    backend: str = "emulated",
+    body: BodyRunner | None = None,
+    timeout: float = 120.0,
+    jitter: bool = True,
+) -> tuple[list[list[np.ndarray]], dict[Any, np.ndarray]]:
     """Run ``program``, one host thread per program thread, under a watchdog.
 
     ``jitter``: threads pause for up to 0.2 ms at random inside task windows, so that
     other threads' submissions, fences and waits fall while tasks are started."""
     import stflow as stf
+
     mode = program.mode
     if body is None:
-        body = (cupy_body if backend == "cuda" else host_body if backend == "null" else
-                emulated_body if mode == "stream" else emulated_graph_body)
+        body = (
+            cupy_body
+            if backend == "cuda"
+            else host_body
+            if backend == "null"
+            else emulated_body
+            if mode == "stream"
+            else emulated_graph_body
+        )
     data_program = program.as_program()
     user = user_arrays(data_program)
     turn = [0]
     handover = threading.Condition()
-    failed = threading.Event()          # a thread raised: the others stop waiting
-    ctx: Any = (stf.stackable_context(backend=backend) if mode == "scopes" else
-                stf.context(backend=backend, use_graph=mode == "graph"))
+    failed = threading.Event()  # a thread raised: the others stop waiting
+    ctx: Any = (
+        stf.stackable_context(backend=backend)
+        if mode == "scopes"
+        else stf.context(backend=backend, use_graph=mode == "graph")
+    )
     waits: list[list[np.ndarray]] = [[] for _ in program.threads]
     scratch: list[list[np.ndarray]] = [[] for _ in program.threads]
     try:
@@ -494,23 +652,41 @@ def run_threaded_program(program: ThreadedProgram, backend: str = "emulated",
                             wait_for_turn((t, s))
                         if segment.scoped:
                             with ctx.graph_scope():
-                                _run_ops(stf, ctx, data_program, segment.ops, lds,
-                                         run_body, waits[t], scratch[t])
+                                _run_ops(
+                                    stf,
+                                    ctx,
+                                    data_program,
+                                    segment.ops,
+                                    lds,
+                                    run_body,
+                                    waits[t],
+                                    scratch[t],
+                                )
                         else:
-                            _run_ops(stf, ctx, data_program, segment.ops, lds,
-                                     run_body, waits[t], scratch[t])
+                            _run_ops(
+                                stf,
+                                ctx,
+                                data_program,
+                                segment.ops,
+                                lds,
+                                run_body,
+                                waits[t],
+                                scratch[t],
+                            )
                         if segment.turn:
                             pass_turn()
                 except BaseException:
                     failed.set()
                     raise
+
             return run
 
         try:
-            _run_switching_often([worker(t) for t in range(len(program.threads))],
-                                 timeout)
+            _run_switching_often(
+                [worker(t) for t in range(len(program.threads))], timeout
+            )
         except Hang:
-            ctx = None                  # threads are stuck in it: leave it be
+            ctx = None  # threads are stuck in it: leave it be
             raise
     finally:
         if ctx is not None:
@@ -537,6 +713,7 @@ def _jitter(seed: int) -> Callable[[], None]:
     def pause() -> None:
         if rng.random() < 0.3:
             time.sleep(rng.random() * 2e-4)
+
     return pause
 
 
@@ -545,12 +722,20 @@ def _paused(body: BodyRunner, pause: Callable[[], None]) -> BodyRunner:
         pause()
         body(t, op, modes)
         pause()
+
     return run
 
 
-def _run_ops(stf: Any, ctx: Any, program: Program, ops: list[Any], lds: dict[int, Any],
-             body: BodyRunner, waits: list[np.ndarray], scratch: list[np.ndarray]
-             ) -> None:
+def _run_ops(
+    stf: Any,
+    ctx: Any,
+    program: Program,
+    ops: list[Any],
+    lds: dict[int, Any],
+    body: BodyRunner,
+    waits: list[np.ndarray],
+    scratch: list[np.ndarray],
+) -> None:
     for op in ops:
         if isinstance(op, Scratch):
             _run_scratch(stf, ctx, program, op, lds, body, scratch)
@@ -562,8 +747,15 @@ def _run_ops(stf: Any, ctx: Any, program: Program, ops: list[Any], lds: dict[int
             ctx.fence()
 
 
-def _run_scratch(stf: Any, ctx: Any, program: Program, work: Scratch,
-                 lds: dict[int, Any], body: BodyRunner, kept: list[np.ndarray]) -> None:
+def _run_scratch(
+    stf: Any,
+    ctx: Any,
+    program: Program,
+    work: Scratch,
+    lds: dict[int, Any],
+    body: BodyRunner,
+    kept: list[np.ndarray],
+) -> None:
     """Register a fresh array, run the task on it, drop it (the array stays alive in
     ``kept``: its bytes are never another buffer's while registered)."""
     array = work.initial.copy()
@@ -572,20 +764,32 @@ def _run_scratch(stf: Any, ctx: Any, program: Program, work: Scratch,
     spec = DataSpec(array.shape, str(array.dtype), "array")
     extended = Program(program.seed, [*program.data, spec], [], program.devices)
     op = work.op
-    op = TaskOp(op.kind, tuple((index if i == SCRATCH else i, m, p) for i, m, p in op.deps),
-                op.coef, op.place_of_exec, op.launch)
+    op = TaskOp(
+        op.kind,
+        tuple((index if i == SCRATCH else i, m, p) for i, m, p in op.deps),
+        op.coef,
+        op.place_of_exec,
+        op.launch,
+    )
     mine = dict(lds)
     mine[index] = ctx.logical_data(array)
     submit(stf, ctx, extended, op, mine, body)
-    del mine                             # collected: retired at a later submission
+    del mine  # collected: retired at a later submission
     if work.collect:
-        gc.collect(0)                     # the young generation: cheap
+        gc.collect(0)  # the young generation: cheap
 
 
-def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
-                           backend: str = "emulated", devices: int = 2,
-                           body: BodyRunner | None = None, exact: bool | None = None,
-                           timeout: float = 120.0, **options: Any) -> None:
+def check_threaded_program(
+    seed: int,
+    threads: int = 4,
+    mode: str = "stream",
+    backend: str = "emulated",
+    devices: int = 2,
+    body: BodyRunner | None = None,
+    exact: bool | None = None,
+    timeout: float = 120.0,
+    **options: Any,
+) -> None:
     """Run the threaded program of ``seed`` and the oracle; raise ``AssertionError``
     (with the listing) if a ``wait`` result or a final user array differs, and
     :class:`Hang` if the threads do not finish within ``timeout`` seconds."""
@@ -604,20 +808,28 @@ def check_threaded_program(seed: int, threads: int = 4, mode: str = "stream",
     problems = []
     for t, (got_t, want_t) in enumerate(zip(got_waits, want_waits)):
         if len(got_t) != len(want_t):
-            problems.append(f"thread {t}: {len(got_t)} wait results, expected "
-                            f"{len(want_t)}")
+            problems.append(
+                f"thread {t}: {len(got_t)} wait results, expected {len(want_t)}"
+            )
         for number, (g, w) in enumerate(zip(got_t, want_t)):
             if not _same(g, w, exact):
-                problems.append(f"thread {t} wait #{number}: got {g.ravel()[:6]}..., "
-                                f"expected {w.ravel()[:6]}...")
+                problems.append(
+                    f"thread {t} wait #{number}: got {g.ravel()[:6]}..., "
+                    f"expected {w.ravel()[:6]}..."
+                )
     for index, want in want_final.items():
         got = got_final.get(index)
-        name = (f"d{index}" if isinstance(index, int) else
-                f"of thread {index[0]}'s registration #{index[1]}")
+        name = (
+            f"d{index}"
+            if isinstance(index, int)
+            else f"of thread {index[0]}'s registration #{index[1]}"
+        )
         if got is None or not _same(got, want, exact):
-            problems.append(f"final user array {name}: got "
-                            f"{None if got is None else got.ravel()[:6]}..., "
-                            f"expected {want.ravel()[:6]}...")
+            problems.append(
+                f"final user array {name}: got "
+                f"{None if got is None else got.ravel()[:6]}..., "
+                f"expected {want.ravel()[:6]}..."
+            )
     problems += parent_problems(program, got_final, want_final, exact)
     if problems:
         raise AssertionError("\n".join(problems) + "\n" + program.describe())
