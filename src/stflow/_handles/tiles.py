@@ -193,18 +193,17 @@ def tiles(
     """Register the tiles of a 2-D array as a grid of logical data.
 
     Each tile is registered in place, a strided view of its block of ``array`` (no
-    host copy): a task on a device gets a dense copy of it (one pitched copy), a host
-    task the view itself, and ``finalize()`` writes every tile back into its block,
-    touching nothing between the blocks. Until then the array belongs to the context
-    (``ctx.wait(grid[i, j])`` reads a tile). An array whose rows are not contiguous
-    (Fortran order, a column step) is tiled by copies, copied back at ``finalize()``.
+    host copy): a device task gets a dense copy (one pitched copy), a host task the
+    view, and ``finalize()`` writes each tile back into its block, touching nothing
+    between blocks. Until then the array belongs to the context. Rows that are not
+    contiguous (Fortran order, a column step) are tiled by copies, copied back.
 
     Parameters
     ----------
     ctx : context or stackable_context
-        The context that owns the tiles. With rows that are not contiguous it must
-        not have been created with a caller ``stream=`` (its ``finalize()`` does not
-        wait, so there is no moment to copy the tiles back).
+        The context that owns the tiles. For rows that are not contiguous, not one
+        made with a caller ``stream=`` (its ``finalize()`` does not wait for the
+        copies back).
     array : numpy.ndarray
         A 2-D array, C or Fortran order or any strided view with positive strides. A
         read-only array gives read-only tiles (a ``write``/``rw`` dependency on one
@@ -213,29 +212,27 @@ def tiles(
         Rows and columns of a tile (an ``int`` for square tiles). Tiles of the last
         row and column of tiles are smaller when the shape does not divide evenly.
     name : str, optional
-        Prefix of the tiles' names (``"A[0,1]"``...) in errors, DOT graphs and traces.
+        Prefix of the tiles' names (``"A[0,1]"``...) in errors, graphs and traces.
     owner : callable, optional
         With a :class:`~stflow.distributed_context` only: ``owner(i, j)`` is the rank
         owning tile ``(i, j)`` (default :meth:`block_cyclic.over` the communicator's
-        size). Every rank passes an array of the same shape and dtype; a rank reads
-        and gets back only the blocks of the tiles it owns (the rest of its array is
-        left alone, and may be a placeholder such as
-        ``np.broadcast_to(np.float64(0), shape)``, which takes no memory).
+        size). Every rank passes an array of the same shape and dtype and gets back
+        only its tiles' blocks (the rest may be a placeholder taking no memory, such
+        as ``np.broadcast_to(np.float64(0), shape)``).
 
     Returns
     -------
     TileGrid
-        ``grid[i, j]`` is the logical data of tile ``(i, j)``.
+        ``grid[i, j]``: the logical data of tile ``(i, j)``; ``ctx.wait`` reads one.
 
     Raises
     ------
     TypeError
-        ``array`` is not a NumPy array, or is a masked array / other subclass whose
-        meaning a copy would lose; ``tile_shape`` is not integers.
+        ``array`` is not a plain NumPy array (a subclass such as a masked array
+        would lose its meaning); ``tile_shape`` is not integers.
     ValueError
-        ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; ``ctx`` has
-        a caller stream and ``array`` non-contiguous rows; ``owner`` names a rank
-        outside the communicator.
+        ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; a caller
+        stream with rows not contiguous; ``owner`` names a rank outside the group.
     BufferOverlapError
         A block of ``array`` is already registered in ``ctx`` (another grid of tiles
         over the same array, or the array itself).
@@ -261,17 +258,29 @@ def tiles(
     if array.shape[1] != 1 and array.strides[1] != array.itemsize:  # rows not contiguous
         _refuse_caller_stream(local)
         copies = []
-    prefix = "tile" if name is None else name
-    grid = [
+    grid = _grid(ctx, array, (mb, nb), "tile" if name is None else name, owner_of, copies)
+    if copies:
+        local.attach(_WriteBack(array, copies))
+    return TileGrid(grid, (mb, nb), array.shape)
+
+
+def _grid(
+    ctx: Any,
+    array: np.ndarray,
+    tile_shape: tuple[int, int],
+    prefix: str,
+    owner_of: Callable[[int, int], int] | None,
+    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None,
+) -> list[list[Any]]:
+    """The logical data of every tile, by rows of tiles (:func:`_tile`)."""
+    mb, nb = tile_shape
+    return [
         [
-            _tile(ctx, array, (i, j), (mb, nb), f"{prefix}[{i},{j}]", owner_of, copies)
+            _tile(ctx, array, (i, j), tile_shape, f"{prefix}[{i},{j}]", owner_of, copies)
             for j in range(-(-array.shape[1] // nb))
         ]
         for i in range(-(-array.shape[0] // mb))
     ]
-    if copies:
-        local.attach(_WriteBack(array, copies))
-    return TileGrid(grid, (mb, nb), array.shape)
 
 
 def _check_array(array: Any) -> None:
