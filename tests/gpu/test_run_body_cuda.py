@@ -71,3 +71,14 @@ def test_a_reduction_body_gets_its_private_instance(cupy):
             with ctx.task(total.reduce("sum")) as t:
                 t.run(lambda xp, a, k=k: a.__iadd__(float(k)))
         np.testing.assert_array_equal(ctx.wait(total), np.full(4, 10.0))
+
+
+def test_bodies_of_host_tasks_and_of_empty_data(cupy):
+    X = np.arange(4.0)
+    with stf.context(backend="cuda") as ctx:
+        x, empty = ctx.logical_data(X), ctx.logical_data(np.zeros((0, 3)))
+        with ctx.task(stf.exec_place.host(), x.rw(), empty.rw()) as t:
+            t.run(lambda xp, a, e: (a.__iadd__(1.0), e.fill(2.0)))
+        with ctx.task(x.rw(), empty.read()) as t:
+            t.run(lambda xp, a, e: a.__imul__(float(e.size + 3)))
+    np.testing.assert_array_equal(X, (np.arange(4.0) + 1.0) * 3.0)

@@ -129,7 +129,7 @@ def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) ->
 
     cupy = _CUPY[0] if _CUPY else _load_cupy()
     stream, instances = task._body_instances(indices)
-    device = stream.device
+    device = stream.ordinal  # the device whose context the stream is in
     arrays = [
         allocation_array(cupy, allocation, shape, dtype, device)
         for allocation, shape, dtype in instances
