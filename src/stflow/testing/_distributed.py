@@ -55,6 +55,36 @@ def _add_edge_reductions(program: Program, rng: random.Random) -> Program:
     never-written accumulator is reduced into before anything else touches it."""
     data = list(program.data)
     initial = dict(program.initial)
+    accumulators = _draw_edge_accumulators(rng, data, initial)
+    devices = program.devices
+    places = [None, None, "host", "managed", *range(devices)]
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    ops: list[Any] = []
+    for op in [*program.ops, None]:
+        while rng.random() < 0.4:
+            acc = rng.choice(accumulators)
+            readable = [
+                i for i in sorted(initialised) if i != acc and data[i].origin != "token"
+            ]
+            if acc not in initialised or rng.random() < 0.6:  # reduce into acc
+                ops.append(_draw_edge_reduce(rng, data, acc, readable, places, devices))
+                initialised.add(acc)
+                continue
+            ops.append(_draw_edge_use(rng, data, acc, readable, places, devices))
+        if op is None:
+            break
+        ops.append(op)
+        if isinstance(op, TaskOp):
+            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
+    ops.extend(Op("wait", acc) for acc in accumulators if acc in initialised)
+    return Program(program.seed, data, ops, devices, initial, list(program.grids))
+
+
+def _draw_edge_accumulators(
+    rng: random.Random, data: list[DataSpec], initial: dict[int, np.ndarray]
+) -> list[int]:
+    """Append one to three accumulators to ``data`` (their user arrays to
+    ``initial``, for those from an array); their indices."""
     accumulators = []
     for _ in range(rng.randint(1, 3)):
         family = rng.choice(["add", "mul"])
@@ -74,75 +104,71 @@ def _add_edge_reductions(program: Program, rng: random.Random) -> Program:
         if origin == "array":  # dyadic, as the folds: sums exact in any order
             initial[len(data) - 1] = np.full(shape, fill, dtype=dtype)
         accumulators.append(len(data) - 1)
-    devices = program.devices
-    places = [None, None, "host", "managed", *range(devices)]
-    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
-    ops: list[Any] = []
-    for op in [*program.ops, None]:
-        while rng.random() < 0.4:
-            acc = rng.choice(accumulators)
-            readable = [
-                i for i in sorted(initialised) if i != acc and data[i].origin != "token"
-            ]
-            if acc not in initialised or rng.random() < 0.6:  # reduce into acc
-                names = (
-                    ["sum", "sum", "min", "max"]
-                    if data[acc].accumulator == "add"
-                    else ["prod", "prod", "min", "max"]
-                )
-                kind = "host_launch" if rng.random() < 0.2 else "task"
-                host_places = [None, "host", "managed"]
-                deps = [
-                    (
-                        acc,
-                        reduce_mode(OPS[rng.choice(names)]),
-                        rng.choice(host_places if kind == "host_launch" else places),
-                    )
-                ]
-                if readable and rng.random() < 0.6:
-                    deps.append(
-                        (
-                            rng.choice(readable),
-                            READ,
-                            rng.choice(host_places if kind == "host_launch" else places),
-                        )
-                    )
-                ops.append(
-                    TaskOp(
-                        kind,
-                        tuple(deps),
-                        round(rng.uniform(-2, 2), 3),
-                        "host"
-                        if kind == "host_launch"
-                        else rng.choice(["host", *range(devices)]),
-                    )
-                )
-                initialised.add(acc)
-                continue
-            writable = [
-                i for i in readable if not data[i].readonly and not data[i].accumulator
-            ]
-            if writable and rng.random() < 0.6:  # read acc, update another
-                ops.append(
-                    TaskOp(
-                        "task",
-                        (
-                            (rng.choice(writable), RW, rng.choice(places)),
-                            (acc, READ, rng.choice(places)),
-                        ),
-                        round(rng.uniform(-2, 2), 3),
-                        rng.choice(["host", *range(devices)]),
-                    )
-                )
-            else:
-                ops.append(Op("wait", acc))
-        if op is None:
-            break
-        ops.append(op)
-        if isinstance(op, TaskOp):
-            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
-    ops.extend(Op("wait", acc) for acc in accumulators if acc in initialised)
-    return Program(program.seed, data, ops, devices, initial, list(program.grids))
+    return accumulators
+
+
+def _draw_edge_reduce(
+    rng: random.Random,
+    data: list[DataSpec],
+    acc: int,
+    readable: list[int],
+    places: list[Any],
+    devices: int,
+) -> TaskOp:
+    """A task or host callback reducing into ``acc`` with an operation of its
+    family, sometimes reading one of the ``readable`` data too."""
+    names = (
+        ["sum", "sum", "min", "max"]
+        if data[acc].accumulator == "add"
+        else ["prod", "prod", "min", "max"]
+    )
+    kind = "host_launch" if rng.random() < 0.2 else "task"
+    host_places = [None, "host", "managed"]
+    deps = [
+        (
+            acc,
+            reduce_mode(OPS[rng.choice(names)]),
+            rng.choice(host_places if kind == "host_launch" else places),
+        )
+    ]
+    if readable and rng.random() < 0.6:
+        deps.append(
+            (
+                rng.choice(readable),
+                READ,
+                rng.choice(host_places if kind == "host_launch" else places),
+            )
+        )
+    return TaskOp(
+        kind,
+        tuple(deps),
+        round(rng.uniform(-2, 2), 3),
+        "host" if kind == "host_launch" else rng.choice(["host", *range(devices)]),
+    )
+
+
+def _draw_edge_use(
+    rng: random.Random,
+    data: list[DataSpec],
+    acc: int,
+    readable: list[int],
+    places: list[Any],
+    devices: int,
+) -> Any:
+    """A task reading ``acc`` to update another of the ``readable`` data (one that
+    may be written), or, without one or at random, a wait for ``acc``."""
+    writable = [i for i in readable if not data[i].readonly and not data[i].accumulator]
+    if writable and rng.random() < 0.6:  # read acc, update another
+        return TaskOp(
+            "task",
+            (
+                (rng.choice(writable), RW, rng.choice(places)),
+                (acc, READ, rng.choice(places)),
+            ),
+            round(rng.uniform(-2, 2), 3),
+            rng.choice(["host", *range(devices)]),
+        )
+    return Op("wait", acc)
 
 
 def _oracle_program(program: Program) -> Program:

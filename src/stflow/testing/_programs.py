@@ -403,6 +403,47 @@ def _add_reductions(
     ``ops``, tasks that reduce into them or read them (writing other data)."""
     if rng.random() < 0.3:
         return ops
+    accumulators = _draw_accumulators(rng, data, devices)
+    places = [None, None, "host", "managed", *range(devices)]
+    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
+    dropped: set[int] = set()
+    result: list[Any] = []
+    for op in [*ops, None]:
+        while rng.random() < 0.35:
+            acc = rng.choice(accumulators)
+            readable = [
+                i
+                for i, spec in enumerate(data)
+                if i != acc
+                and i not in dropped
+                and spec.shape is not None
+                and i in initialised
+            ]
+            if rng.random() < 0.7:  # reduce into acc, reading another data
+                result.append(
+                    _draw_reduce_into(
+                        rng, data, acc, readable, places, devices, host_callbacks
+                    )
+                )
+                continue
+            use = _draw_accumulator_read(rng, data, acc, readable, places, devices)
+            if use is not None:
+                result.append(use)
+        if op is None:
+            break
+        result.append(op)
+        if isinstance(op, TaskOp):
+            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
+        elif op.kind == "drop":
+            dropped.add(op.data)
+    return result
+
+
+def _draw_accumulators(
+    rng: random.Random, data: list[DataSpec], devices: int
+) -> list[int]:
+    """Append one or two accumulators to ``data``, filled at a random place with
+    values of their family (sums or products); their indices."""
     accumulators = []
     for _ in range(rng.randint(1, 2)):
         family = rng.choice(["add", "add", "mul"])
@@ -423,87 +464,81 @@ def _add_reductions(
             )
         )
         accumulators.append(len(data) - 1)
-    places = [None, None, "host", "managed", *range(devices)]
-    initialised = {i for i, spec in enumerate(data) if spec.origin != "empty"}
-    dropped: set[int] = set()
-    result: list[Any] = []
-    for op in [*ops, None]:
-        while rng.random() < 0.35:
-            acc = rng.choice(accumulators)
-            ops_of = (
-                ["sum", "sum", "min", "max"]
-                if data[acc].accumulator == "add"
-                else ["prod", "prod", "min", "max"]
+    return accumulators
+
+
+def _draw_reduce_into(
+    rng: random.Random,
+    data: list[DataSpec],
+    acc: int,
+    readable: list[int],
+    places: list[Any],
+    devices: int,
+    host_callbacks: bool,
+) -> TaskOp:
+    """A task (or host callback) reducing into ``acc`` with an operation of its
+    family, mostly reading one of the ``readable`` data too."""
+    ops_of = (
+        ["sum", "sum", "min", "max"]
+        if data[acc].accumulator == "add"
+        else ["prod", "prod", "min", "max"]
+    )
+    kind = "host_launch" if host_callbacks and rng.random() < 0.2 else "task"
+    mode = reduce_mode(OPS[rng.choice(ops_of)])
+    place = (
+        rng.choice([None, "host", "managed"])
+        if kind == "host_launch"
+        else rng.choice(places)
+    )
+    deps = [(acc, mode, place)]
+    if readable and rng.random() < 0.7:
+        deps.append(
+            (
+                rng.choice(readable),
+                READ,
+                rng.choice([None, "host", "managed"])
+                if kind == "host_launch"
+                else rng.choice(places),
             )
-            readable = [
-                i
-                for i, spec in enumerate(data)
-                if i != acc
-                and i not in dropped
-                and spec.shape is not None
-                and i in initialised
-            ]
-            if rng.random() < 0.7:  # reduce into acc, reading another data
-                kind = "host_launch" if host_callbacks and rng.random() < 0.2 else "task"
-                mode = reduce_mode(OPS[rng.choice(ops_of)])
-                place = (
-                    rng.choice([None, "host", "managed"])
-                    if kind == "host_launch"
-                    else rng.choice(places)
-                )
-                deps = [(acc, mode, place)]
-                if readable and rng.random() < 0.7:
-                    deps.append(
-                        (
-                            rng.choice(readable),
-                            READ,
-                            rng.choice([None, "host", "managed"])
-                            if kind == "host_launch"
-                            else rng.choice(places),
-                        )
-                    )
-                exec_place = (
-                    "host"
-                    if kind == "host_launch"
-                    else rng.choice(["host", *range(devices)])
-                )
-                result.append(
-                    TaskOp(
-                        kind,
-                        tuple(deps),
-                        round(rng.uniform(-2, 2), 3),
-                        exec_place,
-                        launch=kind == "task" and rng.random() < 0.5,
-                    )
-                )
-                continue
-            writable = [
-                i for i in readable if not data[i].readonly and not data[i].accumulator
-            ]
-            if writable:  # read acc, update another data
-                target = rng.choice(writable)
-                result.append(
-                    TaskOp(
-                        "task",
-                        (
-                            (target, RW, rng.choice(places)),
-                            (acc, READ, rng.choice(places)),
-                        ),
-                        round(rng.uniform(-2, 2), 3),
-                        rng.choice(["host", *range(devices)]),
-                        launch=rng.random() < 0.5,
-                    )
-                )
-            elif rng.random() < 0.5:
-                result.append(Op("wait", acc))
-        if op is None:
-            break
-        result.append(op)
-        if isinstance(op, TaskOp):
-            initialised.update(i for i, mode, _ in op.deps if mode & WRITE)
-        elif op.kind == "drop":
-            dropped.add(op.data)
-    return result
+        )
+    exec_place = (
+        "host" if kind == "host_launch" else rng.choice(["host", *range(devices)])
+    )
+    return TaskOp(
+        kind,
+        tuple(deps),
+        round(rng.uniform(-2, 2), 3),
+        exec_place,
+        launch=kind == "task" and rng.random() < 0.5,
+    )
+
+
+def _draw_accumulator_read(
+    rng: random.Random,
+    data: list[DataSpec],
+    acc: int,
+    readable: list[int],
+    places: list[Any],
+    devices: int,
+) -> Any:
+    """A task reading ``acc`` to update another of the ``readable`` data (one that
+    may be written); without one, sometimes a wait for ``acc``, else ``None``."""
+    writable = [i for i in readable if not data[i].readonly and not data[i].accumulator]
+    if writable:  # read acc, update another data
+        target = rng.choice(writable)
+        return TaskOp(
+            "task",
+            (
+                (target, RW, rng.choice(places)),
+                (acc, READ, rng.choice(places)),
+            ),
+            round(rng.uniform(-2, 2), 3),
+            rng.choice(["host", *range(devices)]),
+            launch=rng.random() < 0.5,
+        )
+    if rng.random() < 0.5:
+        return Op("wait", acc)
+    return None
 
 
 def initial_arrays(program: Program) -> dict[int, np.ndarray]:

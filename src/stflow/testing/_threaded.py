@@ -260,64 +260,28 @@ def generate_threaded_program(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     rng = random.Random(seed)
     data: list[DataSpec] = []
-
-    def new_data(readonly: bool = False) -> int:
-        shape = (
-            (rng.randint(1, 64),)
-            if rng.random() < 0.7
-            else (rng.randint(1, 8), rng.randint(1, 8))
-        )
-        dtype = rng.choice(["float32", "float64"])
-        if readonly or rng.random() < 0.6:
-            data.append(DataSpec(shape, dtype, "array", readonly=readonly))
-        else:
-            data.append(
-                DataSpec(
-                    shape,
-                    dtype,
-                    "full",
-                    fill=rng.choice([0.0, 1.5]),
-                    fill_place=rng.choice([None, "host", *range(devices)]),
-                )
-            )
-        return len(data) - 1
-
-    private = [[new_data() for _ in range(rng.randint(2, 3))] for _ in range(threads)]
-    shared = [new_data(readonly=True) for _ in range(rng.randint(1, 3))]
-    turn_data = [new_data() for _ in range(rng.randint(1, 2))]
+    private = [
+        [_new_data(rng, data, devices) for _ in range(rng.randint(2, 3))]
+        for _ in range(threads)
+    ]
+    shared = [
+        _new_data(rng, data, devices, readonly=True) for _ in range(rng.randint(1, 3))
+    ]
+    turn_data = [_new_data(rng, data, devices) for _ in range(rng.randint(1, 2))]
     if views:  # views of shared parents: threads register interleaved bytes
         data[:] = add_views(seed, data)
-
-    per_thread: list[list[Segment]] = []
-    for t in range(threads):
-        segments = []
-        for _ in range(rng.randint(2, max_segments)):
-            turn = rng.random() < 0.4
-            scoped = mode == "scopes" and rng.random() < 0.5
-            ops = [
-                _draw_op(
-                    rng,
-                    mode,
-                    private[t],
-                    shared,
-                    turn_data if turn else [],
-                    devices,
-                    scoped,
-                )
-                for _ in range(rng.randint(1, max_ops))
-            ]
-            if turn and mode != "scopes":
-                ops.append(Op("wait", rng.choice(turn_data)))  # the user's handover
-            segments.append(Segment(ops, turn, scoped))
-        per_thread.append(segments)
-
+    per_thread = [
+        _draw_segments(
+            rng, mode, private[t], shared, turn_data, devices, max_segments, max_ops
+        )
+        for t in range(threads)
+    ]
     turns = _turn_order(rng, per_thread)
     grid_specs: list[GridSpec] = []
     if grids:
-        places = random.Random(seed * 104729 + 5)
-        for segments in per_thread:
-            for segment in segments:
-                segment.ops[:] = add_grids(places, segment.ops, devices, grid_specs)
+        _add_segment_grids(
+            random.Random(seed * 104729 + 5), per_thread, devices, grid_specs
+        )
     extra = random.Random(seed * 6007 + 3)  # the programs above stay as they were
     mixed: list[int] = []
     fills: dict[int, float] = {}
@@ -326,12 +290,9 @@ def generate_threaded_program(
     if registrations and extra.random() < 0.7:
         _add_registrations(extra, shared, per_thread, devices)
     if bundles:  # some deps as one bundle (NONE fields: the thread's own data)
-        bundling = random.Random(seed * 15485863 + 7)
-        for t, segments in enumerate(per_thread):
-            for segment in segments:
-                segment.ops[:] = add_bundles(
-                    bundling, data, segment.ops, spare=[*private[t], *shared]
-                )
+        _add_segment_bundles(
+            random.Random(seed * 15485863 + 7), data, private, shared, per_thread
+        )
     program = ThreadedProgram(
         seed,
         mode,
@@ -351,6 +312,96 @@ def generate_threaded_program(
             data[index].shape or (), fill, dtype=data[index].dtype
         )
     return program
+
+
+def _new_data(
+    rng: random.Random, data: list[DataSpec], devices: int, readonly: bool = False
+) -> int:
+    """Append a data to ``data``: a user array (always when ``readonly``) or a data
+    filled at a random place; its index."""
+    shape = (
+        (rng.randint(1, 64),)
+        if rng.random() < 0.7
+        else (rng.randint(1, 8), rng.randint(1, 8))
+    )
+    dtype = rng.choice(["float32", "float64"])
+    if readonly or rng.random() < 0.6:
+        data.append(DataSpec(shape, dtype, "array", readonly=readonly))
+    else:
+        data.append(
+            DataSpec(
+                shape,
+                dtype,
+                "full",
+                fill=rng.choice([0.0, 1.5]),
+                fill_place=rng.choice([None, "host", *range(devices)]),
+            )
+        )
+    return len(data) - 1
+
+
+def _draw_segments(
+    rng: random.Random,
+    mode: str,
+    private: list[int],
+    shared: list[int],
+    turn_data: list[int],
+    devices: int,
+    max_segments: int,
+    max_ops: int,
+) -> list[Segment]:
+    """One thread's segments, on its ``private`` data and the ``shared`` data; some
+    of them turns (touching ``turn_data`` too, ending with a wait for one of them
+    outside scopes), some graph scopes in ``scopes`` mode."""
+    segments = []
+    for _ in range(rng.randint(2, max_segments)):
+        turn = rng.random() < 0.4
+        scoped = mode == "scopes" and rng.random() < 0.5
+        ops = [
+            _draw_op(
+                rng,
+                mode,
+                private,
+                shared,
+                turn_data if turn else [],
+                devices,
+                scoped,
+            )
+            for _ in range(rng.randint(1, max_ops))
+        ]
+        if turn and mode != "scopes":
+            ops.append(Op("wait", rng.choice(turn_data)))  # the user's handover
+        segments.append(Segment(ops, turn, scoped))
+    return segments
+
+
+def _add_segment_grids(
+    rng: random.Random,
+    per_thread: list[list[Segment]],
+    devices: int,
+    grid_specs: list[GridSpec],
+) -> None:
+    """Move some tasks of every segment onto grids of places (``add_grids``; the
+    grids, appended to ``grid_specs``, shared by all threads)."""
+    for segments in per_thread:
+        for segment in segments:
+            segment.ops[:] = add_grids(rng, segment.ops, devices, grid_specs)
+
+
+def _add_segment_bundles(
+    rng: random.Random,
+    data: list[DataSpec],
+    private: list[list[int]],
+    shared: list[int],
+    per_thread: list[list[Segment]],
+) -> None:
+    """Submit some deps of the tasks of every segment as one bundle
+    (``add_bundles``; fields left out name the thread's own or shared data)."""
+    for t, segments in enumerate(per_thread):
+        for segment in segments:
+            segment.ops[:] = add_bundles(
+                rng, data, segment.ops, spare=[*private[t], *shared]
+            )
 
 
 def _turn_order(
@@ -602,20 +653,9 @@ def run_threaded_program(
 
     mode = program.mode
     if body is None:
-        body = (
-            cupy_body
-            if backend == "cuda"
-            else host_body
-            if backend == "null"
-            else emulated_body
-            if mode == "stream"
-            else emulated_graph_body
-        )
+        body = _default_body(backend, mode)
     data_program = program.as_program()
     user = user_arrays(data_program)
-    turn = [0]
-    handover = threading.Condition()
-    failed = threading.Event()  # a thread raised: the others stop waiting
     ctx: Any = (
         stf.stackable_context(backend=backend)
         if mode == "scopes"
@@ -628,63 +668,27 @@ def run_threaded_program(
         if mode == "scopes":
             for index in program.shared:
                 lds[index].set_read_only()
-
-        def wait_for_turn(key: tuple[int, int]) -> None:
-            with handover:
-                while program.turns[turn[0]] != key:
-                    if failed.is_set():
-                        raise RuntimeError("another thread failed; its turn never came")
-                    handover.wait(0.05)
-
-        def pass_turn() -> None:
-            with handover:
-                turn[0] += 1
-                handover.notify_all()
-
-        def worker(t: int) -> Callable[[], None]:
+        turns = _Turns(program.turns)
+        workers: list[Callable[[], None]] = []
+        for t in range(len(program.threads)):
             pause = _jitter(program.seed * 1009 + t) if jitter else None
             run_body = body if pause is None else _paused(body, pause)
-
-            def run() -> None:
-                try:
-                    for s, segment in enumerate(program.threads[t]):
-                        if segment.turn:
-                            wait_for_turn((t, s))
-                        if segment.scoped:
-                            with ctx.graph_scope():
-                                _run_ops(
-                                    stf,
-                                    ctx,
-                                    data_program,
-                                    segment.ops,
-                                    lds,
-                                    run_body,
-                                    waits[t],
-                                    scratch[t],
-                                )
-                        else:
-                            _run_ops(
-                                stf,
-                                ctx,
-                                data_program,
-                                segment.ops,
-                                lds,
-                                run_body,
-                                waits[t],
-                                scratch[t],
-                            )
-                        if segment.turn:
-                            pass_turn()
-                except BaseException:
-                    failed.set()
-                    raise
-
-            return run
-
-        try:
-            _run_switching_often(
-                [worker(t) for t in range(len(program.threads))], timeout
+            workers.append(
+                _Worker(
+                    stf,
+                    ctx,
+                    program,
+                    data_program,
+                    t,
+                    lds,
+                    run_body,
+                    waits[t],
+                    scratch[t],
+                    turns,
+                )
             )
+        try:
+            _run_switching_often(workers, timeout)
         except Hang:
             ctx = None  # threads are stuck in it: leave it be
             raise
@@ -695,6 +699,86 @@ def run_threaded_program(
     for t, arrays in enumerate(scratch):
         final.update(((t, number), array) for number, array in enumerate(arrays))
     return waits, final
+
+
+def _default_body(backend: str, mode: str) -> BodyRunner:
+    """The task body runner for ``backend`` (and, emulated, for ``mode``)."""
+    if backend == "cuda":
+        return cupy_body
+    if backend == "null":
+        return host_body
+    return emulated_body if mode == "stream" else emulated_graph_body
+
+
+class _Turns:
+    """The turns of the threads (``(thread, segment)`` in turn order), handed over
+    from one to the next; ``failed``: set when a thread raised, so that the others
+    stop waiting for a turn that never comes."""
+
+    def __init__(self, order: list[tuple[int, int]]) -> None:
+        self.order = order
+        self.turn = 0
+        self.handover = threading.Condition()
+        self.failed = threading.Event()
+
+    def wait_for(self, key: tuple[int, int]) -> None:
+        """Block until it is the turn of segment ``key``."""
+        with self.handover:
+            while self.order[self.turn] != key:
+                if self.failed.is_set():
+                    raise RuntimeError("another thread failed; its turn never came")
+                self.handover.wait(0.05)
+
+    def pass_on(self) -> None:
+        """End the current turn: the next one may start."""
+        with self.handover:
+            self.turn += 1
+            self.handover.notify_all()
+
+
+@dataclass(eq=False)
+class _Worker:
+    """The host thread of program thread ``t``: its segments in order, turns in
+    their turn, scoped segments in a graph scope."""
+
+    stf: Any
+    ctx: Any
+    program: ThreadedProgram
+    data_program: Program
+    t: int
+    lds: dict[int, Any]
+    body: BodyRunner
+    waits: list[np.ndarray]
+    scratch: list[np.ndarray]
+    turns: _Turns
+
+    def __call__(self) -> None:
+        try:
+            for s, segment in enumerate(self.program.threads[self.t]):
+                if segment.turn:
+                    self.turns.wait_for((self.t, s))
+                if segment.scoped:
+                    with self.ctx.graph_scope():
+                        self._run(segment)
+                else:
+                    self._run(segment)
+                if segment.turn:
+                    self.turns.pass_on()
+        except BaseException:
+            self.turns.failed.set()
+            raise
+
+    def _run(self, segment: Segment) -> None:
+        _run_ops(
+            self.stf,
+            self.ctx,
+            self.data_program,
+            segment.ops,
+            self.lds,
+            self.body,
+            self.waits,
+            self.scratch,
+        )
 
 
 def _run_switching_often(workers: list[Callable[[], None]], timeout: float) -> None:
