@@ -538,23 +538,39 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
             else ""
         )
     )
+    result = _solve_printing(b, iterations, native.name, devices, blocks, graph, warmup)
+    passed = _check_and_print(b, iterations, result, native.name)
+    return 0 if passed else 1
 
+
+def _solve_printing(
+    b: np.ndarray,
+    iterations: int,
+    backend: str,
+    devices: int,
+    blocks: int,
+    graph: bool,
+    warmup: bool,
+) -> SolveResult:
+    """The demo's solve, printing the residual every fifth of the iterations (and at
+    the last); ``warmup``: after a silent solve of a tiny problem, so that compiling
+    the kernels is not timed."""
     report_every = max(1, iterations // 5)
     if warmup:
         solve(
             poisson_rhs(32),
             2,
-            backend=native.name,
+            backend=backend,
             devices=devices,
             blocks=min(blocks, 32),
             graph=graph,
             report_every=1,
             out=lambda line: None,
         )
-    result = solve(
+    return solve(
         b,
         iterations,
-        backend=native.name,
+        backend=backend,
         devices=devices,
         blocks=blocks,
         report_every=report_every,
@@ -562,6 +578,13 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
         graph=graph,
     )
 
+
+def _check_and_print(
+    b: np.ndarray, iterations: int, result: SolveResult, backend: str
+) -> bool:
+    """Check ``result`` against the NumPy reference and print the verdict, the timing
+    (with the reference's), the speed-up and the statistics; returns whether it
+    passed."""
     expected, reference_seconds, reference_runs = time_reference(b, iterations)
     scale = max(float(np.abs(expected).max()), _TINY)
     error = float(np.abs(result.x - expected).max())
@@ -590,12 +613,12 @@ def main(argv: Sequence[str] | None = None, *, configure_stflow: bool = False) -
         f"speed-up over NumPy: {speedup:.2f}x (NumPy reference time / solve time"
         + (
             "; the emulated backend checks correctness, it is not meant to be fast)"
-            if native.name == "emulated"
+            if backend == "emulated"
             else ")"
         )
     )
     print(f"statistics: {result.statistics}")
-    return 0 if passed else 1
+    return passed
 
 
 if __name__ == "__main__":

@@ -323,21 +323,38 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
     # exchanges as a graph (stream mode unless asked).
     graph = bool(args.graph)
     warmup = native.gpu_memory if args.warmup is None else args.warmup
+    b = poisson_rhs(n)
+    result = _solve_printing(comm, b, args, native.name, graph, warmup, say)
+    return 0 if _check_and_print(comm, b, iterations, result, say) else 1
+
+
+def _solve_printing(
+    comm: Any,
+    b: np.ndarray,
+    args: argparse.Namespace,
+    backend: str,
+    graph: bool,
+    warmup: bool,
+    say: Callable[..., Any],
+) -> DistributedSolveResult:
+    """The demo's solve over the ranks of ``comm`` (rank 0 printing the residual every
+    fifth of the iterations), then its layout; ``warmup``: after a solve of a tiny
+    problem, so that compiling the kernels is not timed."""
+    iterations = args.iterations
     if warmup:
         solve_distributed(
             comm,
             poisson_rhs(32),
             2,
-            backend=native.name,
+            backend=backend,
             devices=args.devices,
             graph=graph,
         )
-    b = poisson_rhs(n)
     result = solve_distributed(
         comm,
         b,
         iterations,
-        backend=native.name,
+        backend=backend,
         blocks=args.blocks,
         devices=args.devices,
         report_every=max(1, iterations // 5),
@@ -353,6 +370,20 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
             else ""
         )
     )
+    return result
+
+
+def _check_and_print(
+    comm: Any,
+    b: np.ndarray,
+    iterations: int,
+    result: DistributedSolveResult,
+    say: Callable[..., Any],
+) -> bool:
+    """Check ``result`` against the NumPy reference on every rank; rank 0 prints the
+    verdicts of all ranks and the timing of the slowest. Returns whether every rank
+    passed (the same on every rank)."""
+    from mpi4py import MPI
 
     started = time.perf_counter()
     expected = reference_cg(b, iterations)
@@ -382,4 +413,4 @@ def main(args: argparse.Namespace, configure_stflow: bool) -> int:
             f"executed per rank {executed} ({per_task:.1f} us per task); NumPy "
             f"reference {reference_seconds:.3f} s"
         )
-    return 0 if all(verdicts) else 1
+    return all(verdicts)

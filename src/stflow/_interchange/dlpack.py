@@ -223,6 +223,48 @@ def _as_int(value: Any, what: str) -> int:
     return value
 
 
+def _checked_arguments(
+    data_ptr: Any,
+    shape: Any,
+    dtype_code: Any,
+    dtype_bits: Any,
+    device_id: Any,
+    device_type: Any,
+    versioned: Any,
+) -> tuple[int, ...]:
+    """Check the arguments of :func:`dlpack_export` (its ``Raises``); returns the
+    extents of ``shape`` as a tuple."""
+    data_ptr = _as_int(data_ptr, "data_ptr")
+    dtype_code = _as_int(dtype_code, "dtype_code")
+    dtype_bits = _as_int(dtype_bits, "dtype_bits")
+    device_id = _as_int(device_id, "device_id")
+    device_type = _as_int(device_type, "device_type")
+    if not isinstance(versioned, bool):
+        raise TypeError(
+            f"dlpack_export: versioned must be a bool, got {type(versioned).__name__}"
+        )
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(
+            f"dlpack_export: shape must be a sequence of ints, got {type(shape).__name__}"
+        )
+    extents = tuple(_as_int(extent, "every extent of shape") for extent in shape)
+    if data_ptr < 0:
+        raise ValueError(f"dlpack_export: data_ptr must not be negative, got {data_ptr}")
+    if any(extent < 0 for extent in extents):
+        raise ValueError(f"dlpack_export: negative extent in shape {extents}")
+    if dtype_code not in _CODES:
+        raise ValueError(
+            f"dlpack_export: unknown DLPack type code {dtype_code}; use "
+            "int 0, uint 1, float 2, bfloat 4, complex 5 or bool 6"
+        )
+    if dtype_bits <= 0 or dtype_bits % 8 or dtype_bits > 255:
+        raise ValueError(
+            f"dlpack_export: dtype_bits must be a positive multiple of 8 "
+            f"(at most 248), got {dtype_bits}"
+        )
+    return extents
+
+
 def dlpack_export(
     owner: Any,
     data_ptr: int,
@@ -273,34 +315,9 @@ def dlpack_export(
     No strides (compact C order) and byte offset 0. The capsule borrows the memory:
     keeping it valid is ``owner``'s job. The consumer's deleter may run on any thread.
     """
-    data_ptr = _as_int(data_ptr, "data_ptr")
-    dtype_code = _as_int(dtype_code, "dtype_code")
-    dtype_bits = _as_int(dtype_bits, "dtype_bits")
-    device_id = _as_int(device_id, "device_id")
-    device_type = _as_int(device_type, "device_type")
-    if not isinstance(versioned, bool):
-        raise TypeError(
-            f"dlpack_export: versioned must be a bool, got {type(versioned).__name__}"
-        )
-    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
-        raise TypeError(
-            f"dlpack_export: shape must be a sequence of ints, got {type(shape).__name__}"
-        )
-    extents = tuple(_as_int(extent, "every extent of shape") for extent in shape)
-    if data_ptr < 0:
-        raise ValueError(f"dlpack_export: data_ptr must not be negative, got {data_ptr}")
-    if any(extent < 0 for extent in extents):
-        raise ValueError(f"dlpack_export: negative extent in shape {extents}")
-    if dtype_code not in _CODES:
-        raise ValueError(
-            f"dlpack_export: unknown DLPack type code {dtype_code}; use "
-            "int 0, uint 1, float 2, bfloat 4, complex 5 or bool 6"
-        )
-    if dtype_bits <= 0 or dtype_bits % 8 or dtype_bits > 255:
-        raise ValueError(
-            f"dlpack_export: dtype_bits must be a positive multiple of 8 "
-            f"(at most 248), got {dtype_bits}"
-        )
+    extents = _checked_arguments(
+        data_ptr, shape, dtype_code, dtype_bits, device_id, device_type, versioned
+    )
     return export_capsule(
         owner,
         data_ptr,
