@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -36,3 +38,40 @@ def test_a_non_callable_is_refused(backend):
         with ctx.task(x.rw()) as t:
             with pytest.raises(TypeError, match="callable"):
                 t.run(3)
+
+
+def test_a_body_behind_an_enqueued_body_sees_its_results(backend):
+    """A ``t.run`` body is enqueued in stream order; a later task whose body reads
+    its data from the host (views, addresses) first waits for it."""
+    X = np.zeros(16)
+    with stf.context(backend=backend) as ctx:
+        x = ctx.logical_data(X)
+        for _ in range(5):
+            with ctx.task(x.rw()) as t:
+                t.run(lambda xp, a: a.__iadd__(1.0))
+        with ctx.task(stf.exec_place.host(), x.rw()) as t:
+            (view,) = t.views()
+            host = np.asarray(view)
+            assert (host == 5.0).all()  # the five bodies ran before the view
+            host *= 2.0
+    np.testing.assert_array_equal(X, np.full(16, 10.0))
+
+
+def test_a_body_in_stream_order_writing_read_data_is_caught():
+    """The emulated backend's read guard holds for bodies it does not wait for: the
+    fingerprints are taken in stream order, before the body."""
+    from stflow.errors import AccessModeError
+
+    ctx = stf.context(backend="emulated")
+    x, y = ctx.logical_data(np.zeros(8)), ctx.logical_data(np.ones(8))
+    with ctx.task(x.rw()) as t:
+        t.run(lambda xp, a: a.__iadd__(1.0))  # pending when the next task starts
+
+    def sneaky(xp, a, b):
+        b += a
+        ctypes.c_double.from_address(a.ctypes.data).value = 7.0  # past read-only
+
+    with ctx.task(x.read(), y.rw(), symbol="sneaky") as t:
+        t.run(sneaky)
+    with pytest.raises(AccessModeError, match="task 'sneaky' declared read"):
+        ctx.finalize()

@@ -83,8 +83,11 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
             f"run expects a callable fn(xp, *arrays), got {type(fn).__name__}"
         )
     backend = task._runtime.backend
-    if backend.gpu_memory and task._layout is None:
-        _run_on_cuda(task, fn, indices)
+    if task._layout is None:  # no bundles: arrays straight from the instances
+        if backend.gpu_memory:
+            _run_on_cuda(task, fn, indices)
+        else:
+            _run_in_stream_order(task, fn, indices)
         return
     if indices:
         views = [task.get_arg_cai(i) for i in indices]
@@ -121,6 +124,45 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
             _explain_capture(error)
 
 
+def _run_in_stream_order(
+    task: Any, fn: Callable[..., Any], indices: tuple[int, ...]
+) -> None:
+    """A body on the emulated backend of a task without bundles: enqueued on the
+    task stream with NumPy arrays over the instances (read-only for ``read()``), so
+    the host does not wait for the task's prerequisites."""
+    import numpy as np
+
+    from ..backends._base import pointer_array
+
+    stream, instances = task._body_instances(indices)
+    arrays = tuple(
+        pointer_array(
+            allocation.ptr, shape, dtype, readonly, allocation, allocation.strides
+        )
+        for allocation, shape, dtype, readonly in instances
+    )
+    emulated = get_backend("emulated")  # what stflow.emulated.launch uses
+    emulated.launch_callable(
+        emulated.stream_from_handle(int(stream.handle)),
+        _WithModule(fn, np),
+        arrays,
+        f"work launched from {task._label()}",
+    )
+
+
+class _WithModule:
+    """``fn(xp, *arrays)`` as a callable of the arrays alone."""
+
+    __slots__ = ("fn", "xp")
+
+    def __init__(self, fn: Callable[..., Any], xp: Any) -> None:
+        self.fn = fn
+        self.xp = xp
+
+    def __call__(self, *arrays: Any) -> None:
+        self.fn(self.xp, *arrays)
+
+
 def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
     """A body on CUDA of a task without bundles: CuPy arrays straight from the
     instances (each a view of an array made once per allocation and device), the
@@ -132,7 +174,7 @@ def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) ->
     device = stream.ordinal  # the device whose context the stream is in
     arrays = [
         allocation_array(cupy, allocation, shape, dtype, device)
-        for allocation, shape, dtype in instances
+        for allocation, shape, dtype, _ in instances
     ]
     with body_stream(int(stream.handle)):
         try:

@@ -32,7 +32,7 @@ from .._engine.runtime import Runtime, RuntimeOwner
 from .._interchange.views import CudaStream, ViewTuple
 from .._places.gridwork import fork, join
 from .._places.places import exec_place, exec_place_grid
-from ..backends._base import Allocation, Stream, callback_state
+from ..backends._base import Allocation, Event, Stream, callback_state
 from .bodies import open_bodies
 from .bundles import Regrouping, Slot, bundle_dep, check_conflicts, expand
 from .logical_data import dep
@@ -141,6 +141,7 @@ class task:
         "_private",
         "_members",
         "_read_guard",
+        "_unsettled",
         "_layout",
     )
     _runtime: Runtime
@@ -156,6 +157,7 @@ class task:
     _private: list[Instance] | None
     _members: list[Stream] | None
     _read_guard: Any  # emulated: fingerprints of read() data
+    _unsettled: Event | None  # emulated: prerequisites the host has not waited for
     _layout: list[Any] | None  # with bundles: per argument, a dep index or Slot
 
     # Arguments users pass are typed Any: they are checked here, with messages that
@@ -187,6 +189,7 @@ class task:
         self._private = None
         self._members = None
         self._read_guard = None
+        self._unsettled = None
         self._layout = None
         self._symbol = None
         if symbol is not None:
@@ -355,6 +358,7 @@ class task:
         runtime = self._runtime
         backend = runtime.backend
         ready = None
+        deferred = False
         lock = runtime.lock
         lock.acquire()
         try:
@@ -397,14 +401,33 @@ class task:
                     backend.set_current_device(device)
                     self._previous_device = previous
             if backend.bodies_wait_on_host and not _settled(plan, backend.query):
+                # Behind work still queued on the task stream (an earlier body), the
+                # host waits only when this body touches the data from the host
+                # (_settle): a body enqueued in stream order (t.run, launched work)
+                # does not wait, and the read guard is taken in stream order too.
+                # Behind markers alone, waiting now costs less.
+                deferred = backend.pending_calls(stream)
+                if deferred and backend.guards_reads:
+                    self._read_guard = backend.guard_reads(plan, stream)
                 ready = backend.record(stream)
         finally:
             lock.release()
+        if deferred:
+            self._unsettled = ready
+            return self
         if ready is not None:
             backend.synchronize(ready)
         if backend.guards_reads:  # emulated, stream mode: read() data unchanged?
-            self._read_guard = backend.guard_reads(self._plan)
+            self._read_guard = backend.guard_reads(plan)
         return self
+
+    def _settle(self) -> None:
+        """Wait for the prerequisites before the host touches the task's data (the
+        backends where bodies wait on the host: the emulated one)."""
+        ready = self._unsettled
+        if ready is not None:
+            self._unsettled = None
+            self._runtime.backend.synchronize(ready)
 
     def end(self) -> None:
         """Release the dependencies; later tasks order after this one."""
@@ -436,6 +459,7 @@ class task:
         guard = self._read_guard
         violation = None if guard is None else guard.check(stream, self)
         self._read_guard = None
+        self._unsettled = None
         lock = runtime.lock
         lock.acquire()
         try:
@@ -550,14 +574,17 @@ class task:
         return self._dep_arg(index)
 
     def _dep_arg(self, index: Any) -> int:
-        return _allocation(self._access_at(index, "get_arg()")).ptr
+        access = self._access_at(index, "get_arg()")
+        self._settle()  # the host may touch the memory at the address
+        return _allocation(access).ptr
 
     def _body_instances(
         self, indices: tuple[int, ...]
-    ) -> tuple[Stream, list[tuple[Any, Any, Any]]]:
-        """The task stream, and ``(allocation, shape, dtype)`` of the dependencies
-        ``indices`` (default: every non-token one) of a task without bundles: what a
-        ``run`` body gets an array of, without making a view of each."""
+    ) -> tuple[Stream, list[tuple[Any, Any, Any, bool]]]:
+        """The task stream, and ``(allocation, shape, dtype, read only)`` of the
+        dependencies ``indices`` (default: every non-token one) of a task without
+        bundles: what a ``run`` body gets an array of, without making a view of each
+        (nor waiting on the host: the body is enqueued in stream order)."""
         stream = self._stream
         if stream is None or self._phase != _STARTED or self._runtime.finalized:
             self.stream_ptr()  # raises what is wrong
@@ -571,7 +598,8 @@ class task:
             for index in indices:
                 access = self._access_at(index, "run()")
                 ld = deps[index].ld
-                out.append((_allocation(access), ld._shape, ld._dtype))
+                mode = deps[index].mode
+                out.append((_allocation(access), ld._shape, ld._dtype, mode == READ))
             return stream, out
         private = self._private
         for index in range(len(deps)):
@@ -581,7 +609,8 @@ class task:
             access = plan.per_dependency[index]
             if access.instance is None or private is not None:
                 access = self._access_at(index, "run()")  # a reduction's private
-            out.append((_allocation(access), ld._shape, ld._dtype))
+            mode = deps[index].mode
+            out.append((_allocation(access), ld._shape, ld._dtype, mode == READ))
         return stream, out
 
     def get_arg_cai(self, index: Any) -> Any:
@@ -678,6 +707,7 @@ class task:
 
     def _view(self, access: Any, index: int) -> Any:
         """A backend view of ``access``'s instance as dependency ``index``."""
+        self._settle()  # the host may touch the data through the view
         ld = self._deps[index].ld
         return self._runtime.backend.task_view(
             _allocation(access),

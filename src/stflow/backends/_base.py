@@ -320,7 +320,8 @@ class Backend(abc.ABC):
     """``"emulated"``, ``"cuda"``, ``"null"``: for messages and ``ctx.backend``."""
     bodies_wait_on_host: bool = False
     """True when a task body may touch its data from the host right after ``start()``
-    (the emulated backend blocks the host until the prerequisites are done)."""
+    (on the emulated backend the host waits for the prerequisites when the body first
+    takes a view or an address of its data; work it enqueues does not wait)."""
     pinned_host_required: bool = False
     """True when host instances must be page-locked memory (so that device work can
     reach them): a user buffer that :meth:`register_host` cannot page-lock then lives
@@ -498,9 +499,15 @@ class Backend(abc.ABC):
     def free(self, allocation: Allocation, stream: Stream | None) -> None:
         """Free ``allocation``, stream-ordered on ``stream`` when given."""
 
-    def guard_reads(self, plan: Any) -> Any:
-        """A guard of ``plan``'s ``read()`` instances, taken when a task starts,
-        whose ``check(stream, task)`` at its end returns the violation to raise, or
+    def pending_calls(self, stream: Stream) -> bool:
+        """True when work, not only markers, is still queued on ``stream`` (the
+        backends whose streams a thread of theirs runs: the emulated one)."""
+        return False
+
+    def guard_reads(self, plan: Any, stream: Stream | None = None) -> Any:
+        """A guard of ``plan``'s ``read()`` instances, taken when a task starts (with
+        ``stream``: when ``stream`` gets there, after the prerequisites), whose
+        ``check(stream, task)`` at its end returns the violation to raise, or
         ``None`` (only where :attr:`guards_reads`)."""
         return None
 

@@ -534,13 +534,15 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         with self._scheduler.cv:
             return any(kind == _CALL for kind, _ in queue)
 
-    def guard_reads(self, plan: Any) -> ReadGuard | None:
+    def guard_reads(self, plan: Any, stream: Stream | None = None) -> ReadGuard | None:
         """Checksums of the instances a started task only reads (see :class:`ReadGuard`).
 
         Called once the task's prerequisites have completed (the body may start), so
-        the bytes are final. ``None`` when the task reads nothing.
+        the bytes are final; with ``stream``, the checksums are taken when ``stream``
+        gets there (enqueued after the prerequisites). ``None`` when the task reads
+        nothing.
         """
-        entries: list[tuple[Any, Allocation, bytes | int]] = []
+        entries: list[tuple[Any, Allocation, bytes | int | None]] = []
         seen: set[int] = set()
         for access in plan.accesses:
             if access.mode != READ:
@@ -551,14 +553,16 @@ class EmulatedBackend(EmulatedPartitions, Backend):
             if allocation is None or not nbytes or allocation.ptr in seen:
                 continue
             seen.add(allocation.ptr)
-            entries.append(
-                (
-                    access.state,
-                    allocation,
-                    _fingerprint(_contents(access.state, allocation)),
-                )
-            )
-        return ReadGuard(self, entries) if entries else None
+            fingerprint = None
+            if stream is None:
+                fingerprint = _fingerprint(_contents(access.state, allocation))
+            entries.append((access.state, allocation, fingerprint))
+        if not entries:
+            return None
+        guard = ReadGuard(self, entries)
+        if stream is not None:
+            self.enqueue_call(stream, guard.take)
+        return guard
 
 
 SNAPSHOT_LIMIT = 64 << 10
@@ -628,10 +632,19 @@ class ReadGuard:
     __slots__ = ("backend", "entries")
 
     def __init__(
-        self, backend: EmulatedBackend, entries: list[tuple[Any, Allocation, bytes | int]]
+        self,
+        backend: EmulatedBackend,
+        entries: list[tuple[Any, Allocation, bytes | int | None]],
     ) -> None:
         self.backend = backend
         self.entries = entries  # (data state, instance memory, fingerprint)
+
+    def take(self) -> None:
+        """Take the fingerprints now (in stream order, once the prerequisites ran)."""
+        self.entries = [
+            (state, allocation, _fingerprint(_contents(state, allocation)))
+            for state, allocation, _ in self.entries
+        ]
 
     def check(self, stream: Stream, task: Any) -> AccessModeError | None:
         """Compare the fingerprints at the end of ``task``, before its end event.
@@ -655,6 +668,7 @@ class ReadGuard:
 
     def _compare(self, task: Any) -> AccessModeError | None:
         for state, allocation, fingerprint in self.entries:
+            assert fingerprint is not None  # taken before the body, in stream order
             if not _unchanged(_contents(state, allocation), fingerprint):
                 return AccessModeError(
                     f"{task._label()} declared read() on logical data {state.label} "
