@@ -143,7 +143,7 @@ def _flag(text: str | None) -> bool:
     return (text or "").strip() not in ("", "0")
 
 
-# -- sizes: of a setting, and of the memory_budget argument (``_memory``) ------------
+# -- sizes: of a setting, and of the memory_budget argument (``_engine.memory``) ------------
 _UNITS = {
     "": 1,
     "b": 1,

@@ -14,7 +14,7 @@ Resolution, once per dependency pattern (:func:`resolve`)
     execution place, same data, modes and places) reuses it (:func:`remember`).
 
 Acquisition, at every submission (:func:`acquire`)
-    For each access: the ordering prerequisites (``_deps``: the last writer, and the
+    For each access: the ordering prerequisites (``_core.deps``: the last writer, and the
     readers since when it writes), the instance's readiness, and the *moves* it needs:
     an allocation for an instance without memory, a copy into an invalid instance it
     reads (from ``DataState.valid_source``, after that source's readiness). Then the
@@ -24,8 +24,8 @@ Acquisition, at every submission (:func:`acquire`)
     stream and, at most, a few waits.
 
 Release, at the end of the work (:func:`release`)
-    The end event becomes the data's last writer or a reader (``_deps``); a write
-    makes its instance the only valid one (``_coherence``).
+    The end event becomes the data's last writer or a reader (``_core.deps``); a write
+    makes its instance the only valid one (``_core.coherence``).
 
 Holding (:func:`held`, :func:`hold`)
     A task's end event exists only when it ends, so work submitted while a task is
@@ -518,8 +518,8 @@ def hold(plan: Plan, owner: Any) -> None:
 
 
 def release(plan: Plan, event: Event, owner: Any) -> None:
-    """Record that the work of ``plan`` ended at ``event``: ordering (``_deps``) for
-    every access, coherence (``_coherence``) for the writes; what ``owner`` held (if
+    """Record that the work of ``plan`` ended at ``event``: ordering (``_core.deps``) for
+    every access, coherence (``_core.coherence``) for the writes; what ``owner`` held (if
     not ``None``) is free again."""
     for access in plan.accesses:
         state = access.state

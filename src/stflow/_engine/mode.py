@@ -1,8 +1,8 @@
 """The mode of a runtime: stream mode here, graph mode in ``stflow._graph``.
 
 A context chooses its runtime's mode once, when it is created. The runtime and the
-modules around it (``_endings``, ``_reductions``, ``_eviction``, ``_task``,
-``_threads``, ``_resources``) run the same code in both modes and call the mode at
+modules around it (``_engine.endings``, ``_engine.reductions``, ``_engine.eviction``, ``_handles.task``,
+``_engine.threads``, ``_engine.resources``) run the same code in both modes and call the mode at
 the few points where the modes differ:
 
 ==================  ===============================================================

@@ -33,7 +33,7 @@ __all__ = ["open_bodies", "run_body"]
 
 class _OpenBodies(threading.local):
     """Per thread: the tasks whose bodies it started and did not end, innermost last
-    (``_task``, which is compiled: a ``threading.local`` subclass must live in a
+    (``_handles.task``, which is compiled: a ``threading.local`` subclass must live in a
     Python module)."""
 
     def __init__(self) -> None:

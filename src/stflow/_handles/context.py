@@ -345,7 +345,7 @@ class context(RuntimeOwner):
     def bundle(self, view: Any = None, /, **fields: Any) -> _Bundle[Any]:
         """Group logical data under field names as one dependency and one task
         argument: ``A = ctx.bundle(vals=lv, colind=stf.constant(lc))``, then
-        ``ctx.task(A.read(), x.rw())`` and ``t.get(0).vals`` (see ``_bundles``).
+        ``ctx.task(A.read(), x.rw())`` and ``t.get(0).vals`` (see ``_handles.bundles``).
 
         ``view`` (optional, positional) is a ``typing.NamedTuple`` class with the
         same fields in the same order, the type of the bundle's slot in a task.

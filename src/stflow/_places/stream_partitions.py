@@ -6,7 +6,7 @@ their stream key (``exec_place._stream_key``), so the runtime keeps a separate s
 pool for it (``_streams.StreamPools``) and creates that pool's streams in the
 partition. Keys start at :data:`PARTITION_KEYS`, above every device number.
 
-This module imports nothing of stflow (``_streams`` imports it) and is not compiled
+This module imports nothing of stflow (``_core.streams`` imports it) and is not compiled
 (``_compile.COMPILED_MODULES``): partitions are weakly referenced, which compiled
 classes do not support.
 """
