@@ -9,8 +9,8 @@ A sender does not wait for its receivers, so it could run ahead and stage one bu
 per message it sent: above ``STFLOW_MPI_SEND_LIMIT`` bytes staged (512 MiB by default)
 it first waits for its oldest sends to be received. Without that bound a rank running
 ahead of its receivers grows its pinned memory without end, and fresh page-locked
-memory costs about as much to allocate as to send (measured on an H200 machine: 37 ms
-per 256 MiB buffer).
+memory costs about as much to allocate as to send (benchmarks/RESULTS.md,
+"Distributed").
 
 Everything here goes through the backend contract (``allocate``, ``copy``,
 ``record``, ``query``), so the emulated backend runs the same code as CUDA:

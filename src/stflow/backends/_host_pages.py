@@ -23,8 +23,8 @@ def populate(ptr: int, nbytes: int) -> None:
     (``madvise(MADV_POPULATE_WRITE)``, Linux 5.14+), in pieces on several threads.
 
     Page-locking faults in a never-touched page as it locks it, one page at a time
-    on one thread (about 5 GB/s measured on an H200 host, against 25 GB/s for pages
-    already there). Where the call is unsupported nothing is done."""
+    on one thread, several times slower than locking pages already there
+    (benchmarks/RESULTS.md, B8). Where the call is unsupported nothing is done."""
     global _populate_unsupported
     if nbytes < _POPULATE_MIN or _populate_unsupported:
         return
