@@ -78,3 +78,22 @@ def test_a_body_in_stream_order_writing_read_data_is_caught():
         t.run(sneaky)
     with pytest.raises(AccessModeError, match="task 'sneaky' declared read"):
         ctx.finalize()
+
+
+def test_a_reduction_body_and_chosen_arguments(backend):
+    """A body of a ``reduce`` dependency gets its private instance; chosen argument
+    indices give those arguments only, and a token among them is refused."""
+    from stflow.errors import TokenArgumentError
+
+    with stf.context(backend=backend) as ctx:
+        total = ctx.logical_data(np.zeros(4))
+        for k in range(5):
+            with ctx.task(total.reduce("sum")) as t:
+                t.run(lambda xp, a, k=k: a.__iadd__(float(k)))
+        x, token = ctx.logical_data(np.ones(4)), ctx.token()
+        with ctx.task(token.rw(), x.rw(), total.read()) as t:
+            t.run(lambda xp, a, b: a.__iadd__(b), 1, 2)
+            with pytest.raises(TokenArgumentError):
+                t.run(lambda xp, a: None, 0)
+        np.testing.assert_array_equal(ctx.wait(total), np.full(4, 10.0))
+        np.testing.assert_array_equal(ctx.wait(x), np.full(4, 11.0))

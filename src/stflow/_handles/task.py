@@ -593,24 +593,17 @@ class task:
         deps = self._deps
         plan = self._plan
         assert plan is not None
+        # Chosen indices are checked; a reduction's argument is its private instance.
+        checked = bool(indices) or self._private is not None
+        chosen = indices or [i for i in range(len(deps)) if not deps[i].ld._is_token]
         out = []
-        if indices:
-            for index in indices:
+        for index in chosen:
+            if checked:
                 access = self._access_at(index, "run()")
-                ld = deps[index].ld
-                mode = deps[index].mode
-                out.append((_allocation(access), ld._shape, ld._dtype, mode == READ))
-            return stream, out
-        private = self._private
-        for index in range(len(deps)):
-            ld = deps[index].ld
-            if ld._is_token:
-                continue
-            access = plan.per_dependency[index]
-            if access.instance is None or private is not None:
-                access = self._access_at(index, "run()")  # a reduction's private
-            mode = deps[index].mode
-            out.append((_allocation(access), ld._shape, ld._dtype, mode == READ))
+            else:
+                access = plan.per_dependency[index]
+            d = deps[index]
+            out.append((_allocation(access), d.ld._shape, d.ld._dtype, d.mode == READ))
         return stream, out
 
     def get_arg_cai(self, index: Any) -> Any:
