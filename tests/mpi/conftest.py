@@ -15,11 +15,31 @@ machine: ``benchmarks/gpu_session.sh distributed``).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 _HERE = Path(__file__).parent
+
+
+def _rank_from_launcher() -> str | None:
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK"):
+        if name in os.environ:
+            return os.environ[name]
+    return None
+
+
+# Every rank runs its own pytest, and pytest keeps its temporary directories under one
+# root per user, pruning the old ones when a session ends: ranks sharing that root
+# race (one rank scans the directories another is deleting, and the session fails at
+# exit). Each rank gets its own root, read by pytest when a test first asks for
+# tmp_path.
+_RANK = _rank_from_launcher()
+if _RANK is not None and "PYTEST_DEBUG_TEMPROOT" not in os.environ:
+    _root = Path(tempfile.gettempdir()) / f"stflow-mpi-rank{_RANK}"
+    _root.mkdir(exist_ok=True)
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(_root)
 
 
 def pytest_collection_modifyitems(config, items):
