@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 
@@ -131,3 +132,82 @@ def test_place_factories_do_not_emit_the_fallback_notice():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1"
+
+
+def test_an_event_is_a_position_in_its_stream():
+    """Records are not stream operations: an event completes when the work enqueued
+    before it has run, and an event of an idle stream is complete at once."""
+    import threading
+
+    backend = get_backend()
+    stream = backend.create_stream(0)
+    assert backend.query(backend.record(stream))  # nothing queued
+    go = threading.Event()
+    backend.enqueue_call(stream, lambda: go.wait(10.0))
+    before = backend.record(stream)
+    backend.enqueue_call(stream, lambda: None)
+    after = backend.record(stream)
+    assert not backend.query(before) and not backend.query(after)
+    assert backend.pending_calls(stream)
+    go.set()
+    backend.synchronize(after)
+    assert backend.query(before) and backend.query(after)
+    assert not backend.pending_calls(stream)
+    other = backend.create_stream(0)
+    backend.wait(other, after)  # complete: nothing to wait for
+    assert not other.queue
+
+
+def test_the_read_guard_is_armed_only_when_the_body_reaches_the_data(monkeypatch):
+    """A task whose body takes no view, address or stream of its data takes no
+    fingerprints; one that does is checked."""
+    from stflow.backends import emulated
+    from stflow.errors import AccessModeError
+
+    taken = []
+    fingerprints = emulated._fingerprints
+    monkeypatch.setattr(
+        emulated,
+        "_fingerprints",
+        lambda entries: taken.append(1) or fingerprints(entries),
+    )
+    ctx = stf.context(backend="emulated")
+    x, y = ctx.logical_data(np.arange(4.0)), ctx.logical_data(np.zeros(4))
+    for _ in range(3):
+        with ctx.task(x.read(), y.rw()):
+            pass
+    ctx.fence()
+    assert taken == []
+    with ctx.task(x.read(), y.rw()) as t:
+        t.stream_ptr()
+    with ctx.task(x.read(), y.rw()) as t:
+        np.asarray(t.get_arg_cai(1))[:] = 1.0
+    ctx.fence()
+    assert len(taken) == 2
+    with pytest.raises(AccessModeError, match="task 'writer' declared read"):
+        with ctx.task(x.read(), symbol="writer") as t:
+            address = t.get_arg(0)
+            np.ctypeslib.as_array((ctypes.c_double * 4).from_address(address))[:] = -1
+    ctx.finalize()
+
+
+def test_run_body_arrays_are_fresh_views_and_read_only_for_reads():
+    """t.run arrays are views of arrays kept per allocation: a body reshaping one or
+    asking for write access to a read() one changes nothing for the next task."""
+    seen = []
+
+    def body(xp, a, b):
+        assert not a.flags.writeable
+        with pytest.raises(ValueError):
+            a.flags.writeable = True  # its base is read-only too
+        b += a
+        seen.append((a.shape, b.flags.writeable))
+        a.shape = (2, 2)  # the next task's array is not reshaped
+
+    with stf.context(backend="emulated") as ctx:
+        x, y = ctx.logical_data(np.arange(4.0)), ctx.logical_data(np.zeros(4))
+        for _ in range(3):
+            with ctx.task(x.read(), y.rw()) as t:
+                t.run(body)
+        assert ctx.wait(y).tolist() == [0.0, 3.0, 6.0, 9.0]
+    assert seen == [((4,), True)] * 3

@@ -21,9 +21,12 @@ So one body serves both backends, in stream and graph mode::
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..backends import get_backend
 from .bundles import is_view
@@ -95,8 +98,6 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
         views = list(task.views())
     bundles = task._layout is not None and any(map(is_view, views))
     if not backend.gpu_memory:
-        import numpy as np
-
         emulated = get_backend("emulated")  # what stflow.emulated.launch uses
         stream = emulated.stream_from_handle(int(task.stream_ptr()))
         source = f"work launched from {task._label()}"
@@ -130,37 +131,29 @@ def _run_in_stream_order(
     """A body on the emulated backend of a task without bundles: enqueued on the
     task stream with NumPy arrays over the instances (read-only for ``read()``), so
     the host does not wait for the task's prerequisites."""
-    import numpy as np
-
-    from ..backends._base import pointer_array
-
+    emulated = _EMULATED[0] if _EMULATED else _emulated()
+    host_array = emulated.host_array
     stream, instances = task._body_instances(indices)
     arrays = tuple(
-        pointer_array(
-            allocation.ptr, shape, dtype, readonly, allocation, allocation.strides
-        )
-        for allocation, shape, dtype, readonly in instances
+        [
+            host_array(allocation, shape, dtype, readonly)
+            for allocation, shape, dtype, readonly in instances
+        ]
     )
-    emulated = get_backend("emulated")  # what stflow.emulated.launch uses
-    emulated.launch_callable(
-        emulated.stream_from_handle(int(stream.handle)),
-        _WithModule(fn, np),
-        arrays,
-        f"work launched from {task._label()}",
-    )
+    body: Callable[..., Any] = functools.partial(fn, np)  # fn(xp, *arrays)
+    guard = task._read_guard
+    if guard is not None:  # the fingerprints of read() data around the body
+        body = guard.around(body, task)
+    emulated.launch_callable(stream, body, arrays, f"work launched from {task._label()}")
 
 
-class _WithModule:
-    """``fn(xp, *arrays)`` as a callable of the arrays alone."""
+_EMULATED: list[Any] = []
 
-    __slots__ = ("fn", "xp")
 
-    def __init__(self, fn: Callable[..., Any], xp: Any) -> None:
-        self.fn = fn
-        self.xp = xp
-
-    def __call__(self, *arrays: Any) -> None:
-        self.fn(self.xp, *arrays)
+def _emulated() -> Any:
+    """The emulated backend (what ``stflow.emulated.launch`` uses), looked up once."""
+    _EMULATED.append(get_backend("emulated"))
+    return _EMULATED[0]
 
 
 def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:

@@ -400,25 +400,22 @@ class task:
                 if previous != device:
                     backend.set_current_device(device)
                     self._previous_device = previous
+            if backend.guards_reads:  # emulated, stream mode: read() data unchanged?
+                # Armed when the body reaches the data (_settle, stream_ptr, run).
+                self._read_guard = backend.guard_reads(plan)
             if backend.bodies_wait_on_host and not _settled(plan, backend.query):
                 # Behind work still queued on the task stream (an earlier body), the
                 # host waits only when this body touches the data from the host
                 # (_settle): a body enqueued in stream order (t.run, launched work)
-                # does not wait, and the read guard is taken in stream order too.
-                # Behind markers alone, waiting now costs less.
+                # does not wait. Behind markers alone, waiting now costs less.
                 deferred = backend.pending_calls(stream)
-                if deferred and backend.guards_reads:
-                    self._read_guard = backend.guard_reads(plan, stream)
                 ready = backend.record(stream)
         finally:
             lock.release()
         if deferred:
             self._unsettled = ready
-            return self
-        if ready is not None:
+        elif ready is not None:
             backend.synchronize(ready)
-        if backend.guards_reads:  # emulated, stream mode: read() data unchanged?
-            self._read_guard = backend.guard_reads(plan)
         return self
 
     def _settle(self) -> None:
@@ -428,6 +425,9 @@ class task:
         if ready is not None:
             self._unsettled = None
             self._runtime.backend.synchronize(ready)
+        guard = self._read_guard
+        if guard is not None:
+            guard.arm()  # fingerprints of the read() data, before the host touches it
 
     def end(self) -> None:
         """Release the dependencies; later tasks order after this one."""
@@ -502,6 +502,9 @@ class task:
             if self._runtime.finalized:
                 raise self._finalized("stream_ptr()")
             raise ScopeError(f"{self._label()}.stream_ptr() before start()")
+        guard = self._read_guard
+        if guard is not None:
+            guard.arm(stream)  # before the work the body enqueues, in stream order
         return stream.handle
 
     def get_grid_dims(self) -> tuple[int, ...] | None:
@@ -531,6 +534,7 @@ class task:
                 f"get_stream_at_index({place_index}): place_index out of range "
                 f"(negative or not below the grid's {len(members)} places)"
             )
+        self._settle()  # the read guard, before the members' work
         return int(members[place_index].handle.ptr)
 
     def get_stream_ptrs(self) -> list[int]:
@@ -539,6 +543,7 @@ class task:
         members = self._members
         if members is not None:
             self._check_window("get_stream_ptrs()")
+            self._settle()  # the read guard, before the members' work
             return [int(stream.handle.ptr) for stream in members]
         return [self.stream_ptr()]
 

@@ -194,7 +194,8 @@ class Allocation:
     ``nbytes`` data bytes then lie between ``ptr`` and ``ptr + extent``. Memory the
     runtime allocates is always dense (``strides`` is ``None``). ``arrays`` holds what
     task bodies made over this memory once, for the next tasks (``task.run``'s CuPy
-    arrays, per device); it goes with the allocation.
+    arrays, per device; :meth:`Backend.host_array`'s NumPy arrays, per access kind;
+    the emulated read guard's memoryview); it goes with the allocation.
     """
 
     __slots__ = (
@@ -504,9 +505,10 @@ class Backend(abc.ABC):
         backends whose streams a thread of theirs runs: the emulated one)."""
         return False
 
-    def guard_reads(self, plan: Any, stream: Stream | None = None) -> Any:
-        """A guard of ``plan``'s ``read()`` instances, taken when a task starts (with
-        ``stream``: when ``stream`` gets there, after the prerequisites), whose
+    def guard_reads(self, plan: Any) -> Any:
+        """A guard of ``plan``'s ``read()`` instances, made when a task starts and
+        armed when its body first reaches the data (``arm(stream=None)``,
+        ``around(fn, task)`` for a body enqueued in stream order), whose
         ``check(stream, task)`` at its end returns the violation to raise, or
         ``None`` (only where :attr:`guards_reads`)."""
         return None
@@ -641,11 +643,28 @@ class Backend(abc.ABC):
         dtype: np.dtype,
         readonly: bool,
     ) -> np.ndarray:
-        """A zero-copy NumPy array of host-accessible memory."""
-        owner = allocation if allocation.owner is None else allocation.owner
-        return pointer_array(
-            allocation.ptr, shape, dtype, readonly, owner, allocation.strides
-        )
+        """A zero-copy NumPy array of host-accessible memory, for a body
+        (``host_launch``, ``task.run`` on the emulated backend): a fresh ``view()``
+        of an array made once per allocation and access kind (kept in
+        ``allocation.arrays``, under ``-1`` writable and ``-2`` read-only), so a
+        body costs no array interface of its own. A read-only array's base is
+        read-only too: its views cannot be made writable. Like a task view, the
+        array must not be kept beyond its task."""
+        kept = allocation.arrays
+        if kept is None:
+            kept = allocation.arrays = {}
+        key = -2 if readonly else -1
+        base = kept.get(key)
+        if base is None or base.shape != shape or base.dtype != dtype:
+            base = kept[key] = pointer_array(
+                allocation.ptr,
+                shape,
+                dtype,
+                readonly,
+                allocation.owner,
+                allocation.strides,
+            )
+        return base.view()
 
     # -- declared capabilities (nothing is probed by name) -----------------------------
     # Each has a default that is right for a backend without the capability, so the

@@ -10,15 +10,18 @@ State
 
 Streams
     Each stream is a FIFO of operations: *calls* (copies, host callbacks, launched
-    work), *records* (an event completes when its record operation is reached) and
-    *waits* (the head of the stream blocks until an event has completed).
+    work) and *waits* (the head of the stream blocks until an event has completed).
+    An event is a position in its stream, not an operation: it completes when the
+    stream has completed every operation enqueued before it was recorded (so a
+    record costs the scheduler nothing, and an event on an idle stream is complete
+    at once).
 
 The scheduler
     One thread, the whole algorithm in :meth:`_Scheduler.run`: under a lock, collect
-    the streams whose head operation is ready (a call or record, or a wait whose event
-    has completed), pick one with a seeded random generator
-    (``STFLOW_EMULATION_SEED``), and run its head; calls run outside the lock. Records
-    and satisfied waits complete at once. Because the choice between ready streams is
+    the streams whose head operation is ready (a call, or a wait whose event has
+    completed), pick one with a seeded random generator
+    (``STFLOW_EMULATION_SEED``), and run its head; calls run outside the lock,
+    satisfied waits complete at once. Because the choice between ready streams is
     random, a dependency the runtime forgot to enforce changes the result for some
     seed. The host blocks on an event with :meth:`EmulatedBackend.synchronize`, which
     sleeps on the same condition variable.
@@ -104,7 +107,7 @@ class EmulatedView(HostView):
         )
 
 
-_CALL, _RECORD, _WAIT = 0, 1, 2
+_CALL, _WAIT = 0, 2
 COMPOSITE_CHUNK = 256
 """Bytes per chunk of a composite instance: small, so that small test data already
 spread over several virtual devices."""
@@ -112,7 +115,7 @@ _HOLD_SECONDS = 50e-6
 
 
 class EmulatedStream(Stream):
-    __slots__ = ("queue", "capture")
+    __slots__ = ("queue", "capture", "enqueued", "completed", "calls")
 
     def __init__(
         self, handle: int, device: int, error_sink: Callable[..., None] | None = None
@@ -120,14 +123,24 @@ class EmulatedStream(Stream):
         super().__init__(handle, device, max(device, 0), error_sink)
         self.queue: deque[tuple[int, Any]] = deque()
         self.capture: Any = None  # a graph capture (``_emulated_graphs``)
+        self.enqueued = 0  # operations ever enqueued (an event's position counts them)
+        self.completed = 0  # of which completed, in order
+        self.calls = 0  # calls queued or running (pending_calls)
 
 
 class EmulatedEvent(Event):
-    __slots__ = ("done",)
+    """A position in its stream: complete once the stream has completed the
+    ``position`` operations enqueued before the event was recorded."""
 
-    def __init__(self, stream: Stream, seq: int) -> None:
+    __slots__ = ("position",)
+
+    def __init__(self, stream: EmulatedStream, seq: int, position: int) -> None:
         super().__init__(stream, seq)
-        self.done = False
+        self.position = position
+
+    @property
+    def done(self) -> bool:
+        return self.stream.completed >= self.position  # type: ignore[attr-defined]
 
 
 class _Scheduler:
@@ -136,9 +149,12 @@ class _Scheduler:
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
-        self.cv = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self.cv = threading.Condition(lock)  # host threads waiting for events
+        self.work = threading.Condition(lock)  # the scheduler waiting for work
         self.active: dict[EmulatedStream, None] = {}  # streams with queued work
         self.waiters = 0  # host threads blocked on events
+        self.idle = False  # the scheduler waits for work (nothing is ready)
         self.thread = threading.Thread(
             target=self.run, name="stflow-emulated-device", daemon=True
         )
@@ -147,36 +163,48 @@ class _Scheduler:
     def enqueue(self, stream: EmulatedStream, kind: int, payload: Any) -> None:
         with self.cv:
             stream.queue.append((kind, payload))
+            stream.enqueued += 1
+            if kind == _CALL:
+                stream.calls += 1
             if stream not in self.active:
                 self.active[stream] = None
-            self.cv.notify_all()
+            if self.idle:
+                self.work.notify()
 
     def complete_markers(self, stream: EmulatedStream) -> bool:
-        """Complete the records and satisfied waits at the head of ``stream``.
+        """Complete the satisfied waits at the head of ``stream``.
 
         Called with the lock held by a host thread about to block: when nothing but
-        markers precede what it waits for, there is no device work to wait for. Returns
-        True when anything completed.
+        satisfied waits precede what it waits for, there is no device work to wait
+        for. Returns True when anything completed.
         """
         queue = stream.queue
         completed = False
         while queue:
             kind, payload = queue[0]
-            if kind == _CALL or (kind == _WAIT and not payload.done):
+            if kind == _CALL or not payload.done:
                 break
             queue.popleft()
-            if kind == _RECORD:
-                payload.done = True
+            stream.completed += 1
             completed = True
         if completed:
             if not queue:
                 self.active.pop(stream, None)
-            self.cv.notify_all()
+            self._completed()
         return completed
+
+    def _completed(self) -> None:
+        """After operations completed (the lock held): events may be complete, and
+        waits on them ready."""
+        if self.waiters:
+            self.cv.notify_all()
+        if self.idle:
+            self.work.notify()
 
     def run(self) -> None:
         callback_state.active = True
         cv = self.cv
+        work = self.work
         active = self.active
         while True:
             with cv:
@@ -186,18 +214,21 @@ class _Scheduler:
                     ]
                     if ready:
                         # Let the host run ahead now and then: work it forgot to wait
-                        # for is then still pending when it touches the data.
+                        # for is then still pending when it touches the data (a host
+                        # thread that blocks ends the pause).
                         if self.waiters or self.rng.random() < 0.5:
                             break
-                        cv.wait(_HOLD_SECONDS)
+                        work.wait(_HOLD_SECONDS)
                         continue
-                    cv.wait()
+                    self.idle = True
+                    work.wait()
+                    self.idle = False
                 stream = ready[0] if len(ready) == 1 else self.rng.choice(ready)
                 kind, payload = stream.queue[0]
-                if kind != _CALL:
+                if kind != _CALL:  # a satisfied wait
                     stream.queue.popleft()
-                    if kind == _RECORD:
-                        payload.done = True
+                    stream.completed += 1
+                    if self.waiters:
                         cv.notify_all()
                     if not stream.queue:
                         del active[stream]
@@ -217,9 +248,59 @@ class _Scheduler:
             finally:
                 with cv:
                     stream.queue.popleft()
+                    stream.completed += 1
+                    stream.calls -= 1
                     if not stream.queue:
                         del active[stream]
-                    cv.notify_all()
+                    if self.waiters:
+                        cv.notify_all()
+
+
+def _launched_argument(argument: Any) -> Any:
+    """A task view as a NumPy array of its memory (checked: its task has not ended);
+    anything else as it is."""
+    if not isinstance(argument, EmulatedView):
+        return argument
+    argument._check()
+    return pointer_array(
+        argument.ptr,
+        argument.shape,
+        argument.dtype,
+        argument.readonly,
+        argument._allocation,
+        argument.strides,
+    )
+
+
+class _Launched:
+    """Work launched on a stream: ``fn(*arguments)``, a failure noted with its source
+    and given to the stream's error sink with its submission order."""
+
+    __slots__ = ("fn", "arguments", "stream", "source", "order")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        arguments: Sequence[Any],
+        stream: Stream,
+        source: str,
+        order: int,
+    ) -> None:
+        self.fn = fn
+        self.arguments = arguments
+        self.stream = stream
+        self.source = source
+        self.order = order
+
+    def __call__(self) -> None:
+        try:
+            self.fn(*self.arguments)
+        except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+            sink = self.stream.error_sink
+            if sink is None:
+                raise
+            add_note(exc, f"raised by {self.source}")
+            sink(exc, self.order)
 
 
 def _report(stream: Stream, exc: BaseException) -> None:
@@ -297,9 +378,8 @@ class EmulatedBackend(EmulatedPartitions, Backend):
 
     def record(self, stream: Stream) -> EmulatedEvent:
         stream.recorded += 1
-        event = EmulatedEvent(stream, stream.recorded)
+        event = EmulatedEvent(stream, stream.recorded, stream.enqueued)  # type: ignore[arg-type, attr-defined]
         stream.last_event = event
-        self._scheduler.enqueue(stream, _RECORD, event)  # type: ignore[arg-type]
         return event
 
     def wait(self, stream: Stream, event: Event) -> None:
@@ -324,7 +404,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
                 if event.done:  # type: ignore[attr-defined]
                     return
             scheduler.waiters += 1
-            cv.notify_all()
+            scheduler.work.notify()  # end a pause of the scheduler
             try:
                 while not event.done:  # type: ignore[attr-defined]
                     cv.wait()
@@ -440,28 +520,16 @@ class EmulatedBackend(EmulatedPartitions, Backend):
                 "launch() called from work running in stream order; "
                 "enqueue from the task body instead"
             )
+        arguments = args
         for argument in args:
             if isinstance(argument, EmulatedView):
-                argument._check()  # a view of a task that has ended
-        arguments = tuple(
-            pointer_array(a.ptr, a.shape, a.dtype, a.readonly, a._allocation, a.strides)
-            if isinstance(a, EmulatedView)
-            else a
-            for a in args
+                arguments = tuple(map(_launched_argument, args))
+                break
+        if not isinstance(stream, EmulatedStream):  # a recording stream's handle
+            stream = self.stream_from_handle(int(stream.handle))
+        self.enqueue_call(
+            stream, _Launched(fn, arguments, stream, source, next(work_ids))
         )
-        order = next(work_ids)  # errors are reported in submission order
-
-        def run() -> None:
-            try:
-                fn(*arguments)
-            except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
-                sink = stream.error_sink
-                if sink is None:
-                    raise
-                add_note(exc, f"raised by {source}")
-                sink(exc, order)
-
-        self.enqueue_call(stream, run)
 
     def set_loop_condition(self, handle: int, value: Any) -> None:
         from ._emulated_graphs import set_conditional
@@ -497,8 +565,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
             stamp[0] = time.perf_counter()
 
         self.enqueue_call(stream, take)
-        stamp[1] = EmulatedEvent(stream, -1)  # completes right after `take`
-        self._scheduler.enqueue(stream, _RECORD, stamp[1])  # type: ignore[arg-type]
+        stamp[1] = EmulatedEvent(stream, -1, stream.enqueued)  # type: ignore[arg-type, attr-defined]
         return stamp
 
     def timestamp_seconds(self, stamp: list[Any]) -> float:
@@ -528,41 +595,23 @@ class EmulatedBackend(EmulatedPartitions, Backend):
     # -- the read-only check: read() data must not change ------------------------------
     def pending_calls(self, stream: Stream) -> bool:
         """True when work (not only markers) is still queued on ``stream``."""
-        if not isinstance(stream, EmulatedStream) or not stream.queue:
-            return False
-        queue = stream.queue
-        with self._scheduler.cv:
-            return any(kind == _CALL for kind, _ in queue)
+        return isinstance(stream, EmulatedStream) and stream.calls > 0
 
-    def guard_reads(self, plan: Any, stream: Stream | None = None) -> ReadGuard | None:
-        """Checksums of the instances a started task only reads (see :class:`ReadGuard`).
-
-        Called once the task's prerequisites have completed (the body may start), so
-        the bytes are final; with ``stream``, the checksums are taken when ``stream``
-        gets there (enqueued after the prerequisites). ``None`` when the task reads
-        nothing.
-        """
-        entries: list[tuple[Any, Allocation, bytes | int | None]] = []
+    def guard_reads(self, plan: Any) -> ReadGuard | None:
+        """The guard of the instances a started task only reads (see
+        :class:`ReadGuard`), not armed yet; ``None`` when the task reads nothing."""
+        entries: list[tuple[Any, Allocation]] = []
         seen: set[int] = set()
         for access in plan.accesses:
             if access.mode != READ:
                 continue
             instance = access.instance
             allocation = None if instance is None else instance.allocation
-            nbytes = access.state.nbytes
-            if allocation is None or not nbytes or allocation.ptr in seen:
+            if allocation is None or not access.state.nbytes or allocation.ptr in seen:
                 continue
             seen.add(allocation.ptr)
-            fingerprint = None
-            if stream is None:
-                fingerprint = _fingerprint(_contents(access.state, allocation))
-            entries.append((access.state, allocation, fingerprint))
-        if not entries:
-            return None
-        guard = ReadGuard(self, entries)
-        if stream is not None:
-            self.enqueue_call(stream, guard.take)
-        return guard
+            entries.append((access.state, allocation))
+        return ReadGuard(self, entries) if entries else None
 
 
 SNAPSHOT_LIMIT = 64 << 10
@@ -571,11 +620,20 @@ CRC-32 (measured: a copy compares faster for small data; for large data the copi
 hold the GIL long enough to stall the device thread, while zlib releases it)."""
 
 
+_MEMORY = -3  # the key of an allocation's bytes in Allocation.arrays
+
+
 def _contents(state: Any, allocation: Allocation) -> memoryview | bytes:
     """The bytes of the value in ``allocation`` (the elements of a strided user
     buffer gathered into a copy, never the bytes between them)."""
     if allocation.strides is None:
-        return _memory_at(allocation.ptr, state.nbytes)
+        kept = allocation.arrays  # the memoryview is made once per allocation
+        if kept is None:
+            kept = allocation.arrays = {}
+        memory: memoryview | None = kept.get(_MEMORY)
+        if memory is None or memory.nbytes != state.nbytes:
+            memory = kept[_MEMORY] = _memory_at(allocation.ptr, state.nbytes)
+        return memory
     elements = element_array(
         allocation.ptr,
         state.shape,
@@ -622,6 +680,13 @@ class ReadGuard:
     catches it: a fingerprint of each read-only instance is taken when the body may
     start (:meth:`EmulatedBackend.guard_reads`) and compared when the task ends.
 
+    The guard is armed when the body first reaches the data, so a task whose body
+    never does costs nothing: a view or an address of it (:meth:`arm` on the host,
+    once the prerequisites ran), the task stream (:meth:`arm` with the stream: the
+    fingerprints are taken in stream order, before what the body enqueues); a
+    ``t.run`` body reaches the data in one stream operation, which takes and compares
+    the fingerprints around the body itself (:meth:`around`).
+
     The fingerprint is the cheapest one measured: a copy of the bytes up to
     :data:`SNAPSHOT_LIMIT` (a few microseconds per task for small data), beyond it a
     CRC-32 (about 0.3 ms per MB at each end; a change that keeps the CRC goes
@@ -629,46 +694,58 @@ class ReadGuard:
     their bodies, which run later, and are not checked.
     """
 
-    __slots__ = ("backend", "entries")
+    __slots__ = ("backend", "entries", "fingerprints")
 
     def __init__(
-        self,
-        backend: EmulatedBackend,
-        entries: list[tuple[Any, Allocation, bytes | int | None]],
+        self, backend: EmulatedBackend, entries: list[tuple[Any, Allocation]]
     ) -> None:
         self.backend = backend
-        self.entries = entries  # (data state, instance memory, fingerprint)
+        self.entries = entries  # (data state, instance memory)
+        self.fingerprints: list[bytes | int] | None = None  # None: not armed
 
-    def take(self) -> None:
-        """Take the fingerprints now (in stream order, once the prerequisites ran)."""
-        self.entries = [
-            (state, allocation, _fingerprint(_contents(state, allocation)))
-            for state, allocation, _ in self.entries
-        ]
+    @property
+    def armed(self) -> bool:
+        return self.fingerprints is not None
+
+    def arm(self, stream: Stream | None = None) -> None:
+        """Take the fingerprints: now, or when ``stream`` gets here if work is still
+        queued on it."""
+        if self.fingerprints is not None:
+            return
+        self.fingerprints = []  # armed; filled now or in stream order
+        if stream is not None and self.backend.pending_calls(stream):
+            self.backend.enqueue_call(stream, self._take)
+        else:
+            self._take()
+
+    def _take(self) -> None:
+        self.fingerprints = _fingerprints(self.entries)
+
+    def around(self, fn: Callable[..., Any], task: Any) -> Callable[..., Any]:
+        """``fn`` itself once armed (the check at the end covers it), else ``fn``
+        between a fingerprint and a comparison, in the same stream operation."""
+        return fn if self.fingerprints is not None else _Guarded(self, fn, task)
 
     def check(self, stream: Stream, task: Any) -> AccessModeError | None:
         """Compare the fingerprints at the end of ``task``, before its end event.
 
-        Returns the error for the first changed instance when the task stream holds
-        no more work (the check ran now); otherwise the check is enqueued
-        on ``stream`` after that work, and a change is captured as an asynchronous
-        error of the context (raised at its next ``wait``/``finalize``/
-        ``check_errors``), and ``None`` is returned.
+        ``None`` when the guard was never armed. Returns the error for the first
+        changed instance when the task stream holds no more work (the check ran
+        now); otherwise the check is enqueued on ``stream`` after that work, and a
+        change is captured as an asynchronous error of the context (raised at its
+        next ``wait``/``finalize``/``check_errors``), and ``None`` is returned.
         """
-        if self.backend.pending_calls(stream):
-
-            def deferred() -> None:
-                error = self._compare(task)
-                if error is not None:
-                    raise error
-
-            self.backend.enqueue_call(stream, deferred)
+        if self.fingerprints is None:
             return None
-        return self._compare(task)
+        if self.backend.pending_calls(stream):
+            self.backend.enqueue_call(stream, _DeferredCheck(self, task))
+            return None
+        return self.compare(self.fingerprints, task)
 
-    def _compare(self, task: Any) -> AccessModeError | None:
-        for state, allocation, fingerprint in self.entries:
-            assert fingerprint is not None  # taken before the body, in stream order
+    def compare(
+        self, fingerprints: list[bytes | int], task: Any
+    ) -> AccessModeError | None:
+        for (state, allocation), fingerprint in zip(self.entries, fingerprints):
             if not _unchanged(_contents(state, allocation), fingerprint):
                 return AccessModeError(
                     f"{task._label()} declared read() on logical data {state.label} "
@@ -677,6 +754,46 @@ class ReadGuard:
                     "write() to modify it, or work on a copy"
                 )
         return None
+
+
+def _fingerprints(entries: list[tuple[Any, Allocation]]) -> list[bytes | int]:
+    return [_fingerprint(_contents(state, allocation)) for state, allocation in entries]
+
+
+class _DeferredCheck:
+    """A guard's comparison enqueued behind the work of the task's body."""
+
+    __slots__ = ("guard", "task")
+
+    def __init__(self, guard: ReadGuard, task: Any) -> None:
+        self.guard = guard
+        self.task = task
+
+    def __call__(self) -> None:
+        fingerprints = self.guard.fingerprints
+        assert fingerprints is not None  # taken before, in stream order
+        error = self.guard.compare(fingerprints, self.task)
+        if error is not None:
+            raise error
+
+
+class _Guarded:
+    """A body enqueued in stream order with the fingerprints of the task's reads
+    taken just before it and compared just after it."""
+
+    __slots__ = ("guard", "fn", "task")
+
+    def __init__(self, guard: ReadGuard, fn: Callable[..., Any], task: Any) -> None:
+        self.guard = guard
+        self.fn = fn
+        self.task = task
+
+    def __call__(self, *arguments: Any) -> None:
+        before = _fingerprints(self.guard.entries)
+        self.fn(*arguments)
+        error = self.guard.compare(before, self.task)
+        if error is not None:
+            raise error
 
 
 _backend: EmulatedBackend | None = None
