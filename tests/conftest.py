@@ -39,8 +39,8 @@ def backend(request):
 
 
 def pytest_runtest_setup(item):
-    """A ``device_memory`` test measures a GPU's free memory, which other processes
-    sharing the GPU (pytest-xdist workers) change under it: on CUDA it runs only
+    """A ``device_memory`` test measures a GPU's free memory or times its work, which
+    other processes sharing the GPU (pytest-xdist workers) change: on CUDA it runs only
     without ``-n`` (``benchmarks/gpu_session.sh tests`` runs them so afterwards)."""
     if item.get_closest_marker("device_memory") is None:
         return
@@ -52,8 +52,8 @@ def pytest_runtest_setup(item):
     )
     if on_cuda and int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
         pytest.skip(
-            "measures the GPU's free memory, which other xdist workers "
-            "change: run the device_memory tests without -n"
+            "measures the GPU's free memory or times its work, which other xdist "
+            "workers change: run the device_memory tests without -n"
         )
 
 

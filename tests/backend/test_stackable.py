@@ -367,6 +367,35 @@ def test_launchable_graph_scope_runs_exactly_as_often_as_launched(sctx):
     assert not lg2.valid
 
 
+def test_live_launchables_of_one_topology_have_executables_of_their_own(sctx):
+    """Two launchable graphs of the same topology alive at once hold two executables
+    (one executable launched twice at once would serialise the replays); once one is
+    reset, its executable serves the next graph of that topology."""
+    x, y, z = (sctx.logical_data(np.zeros(4)) for _ in range(3))
+
+    def launchable(ld):
+        sctx.push()
+        _increment(sctx, ld)
+        graph = sctx.pop_prologue_shared()
+        graph.launch()
+        return graph
+
+    first, second = launchable(x), launchable(y)
+    assert first.exec_graph != second.exec_graph
+    recorder = sctx._runtime.mode.scopes.recorder
+    instantiated = recorder.graph_instantiations
+    reused = first.exec_graph
+    first.reset()
+    real = recorder.real  # wait for the launches: the reset graph has run
+    real.synchronize(real.record(recorder.launch_stream()))
+    third = launchable(z)
+    assert recorder.graph_instantiations == instantiated  # the reset one's, updated
+    assert third.exec_graph == reused != second.exec_graph
+    second.reset()
+    third.reset()
+    sctx.finalize()
+
+
 def test_launchable_graph_scope_is_root_only(sctx):
     sctx.push()
     with pytest.raises(ScopeError, match="root level"):

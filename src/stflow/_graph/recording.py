@@ -340,6 +340,8 @@ class GraphRecorder(Backend):
         graphs = self.graphs
         executable = graph.executable
         if executable is None:
+            if self.retiring:  # graphs that have run give their executables back
+                self._retire()
             key = graphs.topology(graph.handle)
             cached = self.cache.pop(key, None) if key is not None else None
             if cached is not None and graphs.update(cached, graph.handle):
