@@ -4,8 +4,9 @@
 
 Reports, on the emulated backend, the host cost per task of empty task bodies (a
 chain with one ``rw`` dependency, plus 1 and 3 ``read`` dependencies, independent tasks
-round-robin over 8 logical data, host callbacks), each the median of 5 repeats after a
-warm-up, and B6: the time to run ``--programs`` random programs of the differential
+round-robin over 8 logical data, host callbacks, a chain of ``t.run`` tasks and the
+same chain with no body: two reads and one ``rw``), each the median of 5 repeats after
+a warm-up, and B6: the time to run ``--programs`` random programs of the differential
 test against their oracle (target: < 60 s on the 2-core CI machine).
 """
 
@@ -41,6 +42,30 @@ def chain(reads: int):
             for _ in range(tasks):
                 with ctx.task(x.rw(), *[i.read() for i in inputs]):
                     pass
+            submitted = time.perf_counter()
+        return submitted - start, time.perf_counter() - start
+
+    return run
+
+
+def run_chain(body: bool):
+    """Tasks reading two logical data and writing a third, with an empty ``t.run``
+    body (``body``) or none: what a ``t.run`` body costs on this backend."""
+
+    def empty(xp, a, b, c):
+        pass
+
+    def run(tasks: int):
+        with stf.context(backend="emulated") as ctx:
+            a, b, c = (ctx.logical_data(np.zeros(64)) for _ in range(3))
+            with ctx.task(a.rw(), b.rw(), c.rw()):
+                pass
+            ctx.fence()
+            start = time.perf_counter()
+            for _ in range(tasks):
+                with ctx.task(a.read(), b.read(), c.rw()) as t:
+                    if body:
+                        t.run(empty)
             submitted = time.perf_counter()
         return submitted - start, time.perf_counter() - start
 
@@ -92,6 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
         "chain_4deps": _per_task(chain(3), args.tasks),
         "independent_8": _per_task(independent, args.tasks),
         "host_launch_chain": _per_task(host_callbacks, args.tasks),
+        "no_body_3deps": _per_task(run_chain(False), args.tasks),
+        "run_body_3deps": _per_task(run_chain(True), args.tasks),
     }
     print(f"{'workload':<20}{'submit µs/task':>16}{'total µs/task':>16}")
     for name, row in results.items():
