@@ -161,13 +161,13 @@ def test_an_event_is_a_position_in_its_stream():
 def test_the_read_guard_is_armed_only_when_the_body_reaches_the_data(monkeypatch):
     """A task whose body takes no view, address or stream of its data takes no
     fingerprints; one that does is checked."""
-    from stflow.backends import emulated
+    from stflow.backends import _emulated_guard
     from stflow.errors import AccessModeError
 
     taken = []
-    fingerprints = emulated._fingerprints
+    fingerprints = _emulated_guard._fingerprints
     monkeypatch.setattr(
-        emulated,
+        _emulated_guard,
         "_fingerprints",
         lambda entries: taken.append(1) or fingerprints(entries),
     )
