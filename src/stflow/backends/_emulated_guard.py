@@ -92,7 +92,7 @@ class ReadGuard:
     read-only CUDA Array Interface objects), so a body can write data it declared
     ``read()``; no later task would know the data changed. The emulated backend
     catches it: a fingerprint of each read-only instance is taken when the body may
-    start (:meth:`_Streams.guard_reads`) and compared when the task ends.
+    start (``EmulatedBackend.guard_reads``) and compared when the task ends.
 
     The guard is armed when the body first reaches the data, so a task whose body
     never does costs nothing: a view or an address of it (:meth:`arm` on the host,
