@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "_core.plan",
     "_engine.runtime",
     "_handles.task",
+    "_handles.callbacks",
     "_instruments.seam",
     "_engine.registry",
     "_engine.mode",

@@ -716,7 +716,7 @@ def _field_dep(data: Any, mode: int, dplace: Any) -> Any:
 
 # Task bodies of the reductions' combining steps, as objects rather than closures: the
 # body runs later, on another thread where the backend runs task bodies there, and the
-# compiled build's closure environments have not survived that (see _task._HostCallback).
+# compiled build's closure environments have not survived that (see _handles.callbacks._HostCallback).
 
 
 class _FirstArguments:

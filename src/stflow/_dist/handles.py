@@ -557,7 +557,7 @@ def _check_reductions(deps: tuple[dist_dep, ...]) -> None:
 
 # Task bodies as objects rather than closures: a body runs later, on another thread
 # where the backend runs bodies there, and the compiled build's closure environments
-# have not survived that (see _task._HostCallback).
+# have not survived that (see _handles.callbacks._HostCallback).
 
 
 class _XpOnly:

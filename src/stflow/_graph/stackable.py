@@ -31,9 +31,10 @@ from .._handles.bundles import (
     make_bundle,
     state_key,
 )
+from .._handles.callbacks import host_launch
 from .._handles.context import context
 from .._handles.logical_data import dep, logical_data
-from .._handles.task import host_launch, task
+from .._handles.task import task
 from .._places.places import exec_place
 from .cond import Comparable, cond, condition_terms
 from .mode import GraphMode

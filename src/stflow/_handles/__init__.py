@@ -3,7 +3,8 @@
 - ``context``       the public ``context``: data creation, tasks, fence/wait/finalize
 - ``logical_data``  logical data and its dependencies (``ld.read()``, ``ld.rw()``...)
 - ``bundles``       several logical data as one dependency and one task argument
-- ``task``          tasks and host callbacks: acquire → body → release
+- ``task``          tasks: acquire → body → release
+- ``callbacks``     ``host_launch``: a host function in stream order on its data
 - ``bodies``        backend-neutral task bodies (``task.run(fn)``)
 - ``kernel``        ``cuda_kernel``: tasks whose body describes kernel launches
 - ``tiles``         tiles of a 2-D array as a grid of logical data, registered in place

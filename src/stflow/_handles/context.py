@@ -48,8 +48,9 @@ from ..backends._base import Backend, Stream, callback_state
 from .bundles import View as _View
 from .bundles import bundle as _Bundle
 from .bundles import live_check, local_field_check, make_bundle, state_key
+from .callbacks import host_launch
 from .logical_data import dep, logical_data
-from .task import host_launch, task
+from .task import task
 
 if TYPE_CHECKING:
     from .kernel import cuda_kernel as _CudaKernel
