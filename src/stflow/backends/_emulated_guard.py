@@ -115,10 +115,6 @@ class ReadGuard:
         self.entries = entries  # (data state, instance memory)
         self.fingerprints: list[bytes | int] | None = None  # None: not armed
 
-    @property
-    def armed(self) -> bool:
-        return self.fingerprints is not None
-
     def arm(self, stream: Stream | None = None) -> None:
         """Take the fingerprints: now, or when ``stream`` gets here if work is still
         queued on it."""
