@@ -75,6 +75,8 @@ MPI_SEND_LIMIT_DEFAULT = 512 << 20
 MPI_SEND_BUFFERS_DEFAULT = 1
 """``STFLOW_MPI_SEND_BUFFERS`` unset (``_staging.BUFFERS_PER_SIZE`` says why one)."""
 DOT_MAX_NODES_DEFAULT = 500
+GRAPH_CACHE_ENTRIES_DEFAULT = 64
+"""``STFLOW_GRAPH_CACHE_ENTRIES`` unset: executables of distinct topologies kept."""
 EMULATED_DEVICES_DEFAULT = 2
 
 
@@ -119,6 +121,19 @@ def _dot_max_nodes(text: str | None) -> int:
         raise ValueError(
             f"STFLOW_DOT_MAX_NODES={text!r} is not an integer >= 0; set it to "
             "the largest number of nodes a DOT graph draws in full (0: no limit)"
+        )
+    return int(stripped)
+
+
+def _graph_cache_entries(text: str | None) -> int:
+    if text is None or text.strip() == "":
+        return GRAPH_CACHE_ENTRIES_DEFAULT
+    stripped = text.strip()
+    if not stripped.isdigit():
+        raise ValueError(
+            f"STFLOW_GRAPH_CACHE_ENTRIES={text!r} is not an integer >= 0; set it to "
+            "the number of executable graphs of distinct topologies a graph-mode "
+            "context keeps for reuse (0: keep none)"
         )
     return int(stripped)
 
@@ -348,6 +363,15 @@ SETTINGS: tuple[Setting, ...] = (
         "first use",
         "Larger DOT graphs are drawn as a summary, one node per symbol (`0`: no limit).",
         _dot_max_nodes,
+    ),
+    Setting(
+        "STFLOW_GRAPH_CACHE_ENTRIES",
+        "integer >= 0",
+        "`64`",
+        "each use",
+        "Executable graphs of distinct topologies kept for reuse, the least recently "
+        "used destroyed first (`0`: none kept).",
+        _graph_cache_entries,
     ),
     Setting(
         "STFLOW_TRACE_FILE",
@@ -595,6 +619,11 @@ def device_memory_budget() -> int | None:
 def distributed_check() -> bool:
     """``STFLOW_DISTRIBUTED_CHECK``: compare every collective call across the ranks."""
     return bool(_setting("STFLOW_DISTRIBUTED_CHECK").value())
+
+
+def graph_cache_entries() -> int:
+    """``STFLOW_GRAPH_CACHE_ENTRIES``: executable graphs a graph-mode context keeps."""
+    return int(_setting("STFLOW_GRAPH_CACHE_ENTRIES").value())
 
 
 def mpi_piece() -> int:

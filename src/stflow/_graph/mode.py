@@ -118,6 +118,7 @@ class GraphMode(Mode):
         """Use the graph cache of ``shared`` (an ``async_resources``)."""
         recorder = self.recorder
         recorder.cache = shared.graph_cache
+        recorder.cache_lock = shared.lock
         recorder.cache_shared = True
         shared.graphs = recorder.graphs
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from .._core import config
 from .._core.errors import ScopeError
 from ..backends._base import (
     Allocation,
@@ -130,7 +131,11 @@ class GraphRecorder(Backend):
         if launch_stream is not None:
             self.launch_streams[0] = launch_stream
         self.retiring: list[tuple[Event, Graph]] = []
-        self.cache: dict[Any, Any] = {}  # topology -> executable
+        # topology -> executable, least recently used first (insertion order: a hit
+        # is taken out while its graph runs and put back at the end when it retires).
+        self.cache: dict[Any, Any] = {}
+        self.cache_entries = config.graph_cache_entries()
+        self.cache_lock = threading.Lock()
         self.cache_shared = False  # an async_resources owns the cache
         self.graph_instantiations = 0
         self.graph_updates = 0
@@ -383,16 +388,38 @@ class GraphRecorder(Backend):
         live on in data states (as :class:`GraphEvent` s whose nodes name the graph):
         the graph keeps only its completion."""
         if graph.executable is not None:
-            key, executable = graph.executable
-            if key is not None and key not in self.cache:
-                self.cache[key] = executable
-            else:
-                self.graphs.destroy_exec(executable)
+            self._park(*graph.executable)
             graph.executable = None
         self.graphs.destroy_graph(graph.handle)
         graph.handle = None
         graph.sinks = {}
         graph.prereqs = []
+
+    def _park(self, key: Any, executable: Any) -> None:
+        """Keep the executable of a retired graph for the next graph of its topology;
+        beyond :attr:`cache_entries` topologies, destroy the least recently used."""
+        destroyed = [executable]
+        if key is not None:
+            cache = self.cache
+            with self.cache_lock:  # contexts on several threads may share the cache
+                if key in cache:  # another graph of the topology retired first
+                    cache[key] = cache.pop(key)
+                else:
+                    cache[key] = executable
+                    destroyed.clear()
+                    while len(cache) > self.cache_entries:
+                        destroyed.append(cache.pop(next(iter(cache))))
+        for executable in destroyed:
+            self.graphs.destroy_exec(executable)
+
+    def drop_cached(self) -> None:
+        """Destroy the cached executables (a shared cache belongs to its
+        ``async_resources``, which destroys them)."""
+        if self.cache_shared:
+            return
+        for executable in self.cache.values():
+            self.graphs.destroy_exec(executable)
+        self.cache.clear()
 
     @staticmethod
     def recorded_in(event: Event, graph: Graph) -> bool:
@@ -806,10 +833,7 @@ class GraphRecorder(Backend):
             self.real.synchronize(done)
             self._destroy(graph)
         self.retiring = []
-        if not self.cache_shared:  # a shared cache outlives the context
-            for executable in self.cache.values():
-                self.graphs.destroy_exec(executable)
-            self.cache.clear()
+        self.drop_cached()  # a shared cache outlives the context
         for streams in self.spare.values():
             for real in streams:
                 self.real.destroy_stream(real)
@@ -838,7 +862,4 @@ def _collect_orphans() -> None:
         _orphans[:] = [entry for entry in _orphans if entry not in finished]
     for recorder, _, graph in finished:
         recorder._destroy(graph)
-        if not recorder.cache_shared:  # its context is finalized
-            for executable in recorder.cache.values():
-                recorder.graphs.destroy_exec(executable)
-            recorder.cache.clear()
+        recorder.drop_cached()  # its context is finalized

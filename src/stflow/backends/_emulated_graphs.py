@@ -173,11 +173,21 @@ class EmulatedGraphs(GraphSupport):
         return Graph()
 
     def destroy_graph(self, graph: Graph) -> None:
+        """Destroy ``graph`` and let go of what its nodes run (their arguments): its
+        executables run copies (:func:`_copy`), and events of its work may outlive it
+        in data states, holding its nodes."""
         with _conditions_lock:
             for handle in graph.handles:
                 _conditions.pop(handle, None)
         graph.handles = []
         graph.destroyed = True
+        graphs = [graph]
+        while graphs:
+            for node in graphs.pop().nodes:
+                node.run = None
+                node.deps = []
+                if node.loop is not None:
+                    graphs.append(node.loop.body)
 
     def begin_capture(self, stream: Stream, graph: Graph, deps: Sequence[Any]) -> None:
         if stream.capture is not None:  # type: ignore[attr-defined]
@@ -258,10 +268,10 @@ class EmulatedGraphs(GraphSupport):
         """Nothing to add: the emulated loop node counts its own iterations."""
 
     def instantiate(self, graph: Graph) -> Executable:
-        return Executable(graph)
+        return Executable(_copy(graph))
 
     def update(self, executable: Executable, graph: Graph) -> bool:
-        executable.graph = graph
+        executable.graph = _copy(graph)
         return True
 
     def topology(self, graph: Graph) -> Any:
@@ -284,6 +294,26 @@ class EmulatedGraphs(GraphSupport):
 
     def destroy_exec(self, executable: Executable) -> None:
         executable.graph = Graph()
+
+
+def _copy(graph: Graph) -> Graph:
+    """What an executable runs: the nodes of ``graph`` and of its loop bodies, copied
+    (as CUDA's instantiation copies a graph, so that destroying or changing the graph
+    leaves its executables as they were). Iterative: loops may nest thousands deep."""
+    top = Graph()
+    pending = [(graph, top)]
+    while pending:
+        source, copy = pending.pop()
+        copies = {node: Node(node.run, [], graph=copy) for node in source.nodes}
+        for node, twin in copies.items():
+            twin.deps = [copies[dep] for dep in node.deps]
+            loop = node.loop
+            if loop is not None:
+                body = Graph(twin)
+                twin.loop = Loop(body, loop.count, loop.handle)
+                pending.append((loop.body, body))
+        copy.nodes = list(copies.values())
+    return top
 
 
 def _reader(ptr: int, dtype: np.dtype) -> Callable[[], Any]:
