@@ -29,9 +29,9 @@ from ._core import config as _config
 if _config.pure_python_requested() or _compile.stale():
     _compile.use_sources()
 
-# API.md 1.2: the reference's package names, the names it keeps in its bindings module,
+# The reference's package names, the names it keeps in its bindings module,
 # ``locality_domain_count`` (lazy but missing from the reference's ``__all__``), and the
-# stflow-only names of API.md section 5.
+# names stflow adds (docs/porting.md, "What stflow adds").
 _REFERENCE_NAMES = [
     "AccessMode",
     "CudaStream",

@@ -3,7 +3,7 @@
 The reference resolves every stream argument through
 ``cuda.stf._experimental._stream_utils.get_stream_pointer``; code (and tests) that
 import it keep working here. stflow resolves streams with one function everywhere
-(``stflow._interchange.views.stream_handle``, the rules of API.md 1.3), and this is its
+(``stflow._interchange.views.stream_handle``; docs/interop.md gives its rules), and this is its
 reference-named entry point.
 """
 

@@ -105,7 +105,7 @@ def fence(rt: Owner) -> int:
         rt.order_after(stream, merge_events(rt.outstanding_events()))
         rt.instruments.fence()
         rt.mode.resume()
-    return int(stream.handle)  # never raises deferred errors (API I-7)
+    return int(stream.handle)  # never raises deferred errors
 
 
 def wait(

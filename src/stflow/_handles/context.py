@@ -5,7 +5,7 @@ tasks refer to the runtime, not to the context object, so the context object's
 collection is what ends an unfinalized context, even while its data objects are still
 referenced somewhere.
 
-Ending without ``finalize()`` (API I-6)
+Ending without ``finalize()``
     A context collected, or still alive at interpreter exit, without ``finalize()`` is
     *abandoned*, never finalized: results are not written into the user's arrays at
     that unpredictable moment (as in the reference). :func:`abandon` waits for the
@@ -15,7 +15,7 @@ Ending without ``finalize()`` (API I-6)
     :class:`~stflow.errors.UnfinalizedContextWarning` (a ``UserWarning``, shown by
     default). Errors nobody can raise any more become ``RuntimeWarning``s.
 
-Deferred errors (API I-7)
+Deferred errors
     ``wait()``, ``finalize()`` and ``check_errors()`` raise the oldest captured
     asynchronous error, one per call; ``fence()`` never raises them;
     ``pending_errors()`` lists them without clearing (``_errors.ErrorLog``).
@@ -581,7 +581,7 @@ def _kind(runtime: Runtime) -> str:
 
 
 def abandon(runtime: Runtime, how: str) -> None:
-    """End an unfinalized context without writing into the user's buffers (I-6).
+    """End an unfinalized context without writing into the user's buffers.
 
     Warns (``ResourceWarning``; plus :class:`UnfinalizedContextWarning` when user
     buffers lose results a ``finalize()`` would have written), then waits for the

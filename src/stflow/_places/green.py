@@ -91,7 +91,7 @@ class green_context_helper:
         self._sm_count = sm_count
         try:
             contexts = backend.split_device(device, sm_count, None, 0)
-        except BackendUnavailableError as exc:  # API.md 3.28: RuntimeError
+        except BackendUnavailableError as exc:  # the reference raises RuntimeError here
             raise RuntimeError(f"green_context_helper: {exc}") from exc
         self._contexts = [ctx for ctx, _ in contexts]  # they keep the partitions alive
         self._partitions = []

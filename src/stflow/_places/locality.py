@@ -1,6 +1,6 @@
 """What places ask the default backend: its devices, locality domains and contexts.
 
-A factory checks its ordinals at once (I-8), against the *default* backend
+A factory checks its ordinals at once, against the *default* backend
 (``STFLOW_BACKEND``): a device ordinal against its device count
 (:func:`check_device_ordinal`, :func:`default_device_count`), a locality domain
 against :func:`locality_domain_count`. A context that uses the place checks again,

@@ -4,7 +4,7 @@ Places are plain values built by factories (``data_place.device(0)``,
 ``exec_place.host()``), independent of any context. Direct construction raises
 ``TypeError`` naming the factories. A factory checks its device ordinal at once,
 against the default backend (``STFLOW_BACKEND``; ``DeviceOrdinalError``, a
-``PlaceError`` that is also the reference's ``RuntimeError``, I-8); a context checks
+``PlaceError`` that is also the reference's ``RuntimeError``); a context checks
 again, against its own backend, when it uses the place.
 
 Grids (:class:`exec_place_grid`) arrange places in C-order dims; composite and
