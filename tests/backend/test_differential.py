@@ -55,6 +55,24 @@ def test_random_programs_on_the_null_backend_match_the_oracle(first):
     _run_seeds("null", range(first, first + CHUNK))
 
 
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 300), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
+def test_graph_mode_on_the_null_backend_matches_the_oracle(first):
+    """Graphs recorded on the null backend run when launched, their nodes in a
+    seeded random order that respects the edges."""
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            check_program(generate_program(seed, 2), "null", use_graph=True)
+            check_scoped_program(seed, 2, "null")
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
 def test_large_programs_match_the_oracle(backend):
     _run_seeds(backend, range(10_000, 10_050), max_data=10, max_ops=120)
 

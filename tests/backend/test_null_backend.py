@@ -99,5 +99,66 @@ def test_cuda_kernels_are_python_callables_and_work_cannot_be_submitted_from_the
 
 
 def test_graph_mode_needs_graph_support():
+    from stflow._handles.context import _graph_mode
+
+    class Graphless(NullBackend):
+        graphs = None
+
     with pytest.raises(BackendUnavailableError, match="null backend lacks"):
-        stf.context(backend="null", use_graph=True)
+        _graph_mode(Graphless(), None, epochs=True)
+
+
+def test_graph_mode_records_and_runs_the_graph_at_once_when_launched():
+    data = np.zeros(4)
+    with stf.context(backend="null", use_graph=True) as ctx:
+        x = ctx.logical_data(data)
+        y = ctx.logical_data_zeros((4,))
+        for _ in range(3):
+            with ctx.task(x.rw()) as t:
+                t.run(lambda xp, a: a.__iadd__(1))
+            with ctx.task(stf.exec_place.device(1), x.read(), y.rw()) as t:
+                t.run(lambda xp, a, b: b.__iadd__(a))
+            ctx.fence()
+        np.testing.assert_array_equal(ctx.wait(y), np.full(4, 6.0))
+        stats = ctx.statistics()
+    np.testing.assert_array_equal(data, np.full(4, 3.0))
+    assert stats.tasks == 7  # y's fill, then six
+    assert stats.graph_instantiations + stats.graph_updates == 3
+
+
+def test_a_body_touching_recorded_views_is_refused_and_work_captured_is_not_run():
+    backend = NullBackend()
+    graphs = backend.graphs
+    stream = backend.create_stream(0)
+    source = backend.allocate(HOST, 8, None, np.dtype(np.float64))
+    target = backend.allocate(0, 8, stream, np.dtype(np.float64))
+    backend.host_array(source, (1,), np.dtype(np.float64), False)[0] = 5.0
+    graph = graphs.create_graph()
+    graphs.begin_capture(stream, graph, [])
+    backend.copy(target.ptr, source.ptr, 8, stream)
+    backend.fill(source.ptr, 8, np.float64(1).tobytes(), stream)
+    graphs.end_capture(stream)
+    device = backend.host_array(target, (1,), np.dtype(np.float64), True)
+    assert np.isnan(device[0])  # captured: nothing ran yet (fresh memory is poisoned)
+    executable = graphs.instantiate(graph)
+    graphs.destroy_graph(graph)  # the executable keeps what it runs
+    graphs.launch(executable, stream)
+    assert device[0] == 5.0
+    assert backend.host_array(source, (1,), np.dtype(np.float64), True)[0] == 1.0
+
+
+def test_task_run_bodies_run_in_stream_order():
+    seen = []
+    with stf.context(backend="null") as ctx:
+        x = ctx.logical_data(np.arange(3.0))
+        with ctx.task(x.rw()) as t:
+            t.run(lambda xp, a: a.__imul__(2))
+        with ctx.task(stf.exec_place.device(1), x.read()) as t:
+            t.run(lambda xp, a: seen.append(a.copy()))
+        with ctx.task(x.read()) as t:
+            t.run(lambda xp, a: a.__iadd__(1))  # a read() array refuses writes
+        with pytest.raises(ValueError, match="read-only") as raised:
+            ctx.wait(x)  # device work's errors come at the next sync point
+        assert "raised by work launched from task" in "".join(raised.value.__notes__)
+        np.testing.assert_array_equal(ctx.wait(x), [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(seen, [[0.0, 2.0, 4.0]])

@@ -541,36 +541,29 @@ class ScopeTracker:
         self._hoist_imports(self.stack[-1], plan)
 
     def noted(self, plan: Plan) -> None:
-        """Note an acquisition (after planning) in every open scope."""
-        sources = {id(access): source for access, source in plan.moves or ()}
-        outermost = self.stack[0]
+        """Note an acquisition (after planning) in every open scope: the outermost
+        counts it and notes what it touches, discardable scopes snapshot that data,
+        and repeated scopes note which instances their bodies assume valid."""
+        stack = self.here().stack
+        outermost = stack[0]
         outermost.work += 1
         touched = outermost.touched
         for access in plan.reductions:  # combined (read, written) later
             touched[id(access.state)] = access.state
-            self.snapshot(access.state)
+            self._snapshot(stack, access.state)
         for access in plan.accesses:
-            state = access.state
-            touched[id(state)] = state
-            self.snapshot(state)
-            instance = access.instance
-            if instance is None or self.is_local(state):
-                continue
-            source = sources.get(id(access))
-            used = (
-                source
-                if source is not None
-                else (instance if access.mode & READ else None)
-            )
-            if used is None:
-                continue
-            place = (id(state), used.device)
-            for scope in self.stack:
-                if scope.repeatable and place not in scope.fresh:
-                    scope.assumed[place] = state
+            touched[id(access.state)] = access.state
+            self._snapshot(stack, access.state)
+        repeated = [scope for scope in stack if scope.repeatable]
+        if repeated:
+            _note_assumed(repeated, stack, plan)
 
     def released(self, plan: Plan) -> None:
-        """Note the writes of ended work."""
+        """Note the writes of ended work (repeated scopes then need not refresh or
+        hoist what they wrote)."""
+        stack = self.here().stack
+        if not any(scope.repeatable for scope in stack):
+            return
         for access in plan.accesses:
             if access.mode & WRITE and access.instance is not None:
                 self.wrote(access.state, access.instance)
@@ -578,10 +571,12 @@ class ScopeTracker:
     def snapshot(self, state: DataState) -> None:
         """Snapshot ``state`` in every open scope that has not seen it yet (and, with
         scopes per thread, mark it as the open top scope's)."""
+        self._snapshot(self.here().stack, state)
+
+    def _snapshot(self, stack: list[Scope], state: DataState) -> None:
         if state.readonly and state.scope is None:
             return  # only read from now on: nothing to restore, nobody to wait
         key = id(state)
-        stack = self.stack
         for scope in stack:
             snapshots = scope.snapshots
             if snapshots is not None and key not in snapshots:
@@ -735,8 +730,7 @@ class ScopeTracker:
 
     def is_local(self, state: DataState) -> bool:
         """True when ``state`` is ``no_export`` data of an open scope."""
-        key = id(state)
-        return any(scope.locals and key in scope.locals for scope in self.stack)
+        return _is_local(self.here().stack, state)
 
     def touch(self, state: DataState) -> None:
         """Work on ``state`` was recorded outside a task (an eviction): the
@@ -821,3 +815,30 @@ class ScopeTracker:
 
     def __repr__(self) -> str:
         return f"<ScopeTracker {self.stack}>"
+
+
+def _is_local(stack: list[Scope], state: DataState) -> bool:
+    """True when ``state`` is ``no_export`` data of a scope of ``stack``."""
+    key = id(state)
+    return any(scope.locals and key in scope.locals for scope in stack)
+
+
+def _note_assumed(repeated: list[Scope], stack: list[Scope], plan: Plan) -> None:
+    """The instances ``plan`` reads (or copies from) are assumed valid when the bodies
+    of the ``repeated`` scopes start again, unless those scopes wrote them."""
+    sources = {id(access): source for access, source in plan.moves or ()}
+    for access in plan.accesses:
+        state = access.state
+        instance = access.instance
+        if instance is None or _is_local(stack, state):
+            continue
+        source = sources.get(id(access))
+        used = (
+            source if source is not None else (instance if access.mode & READ else None)
+        )
+        if used is None:
+            continue
+        place = (id(state), used.device)
+        for scope in repeated:
+            if place not in scope.fresh:
+                scope.assumed[place] = state

@@ -6,7 +6,7 @@ the task's stream order on both:
 
 - on CUDA, ``fn`` runs at once with the task stream as CuPy's current stream (and the
   task's device current), so the CuPy kernels it launches are enqueued on it;
-- on the emulated backend, ``fn`` is enqueued on the task stream
+- on the emulated and null backends, ``fn`` is enqueued on the task stream
   (``Backend.launch_callable``, as ``stflow.emulated.launch`` does) and runs when the
   stream reaches it, which is also what a graph-mode body must do.
 
@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from ..backends import get_backend
 from .bundles import is_view
 
 __all__ = ["open_bodies", "run_body"]
@@ -98,16 +97,16 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
         views = list(task.views())
     bundles = task._layout is not None and any(map(is_view, views))
     if not backend.gpu_memory:
-        emulated = get_backend("emulated")  # what stflow.emulated.launch uses
-        stream = emulated.stream_from_handle(int(task.stream_ptr()))
+        native = backend.native
+        stream = native.stream_from_handle(int(task.stream_ptr()))
         source = f"work launched from {task._label()}"
         if bundles:
             flat, rebuild = _flatten(views)
-            emulated.launch_callable(
+            native.launch_callable(
                 stream, lambda *arrays: fn(np, *rebuild(arrays)), tuple(flat), source
             )
             return
-        emulated.launch_callable(
+        native.launch_callable(
             stream, lambda *arrays: fn(np, *arrays), tuple(views), source
         )
         return
@@ -128,11 +127,12 @@ def run_body(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> Non
 def _run_in_stream_order(
     task: Any, fn: Callable[..., Any], indices: tuple[int, ...]
 ) -> None:
-    """A body on the emulated backend of a task without bundles: enqueued on the
-    task stream with NumPy arrays over the instances (read-only for ``read()``), so
-    the host does not wait for the task's prerequisites."""
-    emulated = _EMULATED[0] if _EMULATED else _emulated()
-    host_array = emulated.host_array
+    """A body on a backend of host memory (emulated, null) of a task without
+    bundles: enqueued on the task stream with NumPy arrays over the instances
+    (read-only for ``read()``), so the host does not wait for the task's
+    prerequisites."""
+    native = task._runtime.backend.native
+    host_array = native.host_array
     stream, instances = task._body_instances(indices)
     arrays = tuple(
         [
@@ -144,16 +144,7 @@ def _run_in_stream_order(
     guard = task._read_guard
     if guard is not None:  # the fingerprints of read() data around the body
         body = guard.around(body, task)
-    emulated.launch_callable(stream, body, arrays, f"work launched from {task._label()}")
-
-
-_EMULATED: list[Any] = []
-
-
-def _emulated() -> Any:
-    """The emulated backend (what ``stflow.emulated.launch`` uses), looked up once."""
-    _EMULATED.append(get_backend("emulated"))
-    return _EMULATED[0]
+    native.launch_callable(stream, body, arrays, f"work launched from {task._label()}")
 
 
 def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import BackendUnavailableError, ScopeError
+from .._core.errors import BackendUnavailableError, ScopeError, add_note
 from .._core.layout import dense_strides
 from .._interchange.views import ViewLifetime
 from ._base import (
@@ -29,6 +29,7 @@ from ._base import (
     Allocation,
     CompositeAllocation,
     KernelLaunch,
+    Stream,
     describable,
     pointer_array,
     poison,
@@ -37,8 +38,10 @@ from ._base import (
 __all__ = [
     "HostMemory",
     "HostView",
+    "Launched",
     "copy_elements",
     "element_array",
+    "launched_arguments",
     "poison",
     "python_kernel",
 ]
@@ -165,6 +168,61 @@ class HostView(ViewLifetime):
             f"HostView(ptr=0x{self.ptr:x}, shape={self.shape}, "
             f"dtype={self.dtype}, readonly={self.readonly})"
         )
+
+
+def launched_arguments(args: tuple) -> tuple:
+    """The arguments of launched work (``Backend.launch_callable``): each task view as
+    a NumPy array of its memory (checked: its task has not ended), anything else as
+    it is."""
+    for argument in args:
+        if isinstance(argument, HostView):
+            return tuple(map(_launched_argument, args))
+    return args
+
+
+def _launched_argument(argument: Any) -> Any:
+    if not isinstance(argument, HostView):
+        return argument
+    argument._check()
+    return pointer_array(
+        argument.ptr,
+        argument.shape,
+        argument.dtype,
+        argument.readonly,
+        argument._allocation,
+        argument.strides,
+    )
+
+
+class Launched:
+    """Work launched on a stream: ``fn(*arguments)``, a failure noted with its source
+    and given to the stream's error sink with its submission order."""
+
+    __slots__ = ("fn", "arguments", "stream", "source", "order")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        arguments: Sequence[Any],
+        stream: Stream,
+        source: str,
+        order: int,
+    ) -> None:
+        self.fn = fn
+        self.arguments = arguments
+        self.stream = stream
+        self.source = source
+        self.order = order
+
+    def __call__(self) -> None:
+        try:
+            self.fn(*self.arguments)
+        except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
+            sink = self.stream.error_sink
+            if sink is None:
+                raise
+            add_note(exc, f"raised by {self.source}")
+            sink(exc, self.order)
 
 
 class HostMemory:

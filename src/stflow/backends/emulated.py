@@ -58,15 +58,16 @@ from ._base import (
     KernelLaunch,
     Stream,
     callback_state,
-    pointer_array,
 )
 from ._emulated_green import EmulatedPartitions
 from ._emulated_guard import ReadGuard
 from ._host_memory import (
     HostMemory,
     HostView,
+    Launched,
     combine_at,
     copy_elements,
+    launched_arguments,
     poison,
     python_kernel,
 )
@@ -253,53 +254,6 @@ class _Scheduler:
                         del active[stream]
                     if self.waiters:
                         cv.notify_all()
-
-
-def _launched_argument(argument: Any) -> Any:
-    """A task view as a NumPy array of its memory (checked: its task has not ended);
-    anything else as it is."""
-    if not isinstance(argument, EmulatedView):
-        return argument
-    argument._check()
-    return pointer_array(
-        argument.ptr,
-        argument.shape,
-        argument.dtype,
-        argument.readonly,
-        argument._allocation,
-        argument.strides,
-    )
-
-
-class _Launched:
-    """Work launched on a stream: ``fn(*arguments)``, a failure noted with its source
-    and given to the stream's error sink with its submission order."""
-
-    __slots__ = ("fn", "arguments", "stream", "source", "order")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        arguments: Sequence[Any],
-        stream: Stream,
-        source: str,
-        order: int,
-    ) -> None:
-        self.fn = fn
-        self.arguments = arguments
-        self.stream = stream
-        self.source = source
-        self.order = order
-
-    def __call__(self) -> None:
-        try:
-            self.fn(*self.arguments)
-        except BaseException as exc:  # noqa: BLE001 - raised at the next sync point
-            sink = self.stream.error_sink
-            if sink is None:
-                raise
-            add_note(exc, f"raised by {self.source}")
-            sink(exc, self.order)
 
 
 def _report(stream: Stream, exc: BaseException) -> None:
@@ -519,15 +473,11 @@ class EmulatedBackend(EmulatedPartitions, Backend):
                 "launch() called from work running in stream order; "
                 "enqueue from the task body instead"
             )
-        arguments = args
-        for argument in args:
-            if isinstance(argument, EmulatedView):
-                arguments = tuple(map(_launched_argument, args))
-                break
         if not isinstance(stream, EmulatedStream):  # a recording stream's handle
             stream = self.stream_from_handle(int(stream.handle))
         self.enqueue_call(
-            stream, _Launched(fn, arguments, stream, source, next(work_ids))
+            stream,
+            Launched(fn, launched_arguments(args), stream, source, next(work_ids)),
         )
 
     def set_loop_condition(self, handle: int, value: Any) -> None:

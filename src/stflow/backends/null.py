@@ -18,19 +18,29 @@ missing dependency. What it is for:
 - proof that the backend contract (``_base.py``) is complete: this module implements
   it from that file alone.
 
+Graph mode works here too: while a stream captures, what is enqueued on it becomes
+a node of the graph instead of running (the graph engine of the emulated backend,
+``_emulated_graphs.py``), and a launched graph runs at once, its nodes in a seeded
+random order that respects the edges, so a missing edge inside a graph can show even
+on this backend. Launched Python work (``Backend.launch_callable``: ``task.run``
+bodies) runs at once, or becomes a node while its stream captures.
+
 Select it with ``stf.context(backend="null")`` or ``STFLOW_BACKEND=null``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._core.errors import ScopeError, work_ids
 from ._base import (
     Allocation,
     Backend,
@@ -42,9 +52,33 @@ from ._base import (
     callback_state,
 )
 from ._emulated_green import EmulatedPartitions
-from ._host_memory import HostMemory, HostView, combine_at, copy_elements, python_kernel
+from ._host_memory import (
+    HostMemory,
+    HostView,
+    Launched,
+    combine_at,
+    copy_elements,
+    launched_arguments,
+    python_kernel,
+)
 
 __all__ = ["NullBackend", "get_backend"]
+
+
+class NullStream(Stream):
+    """A stream of the null backend: ``capture`` is the graph capture it is in, if any
+    (``_emulated_graphs.Capture``)."""
+
+    __slots__ = ("capture",)
+
+    def __init__(
+        self,
+        handle: int,
+        device: int,
+        error_sink: Callable[..., None] | None = None,
+    ) -> None:
+        super().__init__(handle, device, max(device, 0), error_sink)
+        self.capture: Any = None
 
 
 class NullBackend(EmulatedPartitions, Backend):
@@ -57,7 +91,10 @@ class NullBackend(EmulatedPartitions, Backend):
     def __init__(self, devices: int = 2) -> None:
         self._devices = devices
         self._handles = itertools.count(0x4E0010, 0x10)
-        self._foreign: dict[int, Stream] = {}
+        self._streams: weakref.WeakValueDictionary[int, NullStream] = (
+            weakref.WeakValueDictionary()
+        )
+        self._foreign: dict[int, NullStream] = {}
         self._memory = HostMemory()
         self._local = CurrentDevice()
         self.live_streams = 0
@@ -85,18 +122,20 @@ class NullBackend(EmulatedPartitions, Backend):
         partition: Any = None,
     ) -> Stream:
         self.live_streams += 1
-        stream = Stream(next(self._handles), device, max(device, 0), error_sink)
+        stream = NullStream(next(self._handles), device, error_sink)
         stream.partition = partition
+        self._streams[stream.handle] = stream
         return stream
 
     def destroy_stream(self, stream: Stream) -> None:
         if stream.handle not in self._foreign:
             self.live_streams -= 1
+            self._streams.pop(stream.handle, None)
 
-    def stream_from_handle(self, handle: int) -> Stream:
-        stream = self._foreign.get(handle)
+    def stream_from_handle(self, handle: int) -> NullStream:
+        stream = self._streams.get(handle) or self._foreign.get(handle)
         if stream is None:
-            stream = self._foreign[handle] = Stream(handle, 0)
+            stream = self._foreign[handle] = NullStream(handle, 0)
         return stream
 
     def record(self, stream: Stream) -> Event:
@@ -141,9 +180,35 @@ class NullBackend(EmulatedPartitions, Backend):
     def locate(self, ptr: int) -> int:
         return self._memory.locate(ptr)
 
+    # -- graphs ------------------------------------------------------------------
+    @functools.cached_property
+    def graphs(self) -> Any:
+        """Graph construction and launch: the emulated backend's graph engine, whose
+        launches run here at once (:meth:`enqueue_call`)."""
+        from ._emulated_graphs import EmulatedGraphs
+
+        return EmulatedGraphs(self)
+
+    def enqueue_call(self, stream: Stream, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` as device work on ``stream`` now; on a capturing stream it
+        becomes a node of the graph instead."""
+        capture = stream.capture  # type: ignore[attr-defined]
+        if capture is not None:
+            capture.add(fn)
+        else:
+            self._run(stream, fn, ())
+
+    def _captured(self, stream: Stream, fn: Callable[..., Any], *args: Any) -> bool:
+        """True when ``stream`` captures: ``fn(*args)`` became a node of its graph."""
+        capture = stream.capture  # type: ignore[attr-defined]
+        if capture is None:
+            return False
+        capture.add(functools.partial(fn, *args))
+        return True
+
     # -- copies and device work --------------------------------------------------
     def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
-        if nbytes:
+        if nbytes and not self._captured(stream, ctypes.memmove, dst, src, nbytes):
             ctypes.memmove(dst, src, nbytes)
 
     def copy_strided(
@@ -156,26 +221,48 @@ class NullBackend(EmulatedPartitions, Backend):
         itemsize: int,
         stream: Stream,
     ) -> None:
-        if 0 not in shape:
-            copy_elements(dst, dst_strides, src, src_strides, shape, itemsize)
+        args = (dst, dst_strides, src, src_strides, shape, itemsize)
+        if 0 not in shape and not self._captured(stream, copy_elements, *args):
+            copy_elements(*args)
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
-        if nbytes:
-            memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
-            target = np.ctypeslib.as_array(memory).reshape(-1, len(pattern))
-            target[:] = np.frombuffer(pattern, dtype=np.uint8)
+        if nbytes and not self._captured(stream, _fill, ptr, nbytes, pattern):
+            _fill(ptr, nbytes, pattern)
 
     def combine(
         self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream
     ) -> None:
-        self._run(stream, combine_at, (dst, src, count, dtype, op))
+        self.enqueue_call(
+            stream, functools.partial(combine_at, dst, src, count, dtype, op)
+        )
 
     def launch_host_func(self, stream: Stream, fn: Callable[[], None]) -> None:
-        self._run(stream, fn, ())
+        self.enqueue_call(stream, fn)
 
     def launch_kernel(self, stream: Stream, launch: KernelLaunch) -> None:
         kernel, values = python_kernel(launch, self.host_array)
-        self._run(stream, kernel, values)
+        self.enqueue_call(stream, functools.partial(kernel, *values))
+
+    def launch_callable(
+        self, stream: Stream, fn: Callable[..., Any], args: tuple, source: str
+    ) -> None:
+        """Run ``fn(*args)`` now (everything before it in stream order has completed),
+        its task views as NumPy arrays of their memory; a node of the graph while the
+        stream captures."""
+        if callback_state.active:
+            raise ScopeError(
+                "work launched from work running in stream order; "
+                "launch from the task body instead"
+            )
+        if not isinstance(stream, NullStream):  # a recording stream's handle
+            stream = self.stream_from_handle(int(stream.handle))
+        work = Launched(fn, launched_arguments(args), stream, source, next(work_ids))
+        self.enqueue_call(stream, work)
+
+    def set_loop_condition(self, handle: int, value: Any) -> None:
+        from ._emulated_graphs import set_conditional
+
+        set_conditional(handle, value)
 
     @staticmethod
     def _run(stream: Stream, fn: Callable[..., Any], args: tuple) -> None:
@@ -211,6 +298,12 @@ class NullBackend(EmulatedPartitions, Backend):
             readonly,
             allocation.strides,
         )
+
+
+def _fill(ptr: int, nbytes: int, pattern: bytes) -> None:
+    memory = (ctypes.c_uint8 * nbytes).from_address(ptr)
+    target = np.ctypeslib.as_array(memory).reshape(-1, len(pattern))
+    target[:] = np.frombuffer(pattern, dtype=np.uint8)
 
 
 _backend: NullBackend | None = None

@@ -629,6 +629,30 @@ def emulated_graph_body(t: Any, op: TaskOp, modes: list[int]) -> None:
     _emulated(t, op, modes, True)
 
 
+def launched_body(t: Any, op: TaskOp, modes: list[int]) -> None:
+    """Body strategy for graph mode on the null backend: the work launched on the
+    body's stream (``Backend.launch_callable``), which a capture records."""
+    from .._interchange.views import stream_handle
+
+    native = t._runtime.backend.native
+    stream = native.stream_from_handle(stream_handle(_body_stream(t, op)))
+
+    def kernel(*arrays: np.ndarray) -> None:
+        task_body(np, arrays, modes, op.coef)
+
+    native.launch_callable(stream, kernel, tuple(_task_views(t, op)), "a generated task")
+
+
+def body_for(backend: str, recorded: bool) -> BodyRunner:
+    """The body strategy for ``backend``, for tasks that may be recorded into graphs
+    (graph mode, scopes) or not."""
+    if backend == "cuda":
+        return cupy_body
+    if backend == "null":
+        return launched_body if recorded else host_body
+    return emulated_graph_body if recorded else emulated_body
+
+
 def _body_stream(t: Any, op: TaskOp) -> Any:
     """The stream a body enqueues on: on a grid, that of member ``op.member``."""
     if isinstance(op.place_of_exec, tuple):
@@ -770,15 +794,7 @@ def run_program(
     import stflow as stf
 
     if body is None:
-        body = (
-            cupy_body
-            if backend == "cuda"
-            else host_body
-            if backend == "null"
-            else emulated_graph_body
-            if use_graph
-            else emulated_body
-        )
+        body = body_for(backend, use_graph)
     user = user_arrays(program)
     waits = []
     with stf.context(

@@ -33,9 +33,8 @@ from ._programs import (
     Program,
     TaskOp,
     _same,
-    cupy_body,
+    body_for,
     declare_data,
-    emulated_graph_body,
     generate_program,
     parent_problems,
     run_oracle,
@@ -279,7 +278,7 @@ def run_scoped_program(
     import stflow as stf
 
     if body is None:
-        body = cupy_body if backend == "cuda" else emulated_graph_body
+        body = body_for(backend, True)
     user = user_arrays(program)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -374,9 +373,7 @@ def _decrement(t: Any, backend: str) -> None:
         with cupy_stream(t.stream_ptr()):
             as_cupy(t.get_arg_cai(0))[...] -= 1
         return
-    from ..emulated import launch
-
-    launch(t.stream_ptr(), lambda a: a.__isub__(1), t.get_arg_cai(0))
+    t.run(lambda xp, a: a.__isub__(1), 0)  # emulated, null: enqueued, recorded
 
 
 def check_scoped_program(

@@ -62,11 +62,8 @@ from ._programs import (
     _same,
     add_bundles,
     add_views,
-    cupy_body,
+    body_for,
     declare_data,
-    emulated_body,
-    emulated_graph_body,
-    host_body,
     initial_arrays,
     parent_problems,
     submit,
@@ -703,11 +700,7 @@ def run_threaded_program(
 
 def _default_body(backend: str, mode: str) -> BodyRunner:
     """The task body runner for ``backend`` (and, emulated, for ``mode``)."""
-    if backend == "cuda":
-        return cupy_body
-    if backend == "null":
-        return host_body
-    return emulated_body if mode == "stream" else emulated_graph_body
+    return body_for(backend, mode != "stream")
 
 
 class _Turns:
