@@ -12,6 +12,7 @@ import pytest
 import stflow as stf
 import stflow.emulated  # a submodule: imported, not lazy
 from stflow.backends import get_backend
+from stflow.backends._base import Backend
 from stflow.errors import BackendUnavailableError, ScopeError
 from stflow.interop._common import recorded_into_a_graph, task_label
 
@@ -22,15 +23,19 @@ def test_backends_without_driver_contexts_renew_none(name):
 
 
 def test_a_backend_without_python_device_work_names_the_remedy():
+    """The contract's defaults, which the CUDA backend keeps (the null backend runs
+    Python device work, so its stream serves here)."""
     null = get_backend("null")
     stream = null.create_stream(0)
     try:
         with pytest.raises(
             BackendUnavailableError, match="cannot run Python callables.*ctx.cuda_kernel"
         ):
-            null.launch_callable(stream, print, (), "work launched from task 'x'")
+            Backend.launch_callable(
+                null, stream, print, (), "work launched from task 'x'"
+            )
         with pytest.raises(BackendUnavailableError, match="cudaGraphSetConditional"):
-            null.set_loop_condition(1, 0)
+            Backend.set_loop_condition(null, 1, 0)
     finally:
         null.destroy_stream(stream)
 
