@@ -32,6 +32,7 @@ COMPILED_MODULES = (
     "_core.streams",
     "_core.plan",
     "_engine.runtime",
+    "_engine.copies",
     "_handles.task",
     "_handles.callbacks",
     "_instruments.seam",

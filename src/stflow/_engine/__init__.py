@@ -3,6 +3,8 @@
 Owns the state of one context and the mechanisms that act on it:
 
 - ``runtime``     :class:`Runtime`: its parts, and the plan → enact hot path
+- ``copies``      instances given memory within the budget, and the copies between
+                  them (a plan's moves, internal copies, write-back)
 - ``registry``    the logical data of a runtime: creation, page-locking, retirement
 - ``memory``      device memory against a per-device budget
 - ``eviction``    room on a device within its budget (which instances go)

@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 
 from .._compile import mypyc_attr
-from .._core.access import READ
 from .._core.coherence import DataState, Instance
 from .._core.deps import merge_events, needs_wait
 from .._core.errors import (
@@ -53,18 +52,15 @@ from .._core.errors import (
     ContextMismatchError,
     DeviceOrdinalError,
     ErrorLog,
-    OutOfMemoryError,
     ScopeError,
-    work_ids,
 )
 from .._core.layout import extent
 from .._core.plan import Plan, acquire, hold, release, remember, resolve, retarget
 from .._core.streams import Pool, StreamPools, choose_stream
 from .._instruments.seam import Instrument, Instruments, Statistics, WorkRecord
-from .._places.gridwork import allocate_composite
-from .._places.numbering import LAYOUT_IDS
 from .._places.places import exec_place_grid
 from ..backends._base import HOST, NO_AFFINE, Backend, Event, Stream, callback_state
+from . import copies as copies
 from . import endings as endings
 from . import eviction as eviction
 from . import reductions as reductions
@@ -77,7 +73,6 @@ __all__ = ["Runtime", "RuntimeOwner"]
 
 _runtime_ids = itertools.count(1)
 _thread = threading.get_ident
-_BYTES = np.dtype(np.uint8)
 
 
 def _modes(plan: Plan) -> list[tuple[DataState, int]]:
@@ -441,7 +436,7 @@ class Runtime:
         if self.instruments.attached:
             record = self._open_record(plan, ident, kind, what, stream)
         if plan.moves is not None:
-            self._enact_moves(plan, stream, ident, record, what)
+            copies.enact_moves(self, plan, stream, ident, record, what)
         if plan.reductions:
             reductions.begin(self, plan, stream, owner, record, what)
         if record is not None:
@@ -524,159 +519,6 @@ class Runtime:
             ident, kind, str(what), plan.device, stream, accesses, plan.prerequisites()
         )
 
-    def _enact_moves(
-        self, plan: Plan, stream: Stream, ident: int, record: WorkRecord | None, what: Any
-    ) -> None:
-        """Allocate, then copy, what ``plan.moves`` names, in stream order.
-
-        In stream mode a copy into a device's instance is made on that device's
-        transfer stream (``StreamPools.transfer``), ordered after its own data only
-        (the data's last writer, the source's readiness), and the task's stream waits
-        for it: copies run ahead, in submission order, rather than queued behind the
-        task's other prerequisites on a compute stream. Other copies (into host or
-        managed memory, and every copy graph mode records) are made on the task's
-        stream, after its waits.
-
-        Room under the memory budget was made before the plan was decided
-        (``_eviction.room_for``); should the device itself run out, an eviction may
-        still take a source of these copies, which are then made from another valid
-        instance (the one it wrote back, at worst).
-        """
-        moves = plan.moves
-        assert moves is not None
-        # A copy's target is allocated on the stream of its copy; an instance only
-        # allocated (a write) on the task's stream, which uses it next.
-        lanes = [
-            stream if source is None else self._lane(access.device, stream)
-            for access, source in moves
-        ]
-        # Every allocation before any copy: an allocation failure (out of memory)
-        # then leaves no copy in flight that no later work would know about.
-        sources = tuple(source for _, source in moves if source is not None)
-        for (access, _), lane in zip(moves, lanes):
-            instance = access.instance
-            assert instance is not None
-            if instance.allocation is None:
-                self.allocate(access.state, instance, lane, record, plan, what, sources)
-        copied: list[tuple[DataState, Instance, Instance, Stream]] = []
-        backend = self.backend
-        try:
-            for (access, source), lane in zip(moves, lanes):
-                if source is not None:
-                    target = access.instance
-                    assert target is not None
-                    state = access.state
-                    if source.allocation is None:  # evicted: valid elsewhere
-                        source = state.valid_source(access.device)
-                        assert source is not None and source.allocation is not None
-                        self.order_after(lane, list(source.ready.values()))
-                    if lane is not stream:  # the copy's own prerequisites
-                        self.order_after(
-                            lane,
-                            [*state.tracker.prerequisites(READ), *source.ready.values()],
-                        )
-                    self.copy_instance(state, target, source, lane, record)
-                    copied.append((state, target, source, lane))
-        except BaseException:
-            if copied:  # the copies in flight read their sources: order writers
-                for lane in {lane for _, _, _, lane in copied}:
-                    failed = backend.record(lane)
-                    for state, _, _, other in copied:
-                        if other is lane:
-                            state.tracker.release(READ, failed)
-            raise
-        if copied:
-            events: dict[Stream, Event] = {}
-            for _, _, _, lane in copied:
-                if lane not in events:
-                    event = events[lane] = backend.record(lane)
-                    if record is not None:
-                        event.producer = ident
-            mode = self.mode
-            recording = mode.recording()
-            for state, target, source, lane in copied:
-                state.copied(target, source, events[lane])
-                if recording:
-                    mode.wrote(state, target)
-            if len(events) > 1 or stream not in events:
-                self.order_after(
-                    stream,
-                    [event for lane, event in events.items() if lane is not stream],
-                )
-
-    def _lane(self, device: int, stream: Stream) -> Stream:
-        """The stream a copy into an instance at ``device`` is made on (see
-        :meth:`_enact_moves`)."""
-        if device < 0 or self.mode.graph or self.caller_stream is not None:
-            return stream
-        return self.root_pools.transfer(device)
-
-    def allocate(
-        self,
-        state: DataState,
-        instance: Instance,
-        stream: Stream,
-        record: WorkRecord | None,
-        plan: Plan | None,
-        what: Any,
-        keep: tuple[Instance, ...] = (),
-        private: bool = False,
-    ) -> None:
-        """Give ``instance`` memory, within its device's budget: evict first if it
-        would exceed it, and again if the device itself runs out (``plan``, the
-        acquisition being made, and ``keep`` stay). A ``private`` instance (a
-        reduction's) counts against the budget but is never evicted."""
-        device = instance.device
-        nbytes = state.nbytes
-        dtype = state.dtype or _BYTES
-        if device <= LAYOUT_IDS:
-            instance.allocation = allocate_composite(
-                self.backend, device, nbytes, dtype, state.shape, what
-            )
-        elif device < 0 or not nbytes:
-            instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
-        else:
-            memory = self.memory
-            if memory.over(device, nbytes) > 0:
-                eviction.make_room(self, device, nbytes, plan, keep, what)
-            try:
-                instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
-            except OutOfMemoryError as exc:
-                eviction.make_room(self, device, nbytes, plan, keep, what, exhausted=exc)
-                instance.allocation = self.backend.allocate(device, nbytes, stream, dtype)
-            memory.charge(state, instance, evictable=not private)
-        self.instruments.allocated(record, device, nbytes)
-
-    def copy_instance(
-        self,
-        state: DataState,
-        target: Instance,
-        source: Instance,
-        stream: Stream,
-        record: WorkRecord | None,
-    ) -> None:
-        """Copy the value of ``source`` into ``target`` on ``stream`` (a pitched copy
-        when either is a strided user buffer)."""
-        dst, src = target.allocation, source.allocation
-        assert dst is not None and src is not None
-        if dst.strides is None and src.strides is None:
-            self.backend.copy(dst.ptr, src.ptr, state.nbytes, stream)
-        elif state.nbytes:
-            dtype = state.dtype
-            assert dtype is not None
-            self.backend.copy_strided(
-                dst.ptr,
-                dst.strides,
-                src.ptr,
-                src.strides,
-                state.shape,
-                dtype.itemsize,
-                stream,
-            )
-        self.instruments.copied(
-            record, state.label, source.device, target.device, state.nbytes
-        )
-
     # -- reductions ----------------------------------------------------------------------
     def _clear(self, plan: Plan, what: Any) -> None:
         """Before ``plan`` is acquired again: wait for the started work it conflicts
@@ -732,7 +574,34 @@ class Runtime:
             else:
                 counters.waits_skipped += 1
 
-    # -- internal copies -------------------------------------------------------------
+    # -- allocations and copies (``_engine/copies.py``) ----------------------------------
+    def allocate(
+        self,
+        state: DataState,
+        instance: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+        plan: Plan | None,
+        what: Any,
+        keep: tuple[Instance, ...] = (),
+        private: bool = False,
+    ) -> None:
+        """Give ``instance`` memory within its device's budget
+        (:func:`stflow._engine.copies.allocate`)."""
+        copies.allocate(self, state, instance, stream, record, plan, what, keep, private)
+
+    def copy_instance(
+        self,
+        state: DataState,
+        target: Instance,
+        source: Instance,
+        stream: Stream,
+        record: WorkRecord | None,
+    ) -> None:
+        """Copy ``source`` into ``target`` on ``stream``
+        (:func:`stflow._engine.copies.copy_instance`)."""
+        copies.copy_instance(self, state, target, source, stream, record)
+
     def copy_into(
         self,
         state: DataState,
@@ -743,61 +612,16 @@ class Runtime:
         keep: bool = True,
         copy_title: str | None = None,
     ) -> Event:
-        """Copy ``source`` into ``target`` on a stream of the target's place, ordered
-        after ``prerequisites``; released as a read of the data.
-
-        ``keep=False`` copies into a temporary buffer that is not an instance. In a
-        loop body the copy runs on the loop's device (CUDA bodies are single-device).
-        ``copy_title``: the copy moves data for a scope (a loop body, a launchable
-        graph) rather than writing back; instruments see a ``"copy"`` so titled.
-        """
-        device = target.device if target.device >= 0 else HOST
-        mode = self.mode
-        loop_device = mode.copy_device()
-        if loop_device is not None:
-            device = loop_device
-        stream = self.stream_on(self.current_pools(), device, prerequisites)
-        backend = self.backend
-        ident = next(work_ids)
-        record = None
-        if self.instruments.attached:
-            kind, title = (
-                ("copy", copy_title)
-                if copy_title is not None
-                else ("writeback", "write-back")
-                if keep
-                else ("wait", "wait")
-            )
-            record = self.instruments.open(
-                ident, kind, f"{title} {label}", target.device, stream, [], prerequisites
-            )
-        if target.allocation is None:
-            self.allocate(
-                state, target, stream, record, None, f"copying {label}", (target, source)
-            )
-        self.copy_instance(state, target, source, stream, record)
-        if record is not None:
-            self.instruments.body(record)
-            self.instruments.ending(ident)
-        event = backend.record(stream)
-        if record is not None:
-            self.instruments.ended(record, event)
-        if keep:
-            state.copied(target, source, event)
-            if mode.recording():
-                mode.wrote(state, target)
-        state.tracker.release(READ, event)
-        return event
+        """An internal copy, ordered after ``prerequisites``
+        (:func:`stflow._engine.copies.copy_into`)."""
+        return copies.copy_into(
+            self, state, target, source, prerequisites, label, keep, copy_title
+        )
 
     def writeback(self, state: DataState) -> None:
-        """Bring the user's buffer of ``state`` up to date (stream-ordered); pending
-        reductions are combined first."""
-        if state.pending is not None:
-            reductions.flush(self, state, None, "writing back")
-        plan = state.writeback_plan()
-        if plan is not None:
-            reference, source, prerequisites = plan
-            self.copy_into(state, reference, source, prerequisites, state.label)
+        """Bring the user's buffer of ``state`` up to date
+        (:func:`stflow._engine.copies.writeback`)."""
+        copies.writeback(self, state)
 
     # -- retirement of collected data ---------------------------------------------------
     def drain_retired(self) -> None:
