@@ -45,11 +45,11 @@ def test_threads_submitting_random_programs_match_the_oracle(backend, mode, firs
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:2])
 
 
-def test_the_null_backend_too():
-    """The null backend (synchronous) under threads, stream mode only (it has no
-    graphs)."""
+@pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
+def test_the_null_backend_too(mode):
+    """The null backend (synchronous; graphs run when launched) under threads."""
     for seed in range(40):
-        check_threaded_program(seed, 4, "stream", "null", 2)
+        check_threaded_program(seed, 2 + seed % 7, mode, "null", 2)
 
 
 @pytest.mark.parametrize("mode", ["stream", "graph", "scopes"])
