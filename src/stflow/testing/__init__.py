@@ -7,26 +7,31 @@ it sequentially with NumPy, :func:`run_program` runs it through stflow and
 for scopes, :func:`check_threaded_program` for programs submitted by several host
 threads at once (under a watchdog, :func:`run_threads`), and
 :func:`check_distributed_program` over the ranks of an MPI communicator.
+
+Its modules, each importing only those above it in this list (and the package):
+
+- ``_ops``          the operations of a program: data, tasks, bundles, waits
+- ``_grids``        grid tasks, composite and replicated data
+- ``_parents``      user arrays that are strided views of parent arrays
+- ``_programs``     ``Program``, the task body and the sequential oracle
+- ``_generation``   ``generate_program``: a program drawn from a seed
+- ``_bodies``       body strategies: a task's body on each backend
+- ``_budgets``      the memory budgets a program runs within
+- ``_running``      ``run_program`` / ``check_program``: through stflow, against the
+                    oracle
+- ``_scoped``       programs with graph scopes, loops and launchable graphs
+- ``_threaded``     programs submitted by several host threads, under a watchdog
+- ``_distributed``  programs over the ranks of an MPI communicator
 """
 
 from ..interop.cupy import as_cupy as cupy_array
 from ..interop.cupy import cupy_stream
+from ._bodies import cupy_body, emulated_body
 from ._distributed import check_distributed_program, run_distributed_program
-from ._programs import (
-    DataSpec,
-    Op,
-    Outcome,
-    Program,
-    TaskOp,
-    check_program,
-    cupy_body,
-    emulated_body,
-    generate_program,
-    initial_arrays,
-    run_oracle,
-    run_program,
-    task_body,
-)
+from ._generation import generate_program, initial_arrays
+from ._ops import DataSpec, Op, TaskOp
+from ._programs import Outcome, Program, run_oracle, task_body
+from ._running import check_program, run_program
 from ._scoped import Scoped, check_scoped_program, generate_scoped_program
 from ._threaded import (
     Hang,

@@ -49,27 +49,13 @@ from typing import Any
 import numpy as np
 
 from .._core.reduce import OPS, reduce_mode, reduce_op
+from ._bodies import BodyRunner, body_for
+from ._generation import add_bundles, initial_arrays
 from ._grids import GridSpec, add_grids
-from ._programs import (
-    READ,
-    RW,
-    WRITE,
-    BodyRunner,
-    DataSpec,
-    Op,
-    Program,
-    TaskOp,
-    _same,
-    add_bundles,
-    add_views,
-    body_for,
-    declare_data,
-    initial_arrays,
-    parent_problems,
-    submit,
-    task_body,
-    user_arrays,
-)
+from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp, _same
+from ._parents import add_views, parent_problems
+from ._programs import Program, task_body
+from ._running import declare_data, submit, user_arrays
 
 __all__ = [
     "Hang",
