@@ -1,7 +1,7 @@
 """The operations of random task programs: data, tasks, host callbacks, waits.
 
 Plain frozen values shared by the program generators (``_generation``, ``_grids``,
-``_scoped``, ``_threaded``) and the oracle.
+``_scoped``, ``_threaded_generation``) and the oracle.
 """
 
 from __future__ import annotations
