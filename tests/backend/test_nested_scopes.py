@@ -10,15 +10,9 @@ import pytest
 import stflow as stf
 from stflow.errors import ScopeError
 from stflow.testing import check_scoped_program
-from stflow.testing._programs import (
-    READ,
-    WRITE,
-    DataSpec,
-    Program,
-    TaskOp,
-    initial_arrays,
-    run_oracle,
-)
+from stflow.testing._generation import initial_arrays
+from stflow.testing._ops import READ, WRITE, DataSpec, TaskOp
+from stflow.testing._programs import Program, run_oracle
 from stflow.testing._scoped import (
     _first_unwritten_read,
     _unrolled,

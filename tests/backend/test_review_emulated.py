@@ -190,8 +190,9 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
     # (write-back when collected). run_program keeps the dropped data alive through
     # its locals `deps` and `t`, so a drop after a task using the data retires nothing
     # before finalize() and drain_retired is never tested by such programs.
+    from stflow import testing as programs
     from stflow._engine.registry import DataRegistry
-    from stflow.testing import _programs as programs
+    from stflow.testing._ops import RW
 
     retired_live = []
     original = DataRegistry.retire
@@ -206,7 +207,7 @@ def test_program_drop_retires_the_data_at_the_drop(monkeypatch):
         devices=2,
         data=[programs.DataSpec((8,), "float64", "array")],
         ops=[
-            programs.TaskOp("task", ((0, programs.RW, None),), 1.0, 0),
+            programs.TaskOp("task", ((0, RW, None),), 1.0, 0),
             programs.Op("drop", 0),
             programs.Op("fence"),
         ],
@@ -221,8 +222,7 @@ def test_generator_produces_tasks_with_repeated_data():
     # allows; rng.sample() never puts one data twice in a task, so the merging of
     # repeated accesses (_task._merge_repeated, e.g. x.read() at two places) is never
     # checked against the oracle.
-    from stflow.testing import generate_program
-    from stflow.testing._programs import TaskOp
+    from stflow.testing import TaskOp, generate_program
 
     for seed in range(300):
         for op in generate_program(seed, 2).ops:

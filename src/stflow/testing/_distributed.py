@@ -27,19 +27,12 @@ from typing import Any
 import numpy as np
 
 from .._core.reduce import OPS, REDUCE, reduce_mode, reduce_op
-from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp
-from ._programs import (
-    Program,
-    _host_fn,
-    _place,
-    _same,
-    flatten_bundles,
-    generate_program,
-    parent_problems,
-    run_oracle,
-    task_body,
-    user_arrays,
-)
+from ._bodies import _host_fn, flatten_bundles
+from ._generation import generate_program
+from ._ops import READ, RW, WRITE, DataSpec, Op, TaskOp, _same
+from ._parents import parent_problems
+from ._programs import Program, run_oracle, task_body
+from ._running import _place, user_arrays
 
 __all__ = ["check_distributed_program", "run_distributed_program"]
 

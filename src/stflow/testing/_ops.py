@@ -1,7 +1,7 @@
 """The operations of random task programs: data, tasks, host callbacks, waits.
 
-Plain frozen values shared by the program generators (``_programs``, ``_grids``,
-``_scoped``, ``_threaded``) and the oracle.
+Plain frozen values shared by the program generators (``_generation``, ``_grids``,
+``_scoped``, ``_threaded_generation``) and the oracle.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class DataSpec:
     fill_place: Any = None  # for "full": None, "host" or a device ordinal
     accumulator: str | None = None  # "add" or "mul": only reduced into and read
     view: Any = None  # for "array": a strided view of a parent array,
-    # (parent number, parent shape, ((start, step) per axis)); see _programs.add_views
+    # (parent number, parent shape, ((start, step) per axis)); see _parents.add_views
 
 
 @dataclass(frozen=True)

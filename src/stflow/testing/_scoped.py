@@ -27,22 +27,13 @@ from typing import Any
 import numpy as np
 
 from .._core.access import READ, WRITE
-from ._programs import (
-    BodyRunner,
-    Outcome,
-    Program,
-    TaskOp,
-    _same,
-    body_for,
-    declare_data,
-    generate_program,
-    parent_problems,
-    run_oracle,
-    smallest_budget,
-    submit,
-    tight_budget,
-    user_arrays,
-)
+from ._bodies import BodyRunner, body_for
+from ._budgets import smallest_budget, tight_budget
+from ._generation import generate_program
+from ._ops import TaskOp, _same
+from ._parents import parent_problems
+from ._programs import Outcome, Program, run_oracle
+from ._running import declare_data, submit, user_arrays
 
 __all__ = [
     "Scoped",
