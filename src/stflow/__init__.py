@@ -112,7 +112,7 @@ _LOCATIONS = {
     "get_library_path": ".paths",
     "get_stf_include_dir": ".paths",
     "green_context_helper": "._places.green",
-    "green_ctx_view": "._places.green",
+    "green_ctx_view": "._places.green_view",
     "green_places": "._places.green",
     "IncludePaths": ".paths",
     "LaunchableGraph": "._graph.stackable",
@@ -190,8 +190,8 @@ if TYPE_CHECKING:
     from ._interchange.views import CudaStream as CudaStream
     from ._interchange.views import stf_cai as stf_cai
     from ._places.green import green_context_helper as green_context_helper
-    from ._places.green import green_ctx_view as green_ctx_view
     from ._places.green import green_places as green_places
+    from ._places.green_view import green_ctx_view as green_ctx_view
     from ._places.locality import locality_domain_count as locality_domain_count
     from ._places.places import data_place as data_place
     from ._places.places import exec_place as exec_place

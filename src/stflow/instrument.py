@@ -5,13 +5,10 @@ Attach one to a context with ``ctx.attach(instrument)``, or set ``STFLOW_DOT_FIL
 ``finalize()``. ``ctx.statistics()`` needs no instrument.
 """
 
-from ._instruments.recorders import (
-    DotRecorder,
-    NvtxRanges,
-    TraceRecorder,
-    transitive_reduction,
-)
+from ._instruments.dot import DotRecorder
+from ._instruments.reduction import transitive_reduction
 from ._instruments.seam import Instrument, Statistics, WorkRecord
+from ._instruments.timeline import NvtxRanges, TraceRecorder
 
 __all__ = [
     "DotRecorder",

@@ -97,10 +97,10 @@ ALLOWED_PROBES: dict[tuple[str, str], str] = {
     ): f"{_USER} (_as_stf_exec_place: the reference's conversion to exec_place)",
     ("_dist/context.py", "name"): f"{_USER} (an mpi4py-like communicator's methods)",
     ("_instruments/progress.py", "write"): f"{_USER} (a file)",
-    ("linalg.py", "shape"): f"{_USER} (arrays)",
-    ("linalg.py", "ptr"): f"{_USER} (CuPy streams)",
-    ("linalg.py", "ndarray"): f"{_THIRD_PARTY} (the cupy module, when imported, names "
-    f"its array type)",
+    ("_linalg_operands.py", "shape"): f"{_USER} (arrays)",
+    ("_linalg_operands.py", "ptr"): f"{_USER} (CuPy streams)",
+    ("_linalg_operands.py", "ndarray"): f"{_THIRD_PARTY} (the cupy module, when "
+    f"imported, names its array type)",
     # -- owned by other branches, pending merge (the lead empties this section) -------
 }
 

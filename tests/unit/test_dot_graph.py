@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 import stflow._core.config
-from stflow._instruments.recorders import _reduction_width
+from stflow._instruments.reduction import _reduction_width
 from stflow._instruments.seam import WorkRecord
 from stflow.instrument import DotRecorder, transitive_reduction
 

@@ -115,7 +115,7 @@ TIER3 = {
     "async_resources": "stflow._engine.resources",
     "exec_place_resources": "stflow._engine.resources",
     "green_context_helper": "stflow._places.green",
-    "green_ctx_view": "stflow._places.green",
+    "green_ctx_view": "stflow._places.green_view",
     "green_places": "stflow._places.green",
     "locality_domain_count": "stflow._places.locality",
 }

@@ -20,6 +20,7 @@ ORDER = [
     "partition",
     "numbering",
     "locality",
+    "green_view",
     "places",
     "green",
     "gridwork",

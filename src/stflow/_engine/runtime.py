@@ -173,7 +173,8 @@ class Runtime:
     # -- instruments and statistics ----------------------------------------------
     def _attach_configured_instruments(self) -> None:
         from .._core.config import config
-        from .._instruments.recorders import DotRecorder, NvtxRanges, TraceRecorder
+        from .._instruments.dot import DotRecorder
+        from .._instruments.timeline import NvtxRanges, TraceRecorder
 
         cfg = config()
         if cfg.dot_file:

@@ -2,7 +2,9 @@
 
 - ``seam``       the one instrumentation seam (``Instrument``) the runtime calls, its
                  counters and statistics
-- ``recorders``  the instruments that ship: task graphs (DOT), timelines, NVTX ranges
+- ``reduction``  the transitive reduction of a task graph (pure)
+- ``dot``        the instrument that draws the task graph (DOT)
+- ``timeline``   the instruments that draw timelines: traces, NVTX ranges
 - ``progress``   a progress bar of tasks submitted and completed, bytes moved
 
 The runtime calls the seam; the recorders listen to it. Imports the foundation

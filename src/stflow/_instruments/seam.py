@@ -21,7 +21,8 @@ call site). Counters for :meth:`context.statistics` are kept by the runtime itse
 
 The :class:`Instruments` part of a runtime keeps the attached instruments and the
 :class:`Counters` behind ``ctx.statistics()``; it is part of the compiled build (see
-``_compile.py``). The instruments that ship with stflow are in ``_instruments/recorders.py``.
+``_compile.py``). The instruments that ship with stflow are in ``_instruments/dot.py``
+(task graphs) and ``_instruments/timeline.py`` (traces, NVTX ranges).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ Modules, each importing only those above it in this list:
 - ``numbering``          place numbers, handles, extents
 - ``locality``           what places ask the default backend: devices, locality
                          domains, the device and partition of a context
+- ``green_view``         green_ctx_view: one green context, as the place factories
+                         take it
 - ``places``             the place classes and their factories
 - ``green``              splitting a device into green contexts (the backend's
                          ``split_device``), as places

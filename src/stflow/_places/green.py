@@ -36,8 +36,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.errors import BackendUnavailableError, NegativeIndexError
+from .green_view import green_ctx_view
 from .locality import checked_device, locality_domain_count
-from .places import exec_place, green_ctx_view, locality_domain_places
+from .places import exec_place, locality_domain_places
 from .stream_partitions import StreamPartition
 
 __all__ = [

@@ -15,7 +15,8 @@ runtime does with them.
 Locality-domain, green-context and context places are places of this module too
 (labelled, and holding the ``StreamPartition`` their streams are created in); what
 they need of the backend — domain counts, the device and partition of a context —
-comes from ``locality.py`` below, and the splitting of a device into green contexts
+comes from ``locality.py`` below, the view of a green context (``green_ctx_view``)
+from ``green_view.py`` below, and the splitting of a device into green contexts
 (``green_context_helper``, ``green_places``) from ``green.py`` above, which builds
 its places with the factories here.
 """
@@ -29,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from .._core.errors import NegativeIndexError, PlaceAllocationError, PlaceError
 from ..backends._base import AFFINE, HOST, MANAGED
+from .green_view import green_ctx_view
 from .locality import (
     check_device_ordinal,
     check_domain,
@@ -61,7 +63,6 @@ __all__ = [
     "data_place",
     "exec_place",
     "exec_place_grid",
-    "green_ctx_view",
     "locality_domain_places",
 ]
 
@@ -778,48 +779,6 @@ def locality_domain_places(
         exec_place.locality_domain(device, domain, split)
         for domain in range(locality_domain_count(device))
     ]
-
-
-class green_ctx_view:
-    """One green context of a ``green_context_helper`` (which it keeps alive).
-
-    Get one with ``helper.get_view(idx)``.
-    """
-
-    __slots__ = ("_helper", "_index", "_partition")
-    _helper: Any
-    _index: int
-    _partition: StreamPartition
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "green_ctx_view cannot be constructed directly; use "
-            "green_context_helper(sm_count, dev_id).get_view(idx)"
-        )
-
-    @classmethod
-    def _make(cls, helper: Any, index: int, partition: StreamPartition) -> green_ctx_view:
-        view = cls.__new__(cls)
-        view._helper = helper
-        view._index = index
-        view._partition = partition
-        return view
-
-    @property
-    def helper(self) -> Any:
-        """The ``green_context_helper`` this view belongs to."""
-        return self._helper
-
-    @property
-    def index(self) -> int:
-        return self._index
-
-    @property
-    def device_id(self) -> int:
-        return self._partition.device
-
-    def __repr__(self) -> str:
-        return f"green_ctx_view(device_id={self.device_id}, index={self._index})"
 
 
 class _partition_place(exec_place):
