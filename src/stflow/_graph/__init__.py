@@ -8,6 +8,11 @@ This package owns the graph-mode state and mechanisms:
 - ``mode``        ``GraphMode``, the mode object a graph-mode runtime calls where the
                   modes differ (admission, pools, bodies, endings, reductions)
 - ``stackable``   ``stackable_context``: work nested in graph scopes and loops
+- ``stackable_data``  its data and tasks: ``stackable_logical_data``, ``stackable_task``
+- ``loops``       the blocks of its scopes: ``graph_scope()``, ``while_loop()``,
+                  ``repeat(count)``
+- ``launchable``  its launchable graphs (``LaunchableGraph``): recorded once, launched
+                  many times
 - ``task_graph``  ``task_graph()`` / ``TaskGraph``: record once, launch many times
 - ``cond``        loop conditions: ``cond(ld, op, threshold)`` and ``&``/``|``/``~``
 
