@@ -4,7 +4,11 @@ This package owns the graph-mode state and mechanisms:
 
 - ``recording``   the recording backend: scopes recorded as graphs over a real
                   backend's graph support, its graphs, nodes and streams in ``recorded``
-- ``scopes``      epochs, graph scopes, loops and launchable graphs of a runtime
+- ``scopes``      epochs, graph scopes, loops and launchable graphs of a runtime: the
+                  ``ScopeTracker`` and what it notes of every task
+- ``scope``       one scope (``Scope``, ``ScopeKind``) and a thread's stack of them
+                  (``Recording``)
+- ``lifetime``    opening, closing (launching, lowering) and discarding a scope
 - ``mode``        ``GraphMode``, the mode object a graph-mode runtime calls where the
                   modes differ (admission, pools, bodies, endings, reductions)
 - ``stackable``   ``stackable_context``: work nested in graph scopes and loops

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._core.coherence import DataState
 from .._engine.runtime import Runtime
 from .mode import GraphMode
-from .scopes import Scope, ScopeKind, ScopeTracker
+from .scope import Scope, ScopeKind
+from .scopes import ScopeTracker
 
 if TYPE_CHECKING:
     from .recording import GraphRecorder

@@ -17,7 +17,7 @@ from .._engine.runtime import Runtime
 from .._places.places import exec_place
 from .cond import cond, condition_terms
 from .launchable import _scopes
-from .scopes import Scope, ScopeKind
+from .scope import Scope, ScopeKind
 
 if TYPE_CHECKING:
     from .stackable_data import stackable_logical_data, stackable_task

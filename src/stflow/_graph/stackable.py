@@ -37,7 +37,7 @@ from .._handles.context import context
 from .._handles.logical_data import dep
 from .launchable import LaunchableGraph, _Launchable, _LaunchableScope, _scopes
 from .loops import _Loop, _ScopeGuard
-from .scopes import Scope, ScopeKind
+from .scope import Scope, ScopeKind
 from .stackable_data import _check_stackable, stackable_logical_data, stackable_task
 
 __all__ = [

@@ -24,7 +24,7 @@ from .._handles.logical_data import dep, logical_data
 from .._handles.task import task
 from .cond import Comparable
 from .launchable import _Launchable, _scopes
-from .scopes import Scope
+from .scope import Scope
 
 __all__ = ["stackable_logical_data", "stackable_task"]
 

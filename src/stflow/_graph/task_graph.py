@@ -17,7 +17,7 @@ from typing import Any
 
 from .._core.errors import ScopeError
 from .launchable import LaunchableGraph, _Launchable
-from .scopes import ScopeKind
+from .scope import ScopeKind
 from .stackable import stackable_context
 
 __all__ = ["TaskGraph", "task_graph"]
