@@ -4,6 +4,8 @@ This package owns the graph-mode state and mechanisms:
 
 - ``recording``   the recording backend: scopes recorded as graphs over a real
                   backend's graph support, its graphs, nodes and streams in ``recorded``
+- ``launches``    launching what it recorded: executables cached by topology, the
+                  retirement of launched graphs, the end of a context
 - ``scopes``      epochs, graph scopes, loops and launchable graphs of a runtime: the
                   ``ScopeTracker`` and what it notes of every task
 - ``scope``       one scope (``Scope``, ``ScopeKind``) and a thread's stack of them
