@@ -115,7 +115,7 @@ _LOCATIONS = {
     "green_ctx_view": "._places.green_view",
     "green_places": "._places.green",
     "IncludePaths": ".paths",
-    "LaunchableGraph": "._graph.stackable",
+    "LaunchableGraph": "._graph.launchable",
     "locality_domain_count": "._places.locality",
     "logical_data": "._handles.logical_data",
     "machine_init": ".backends",
@@ -123,8 +123,8 @@ _LOCATIONS = {
     "reduce": "._handles.logical_data",
     "rw": "._handles.logical_data",
     "stackable_context": "._graph.stackable",
-    "stackable_logical_data": "._graph.stackable",
-    "stackable_task": "._graph.stackable",
+    "stackable_logical_data": "._graph.stackable_data",
+    "stackable_task": "._graph.stackable_data",
     "stf_cai": "._interchange.views",
     "task": "._handles.task",
     "task_graph": "._graph.task_graph",
@@ -163,10 +163,10 @@ if TYPE_CHECKING:
     from ._engine.resources import async_resources as async_resources
     from ._engine.resources import exec_place_resources as exec_place_resources
     from ._graph.cond import cond as cond
-    from ._graph.stackable import LaunchableGraph as LaunchableGraph
+    from ._graph.launchable import LaunchableGraph as LaunchableGraph
     from ._graph.stackable import stackable_context as stackable_context
-    from ._graph.stackable import stackable_logical_data as stackable_logical_data
-    from ._graph.stackable import stackable_task as stackable_task
+    from ._graph.stackable_data import stackable_logical_data as stackable_logical_data
+    from ._graph.stackable_data import stackable_task as stackable_task
     from ._graph.task_graph import TaskGraph as TaskGraph
     from ._graph.task_graph import task_graph as task_graph
     from ._handles.bundles import bundle as bundle

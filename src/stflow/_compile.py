@@ -39,6 +39,7 @@ COMPILED_MODULES = (
     "_engine.registry",
     "_engine.mode",
     "_graph.mode",
+    "_graph.scope",
     "_graph.scopes",
     "_graph.recording",
     "_dist.context",

@@ -96,7 +96,7 @@ def test_mypy_sees_the_public_types(mypy_output):
         10: "tuple[Any, ...]",
         11: "stflow._handles.kernel.cuda_kernel",
         12: "numpy.ndarray",
-        13: "stflow._graph.stackable.stackable_task",
+        13: "stflow._graph.stackable_data.stackable_task",
         14: "stflow._places.places.exec_place",
         15: "stflow._core.errors.ShapeError",
     }

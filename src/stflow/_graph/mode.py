@@ -28,7 +28,8 @@ from .._engine import reductions as reductions
 from .._engine import threads as threads
 from .._engine.mode import Mode
 from .recorded import RecordingStream
-from .scopes import Scope, ScopeTracker
+from .scope import Scope
+from .scopes import ScopeTracker
 
 if TYPE_CHECKING:
     from .._core.coherence import DataState, Instance

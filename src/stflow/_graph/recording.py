@@ -26,11 +26,9 @@ node; from outside, a node of a loop body stands for its loop node. A node of an
 top-level graph stands for that graph's launch, whose completion event the launch of
 this graph waits for (as it waits for every real event the scope's work depends on).
 
-When the outermost scope closes, its graph is instantiated (or an executable of the
-same topology is updated) and launched on the recorder's launch stream; frees asked
-for during the recording run after it. A launched graph is destroyed once it has run;
-at most :data:`MAX_GRAPHS_IN_FLIGHT` may be pending (the next launch waits for the
-oldest).
+When the outermost scope closes, its graph is launched, and destroyed once it has run:
+the functions of ``launches.py`` (executables cached by topology, the retirement of
+launched graphs, the end of a context).
 """
 
 from __future__ import annotations
@@ -52,6 +50,7 @@ from ..backends._base import (
     KernelLaunch,
     Stream,
 )
+from . import launches as launches
 from .recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
 __all__ = [
@@ -62,11 +61,6 @@ __all__ = [
     "Node",
     "RecordingStream",
 ]
-
-MAX_GRAPHS_IN_FLIGHT = 16
-"""Launched graphs of one context that may be queued or running at once: a launch
-beyond that first waits for the oldest to complete, so a host that records faster
-than the device runs keeps a bounded backlog (as CUDA's own launch queue does)."""
 
 CAPTURED = (
     "a view of a task recorded into a graph was touched from the host: the body "
@@ -320,106 +314,25 @@ class GraphRecorder(Backend):
             self.real.free(allocation, stream)
         self.graphs.destroy_graph(graph.handle)
 
+    # -- launches (the functions of launches.py) ---------------------------------
     def launch(self, graph: Graph, release: bool = True) -> Event:
-        """Launch a closed top-level graph; returns its completion event.
-
-        ``release=False`` keeps the graph for more launches (``launchable``); call
-        :meth:`release` after the last one.
-        """
-        self.executable(graph)
-        stream = self._launch_stream()
-        if graph.launches == 0:
-            for event in graph.prereqs:
-                if event.stream is not stream:
-                    self.real.wait(stream, event)
-        self.graphs.launch(graph.executable[1], stream)
-        graph.launches += 1
-        graph.done = self.real.record(stream)
-        if release:
-            self.release(graph)
-        return graph.done
+        """Launch a closed top-level graph; returns its completion event
+        (:func:`stflow._graph.launches.launch`)."""
+        return launches.launch(self, graph, release)
 
     def executable(self, graph: Graph) -> Any:
-        """The executable of a closed top-level graph (instantiated on first use, or
-        an updated cached executable of the same topology)."""
-        graphs = self.graphs
-        executable = graph.executable
-        if executable is None:
-            if self.retiring:  # graphs that have run give their executables back
-                self._retire()
-            key = graphs.topology(graph.handle)
-            cached = self.cache.pop(key, None) if key is not None else None
-            if cached is not None and graphs.update(cached, graph.handle):
-                executable = cached
-                self.graph_updates += 1
-            else:
-                if cached is not None:
-                    graphs.destroy_exec(cached)
-                executable = graphs.instantiate(graph.handle)
-                self.graph_instantiations += 1
-            graph.executable = (key, executable)
-        return graph.executable[1]
+        """The executable of a closed top-level graph
+        (:func:`stflow._graph.launches.executable`)."""
+        return launches.executable(self, graph)
 
     def release(self, graph: Graph) -> None:
-        """After the last launch: frees, then the graph once its work completed."""
-        stream = self._launch_stream()
-        for allocation in graph.frees:
-            self.real.free(allocation, stream)
-        graph.frees = []
-        done = graph.done if graph.done is not None else self.real.record(stream)
-        self.retiring.append((done, graph))
-        self._retire()
-        while len(self.retiring) > MAX_GRAPHS_IN_FLIGHT:
-            oldest, graph = self.retiring.pop(0)
-            self.real.synchronize(oldest)
-            self._destroy(graph)
-
-    def _retire(self) -> None:
-        pending = []
-        for done, graph in self.retiring:
-            if self.real.query(done):
-                self._destroy(graph)
-            else:
-                pending.append((done, graph))
-        self.retiring = pending
-
-    def _destroy(self, graph: Graph) -> None:
-        """Release a launched graph once its work completed. Events of its work may
-        live on in data states (as :class:`GraphEvent` s whose nodes name the graph):
-        the graph keeps only its completion."""
-        if graph.executable is not None:
-            self._park(*graph.executable)
-            graph.executable = None
-        self.graphs.destroy_graph(graph.handle)
-        graph.handle = None
-        graph.sinks = {}
-        graph.prereqs = []
-
-    def _park(self, key: Any, executable: Any) -> None:
-        """Keep the executable of a retired graph for the next graph of its topology;
-        beyond :attr:`cache_entries` topologies, destroy the least recently used."""
-        destroyed = [executable]
-        if key is not None:
-            cache = self.cache
-            with self.cache_lock:  # contexts on several threads may share the cache
-                if key in cache:  # another graph of the topology retired first
-                    cache[key] = cache.pop(key)
-                else:
-                    cache[key] = executable
-                    destroyed.clear()
-                    while len(cache) > self.cache_entries:
-                        destroyed.append(cache.pop(next(iter(cache))))
-        for executable in destroyed:
-            self.graphs.destroy_exec(executable)
+        """After the last launch: frees, then the graph once its work completed
+        (:func:`stflow._graph.launches.release`)."""
+        launches.release(self, graph)
 
     def drop_cached(self) -> None:
-        """Destroy the cached executables (a shared cache belongs to its
-        ``async_resources``, which destroys them)."""
-        if self.cache_shared:
-            return
-        for executable in self.cache.values():
-            self.graphs.destroy_exec(executable)
-        self.cache.clear()
+        """Destroy the cached executables (:func:`stflow._graph.launches.drop_cached`)."""
+        launches.drop_cached(self)
 
     @staticmethod
     def recorded_in(event: Event, graph: Graph) -> bool:
@@ -427,8 +340,7 @@ class GraphRecorder(Backend):
         return isinstance(event, GraphEvent) and event.stream.top is graph  # type: ignore[attr-defined]
 
     def pending_events(self) -> list[Event]:
-        self._retire()
-        return [done for done, _ in self.retiring]
+        return launches.pending_events(self)
 
     # -- streams ---------------------------------------------------------------------
     def create_stream(
@@ -820,46 +732,6 @@ class GraphRecorder(Backend):
 
     # -- the end of the context -----------------------------------------------------------
     def context_finalized(self) -> None:
-        """Release everything kept for the context (its work has completed).
-
-        With a caller's launch stream the host does not wait: graphs still running
-        are handed to :func:`_adopt_running`, destroyed once their launch completed.
-        """
-        _collect_orphans()
-        for done, graph in self.retiring:
-            if self.caller_stream is not None and not self.real.query(done):
-                _adopt_running(self, done, graph)
-                continue
-            self.real.synchronize(done)
-            self._destroy(graph)
-        self.retiring = []
-        self.drop_cached()  # a shared cache outlives the context
-        for streams in self.spare.values():
-            for real in streams:
-                self.real.destroy_stream(real)
-        self.spare.clear()
-        for stream in self.launch_streams.values():
-            if stream is not self.caller_stream:  # the caller's, not ours
-                self.real.destroy_stream(stream)
-        self.launch_streams.clear()
-
-
-_orphans: list[tuple[GraphRecorder, Event, Graph]] = []
-_orphans_lock = threading.Lock()
-
-
-def _adopt_running(recorder: GraphRecorder, done: Event, graph: Graph) -> None:
-    """Keep a launched graph of a finalized caller-stream context until it has run
-    (its loop conditions and host functions live as long as the graph)."""
-    with _orphans_lock:
-        _orphans.append((recorder, done, graph))
-
-
-def _collect_orphans() -> None:
-    """Destroy the adopted graphs whose launch completed (at every context's end)."""
-    with _orphans_lock:
-        finished = [entry for entry in _orphans if entry[0].real.query(entry[1])]
-        _orphans[:] = [entry for entry in _orphans if entry not in finished]
-    for recorder, _, graph in finished:
-        recorder._destroy(graph)
-        recorder.drop_cached()  # its context is finalized
+        """Release everything kept for the context (its work has completed;
+        :func:`stflow._graph.launches.context_finalized`)."""
+        launches.context_finalized(self)

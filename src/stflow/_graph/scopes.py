@@ -3,7 +3,7 @@
 A runtime in graph mode (``context(use_graph=True)``, ``stackable_context``) has a
 :class:`ScopeTracker`, owned by its mode (:class:`~stflow._graph.mode.GraphMode`, the
 one part a stream-mode runtime does not have). It keeps a
-stack of :class:`Scope` objects over the runtime's backend, a
+stack of :class:`~stflow._graph.scope.Scope` objects over the runtime's backend, a
 :class:`~stflow._graph.recording.GraphRecorder`. The outermost scope records a
 top-level graph with a set of streams of its own (so that stream order inside a graph
 never stands in for an order the graph does not have); nested ones record the body of a
@@ -29,221 +29,45 @@ Repeating
     access of a repeated body that would copy data in from outside gets that copy at
     the enclosing level instead, once (*hoisting*).
 
-When a top-level scope closes, its streams forget what they waited for, and the
-recorder drops a launched graph once it has run: nothing of an epoch keeps earlier
-epochs alive.
-
 Threads
     In a stackable context every host thread has scopes of its own (a
-    :class:`Recording` per thread): its graphs, streams and scope stack. Data that a
+    :class:`~stflow._graph.scope.Recording` per thread): its graphs, streams and scope stack. Data that a
     thread's open top-level scope touched is marked (``DataState.scope``) until the
     scope closes: another thread's work on it waits until then (the runtime blocks
     it), since it could only be ordered after work that has not run yet. Graph mode's
     epochs are one recording shared by every thread.
+
+What a scope is lives in ``scope.py``; opening, closing (launching and lowering a
+top-level scope) and discarding, which run once per scope, in ``lifetime.py``, which
+stays Python. This module holds what runs for every task (the notes of the open
+scopes, hoisting) and is compiled.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from .._core.access import READ, WRITE
-from .._core.coherence import INVALID, DataState, Instance, Snapshot
-from .._core.errors import ScopeError
+from .._core.coherence import INVALID, DataState, Instance
 from .._core.streams import StreamPools
+from . import lifetime as lifetime
+from .scope import Recording, Scope, ScopeKind, ScopeOwner
 
 if TYPE_CHECKING:
-    from .._core.errors import ErrorLog
     from .._core.plan import Plan
     from ..backends._base import Event, Stream
-    from .recording import Graph, GraphRecorder, InlineScope
+    from .recording import GraphRecorder
 
-__all__ = ["EPOCH_TASKS", "Recording", "Scope", "ScopeKind", "ScopeOwner", "ScopeTracker"]
+__all__ = ["EPOCH_TASKS", "ScopeTracker"]
 
 EPOCH_TASKS = 4096
 """Graph mode launches an epoch once it holds this many tasks (at the next release with
 no task started), as if ``fence()`` had been called: the driver's cost of
 instantiating a graph grows faster than its size, and earlier launches overlap the
 recording of what follows."""
-
-
-class ScopeOwner(Protocol):
-    """What a :class:`ScopeTracker` uses of the runtime that owns it."""
-
-    errors: ErrorLog
-    finalized: bool
-
-    def wake(self) -> None:
-        """Wake the threads waiting for held data (a scope released its data)."""
-
-    def copy_into(
-        self,
-        state: DataState,
-        target: Instance,
-        source: Instance,
-        prerequisites: list[Event],
-        label: str,
-        keep: bool = True,
-        copy_title: str | None = None,
-    ) -> Event:
-        """An internal copy (hoisted imports, refreshes of assumed instances)."""
-
-
-class ScopeKind(enum.Enum):
-    """What a scope records."""
-
-    EPOCH = "epoch"  # graph mode: the work between two sync points
-    GRAPH = "graph"  # graph_scope() / push()
-    WHILE = "while"  # while_loop()
-    REPEAT = "repeat"  # repeat(count)
-    LAUNCHABLE = "launchable"  # launchable_graph_scope(), pop_prologue_shared()
-
-
-_LOOPS = (ScopeKind.WHILE, ScopeKind.REPEAT)
-
-
-class Scope:
-    """One open scope of a runtime.
-
-    Attributes
-    ----------
-    kind : ScopeKind
-    count : int or None
-        How often a ``repeat`` body runs.
-    graph : Graph
-        The recorder's graph of this scope (a top-level graph, or a loop body; an
-        inline scope's is its top-level graph).
-    top : bool
-        An outermost scope: it records a top-level graph with streams of its own.
-    pools : StreamPools or None
-        The streams of a top scope; ``None`` for nested ones (they use their top's).
-    outer_pools : StreamPools or None
-        What the runtime used before a top scope opened.
-    hoist_pools : StreamPools or None
-        Streams for imports hoisted out of a nested repeated scope.
-    snapshots : dict or None
-        ``id(state) -> (state, Snapshot)`` for a scope that can be discarded.
-    touched : dict
-        ``id(state) -> state``: the data a top scope's work touched.
-    repeatable : bool
-        Its recording may run many times (loops; top scopes that may become
-        launchable).
-    assumed : dict
-        ``(id(state), device) -> state``: instances the body reads as valid on entry.
-    fresh : set
-        ``(id(state), device)``: instances written or copied into in the scope.
-    condition_set : bool
-        A while loop's condition was given (``continue_while``).
-    closed : bool
-    wrapper : Scope or None
-        The graph scope opened to hold a root-level loop.
-    work : int
-        Tasks and host callbacks acquired in it.
-    thread : int
-        The host thread that opened it.
-    inline : InlineScope or None
-        A nested graph scope that no loop encloses: recorded into the top-level
-        graph itself (it may hold host work), not as a loop node.
-    locals : set
-        ``id(state)`` of the data created in it with ``no_export=True``: it lives
-        only in the scope and its value is not carried from one iteration of a
-        loop to the next (no hoisted import, no refresh).
-    lent : list
-        ``(scope, place)``: places its work (or that of scopes closed in it) added
-        to the ``fresh`` of an enclosing scope. Discarding it takes them back: work
-        that never runs wrote nothing (else an enclosing loop would skip refreshing
-        what it reads, or hoisting what it imports).
-    """
-
-    __slots__ = (
-        "kind",
-        "count",
-        "graph",
-        "top",
-        "pools",
-        "outer_pools",
-        "hoist_pools",
-        "snapshots",
-        "touched",
-        "repeatable",
-        "assumed",
-        "fresh",
-        "condition_set",
-        "closed",
-        "wrapper",
-        "work",
-        "thread",
-        "inline",
-        "locals",
-        "lent",
-    )
-    graph: Graph  # set when the scope is opened
-
-    def __init__(
-        self,
-        kind: ScopeKind,
-        repeatable: bool,
-        discardable: bool,
-        count: int | None = None,
-    ) -> None:
-        self.kind = kind
-        self.count = count
-        self.top = False
-        self.pools: StreamPools | None = None
-        self.outer_pools: StreamPools | None = None
-        self.hoist_pools: StreamPools | None = None
-        self.snapshots: dict[int, tuple[DataState, Snapshot]] | None = (
-            {} if discardable else None
-        )
-        self.touched: dict[int, DataState] = {}
-        self.repeatable = repeatable
-        self.assumed: dict[tuple[int, int], DataState] = {}
-        self.fresh: set[tuple[int, int]] = set()
-        self.condition_set = False
-        self.closed = False
-        self.wrapper: Scope | None = None
-        self.work = 0
-        self.thread = threading.get_ident()
-        self.inline: InlineScope | None = None
-        self.locals: set[int] = set()
-        self.lent: list[tuple[Scope, tuple[int, int]]] = []
-
-    def held_data(self) -> list[DataState]:
-        """The data a launchable graph holds: what its recording touched, read-only
-        data aside (reading it again at every launch conflicts with nothing)."""
-        return [state for state in self.touched.values() if not state.readonly]
-
-    def _label(self) -> str:
-        """How conflict messages name the scope holding the data."""
-        return f"a {self.kind.value} scope of another thread, still open"
-
-    def __repr__(self) -> str:
-        return f"<Scope {self.kind.value}{' top' if self.top else ''}>"
-
-
-class Recording:
-    """One stack of scopes and the streams it records with: shared by every thread
-    in graph mode's epochs, one per host thread in a stackable context.
-
-    Attributes
-    ----------
-    stack : list of Scope
-        The open scopes, outermost first.
-    pools : StreamPools or None
-        The streams work is given at this level (``None``: the runtime's own).
-    bodies : int
-        Task bodies of this recording in progress (no scope opens or closes then).
-    """
-
-    __slots__ = ("stack", "pools", "bodies")
-
-    def __init__(self) -> None:
-        self.stack: list[Scope] = []
-        self.pools: StreamPools | None = None
-        self.bodies = 0
 
 
 class ScopeTracker:
@@ -320,176 +144,34 @@ class ScopeTracker:
 
     # -- opening and closing (the runtime's lock is held) ----------------------------
     def open(self, kind: ScopeKind, count: int | None = None) -> Scope:
-        """Open a scope of ``kind`` inside the innermost one."""
-        recorder = self.recorder
-        here = self.here()
-        stack = here.stack
-        self._check_no_body(here, "open")
-        if not stack and kind in _LOOPS:
-            wrapper = self.open(ScopeKind.GRAPH)  # a loop node needs a graph
-            scope = self.open(kind, count)
-            scope.wrapper = wrapper
-            return scope
-        # Top-level scopes may turn out launchable (pop_prologue_shared): track them.
-        repeatable = kind in _LOOPS or (kind is not ScopeKind.EPOCH and not stack)
-        scope = Scope(kind, repeatable, kind is not ScopeKind.EPOCH, count)
-        runtime = self.runtime
-        if not stack:
-            scope.top = True
-            scope.graph = recorder.open_graph()
-            scope.outer_pools = here.pools
-            scope.pools = here.pools = StreamPools(recorder, runtime.errors.capture)
-            if self.per_thread:
-                self.open_tops[scope] = scope.thread
-        elif (
-            kind is ScopeKind.GRAPH
-            and recorder.current is not None
-            and recorder.current.parent is None
-        ):
-            # No loop encloses it: record into the top-level graph itself.
-            scope.inline = recorder.open_inline()
-            scope.graph = scope.inline.graph
-        else:
-            loop_count = (
-                count
-                if kind is ScopeKind.REPEAT
-                else None
-                if kind is ScopeKind.WHILE
-                else 1
-            )
-            scope.graph = recorder.open_loop(loop_count)
-        stack.append(scope)
-        return scope
-
-    @staticmethod
-    def _check_no_body(here: Recording, what: str) -> None:
-        if here.bodies:
-            raise ScopeError(
-                f"a scope cannot {what} inside the body of a task recorded "
-                "in a graph (its work is being captured); end the task "
-                "first"
-            )
+        """Open a scope of ``kind`` inside the innermost one
+        (:func:`stflow._graph.lifetime.open`)."""
+        return lifetime.open(self, kind, count)
 
     def close(self, scope: Scope, launch: bool = True) -> None:
-        """Close the innermost scope ``scope``; a top-level one is launched when
-        ``launch`` (else it is kept, for a launchable graph). A body that never runs
-        (``repeat(0)``) has no effect at all: it is discarded."""
-        self._check_innermost(scope)
-        self._check_no_body(self.here(), "close")
-        if scope.kind is ScopeKind.REPEAT and scope.count == 0:
-            self.discard(scope)
-            return
-        recorder = self.recorder
-        if scope.kind in _LOOPS or (scope.top and not launch):
-            self._refresh_assumed(scope)
-        self.stack.pop()
-        scope.closed = True
-        if self.stack:
-            self.stack[-1].lent.extend(scope.lent)  # discarded with the parent
-        if scope.inline is not None:
-            recorder.close_inline(scope.inline)
-            return
-        if not scope.top:
-            recorder.close_loop(scope.graph)
-            if scope.wrapper is not None:
-                self.close(scope.wrapper)
-            return
-        recorder.close_graph(scope.graph)
-        self._leave_top(scope)
-        if launch:
-            if scope.graph.used:
-                recorder.launch(scope.graph)
-                self.lower(scope)
-            else:
-                recorder.discard_graph(scope.graph)
+        """Close the innermost scope ``scope``, launching a top-level one when
+        ``launch`` (:func:`stflow._graph.lifetime.close`)."""
+        lifetime.close(self, scope, launch)
 
     def lower(self, scope: Scope) -> None:
-        """After the last launch of top scope ``scope``: the events recorded in its
-        graph, wherever data states hold them, become the launch's completion event,
-        so that nothing later refers to the recording (or keeps it alive)."""
-        graph = scope.graph
-        done = graph.done
-        if done is None:
-            return
-        recorded_in = self.recorder.recorded_in
-
-        def stand_in(event: Event) -> Event:
-            return done if recorded_in(event, graph) else event
-
-        for state in scope.touched.values():
-            state.substitute(stand_in)
-            pending = state.pending
-            if pending is not None:
-                pending.partials = [
-                    (instance, stand_in(event)) for instance, event in pending.partials
-                ]
+        """After the last launch of top scope ``scope``: its recorded events become
+        the launch's completion event (:func:`stflow._graph.lifetime.lower`)."""
+        lifetime.lower(self, scope)
 
     def discard(self, scope: Scope) -> None:
-        """Drop the innermost scope ``scope``: nothing it recorded runs."""
-        self._check_innermost(scope)
-        recorder = self.recorder
-        self.stack.pop()
-        scope.closed = True
-        self.restore(scope)
-        for outer, place in scope.lent:
-            outer.fresh.discard(place)
-        if scope.top:
-            recorder.discard_graph(scope.graph)
-            self._forget_reads(scope)
-            self._leave_top(scope)
-        else:
-            if scope.inline is not None:
-                recorder.discard_inline(scope.inline)
-            else:
-                recorder.discard_loop(scope.graph)
-            here = self.here()
-            top = here.stack[0] if here.stack else None
-            if top is not None and top.pools is not None:
-                # Stream order no longer holds: the streams recorded nodes that are gone.
-                top.pools = here.pools = StreamPools(
-                    recorder, self.runtime.errors.capture
-                )
-            if scope.wrapper is not None:
-                self.discard(scope.wrapper)
-
-    def _forget_reads(self, scope: Scope) -> None:
-        """Read-only data is not restored (other threads may have read it meanwhile):
-        drop the reads the discarded top scope ``scope`` recorded instead."""
-        graph = scope.graph
-        recorded_in = self.recorder.recorded_in
-        for state in scope.touched.values():
-            tracker = state.tracker
-            if state.readonly and tracker.readers:
-                tracker.readers = {
-                    stream: event
-                    for stream, event in tracker.readers.items()
-                    if not recorded_in(event, graph)
-                }
+        """Drop the innermost scope ``scope``: nothing it recorded runs
+        (:func:`stflow._graph.lifetime.discard`)."""
+        lifetime.discard(self, scope)
 
     def discard_all(self) -> None:
         """Drop every open scope, innermost first."""
         while self.stack:
             self.discard(self.stack[-1])
 
-    def _leave_top(self, scope: Scope) -> None:
-        """Back at the root: the root's streams; the data is other threads' again."""
-        assert scope.pools is not None
-        self.here().pools = scope.outer_pools
-        scope.pools.forget_order()
-        if self.open_tops.pop(scope, None) is not None:
-            for state in scope.touched.values():
-                if state.scope is scope:
-                    state.scope = None
-            self.runtime.wake()
-
     def restore(self, scope: Scope) -> None:
         """Give every data the scope touched its state from before the scope."""
         for state, snapshot in (scope.snapshots or {}).values():
             state.restore(snapshot)
-
-    def _check_innermost(self, scope: Scope) -> None:
-        if not self.stack or self.stack[-1] is not scope:
-            raise ScopeError("scopes must be closed innermost first")
 
     @property
     def innermost(self) -> Scope | None:
@@ -780,25 +462,6 @@ class ScopeTracker:
             recorder.enter_level(previous)
             here.pools = saved
             here.stack.append(scope)
-
-    def _refresh_assumed(self, scope: Scope) -> None:
-        """Copy into the assumed instances the recording left invalid (in the body)."""
-        for (_, device), state in scope.assumed.items():
-            instance = state.instances.get(device)
-            if instance is None or instance.state is not INVALID:
-                continue
-            source = state.valid_source(device)
-            if source is None:
-                continue
-            prerequisites = [*state.tracker.prerequisites(READ), *source.ready.values()]
-            self.runtime.copy_into(
-                state,
-                instance,
-                source,
-                prerequisites,
-                state.label,
-                copy_title="copy in scope",
-            )
 
     # -- the recorder, seen from the runtime ---------------------------------------------
     def pending_events(self) -> list[Event]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.errors import ScopeError
-from .scopes import ScopeKind
-from .stackable import LaunchableGraph, _Launchable, stackable_context
+from .launchable import LaunchableGraph, _Launchable
+from .scope import ScopeKind
+from .stackable import stackable_context
 
 __all__ = ["TaskGraph", "task_graph"]
 
