@@ -162,3 +162,29 @@ def test_task_run_bodies_run_in_stream_order():
         assert "raised by work launched from task" in "".join(raised.value.__notes__)
         np.testing.assert_array_equal(ctx.wait(x), [0.0, 2.0, 4.0])
     np.testing.assert_array_equal(seen, [[0.0, 2.0, 4.0]])
+
+
+def test_graph_mode_records_host_callbacks_kernels_loops_and_reductions():
+    with stf.context(backend="null", use_graph=True) as ctx:
+        x = ctx.logical_data(np.zeros(4))
+        ctx.host_launch(x.rw(), fn=lambda a: a.__iadd__(1))
+
+        def kernel(array, value):
+            array += value
+
+        with ctx.cuda_kernel(x.rw()) as k:
+            k.launch(kernel, 1, 1, (k.get_arg(0), 2.0))
+        total = ctx.logical_data(np.zeros(3))
+        for k in range(4):
+            with ctx.task(stf.exec_place.device(k % 2), total.reduce("sum")) as t:
+                t.run(lambda xp, a, k=k: a.__iadd__(k))
+        np.testing.assert_array_equal(ctx.wait(x), np.full(4, 3.0))
+        np.testing.assert_array_equal(ctx.wait(total), np.full(3, 6.0))
+    done, counter = np.zeros(1), np.array([5.0])
+    with stf.stackable_context(backend="null") as sctx:
+        x, c = sctx.logical_data(done), sctx.logical_data(counter)
+        with sctx.while_loop() as loop:
+            with sctx.task(x.rw(), c.rw()) as t:
+                t.run(lambda xp, a, b: (a.__iadd__(1), b.__isub__(1)))
+            loop.continue_while(c > 0)
+    assert (done[0], counter[0]) == (5.0, 0.0)
