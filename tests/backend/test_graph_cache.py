@@ -79,3 +79,27 @@ def test_a_bad_cache_size_is_refused_naming_the_variable(monkeypatch, text):
     monkeypatch.setenv("STFLOW_GRAPH_CACHE_ENTRIES", text)
     with pytest.raises(ValueError, match="STFLOW_GRAPH_CACHE_ENTRIES"):
         stf.context(backend="emulated", use_graph=True)
+
+
+def test_contexts_on_threads_sharing_async_resources_keep_one_bounded_cache(
+    backend, monkeypatch
+):
+    """Contexts of several threads park and take executables of one shared cache at
+    once: each thread's results are exact and the cache stays within its bound."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv("STFLOW_GRAPH_CACHE_ENTRIES", "2")
+    resources = stf.async_resources()
+    shapes = [1 + k % 5 for k in range(15)]
+
+    def work(offset: int) -> float:
+        with stf.context(backend=backend, use_graph=True, handle=resources) as ctx:
+            x = ctx.logical_data(np.zeros(4))
+            for k in range(len(shapes)):
+                _epoch(ctx, x, shapes[(k + offset) % len(shapes)])
+            return float(ctx.wait(x)[0])
+
+    with ThreadPoolExecutor(4) as pool:
+        totals = list(pool.map(work, range(8)))
+    assert totals == [float(sum(shapes))] * 8
+    assert 1 <= len(resources._shared.graph_cache) <= 2  # kept beyond the contexts

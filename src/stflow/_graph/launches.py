@@ -99,7 +99,10 @@ def executable(recorder: Owner, graph: Graph) -> Any:
         if recorder.retiring:  # graphs that have run give their executables back
             _retire(recorder)
         key = graphs.topology(graph.handle)
-        cached = recorder.cache.pop(key, None) if key is not None else None
+        cached = None
+        if key is not None:
+            with recorder.cache_lock:  # _park may be evicting on another thread
+                cached = recorder.cache.pop(key, None)
         if cached is not None and graphs.update(cached, graph.handle):
             executable = cached
             recorder.graph_updates += 1
@@ -173,9 +176,11 @@ def drop_cached(recorder: Owner) -> None:
     ``async_resources``, which destroys them)."""
     if recorder.cache_shared:
         return
-    for executable in recorder.cache.values():
+    with recorder.cache_lock:
+        executables = list(recorder.cache.values())
+        recorder.cache.clear()
+    for executable in executables:
         recorder.graphs.destroy_exec(executable)
-    recorder.cache.clear()
 
 
 def pending_events(recorder: Owner) -> list[Event]:
