@@ -132,10 +132,11 @@ class _Resources:
     nodes in :class:`CudaGraphSupport`'s tables.
     """
 
-    __slots__ = ("users", "releases", "bodies", "loops", "edges")
+    __slots__ = ("users", "releases", "bodies", "loops", "edges", "captured")
 
     def __init__(self) -> None:
         self.users = 1
+        self.captured = 0  # nodes of the child graphs of the top level's captures
         self.releases: list[Callable[[], None]] = []
         self.edges: dict[int, set[int]] = {}  # node -> nodes added as its dependencies
         self.bodies: list[int] = []
@@ -184,6 +185,10 @@ class _Executable:
         self.native = native
         self.resources = resources
         self.launched: dict[int, tuple[Any, list]] = {}  # stream -> (event, pool)
+
+    def __int__(self) -> int:
+        """The ``CUgraphExec`` handle (``exec_graph``: a caller may launch it)."""
+        return int(self.native)
 
 
 class CudaGraphSupport(GraphSupport):
@@ -440,6 +445,9 @@ class CudaGraphSupport(GraphSupport):
             graph, before = capture.target
             child = ended[1]
             try:
+                captured = d.cuGraphGetNodes(child, 0)
+                if not captured[0]:
+                    capture.resources.captured += int(captured[-1])
                 node = _cu.check(
                     d.cuGraphAddChildGraphNode(graph, before, len(before), child),
                     f"adding the work captured on {stream!r} to a graph",
@@ -747,16 +755,19 @@ class CudaGraphSupport(GraphSupport):
             self._drop(resources)
 
     def topology(self, graph: Any) -> Any:
-        """``(nodes, edges)``: the counts of the top level of ``graph`` (two driver
-        calls). Graphs with equal keys may still differ (inside child graphs, in loop
-        bodies): :meth:`update` then fails and the caller instantiates, so the key
-        only has to be cheap, not exact (an exact walk of the graph cost 2.5 µs per
-        node, more than the update it saves)."""
+        """``(nodes, edges, captured)``: the counts of the top level of ``graph``
+        (two driver calls) and of the nodes its captures made (counted as each
+        capture ended: a run of tasks on one stream is one child graph node, so
+        chains of different lengths differ only there). Graphs with equal keys may
+        still differ (inside child graphs, in loop bodies): :meth:`update` then fails
+        and the caller instantiates, so the key only has to be cheap, not exact (an
+        exact walk of the graph cost 2.5 µs per node, more than the update it
+        saves)."""
         d = _cu.driver
         step = "reading the size of a CUDA graph"
         nodes = _cu.check(d.cuGraphGetNodes(graph, 0), step)[-1]
         edges = _cu.check(self._get_edges(graph, 0), step)[-1]
-        return int(nodes), int(edges)
+        return int(nodes), int(edges), self._owner(graph).captured
 
     # -- kernels -------------------------------------------------------------------
     def _function(self, source: str, name: str, device: int) -> Any:
