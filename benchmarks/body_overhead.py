@@ -9,6 +9,10 @@ tasks (no body, an empty ``t.run`` body, a ``t.run`` body calling
 the end of each loop; and 16 such products, as 16 ``gemm`` calls against one
 ``gemm_batched`` call. The tiled Cholesky's small-tile speed (B5) is bounded by the
 ``t.run + linalg.gemm`` line.
+
+The ``t.run pieces`` lines take an empty ``t.run`` apart, called many times inside one
+started task: the whole call, the dependencies' instances (``_body_instances``), the
+CuPy arrays over them, and CuPy's stream context (``body_stream``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,40 @@ def _tasks(cupy, tile: int, count: int, body) -> float:
     return seconds
 
 
+def _pieces(cupy, tile: int, count: int) -> dict[str, float]:
+    """An empty ``t.run`` taken apart, inside one started task (µs per call)."""
+    from stflow.interop.cupy import allocation_array, body_stream
+
+    a, b, c = (cupy.ones((tile, tile)) for _ in range(3))
+    ctx = stf.context(backend="cuda")
+    la, lb, lc = (ctx.logical_data(x) for x in (a, b, c))
+    sync = cupy.cuda.Device().synchronize
+    with ctx.task(la.read(), lb.read(), lc.rw()) as t:
+        stream, instances = t._body_instances(())
+        handle, device = int(stream.handle), stream.ordinal
+
+        def arrays() -> None:
+            for allocation, shape, dtype, _ in instances:
+                allocation_array(cupy, allocation, shape, dtype, device)
+
+        def context() -> None:
+            with body_stream(handle):
+                pass
+
+        rows = {
+            "t.run pieces: whole empty t.run": _per_call(
+                lambda: t.run(_empty_body), count, sync
+            ),
+            "t.run pieces: _body_instances": _per_call(
+                lambda: t._body_instances(()), count, sync
+            ),
+            "t.run pieces: 3 CuPy arrays": _per_call(arrays, count, sync),
+            "t.run pieces: stream context": _per_call(context, count, sync),
+        }
+    ctx.finalize()
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tile", type=int, default=64)
@@ -89,9 +127,10 @@ def main() -> None:
         "task, t.run + linalg.gemm": _tasks(cupy, args.tile, args.count, _gemm_body),
         "16 x linalg.gemm": _per_call(sixteen_gemms, args.count // 16 or 1, sync),
         "linalg.gemm_batched of 16": _per_call(one_batched, args.count, sync),
+        **_pieces(cupy, args.tile, args.count),
     }
     for name, micros in rows.items():
-        print(f"{name:28s} {micros:8.1f} us")
+        print(f"{name:34s} {micros:8.1f} us")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

@@ -149,22 +149,33 @@ def _run_in_stream_order(
 
 def _run_on_cuda(task: Any, fn: Callable[..., Any], indices: tuple[int, ...]) -> None:
     """A body on CUDA of a task without bundles: CuPy arrays straight from the
-    instances (each a view of an array made once per allocation and device), the
-    task stream current."""
-    from ..interop.cupy import _CUPY, _load_cupy, allocation_array, body_stream
-
-    cupy = _CUPY[0] if _CUPY else _load_cupy()
+    instances (each an array made once per allocation and device), the task stream
+    current."""
+    cupy, allocation_array, body_stream = _CUDA[0] if _CUDA else _load_cuda()
     stream, instances = task._body_instances(indices)
     device = stream.ordinal  # the device whose context the stream is in
     arrays = [
         allocation_array(cupy, allocation, shape, dtype, device)
         for allocation, shape, dtype, _ in instances
     ]
-    with body_stream(int(stream.handle)):
+    with body_stream(stream.handle):
         try:
             fn(cupy, *arrays)
         except NotImplementedError as error:
             _explain_capture(error)
+
+
+_CUDA: list[tuple[Any, Callable[..., Any], Callable[[int], Any]]] = []
+"""CuPy and the two helpers of :func:`_run_on_cuda`, once imported (an import
+statement in every body costs more than the rest of an empty one)."""
+
+
+def _load_cuda() -> tuple[Any, Callable[..., Any], Callable[[int], Any]]:
+    from ..interop.cupy import _CUPY, _load_cupy, allocation_array, body_stream
+
+    helpers = (_CUPY[0] if _CUPY else _load_cupy(), allocation_array, body_stream)
+    _CUDA.append(helpers)
+    return helpers
 
 
 def _explain_capture(error: NotImplementedError) -> None:

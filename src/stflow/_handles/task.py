@@ -32,7 +32,7 @@ from .._interchange.views import CudaStream, ViewTuple
 from .._places.gridwork import fork, join
 from .._places.places import exec_place, exec_place_grid
 from ..backends._base import Allocation, Event, Stream, callback_state
-from .bodies import open_bodies
+from .bodies import open_bodies, run_body
 from .bundles import Slot, bundle_dep, check_conflicts
 from .logical_data import dep
 
@@ -739,8 +739,6 @@ class task:
         the emulated backend it is enqueued on the task stream. Either way it must
         only enqueue work on its arrays, not read results back to the host.
         """
-        from .bodies import run_body
-
         run_body(self, fn, indices)
 
     def views(self) -> tuple[Any, ...]:

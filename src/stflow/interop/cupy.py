@@ -106,10 +106,11 @@ def allocation_array(
     cupy: Any, allocation: Any, shape: tuple[int, ...], dtype: Any, device: int
 ) -> Any:
     """A CuPy array over ``allocation`` (an instance's memory) for a ``task.run``
-    body on ``device``: a fresh ``view()`` of an array made once per allocation and
-    device, so a body costs no CAI dictionary, memory object or view of the task
-    (the array does not keep the allocation alive: a body must not keep its arrays
-    beyond the task)."""
+    body on ``device``: an array made once per allocation and device and handed to
+    every body of that instance, so a body costs no CAI dictionary, memory object or
+    view of the task. A body that changes the array's ``shape`` or ``dtype`` in place
+    makes the next body get a new one (the array does not keep the allocation alive:
+    a body must not keep its arrays beyond the task)."""
     per_device = allocation.arrays  # kept on the allocation, goes with it
     if per_device is None:
         per_device = allocation.arrays = {}
@@ -123,7 +124,7 @@ def allocation_array(
         base = per_device[device] = cupy.ndarray(
             shape, dtype, cupy.cuda.MemoryPointer(memory, 0), strides=strides
         )
-    return base.view()
+    return base
 
 
 def body_array(view: Any) -> Any:
