@@ -182,7 +182,8 @@ def test_captures_depend_on_earlier_captures(cuda, graphs, host, cupy):
             cupy.multiply(x, 2, out=y)
     with capture(graphs, first, graph, doubled):
         cuda.copy(out.ctypes.data, ptr(y), y.nbytes, first)
-    assert graphs.topology(graph) == (3, 2)  # three child nodes in a chain
+    # Three child nodes in a chain, made by captures of one node each.
+    assert graphs.topology(graph) == (3, 2, 3)
     run(graphs, cuda, launcher, graphs.instantiate(graph))
     assert (out == 6).all()
     for s in (first, second, launcher):
@@ -201,7 +202,7 @@ def test_a_capture_of_nothing_still_orders_later_work(cuda, stream, graphs):
     with capture(graphs, stream, graph) as empty:
         pass
     assert len(empty) == 1
-    assert graphs.topology(graph) == (3, 1)
+    assert graphs.topology(graph) == (3, 1, 1)  # one node captured, two empty
     run(graphs, cuda, stream, graphs.instantiate(graph))
     cuda.free(device, None)
 
@@ -534,7 +535,7 @@ def test_removing_a_loop_node(cuda, stream, graphs):
     graph = graphs.create_graph()
     node, body, handle = graphs.add_loop(graph, [], 0, 3)
     graphs.remove_node(graph, node)
-    assert graphs.topology(graph) == (0, 0)
+    assert graphs.topology(graph) == (0, 0, 0)
     with pytest.raises(ScopeError, match="not the body of a loop"):
         graphs.end_loop_body(body, handle, [])
 
