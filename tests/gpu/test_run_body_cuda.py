@@ -1,5 +1,6 @@
-"""task.run on CUDA: the CuPy arrays a body gets are views of arrays made once per
-allocation and device, over the task's instances, whatever the body does to them."""
+"""task.run on CUDA: the CuPy arrays a body gets are arrays made once per allocation
+and device, over the task's instances; what a body does to one (a new shape) does not
+reach the next body."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_a_body_changing_its_arrays_shape_does_not_change_the_next(cupy):
         with ctx.task(x.rw()) as t:
 
             def flatten(xp, a):
-                a.shape = (6,)  # the body's own view
+                a.shape = (6,)  # the cached array itself, reshaped in place
                 a += 1.0
 
             t.run(flatten)
