@@ -65,8 +65,11 @@ PY
     else
       timeout 200 python3 setup.py -q build_ext --inplace \
         > "$OUT/build.log" 2>&1
-      echo "build exit $?"; tail -n 3 "$OUT/build.log"
-      find src -name '*.so' | tar cf "$OUT/so.tar" -T - && echo "$digest" > "$OUT/so.sha"
+      built=$?
+      echo "build exit $built"; tail -n 3 "$OUT/build.log"
+      if [ "$built" = 0 ]; then        # a failed build leaves nothing to carry
+        find src -name '*.so' | tar cf "$OUT/so.tar" -T - && echo "$digest" > "$OUT/so.sha"
+      fi
     fi
     python3 -c "import stflow; print('compiled build:', stflow.__compiled__)" ;;
   tests|tests-python)
