@@ -18,6 +18,7 @@ from .._core.coherence import DataState, Instance
 from .._core.deps import merge_events
 from .._core.errors import ScopeError
 from ..backends._base import HOST, Allocation, Stream, callback_state, poison
+from . import eviction as eviction
 from . import reductions as reductions
 
 if TYPE_CHECKING:
@@ -26,18 +27,16 @@ if TYPE_CHECKING:
     from .._core.streams import StreamPools
     from .._instruments.seam import Instruments
     from ..backends._base import Event
-    from .registry import DataRegistry
 
 __all__ = ["Owner", "fence", "finalize", "quiesce", "tear_down", "wait"]
 
 
-class Owner(reductions.Owner, Protocol):
+class Owner(eviction.Owner, Protocol):
     """What the synchronisation points use of the runtime (``_runtime.Runtime``),
-    besides what reductions do."""
+    besides what eviction (and reductions) do."""
 
     lock: Any
     """The runtime's re-entrant lock."""
-    data: DataRegistry
     errors: ErrorLog
     instruments: Instruments
     root_pools: StreamPools
@@ -45,7 +44,6 @@ class Owner(reductions.Owner, Protocol):
     caller_stream: Stream | None
     releases: list[Any]
     """Retired data whose frees are in flight (``done``: their event)."""
-    started: dict[Any, int]
     plans: dict[tuple, Plan]
     closing: bool
     finalized: bool
@@ -64,18 +62,6 @@ class Owner(reductions.Owner, Protocol):
 
     def outstanding_events(self) -> list[Event]:
         """Events after which everything submitted so far has completed."""
-
-    def copy_into(
-        self,
-        state: DataState,
-        target: Instance,
-        source: Instance,
-        prerequisites: list[Event],
-        label: str,
-        keep: bool = True,
-        copy_title: str | None = None,
-    ) -> Event:
-        """An internal copy, ordered after ``prerequisites``."""
 
     def writeback(self, state: DataState) -> None:
         """Bring the user's buffer of ``state`` up to date."""

@@ -65,6 +65,7 @@ class Owner(reductions.Owner, Protocol):
         prerequisites: list[Event],
         label: str,
         keep: bool = True,
+        copy_title: str | None = None,
     ) -> Event:
         """An internal copy, ordered after ``prerequisites``."""
 
