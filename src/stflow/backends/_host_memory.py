@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import BackendUnavailableError, ScopeError, add_note
+from .._core.errors import BackendUnavailableError, ScopeError, add_note, work_ids
 from .._core.layout import dense_strides
 from .._interchange.views import ViewLifetime
 from ._base import (
@@ -30,6 +30,7 @@ from ._base import (
     CompositeAllocation,
     KernelLaunch,
     Stream,
+    callback_state,
     describable,
     pointer_array,
     poison,
@@ -41,6 +42,7 @@ __all__ = [
     "Launched",
     "copy_elements",
     "element_array",
+    "launch_work",
     "launched_arguments",
     "poison",
     "python_kernel",
@@ -223,6 +225,28 @@ class Launched:
                 raise
             add_note(exc, f"raised by {self.source}")
             sink(exc, self.order)
+
+
+def launch_work(
+    backend: Any,
+    stream: Stream,
+    own: type,
+    fn: Callable[..., Any],
+    args: tuple,
+    source: str,
+) -> None:
+    """``Backend.launch_callable`` of the host-memory backends: ``fn(*args)`` enqueued
+    on ``stream`` (a recording stream's handle stands for the backend's stream of
+    type ``own``), its task views as NumPy arrays of their memory."""
+    if callback_state.active:
+        raise ScopeError(
+            "launch() called from work running in stream order; "
+            "enqueue from the task body instead"
+        )
+    if not isinstance(stream, own):
+        stream = backend.stream_from_handle(int(stream.handle))
+    work = Launched(fn, launched_arguments(args), stream, source, next(work_ids))
+    backend.enqueue_call(stream, work)
 
 
 class HostMemory:

@@ -64,10 +64,9 @@ from ._emulated_guard import ReadGuard
 from ._host_memory import (
     HostMemory,
     HostView,
-    Launched,
     combine_at,
     copy_elements,
-    launched_arguments,
+    launch_work,
     poison,
     python_kernel,
 )
@@ -468,17 +467,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         arrive as NumPy arrays of their memory (also the views of a task recorded
         into a graph, which refuse host access: the work reads them when the graph
         runs)."""
-        if callback_state.active:
-            raise ScopeError(
-                "launch() called from work running in stream order; "
-                "enqueue from the task body instead"
-            )
-        if not isinstance(stream, EmulatedStream):  # a recording stream's handle
-            stream = self.stream_from_handle(int(stream.handle))
-        self.enqueue_call(
-            stream,
-            Launched(fn, launched_arguments(args), stream, source, next(work_ids)),
-        )
+        launch_work(self, stream, EmulatedStream, fn, args, source)
 
     def set_loop_condition(self, handle: int, value: Any) -> None:
         from ._emulated_graphs import set_conditional

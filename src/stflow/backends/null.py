@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from .._core.errors import ScopeError, work_ids
 from ._base import (
     Allocation,
     Backend,
@@ -55,10 +54,9 @@ from ._emulated_green import EmulatedPartitions
 from ._host_memory import (
     HostMemory,
     HostView,
-    Launched,
     combine_at,
     copy_elements,
-    launched_arguments,
+    launch_work,
     python_kernel,
 )
 
@@ -249,15 +247,7 @@ class NullBackend(EmulatedPartitions, Backend):
         """Run ``fn(*args)`` now (everything before it in stream order has completed),
         its task views as NumPy arrays of their memory; a node of the graph while the
         stream captures."""
-        if callback_state.active:
-            raise ScopeError(
-                "work launched from work running in stream order; "
-                "launch from the task body instead"
-            )
-        if not isinstance(stream, NullStream):  # a recording stream's handle
-            stream = self.stream_from_handle(int(stream.handle))
-        work = Launched(fn, launched_arguments(args), stream, source, next(work_ids))
-        self.enqueue_call(stream, work)
+        launch_work(self, stream, NullStream, fn, args, source)
 
     def set_loop_condition(self, handle: int, value: Any) -> None:
         from ._emulated_graphs import set_conditional
