@@ -49,29 +49,22 @@ Loops
     another device.
 
 Condition kernels
-    ``set_condition`` launches a one-thread kernel reading element 0 of each term and
-    calling ``cudaGraphSetConditional``. The kernels are generated per signature
-    (dtypes, comparisons, negations, combiner), compiled with NVRTC to a cubin for
-    the device's architecture and cached. NVRTC knows ``cudaGraphConditionalHandle``
-    and ``cudaGraphSetConditional`` as built-ins: the function is declared
-    ``__cudart_builtin__`` and needs no header and no device linking. Thresholds are
-    compared exactly: in double precision against float elements, and against
-    integer elements as 64-bit integers after rounding the threshold towards the
-    side that keeps the comparison's truth (``x > 2.5`` is ``x > 2``).
+    ``set_condition`` launches a one-thread kernel generated per signature of the
+    condition (``_cuda_conditions.py``), compiled with NVRTC and cached.
 
 Updates
-    :meth:`~CudaGraphSupport.topology` keys graphs by their numbers of nodes and
-    edges: a cheap key, since ``cuGraphExecUpdate`` itself refuses a graph of another
-    topology (the caller then instantiates). ``cuGraphExecUpdate`` cannot change a
-    conditional node's parameters, but handles are numbered per graph in creation
-    order, so graphs recorded alike get equal handles and update (measured with
-    repeat and while loops).
+    :meth:`~CudaGraphSupport.topology` keys graphs by their numbers of top-level nodes
+    and edges and of the nodes their captures made: a cheap key, since
+    ``cuGraphExecUpdate`` itself refuses a graph of another topology (the caller then
+    instantiates). ``cuGraphExecUpdate`` cannot change a conditional node's
+    parameters, but handles are numbered per graph in creation order, so graphs
+    recorded alike get equal handles and update (measured with repeat and while
+    loops).
 """
 
 from __future__ import annotations
 
 import ctypes
-import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -81,47 +74,11 @@ import numpy as np
 from .._core.errors import ScopeError
 from . import _cuda_driver as _cu
 from ._base import Allocation, Stream
+from ._cuda_conditions import LOOP_KERNELS, condition_kernel
 from ._cuda_kernels import kernel_params as _kernel_params
 from ._graphs import ConditionTerm, GraphSupport
 
 __all__ = ["CudaGraphSupport"]
-
-MAX_TERMS = 8
-"""Terms one condition may combine."""
-_COMPARISONS = (">", "<", ">=", "<=")
-_ELEMENT_TYPES = {
-    "float32": "float",
-    "float64": "double",
-    "int32": "int",
-    "int64": "long long",
-}
-_INT64 = (-(2**63), 2**63 - 1)
-
-_SET_CONDITIONAL = (
-    'extern "C" __device__ __cudart_builtin__ void '
-    "cudaGraphSetConditional(cudaGraphConditionalHandle handle, "
-    "unsigned int value);\n"
-)
-_LOOP_KERNELS = (
-    _SET_CONDITIONAL
-    + r"""
-extern "C" __global__ void stflow_loop_start(cudaGraphConditionalHandle handle,
-                                             unsigned int* counter, unsigned int count,
-                                             unsigned int value)
-{
-    if (counter) *counter = count;
-    cudaGraphSetConditional(handle, value);
-}
-
-extern "C" __global__ void stflow_repeat_step(cudaGraphConditionalHandle handle,
-                                              unsigned int* counter)
-{
-    const unsigned int left = *counter - 1u;
-    *counter = left;
-    cudaGraphSetConditional(handle, left != 0u ? 1u : 0u);
-}
-"""
-)
 
 
 class _Resources:
@@ -594,7 +551,7 @@ class CudaGraphSupport(GraphSupport):
         if count:
             counter = backend.allocate(device, 4, None, np.dtype(np.uint32))
             resources.releases.append(lambda: backend.free(counter, None))
-        kernel = self._function(_LOOP_KERNELS, "stflow_loop_start", device)
+        kernel = self._function(LOOP_KERNELS, "stflow_loop_start", device)
         args = [
             ctypes.c_uint64(int(handle)),
             ctypes.c_uint64(counter.ptr if counter is not None else 0),
@@ -624,7 +581,7 @@ class CudaGraphSupport(GraphSupport):
             raise ScopeError(f"CUDA graph 0x{int(body):x} is not the body of a loop")
         if loop.counter is None:
             return
-        kernel = self._function(_LOOP_KERNELS, "stflow_repeat_step", loop.device)
+        kernel = self._function(LOOP_KERNELS, "stflow_repeat_step", loop.device)
         args = [ctypes.c_uint64(handle), ctypes.c_uint64(loop.counter.ptr)]
         self._add_kernel_node(body, list(sinks), kernel, args, loop.device)
 
@@ -636,36 +593,11 @@ class CudaGraphSupport(GraphSupport):
         Raises
         ------
         ValueError
-            No term or more than :data:`MAX_TERMS`, an unknown combiner, comparison
-            or dtype, or a NaN threshold against an integer element.
+            A condition :func:`~stflow.backends._cuda_conditions.condition_kernel`
+            refuses (no term or more than ``MAX_TERMS``, an unknown combiner,
+            comparison or dtype, a NaN threshold against an integer element).
         """
-        if combiner not in ("all", "any"):
-            raise ValueError(
-                f"a condition combines its terms with 'all' or 'any', not {combiner!r}"
-            )
-        if not 1 <= len(terms) <= MAX_TERMS:
-            raise ValueError(f"a condition has 1 to {MAX_TERMS} terms, not {len(terms)}")
-        signature = []
-        args: list[Any] = [ctypes.c_uint64(handle)]
-        for ptr, dtype, op, threshold, negate in terms:
-            name = np.dtype(dtype).name
-            if name not in _ELEMENT_TYPES:
-                raise ValueError(
-                    f"a condition term reads float32, float64, int32 or "
-                    f"int64 elements, not {name}"
-                )
-            if op not in _COMPARISONS:
-                raise ValueError(
-                    f"a condition term compares with one of "
-                    f"{', '.join(_COMPARISONS)}, not {op!r}"
-                )
-            signature.append((name, op, bool(negate)))
-            args.append(ctypes.c_uint64(ptr))
-            if name.startswith("float"):
-                args.append(ctypes.c_double(float(threshold)))
-            else:
-                args.append(ctypes.c_int64(_integer_threshold(op, float(threshold))))
-        source = _condition_source(tuple(signature), combiner)
+        source, args = condition_kernel(handle, terms, combiner)
         device = stream.ordinal
         kernel = self._function(source, "stflow_condition", device)
         array = _kernel_params(args)
@@ -790,40 +722,3 @@ class CudaGraphSupport(GraphSupport):
             self._add_node(graph, deps, None, len(deps), params),
             f"adding a kernel node to a CUDA graph on device {device}",
         )
-
-
-def _integer_threshold(op: str, threshold: float) -> int:
-    """The 64-bit integer ``t`` with ``x op t == x op threshold`` for integers ``x``."""
-    if math.isnan(threshold):
-        raise ValueError(
-            "a condition term on integer elements needs a threshold that "
-            "is a number, not NaN"
-        )
-    if math.isinf(threshold):
-        return _INT64[1] if threshold > 0 else _INT64[0]
-    rounded = math.floor(threshold) if op in (">", "<=") else math.ceil(threshold)
-    return min(max(rounded, _INT64[0]), _INT64[1])
-
-
-def _condition_source(signature: tuple[tuple[str, str, bool], ...], combiner: str) -> str:
-    """CUDA C++ of the kernel evaluating a condition of this signature."""
-    params = ["cudaGraphConditionalHandle handle"]
-    tests = []
-    for i, (dtype, op, negate) in enumerate(signature):
-        element = _ELEMENT_TYPES[dtype]
-        threshold = "double" if dtype.startswith("float") else "long long"
-        params.append(f"const {element}* p{i}")
-        params.append(f"{threshold} t{i}")
-        test = f"(({threshold})p{i}[0] {op} t{i})"
-        tests.append(f"!{test}" if negate else test)
-    join = " && " if combiner == "all" else " || "
-    return (
-        _SET_CONDITIONAL
-        + 'extern "C" __global__ void stflow_condition('
-        + ", ".join(params)
-        + ")\n"
-        + "{\n    const bool value = "
-        + join.join(tests)
-        + ";\n"
-        + "    cudaGraphSetConditional(handle, value ? 1u : 0u);\n}\n"
-    )
