@@ -47,6 +47,7 @@ __all__ = [
     "mpi_send_buffers",
     "mpi_send_limit",
     "parse_size",
+    "pin_piece",
     "pure_python_requested",
     "reload",
     "render_table",
@@ -68,6 +69,9 @@ _IGNORED_REFERENCE_VARIABLES = (
     "CUDASTF_NCCL",
 )
 
+PIN_PIECE_DEFAULT = 0
+"""``STFLOW_PIN_PIECE`` unset: user host arrays are page-locked whole (a size: larger
+arrays are page-locked in pieces of that size, by several threads at once)."""
 MPI_PIECE_DEFAULT = 4 << 20
 """``STFLOW_MPI_PIECE`` unset: the largest message a value is sent in (bytes)."""
 MPI_SEND_LIMIT_DEFAULT = 512 << 20
@@ -418,6 +422,15 @@ SETTINGS: tuple[Setting, ...] = (
         ),
     ),
     Setting(
+        "STFLOW_PIN_PIECE",
+        "size (`268435456`, `256MiB`; `0`: whole)",
+        "`0`",
+        "each use",
+        "User host arrays larger than this are page-locked in pieces of this size, by "
+        "several threads at once; `0` locks every array whole.",
+        _size("STFLOW_PIN_PIECE"),
+    ),
+    Setting(
         "STFLOW_MPI_PIECE",
         "positive integer (bytes)",
         "`4194304` (4 MiB)",
@@ -624,6 +637,13 @@ def distributed_check() -> bool:
 def graph_cache_entries() -> int:
     """``STFLOW_GRAPH_CACHE_ENTRIES``: executable graphs a graph-mode context keeps."""
     return int(_setting("STFLOW_GRAPH_CACHE_ENTRIES").value())
+
+
+def pin_piece() -> int:
+    """``STFLOW_PIN_PIECE``: the size of the pieces large user host arrays are
+    page-locked in (bytes; 0: whole)."""
+    value: int | None = _setting("STFLOW_PIN_PIECE").value()
+    return PIN_PIECE_DEFAULT if value is None else value
 
 
 def mpi_piece() -> int:

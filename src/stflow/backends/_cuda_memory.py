@@ -26,6 +26,14 @@ Copies never block and are always stream-ordered
     while holding its lock, so a copy that blocked could deadlock against a host
     callback.
 
+User host memory page-locked in pieces
+    ``register_host`` page-locks an array larger than ``STFLOW_PIN_PIECE`` as one
+    registration per piece, the pieces locked by several threads at once
+    (``_registrations``). The driver refuses a copy whose host range spans two
+    registrations, so where pieces exist every copy is cut at their boundaries (a
+    tile of a matrix: its rows on each side as 2-D copies, the row crossing the
+    boundary as two 1-D copies), and a fill spanning one runs on the host.
+
 Fills
     The pattern is reduced to its shortest period: 1, 2 or 4 bytes become one
     ``cuMemsetD8/D16/D32Async``; up to 16 bytes, one strided 2D memset per 1, 2 or
@@ -47,6 +55,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,6 +68,7 @@ from . import _cuda_driver as _cu
 from ._base import HOST, MANAGED, Allocation, CompositeAllocation, Stream
 from ._host_memory import copy_elements
 from ._host_pages import populate
+from ._registrations import cuts_within, pieces, split_range, split_rows
 
 __all__ = ["CudaMemory"]
 
@@ -70,6 +80,11 @@ _MAX_STRIDED_PERIOD = 16
 """Fill patterns up to this many bytes use strided 2D memsets."""
 _MAX_PITCH = (1 << 31) - 1
 """The largest pitch of a 2-D copy the driver takes (wider rows: 1-D copies)."""
+_PAGE = mmap.PAGESIZE
+"""What the pieces of a registration are aligned to (the driver locks whole pages,
+each in one registration)."""
+_PIN_THREADS = 16
+"""The most threads page-locking the pieces of one array at once."""
 _FREED = object()
 """``Allocation.owner`` once the backend released the memory (double-free guard)."""
 
@@ -107,7 +122,11 @@ class CudaMemory:
         self._deferred: list[tuple[Any, list, Callable[[], None] | None]] = []
         self._deferred_lock = threading.Lock()
         self._staging_free: dict[int, list[int]] = {}
-        self._registered: dict[int, list[Any]] = {}  # ptr -> [nbytes, users, array]
+        # ptr -> [nbytes, users, array, pieces ((start, size) registrations)]
+        self._registered: dict[int, list[Any]] = {}
+        # Where a registration of a piece of a larger one starts, sorted: copies of
+        # host memory are cut there (``_registrations``). Replaced, never mutated.
+        self._cuts: tuple[int, ...] = ()
         self._unregistering: dict[int, tuple[int, threading.Event]] = {}
         self._registered_lock = threading.Lock()
         self._staging_cached = 0
@@ -441,13 +460,49 @@ class CudaMemory:
                 return ptr
             self._ensure_context()
             populate(ptr, nbytes)
-            (err,) = _cu.driver.cuMemHostRegister(
-                ptr, nbytes, _cu.driver.CU_MEMHOSTREGISTER_PORTABLE
-            )
-            if err:
+            parts = self._lock_pages(ptr, nbytes)
+            if parts is None:
                 return None
-            self._registered[ptr] = [nbytes, 1, array]
+            self._registered[ptr] = [nbytes, 1, array, parts]
+            if len(parts) > 1:
+                self._cuts = tuple(sorted((*self._cuts, *(at for at, _ in parts[1:]))))
         return ptr
+
+    def _lock_pages(self, ptr: int, nbytes: int) -> list[tuple[int, int]] | None:
+        """Page-lock ``[ptr, ptr + nbytes)``: whole, or beyond ``STFLOW_PIN_PIECE``
+        in pieces locked by several threads at once (``_registrations``). Returns the
+        registrations made, or ``None`` (nothing left locked) when the driver refused
+        one."""
+        import os
+
+        from .._core.config import pin_piece
+
+        piece = pin_piece()
+        if not piece or nbytes <= piece:
+            parts = [(ptr, nbytes)]
+        else:
+            parts = pieces(ptr, nbytes, piece, _PAGE)
+        flags = _cu.driver.CU_MEMHOSTREGISTER_PORTABLE
+
+        def lock(part: tuple[int, int]) -> bool:
+            self._ensure_context()
+            return not _cu.driver.cuMemHostRegister(part[0], part[1], flags)[0]
+
+        if len(parts) == 1:
+            return parts if lock(parts[0]) else None
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(
+            min(len(parts), os.cpu_count() or 1, _PIN_THREADS),
+            thread_name_prefix="stflow-pin",
+        ) as pool:
+            locked = list(pool.map(lock, parts))
+        if all(locked):
+            return parts
+        for part, done in zip(parts, locked):
+            if done:
+                _cu.driver.cuMemHostUnregister(part[0])
+        return None
 
     def unregister_host(self, token: Any) -> None:
         """Undo :meth:`register_host` (``None`` does nothing).
@@ -465,29 +520,39 @@ class CudaMemory:
             if entry[1] > 0:
                 return
             del self._registered[token]
-            nbytes, array = entry[0], entry[2]
+            nbytes, array, parts = entry[0], entry[2], entry[3]
+            if len(parts) > 1:
+                gone = {at for at, _ in parts[1:]}
+                self._cuts = tuple(at for at in self._cuts if at not in gone)
             done = threading.Event()
             self._unregistering[token] = (nbytes, done)
         threading.Thread(
             target=self._unregister,
-            args=(token, array, done),
+            args=(token, parts, array, done),
             name="stflow-unregister",
             daemon=True,
         ).start()
 
-    def _unregister(self, ptr: int, array: Any, done: threading.Event) -> None:
+    def _unregister(
+        self,
+        ptr: int,
+        parts: list[tuple[int, int]],
+        array: Any,
+        done: threading.Event,
+    ) -> None:
         try:
             self._ensure_context()
-            (err,) = _cu.driver.cuMemHostUnregister(ptr)
-            if err:
-                import warnings
+            for start, _ in parts:
+                (err,) = _cu.driver.cuMemHostUnregister(start)
+                if err:
+                    import warnings
 
-                warnings.warn(
-                    f"stflow: unregistering host memory at 0x{ptr:x} "
-                    f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
+                    warnings.warn(
+                        f"stflow: unregistering host memory at 0x{start:x} "
+                        f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
         finally:
             with self._registered_lock:
                 self._unregistering.pop(ptr, None)
@@ -527,7 +592,11 @@ class CudaMemory:
         source = self.pointer_kind(src)
         target = self.pointer_kind(dst)
         if PAGEABLE not in (source, target) and not source == target == PINNED:
-            self._async_copy(dst, src, nbytes, stream)
+            if self._cuts:
+                for offset, size in self._runs(dst, src, nbytes):
+                    self._async_copy(dst + offset, src + offset, size, stream)
+            else:
+                self._async_copy(dst, src, nbytes, stream)
             return
         what = f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x}"
         self._refuse_host_work(stream, what)
@@ -535,6 +604,14 @@ class CudaMemory:
             self._staged_copy(dst, src, nbytes, stream, source == PAGEABLE)
         else:
             self.launch_host_func(stream, lambda: _memmove(dst, src, nbytes))
+
+    def _runs(self, dst: int, src: int, nbytes: int) -> list[tuple[int, int]]:
+        """``(offset, size)`` of the runs of a 1-D copy of ``nbytes`` that stay
+        within one registration on both sides (``_registrations``)."""
+        cuts = self._cuts
+        inside = [cut - src for cut in cuts_within(cuts, src, src + nbytes)]
+        inside += [cut - dst for cut in cuts_within(cuts, dst, dst + nbytes)]
+        return split_range(0, nbytes, sorted(set(inside)))
 
     @staticmethod
     def _async_copy(dst: int, src: int, nbytes: int, stream: Stream) -> None:
@@ -615,42 +692,66 @@ class CudaMemory:
         """The 2-D copies of a layout-to-layout copy between device-accessible
         memory (unified addresses), enqueued on ``stream``."""
         pieces = pitched(shape, dst_strides, src_strides, itemsize)
-        if pieces.height == 1:  # contiguous runs: 1-D copies
-            for dst_offset, src_offset in pieces.offsets():
-                self._async_copy(dst + dst_offset, src + src_offset, pieces.width, stream)
-            return
-        if max(pieces.dst_pitch, pieces.src_pitch) > _MAX_PITCH:
-            for dst_offset, src_offset in pieces.offsets():
-                for row in range(pieces.height):
-                    self._async_copy(
-                        dst + dst_offset + row * pieces.dst_pitch,
-                        src + src_offset + row * pieces.src_pitch,
-                        pieces.width,
-                        stream,
-                    )
-            return
-        driver = _cu.driver
-        unified = driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
-        copy = driver.CUDA_MEMCPY2D()
+        width, height = pieces.width, pieces.height
+        dst_pitch, src_pitch = pieces.dst_pitch, pieces.src_pitch
+        rows_apart = max(dst_pitch, src_pitch) > _MAX_PITCH
+        cuts = self._cuts
+        for dst_offset, src_offset in pieces.offsets():
+            d, s = dst + dst_offset, src + src_offset
+            if height == 1 or rows_apart:  # contiguous runs: 1-D copies
+                for row in range(height):
+                    at_d, at_s = d + row * dst_pitch, s + row * src_pitch
+                    if cuts:
+                        for offset, size in self._runs(at_d, at_s, width):
+                            self._async_copy(at_d + offset, at_s + offset, size, stream)
+                    else:
+                        self._async_copy(at_d, at_s, width, stream)
+            elif cuts:
+                # Host memory registered in pieces: the driver refuses a copy whose
+                # host rows span two registrations, so it is cut at their boundary.
+                parts = split_rows(s, src_pitch, width, height, cuts)
+                if len(parts) == 1:  # the source is whole: cut at the destination's
+                    parts = split_rows(d, dst_pitch, width, height, cuts)
+                for row, rows, offset, size in parts:
+                    at_d = d + row * dst_pitch + offset
+                    at_s = s + row * src_pitch + offset
+                    if rows == 1:
+                        self._async_copy(at_d, at_s, size, stream)
+                    else:
+                        self._copy_2d(
+                            at_d, dst_pitch, at_s, src_pitch, size, rows, stream
+                        )
+            else:
+                self._copy_2d(d, dst_pitch, s, src_pitch, width, height, stream)
+
+    def _copy_2d(
+        self,
+        dst: int,
+        dst_pitch: int,
+        src: int,
+        src_pitch: int,
+        width: int,
+        height: int,
+        stream: Stream,
+    ) -> None:
+        """One ``cuMemcpy2DAsync`` of ``height`` rows of ``width`` bytes."""
+        unified = _cu.driver.CUmemorytype.CU_MEMORYTYPE_UNIFIED
+        copy = _cu.driver.CUDA_MEMCPY2D()
         copy.srcMemoryType = unified
         copy.dstMemoryType = unified
-        copy.srcPitch = pieces.src_pitch
-        copy.dstPitch = pieces.dst_pitch
-        copy.WidthInBytes = pieces.width
-        copy.Height = pieces.height
-        native = stream.native  # type: ignore[attr-defined]
-        for dst_offset, src_offset in pieces.offsets():
-            copy.srcDevice = src + src_offset
-            copy.dstDevice = dst + dst_offset
-            (err,) = driver.cuMemcpy2DAsync(copy, native)
-            if err:
-                raise _cu.error(
-                    err,
-                    f"copying {pieces.height} rows of {pieces.width} "
-                    f"bytes from 0x{src + src_offset:x} (pitch "
-                    f"{pieces.src_pitch}) to 0x{dst + dst_offset:x} "
-                    f"(pitch {pieces.dst_pitch}) on {stream!r}",
-                ) from None
+        copy.srcPitch = src_pitch
+        copy.dstPitch = dst_pitch
+        copy.WidthInBytes = width
+        copy.Height = height
+        copy.srcDevice = src
+        copy.dstDevice = dst
+        (err,) = _cu.driver.cuMemcpy2DAsync(copy, stream.native)  # type: ignore
+        if err:
+            raise _cu.error(
+                err,
+                f"copying {height} rows of {width} bytes from 0x{src:x} (pitch "
+                f"{src_pitch}) to 0x{dst:x} (pitch {dst_pitch}) on {stream!r}",
+            ) from None
 
     def _staged_copy(
         self, dst: int, src: int, nbytes: int, stream: Stream, from_pageable: bool
@@ -708,7 +809,13 @@ class CudaMemory:
             )
         pattern = pattern[: _period(pattern)]
         kind = self.pointer_kind(ptr)
-        if kind == PAGEABLE or (kind == PINNED and len(pattern) > _MAX_STRIDED_PERIOD):
+        if kind == PAGEABLE or (
+            kind == PINNED
+            and (
+                len(pattern) > _MAX_STRIDED_PERIOD
+                or cuts_within(self._cuts, ptr, ptr + nbytes)  # spans registrations
+            )
+        ):
             self._refuse_host_work(stream, f"filling {nbytes} bytes at 0x{ptr:x}")
             self.launch_host_func(stream, _host_filler(ptr, nbytes, pattern))
         elif len(pattern) > _MAX_STRIDED_PERIOD:
