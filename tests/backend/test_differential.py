@@ -104,6 +104,31 @@ def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
     range(0, min(SEEDS, 400), CHUNK),
     ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
 )
+def test_graph_mode_with_epochs_launched_from_a_thread_matches_the_oracle(
+    backend, first, monkeypatch
+):
+    """``STFLOW_GRAPH_LAUNCHER=thread`` (``_graph/launcher.py``) with an epoch every
+    three tasks: the epochs are instantiated and launched on the launcher's thread
+    while the next ones record, behind gates."""
+    import stflow._graph.scopes as scopes
+
+    monkeypatch.setenv("STFLOW_GRAPH_LAUNCHER", "thread")
+    monkeypatch.setattr(scopes, "EPOCH_TASKS", 3)
+    devices = _device_count(backend)
+    failures = []
+    for seed in range(first, first + CHUNK):
+        try:
+            check_program(generate_program(seed, devices), backend, use_graph=True)
+        except AssertionError as exc:
+            failures.append(f"seed {seed}: {exc}")
+    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.parametrize(
+    "first",
+    range(0, min(SEEDS, 400), CHUNK),
+    ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
+)
 def test_random_scoped_programs_match_the_unrolled_oracle(backend, first):
     """Graph scopes, repeat/while loops and launchable graphs (stackable_context)
     around random runs of tasks, against the oracle with the repetitions unrolled."""

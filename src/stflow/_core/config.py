@@ -41,6 +41,7 @@ __all__ = [
     "config",
     "device_memory_budget",
     "distributed_check",
+    "graph_launcher",
     "mpi_cuda_aware",
     "mpi_piece",
     "mpi_send_ahead",
@@ -149,6 +150,20 @@ def _path(text: str | None) -> str | None:
 def _lowered(default: str) -> Callable[[str | None], str]:
     def parse(text: str | None) -> str:
         return (text if text is not None else default).strip().lower() or default
+
+    return parse
+
+
+def _choice(
+    name: str, choices: tuple[str, ...], default: str
+) -> Callable[[str | None], str]:
+    """One of ``choices`` (case-insensitive); empty or unset: ``default``."""
+
+    def parse(text: str | None) -> str:
+        value = (text or "").strip().lower() or default
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {text!r}")
+        return value
 
     return parse
 
@@ -376,6 +391,16 @@ SETTINGS: tuple[Setting, ...] = (
         "Executable graphs of distinct topologies kept for reuse, the least recently "
         "used destroyed first (`0`: none kept).",
         _graph_cache_entries,
+    ),
+    Setting(
+        "STFLOW_GRAPH_LAUNCHER",
+        "`thread` or `inline`",
+        "`inline`",
+        "each use",
+        "Where graph mode instantiates and launches its epochs: `thread`, a thread "
+        "of its own while the next epoch records (backends with gates: CUDA, "
+        "emulated); `inline`, the submitting thread.",
+        _choice("STFLOW_GRAPH_LAUNCHER", ("inline", "thread"), "inline"),
     ),
     Setting(
         "STFLOW_TRACE_FILE",
@@ -632,6 +657,11 @@ def device_memory_budget() -> int | None:
 def distributed_check() -> bool:
     """``STFLOW_DISTRIBUTED_CHECK``: compare every collective call across the ranks."""
     return bool(_setting("STFLOW_DISTRIBUTED_CHECK").value())
+
+
+def graph_launcher() -> str:
+    """``STFLOW_GRAPH_LAUNCHER``: ``thread`` or ``inline``."""
+    return str(_setting("STFLOW_GRAPH_LAUNCHER").value())
 
 
 def graph_cache_entries() -> int:

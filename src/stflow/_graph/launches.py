@@ -31,6 +31,7 @@ __all__ = [
     "launch",
     "pending_events",
     "release",
+    "retire",
 ]
 
 
@@ -56,6 +57,7 @@ class Owner(Protocol):
     cache_shared: bool
     graph_instantiations: int
     graph_updates: int
+    launcher: Any  # a launcher.Launcher, or None
 
     def launch_stream(self) -> Stream:
         """The stream graphs are launched on."""
@@ -90,13 +92,14 @@ def launch(recorder: Owner, graph: Graph, release: bool = True) -> Event:
     return graph.done
 
 
-def executable(recorder: Owner, graph: Graph) -> Any:
+def executable(recorder: Owner, graph: Graph, retire: bool = True) -> Any:
     """The executable of a closed top-level graph (instantiated on first use, or
-    an updated cached executable of the same topology)."""
+    an updated cached executable of the same topology). ``retire=False`` on the
+    launcher's thread (``launcher.py``), where the submitting thread retires."""
     graphs = recorder.graphs
     executable = graph.executable
     if executable is None:
-        if recorder.retiring:  # graphs that have run give their executables back
+        if retire and recorder.retiring:  # graphs that have run give theirs back
             _retire(recorder)
         key = graphs.topology(graph.handle)
         cached = None
@@ -128,6 +131,12 @@ def release(recorder: Owner, graph: Graph) -> None:
         oldest, graph = recorder.retiring.pop(0)
         recorder.real.synchronize(oldest)
         _destroy(recorder, graph)
+
+
+def retire(recorder: Owner) -> None:
+    """Destroy the launched graphs whose work completed (their executables go
+    back to the cache)."""
+    _retire(recorder)
 
 
 def _retire(recorder: Owner) -> None:
@@ -195,6 +204,9 @@ def context_finalized(recorder: Owner) -> None:
     are handed to :func:`_adopt_running`, destroyed once their launch completed.
     """
     _collect_orphans()
+    launcher = recorder.launcher
+    if launcher is not None:
+        launcher.close()  # every epoch launched
     for done, graph in recorder.retiring:
         if recorder.caller_stream is not None and not recorder.real.query(done):
             _adopt_running(recorder, done, graph)
@@ -202,6 +214,8 @@ def context_finalized(recorder: Owner) -> None:
         recorder.real.synchronize(done)
         _destroy(recorder, graph)
     recorder.retiring = []
+    if launcher is not None:
+        launcher.drop_gate()  # every completion behind it has completed
     recorder.drop_cached()  # a shared cache outlives the context
     for streams in recorder.spare.values():
         for real in streams:

@@ -152,7 +152,7 @@ def close(scopes: Owner, scope: Scope, launch: bool = True) -> None:
     _leave_top(scopes, scope)
     if launch:
         if scope.graph.used:
-            recorder.launch(scope.graph)
+            recorder.launch(scope.graph, epoch=scope.kind is ScopeKind.EPOCH)
             scopes.lower(scope)
         else:
             recorder.discard_graph(scope.graph)

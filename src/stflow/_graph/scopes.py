@@ -474,7 +474,10 @@ class ScopeTracker:
 
     def statistics(self) -> tuple[int, int]:
         """``(graph instantiations, executable updates)`` so far."""
-        return self.recorder.graph_instantiations, self.recorder.graph_updates
+        recorder = self.recorder
+        if recorder.launcher is not None:
+            recorder.launcher.settle()  # the epochs handed over are counted
+        return recorder.graph_instantiations, recorder.graph_updates
 
     def __repr__(self) -> str:
         return f"<ScopeTracker {self.stack}>"
