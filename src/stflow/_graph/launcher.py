@@ -86,6 +86,7 @@ class Launcher:
         real = recorder.real
         stream = self.stream
         assert stream is not None
+        real.set_current_device(stream.device)  # the thread's driver context
         while True:
             job = self.jobs.get()
             if job is None:
