@@ -86,7 +86,10 @@ class Launcher:
         real = recorder.real
         stream = self.stream
         assert stream is not None
-        real.set_current_device(stream.device)  # the thread's driver context
+        try:
+            real.set_current_device(stream.device)  # the thread's driver context
+        except BaseException as exc:  # noqa: BLE001 - reported; the jobs still run
+            self._report(exc)
         while True:
             job = self.jobs.get()
             if job is None:
@@ -98,15 +101,25 @@ class Launcher:
                     real.wait(stream, event)
                 recorder.graphs.launch(executable, stream)
             except BaseException as exc:  # noqa: BLE001 - reported, never lost
-                sink = recorder.error_sink
-                if sink is None:
-                    raise
-                sink(exc)
+                self._report(exc)
             finally:
                 real.gate_open(stream, self.gate, number)
                 with self.settled:
                     self.done = number
                     self.settled.notify_all()
+
+    def _report(self, exc: BaseException) -> None:
+        """A failure on the thread: to the context's error log (raised at its next
+        synchronisation point); the thread goes on, so no gate stays closed."""
+        sink = self.recorder.error_sink
+        if sink is not None:
+            sink(exc)
+            return
+        import warnings
+
+        warnings.warn(
+            f"stflow: launching a graph failed: {exc!r}", RuntimeWarning, stacklevel=1
+        )
 
     def settle(self) -> None:
         """Wait until the thread has launched every epoch handed to it (statistics
