@@ -363,7 +363,7 @@ class CudaStreams:
             stream.native,  # type: ignore[attr-defined]
             gate[0],
             value,
-            d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ,
+            int(d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ),
         )
         if err:
             raise _cu.error(
@@ -376,7 +376,7 @@ class CudaStreams:
             stream.native,  # type: ignore[attr-defined]
             gate[0],
             value,
-            d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT,
+            int(d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
         )
         if err:
             raise _cu.error(err, f"opening a gate to {value} on {stream!r}") from None
