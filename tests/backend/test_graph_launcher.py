@@ -109,3 +109,28 @@ def test_a_bad_setting_is_refused(monkeypatch):
     monkeypatch.setenv("STFLOW_GRAPH_LAUNCHER", "threads")
     with pytest.raises(ValueError, match="STFLOW_GRAPH_LAUNCHER must be one of"):
         stf.context(backend="emulated", use_graph=True)
+
+
+def test_a_gate_holds_a_stream_until_another_stream_opens_it(backend):
+    import time
+
+    from stflow.backends import get_backend
+
+    real = get_backend(backend)
+    gate = real.create_gate(0)
+    held, opener = real.create_stream(0), real.create_stream(0)
+    try:
+        real.gate_wait(held, gate, 2)
+        passed = real.record(held)
+        real.gate_open(opener, gate, 1)  # not enough
+        real.synchronize(real.record(opener))
+        time.sleep(0.01)
+        assert not real.query(passed)
+        real.gate_open(opener, gate, 2)
+        real.synchronize(passed)
+        real.gate_wait(held, gate, 1)  # already open: passes
+        real.synchronize(real.record(held))
+    finally:
+        real.destroy_stream(held)
+        real.destroy_stream(opener)
+        real.destroy_gate(gate)
