@@ -13,6 +13,10 @@ after a warm-up of each variant at the smallest size:
 ``stflow in place``
     the same with ``overwrite_a=True`` (a copy of ``a`` made before the clock starts):
     one matrix page-locked and moved, as LAPACK's in-place ``potrf``.
+``stflow in place, pinned in pieces``
+    the same with the matrix page-locked in pieces of 256 MiB by several threads
+    (``STFLOW_PIN_PIECE=256MiB``; the other variants run with the setting as the
+    environment gives it, unset: the matrix locked whole).
 ``stflow, budget n²·4 B``
     ``stflow`` within a device memory budget of half the matrix, where the libraries
     below cannot run at all (the tiles are evicted and brought back).
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import time
 from collections.abc import Callable
@@ -88,10 +93,22 @@ def variants(example: Any, a: np.ndarray, nb: int) -> dict[str, Callable[[], Any
         factor, _ = torch.linalg.cholesky_ex(torch.from_numpy(a).cuda())
         return factor.cpu().numpy()
 
+    def in_pieces() -> tuple[np.ndarray, float]:
+        before = os.environ.get("STFLOW_PIN_PIECE")
+        os.environ["STFLOW_PIN_PIECE"] = "256MiB"  # read at each registration
+        try:
+            return in_place()
+        finally:
+            if before is None:
+                del os.environ["STFLOW_PIN_PIECE"]
+            else:
+                os.environ["STFLOW_PIN_PIECE"] = before
+
     budget = a.nbytes // 2
     return {
         "stflow": lambda: example.cholesky(a, nb, "cuda"),
         "stflow in place": in_place,
+        "stflow in place, pinned in pieces": in_pieces,
         "stflow, budget half the matrix": lambda: example.cholesky(
             a, nb, "cuda", memory_budget=budget
         ),
@@ -165,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         n = max(args.sizes)
         a = example.spd_matrix(n)
         for name, run in variants(example, a, min(args.nb, n)).items():
-            if name in ("stflow", "stflow in place"):
+            if name.startswith("stflow") and "budget" not in name:
                 print(f"== profile: {name}, n={n}")
                 profile = cProfile.Profile()
                 profile.runcall(run)

@@ -14,7 +14,13 @@
 #   tests-python  the same on the Python sources (STFLOW_PURE_PYTHON=1)
 #   bench   the runtime's own cost (null backend, piece by piece too) and B1, compiled
 #           and as Python
-#   graphs  B2 (graph-mode cost per task) and B3 (replay)
+#   graphs  B2 (graph-mode cost per task; epochs launched inline and from the
+#           launcher's thread, side by side) and B3 (replay)
+#   pieces  what decides STFLOW_PIN_PIECE and STFLOW_GRAPH_LAUNCHER: page-locking 8 GiB
+#           whole and in pieces on several threads (pin_pieces.py), instantiation on
+#           another thread (instantiate_threads.py), their GPU tests and differential
+#           runs (a registration per page; epochs from the launcher), B8 in place whole
+#           and in pieces beside the device-resident factorisation
 #   memory  memory_flat.py on CUDA (RSS over long graph-mode runs)
 #   reduce  B7: N tasks accumulating into one vector, reduce against rw
 #   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
@@ -96,8 +102,21 @@ PY
        STFLOW_PURE_PYTHON=$pure timeout 150 python3 b1_overhead.py --json "$OUT/b1-pure$pure.json" ${B1_EXTRA:-}
      done) 2>&1 ;;
   graphs)
-    (cd benchmarks && timeout 240 python3 b2_graph_mode.py --json "$OUT/b2.json" ${B2_EXTRA:-}) 2>&1
+    (cd benchmarks && timeout 300 python3 b2_graph_mode.py --launcher both --json "$OUT/b2.json" ${B2_EXTRA:-}) 2>&1
     (cd benchmarks && timeout 150 python3 b3_replay.py --json "$OUT/b3.json") 2>&1 ;;
+  pieces)
+    (cd benchmarks && timeout 120 python3 pin_pieces.py && timeout 60 python3 instantiate_threads.py) 2>&1
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
+      tests/gpu/test_pinned_pieces.py tests/backend/test_graph_launcher.py -k "not emulated and not null" \
+      > "$OUT/pieces-tests.log" 2>&1
+    echo "tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pieces-tests.log" | tail -n 10
+    STFLOW_PIN_PIECE=1 STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 200 \
+      python3 -m pytest -q -p no:cacheprovider -p no:benchmark tests/backend/test_differential.py \
+      -k "cuda and (launched_from or in_graph_mode or test_random_programs_match)" \
+      > "$OUT/pieces-differential.log" 2>&1
+    echo "differential (a registration per page) exit $?"; tail -n 2 "$OUT/pieces-differential.log"
+    (cd benchmarks && timeout 200 python3 b8_end_to_end.py --sizes 32768 --only "stflow in place" \
+      "stflow in place, pinned in pieces" device-resident) 2>&1 | tail -n 4 ;;
   memory)
     timeout 200 python3 benchmarks/memory_flat.py --backend cuda --json "$OUT/memory.json" 2>&1 ;;
   reduce)
