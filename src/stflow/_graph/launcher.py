@@ -103,7 +103,10 @@ class Launcher:
             except BaseException as exc:  # noqa: BLE001 - reported, never lost
                 self._report(exc)
             finally:
-                real.gate_open(stream, self.gate, number)
+                try:
+                    real.gate_open(stream, self.gate, number)
+                except BaseException as exc:  # noqa: BLE001 - a device lost, say
+                    self._report(exc)
                 with self.settled:
                     self.done = number
                     self.settled.notify_all()

@@ -108,12 +108,14 @@ def executable(recorder: Owner, graph: Graph, retire: bool = True) -> Any:
                 cached = recorder.cache.pop(key, None)
         if cached is not None and graphs.update(cached, graph.handle):
             executable = cached
-            recorder.graph_updates += 1
+            with recorder.cache_lock:  # the launcher's thread counts too
+                recorder.graph_updates += 1
         else:
             if cached is not None:
                 graphs.destroy_exec(cached)
             executable = graphs.instantiate(graph.handle)
-            recorder.graph_instantiations += 1
+            with recorder.cache_lock:
+                recorder.graph_instantiations += 1
         graph.executable = (key, executable)
     return graph.executable[1]
 
