@@ -25,12 +25,13 @@ def _device_count(backend: str) -> int:
     return get_backend(backend).device_count
 
 
-def _run_seeds(backend: str, seeds: range, **options) -> None:
+def _run_seeds(backend: str, seeds: range, use_graph: bool = False, **options) -> None:
     devices = _device_count(backend)
     failures = []
     for seed in seeds:
         try:
-            check_program(generate_program(seed, devices, **options), backend)
+            program = generate_program(seed, devices, **options)
+            check_program(program, backend, use_graph=use_graph)
         except AssertionError as exc:
             failures.append(f"seed {seed}: {exc}")
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
@@ -89,14 +90,7 @@ def test_campaign_of_large_programs(backend, first):
     ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
 )
 def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
-    devices = _device_count(backend)
-    failures = []
-    for seed in range(first, first + CHUNK):
-        try:
-            check_program(generate_program(seed, devices), backend, use_graph=True)
-        except AssertionError as exc:
-            failures.append(f"seed {seed}: {exc}")
-    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+    _run_seeds(backend, range(first, first + CHUNK), use_graph=True)
 
 
 @pytest.mark.parametrize(
@@ -114,14 +108,7 @@ def test_graph_mode_with_epochs_launched_from_a_thread_matches_the_oracle(
 
     monkeypatch.setenv("STFLOW_GRAPH_LAUNCHER", "thread")
     monkeypatch.setattr(scopes, "EPOCH_TASKS", 3)
-    devices = _device_count(backend)
-    failures = []
-    for seed in range(first, first + CHUNK):
-        try:
-            check_program(generate_program(seed, devices), backend, use_graph=True)
-        except AssertionError as exc:
-            failures.append(f"seed {seed}: {exc}")
-    assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
+    _run_seeds(backend, range(first, first + CHUNK), use_graph=True)
 
 
 @pytest.mark.parametrize(
