@@ -62,6 +62,17 @@ def _foreign_scope(scopes: ScopeTracker, plan: Plan) -> tuple[DataState, Scope] 
     return None
 
 
+def _flush_pending(rt: Runtime, plan: Plan, what: Any) -> bool:
+    """Combine the pending reductions of the data ``plan`` accesses; True when
+    there were any (the lock was released meanwhile: admit again)."""
+    flushed = False
+    for access in plan.accesses:
+        if access.state.pending is not None:
+            reductions.flush(rt, access.state, access.device, what)
+            flushed = True
+    return flushed
+
+
 def idle_stream(pools: StreamPools, key: int) -> Stream:
     """A stream of ``pools`` at place ``key`` without task bodies being captured on
     it (such a stream keeps capturing for its bodies), added to the pool if all are
@@ -156,19 +167,14 @@ class GraphMode(Mode):
                     state, scope = foreign
                     rt.block(scope.thread, what, state, scope)
                     continue
-            recording = bool(scopes.stack)
+            recording = bool(scopes.here().stack)
             if recording:  # before any import is hoisted for the plan
                 if held(plan):
                     rt.wait_for_conflicts(_modes(plan), what)
                     continue
                 if plan.reductions and reductions.prepare(rt, plan, what):
                     continue
-                pending = [
-                    access for access in plan.accesses if access.state.pending is not None
-                ]
-                if pending:
-                    for access in pending:
-                        reductions.flush(rt, access.state, access.device, what)
+                if _flush_pending(rt, plan, what):
                     continue
             return recording
 
@@ -185,8 +191,10 @@ class GraphMode(Mode):
         self.scopes.noted(plan)
 
     def body_started(self, stream: Stream) -> None:
-        if self.scopes.stack:  # capture the body
-            self.scopes.begin_body(stream)
+        here = self.scopes.here()
+        if here.stack:  # capture the body
+            self.recorder.begin_body(stream)
+            here.bodies += 1
 
     def body_ended(self, stream: Stream) -> None:
         if isinstance(stream, RecordingStream) and stream.bodies:
@@ -194,9 +202,10 @@ class GraphMode(Mode):
 
     def released(self, plan: Plan) -> None:
         scopes = self.scopes
-        if scopes.stack:
-            scopes.released(plan)
-            if not self.runtime.started and scopes.epoch_full():
+        stack = scopes.here().stack
+        if stack:
+            scopes.released(plan, stack)
+            if scopes.epoch_full(stack) and not self.runtime.started:
                 scopes.epoch_boundary()  # a long epoch runs meanwhile
                 scopes.epoch_begin()
 

@@ -142,5 +142,8 @@ class GraphEvent(Event):
     __slots__ = ("nodes",)
 
     def __init__(self, stream: Stream, seq: int, nodes: tuple[Node, ...]) -> None:
-        super().__init__(stream, seq)
+        # Event.__init__ inlined: one is made per recorded task.
+        self.stream = stream
+        self.seq = seq
+        self.producer = None
         self.nodes = nodes

@@ -521,9 +521,12 @@ class GraphRecorder(Backend):
         :meth:`end_body`."""
         if not isinstance(stream, RecordingStream):
             return
-        if self.split_bodies and stream.referenced and stream.capturing is not None:
+        capturing = stream.capturing
+        if self.split_bodies and capturing is not None and stream.referenced:
             self._end_capture(stream)  # nothing may name the body's capture
-        self._capture(stream)
+            capturing = None
+        if capturing is None or capturing is not self._level().current:
+            self._capture(stream)
         stream.bodies += 1
         stream.body_thread = threading.get_ident()
 
@@ -537,14 +540,20 @@ class GraphRecorder(Backend):
         if not isinstance(stream, RecordingStream):
             return self.real.record(stream)
         capturing = stream.capturing
-        if capturing is not None:
-            if capturing.parent is not None:
+        if capturing is not None and capturing.parent is None:
+            # The open capture is the frontier: a run of tasks on one stream
+            # records events naming the same node.
+            node = stream.open_node
+            assert node is not None
+            nodes: tuple[Node, ...] = (node,)
+            stream.frontier = [node]
+            stream.referenced = True
+        else:
+            if capturing is not None:
                 self._end_capture(stream)
-            else:
-                stream.frontier = [stream.open_node]  # type: ignore[list-item]
-                stream.referenced = True
-        stream.recorded += 1
-        event = GraphEvent(stream, stream.recorded, tuple(stream.frontier))
+            nodes = tuple(stream.frontier)
+        seq = stream.recorded = stream.recorded + 1
+        event = GraphEvent(stream, seq, nodes)
         stream.last_event = event
         return event
 

@@ -70,6 +70,14 @@ instantiating a graph grows faster than its size, and earlier launches overlap t
 recording of what follows."""
 
 
+def _repeats(stack: list[Scope]) -> bool:
+    """True when a scope of ``stack`` is repeated (a loop body, a launchable)."""
+    for scope in stack:
+        if scope.repeatable:
+            return True
+    return False
+
+
 class ScopeTracker:
     """The scopes of one graph-mode runtime (see the module docstring).
 
@@ -194,14 +202,10 @@ class ScopeTracker:
         if self.stack and self.stack[0].kind is ScopeKind.EPOCH:
             self.close(self.stack[0])
 
-    def epoch_full(self) -> bool:
-        """True when the current epoch should be launched (:data:`EPOCH_TASKS`)."""
-        stack = self.stack
-        return (
-            bool(stack)
-            and stack[0].kind is ScopeKind.EPOCH
-            and stack[0].work >= EPOCH_TASKS
-        )
+    def epoch_full(self, stack: list[Scope]) -> bool:
+        """True when the current epoch, at the bottom of the open scopes ``stack``,
+        should be launched (:data:`EPOCH_TASKS`)."""
+        return stack[0].kind is ScopeKind.EPOCH and stack[0].work >= EPOCH_TASKS
 
     def epoch_begin(self) -> None:
         """Record the next epoch."""
@@ -236,15 +240,13 @@ class ScopeTracker:
         for access in plan.accesses:
             touched[id(access.state)] = access.state
             self._snapshot(stack, access.state)
-        repeated = [scope for scope in stack if scope.repeatable]
-        if repeated:
-            _note_assumed(repeated, stack, plan)
+        if _repeats(stack):
+            _note_assumed([scope for scope in stack if scope.repeatable], stack, plan)
 
-    def released(self, plan: Plan) -> None:
-        """Note the writes of ended work (repeated scopes then need not refresh or
-        hoist what they wrote)."""
-        stack = self.here().stack
-        if not any(scope.repeatable for scope in stack):
+    def released(self, plan: Plan, stack: list[Scope]) -> None:
+        """Note the writes of ended work in the calling thread's open scopes
+        ``stack`` (repeated scopes then need not refresh or hoist what they wrote)."""
+        if not _repeats(stack):
             return
         for access in plan.accesses:
             if access.mode & WRITE and access.instance is not None:
@@ -291,14 +293,8 @@ class ScopeTracker:
                 if scope is not inner:
                     inner.lent.append((scope, place))
 
-    def begin_body(self, stream: Stream) -> None:
-        """A task body is about to enqueue work on ``stream``: capture it (until
-        :meth:`end_body`)."""
-        self.recorder.begin_body(stream)
-        self.here().bodies += 1
-
     def end_body(self, stream: Stream) -> None:
-        """The body of a :meth:`begin_body` ended."""
+        """A task body that ``GraphMode.body_started`` captured ended."""
         self.recorder.end_body(stream)
         here = self.here()
         if here.bodies:
