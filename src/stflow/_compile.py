@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 __all__ = ["COMPILED_MODULES", "compiled", "mypyc_attr", "use_sources"]
 
 COMPILED_MODULES = (
+    "backends._stream_types",
     "_core.access",
     "_core.deps",
     "_core.coherence",
@@ -41,6 +42,7 @@ COMPILED_MODULES = (
     "_graph.mode",
     "_graph.scope",
     "_graph.scopes",
+    "_graph.recorded",
     "_graph.recording",
     "_dist.context",
     "_dist.handles",

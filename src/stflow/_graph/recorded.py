@@ -5,7 +5,8 @@ A :class:`Graph` is a top-level graph or the body of a loop node; its :class:`No
 objects are the leaves of one capture (or a loop node), kept as the *frontier* of the
 :class:`RecordingStream` that captured them; a :class:`GraphEvent` is a snapshot of a
 stream's frontier. The recorder (:class:`~stflow._graph.recording.GraphRecorder`)
-holds the algorithm; these classes hold its state.
+holds the algorithm; these classes hold its state. Compiled with it (their attributes
+are read and written for every recorded task).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Node:
     work of another stream (or level) has to depend on it.
     """
 
-    __slots__ = ("graph", "handles", "stream", "__weakref__")
+    __slots__ = ("graph", "handles", "stream")
 
     def __init__(
         self,

@@ -74,7 +74,7 @@ class DriverStream(Stream):
         to a destroyed context and is never reused.
     """
 
-    __slots__ = ("native", "events", "owned", "generation")
+    __slots__ = ("native", "events", "owned", "generation", "__weakref__")
 
     def __init__(
         self,

@@ -114,7 +114,7 @@ _HOLD_SECONDS = 50e-6
 
 
 class EmulatedStream(Stream):
-    __slots__ = ("queue", "capture", "enqueued", "completed", "calls")
+    __slots__ = ("queue", "capture", "enqueued", "completed", "calls", "__weakref__")
 
     def __init__(
         self, handle: int, device: int, error_sink: Callable[..., None] | None = None

@@ -67,7 +67,7 @@ class NullStream(Stream):
     """A stream of the null backend: ``capture`` is the graph capture it is in, if any
     (``_emulated_graphs.Capture``)."""
 
-    __slots__ = ("capture",)
+    __slots__ = ("capture", "__weakref__")
 
     def __init__(
         self,
