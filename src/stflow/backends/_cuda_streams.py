@@ -48,6 +48,7 @@ from typing import Any
 from .._core.errors import ScopeError
 from . import _cuda_driver as _cu
 from ._base import HOST, Event, Stream, callback_state
+from ._stream_types import PooledEvent
 
 __all__ = ["CudaStreams", "DriverEvent", "DriverStream"]
 
@@ -93,20 +94,9 @@ class DriverStream(Stream):
         self.generation = generation
 
 
-class DriverEvent(Event):
-    """A recorded CUDA event; its handle returns to the free list when collected."""
-
-    __slots__ = ("handle", "pool")
-
-    def __init__(self, stream: Stream, seq: int, handle: Any, pool: list) -> None:
-        self.stream = stream
-        self.seq = seq
-        self.producer = None
-        self.handle = handle
-        self.pool = pool
-
-    def __del__(self) -> None:
-        self.pool.append(self.handle)
+DriverEvent = PooledEvent
+"""A recorded CUDA event; its handle returns to its stream's free list when collected
+(compiled: one is made per task)."""
 
 
 _ORIGIN_SECONDS = 5.0

@@ -134,7 +134,9 @@ class EmulatedEvent(Event):
     __slots__ = ("position",)
 
     def __init__(self, stream: EmulatedStream, seq: int, position: int) -> None:
-        super().__init__(stream, seq)
+        self.stream = stream  # Event.__init__ inlined: one is made per task
+        self.seq = seq
+        self.producer = None
         self.position = position
 
     @property
