@@ -327,8 +327,10 @@ class Runtime:
         """
         if host_only:
             exec_device = affine_device = stream_key = HOST
-        elif place is None:
-            exec_device = affine_device = stream_key = self._current_device()
+        elif place is None:  # the current device (the only one: no backend call)
+            exec_device = affine_device = stream_key = (
+                0 if self.device_count == 1 else self._current_device()
+            )
         else:
             exec_device = place._device
             stream_key = place._stream_key  # the device, or a green partition's key
