@@ -10,7 +10,7 @@ does the same for a Python callable run in stream order (``host_launch``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import numpy as np
 
@@ -38,7 +38,10 @@ from .logical_data import dep
 
 __all__ = ["body_label", "task"]
 
-_NEW, _STARTED, _ENDED = 0, 1, 2
+# A task's phase (Final: the compiled build inlines them).
+_NEW: Final = 0
+_STARTED: Final = 1
+_ENDED: Final = 2
 
 
 def _open_bodies() -> list[Any]:
