@@ -140,6 +140,10 @@ class Runtime:
         self._current_device = backend.current_device
         self._completed = backend.query
         self._record = backend.record
+        native = backend.native
+        # Task bodies may have to wait on the host or guard their reads (the emulated
+        # backend): the checks a task's start makes only then.
+        self.host_bodies = bool(native.bodies_wait_on_host or native.guards_reads)
         self.lock = threading.RLock()
         self.cv = threading.Condition(self.lock)
         self.errors = ErrorLog()

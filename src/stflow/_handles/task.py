@@ -402,16 +402,18 @@ class task:
                 if previous != device:
                     backend.set_current_device(device)
                     self._previous_device = previous
-            if backend.guards_reads:  # emulated, stream mode: read() data unchanged?
-                # Armed when the body reaches the data (_settle, stream_ptr, run).
-                self._read_guard = backend.guard_reads(plan)
-            if backend.bodies_wait_on_host and not _settled(plan, backend.query):
-                # Behind work still queued on the task stream (an earlier body), the
-                # host waits only when this body touches the data from the host
-                # (_settle): a body enqueued in stream order (t.run, launched work)
-                # does not wait. Behind markers alone, waiting now costs less.
-                deferred = backend.pending_calls(stream)
-                ready = backend.record(stream)
+            if runtime.host_bodies:  # emulated: bodies may touch data from the host
+                if backend.guards_reads:  # stream mode: read() data unchanged?
+                    # Armed when the body reaches the data (_settle, stream_ptr, run).
+                    self._read_guard = backend.guard_reads(plan)
+                if backend.bodies_wait_on_host and not _settled(plan, backend.query):
+                    # Behind work still queued on the task stream (an earlier body),
+                    # the host waits only when this body touches the data from the
+                    # host (_settle): a body enqueued in stream order (t.run, launched
+                    # work) does not wait. Behind markers alone, waiting now costs
+                    # less.
+                    deferred = backend.pending_calls(stream)
+                    ready = backend.record(stream)
         finally:
             lock.release()
         if deferred:
@@ -435,7 +437,7 @@ class task:
         """Release the dependencies; later tasks order after this one."""
         self.__exit__(None, None, None)
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         if self._phase != _STARTED:
             if self._runtime.finalized:
                 raise self._finalized("end()")
