@@ -52,6 +52,11 @@ def main() -> dict:
                 with ctx.task(*deps) as t:
                     t.stream_ptr()
 
+        def fresh(n: int) -> None:  # as programs write it: a dependency per task
+            for _ in range(n):
+                with ctx.task(x.rw()) as t:
+                    t.stream_ptr()
+
         def build(n: int) -> None:
             for _ in range(n):
                 ctx.task(*deps)
@@ -86,6 +91,9 @@ def main() -> dict:
         tasks = args.tasks
         rows["whole task (with ctx.task(x.rw()) as t: t.stream_ptr())"] = best_us(
             whole, tasks
+        )
+        rows["  the same, a new x.rw() per task (as programs write it)"] = best_us(
+            fresh, tasks
         )
         rows["building the task object (ctx.task)"] = best_us(build, tasks)
         rows["runtime acquire + release"] = best_us(runtime_work, tasks)

@@ -486,3 +486,30 @@ def test_data_place_allocate_and_deallocate():
         place.deallocate(ptr, 256)
     assert stf.data_place.device(0).allocate(0) == 0
     stf.data_place.device(0).deallocate(0, 0)
+
+
+def test_accessors_build_the_dependency_dep_builds(backend):
+    """``ld.read()/write()/rw()`` without a place fill the dependency in one frame
+    (the accessors every task calls); it must be the one ``dep(ld, mode)`` builds,
+    plan key included, and stop being built once the context is finalized."""
+    ctx = stf.context(backend=backend)
+    ld = ctx.logical_data(np.arange(4.0), name="x")
+    modes = {"read": stf.AccessMode.READ, "write": stf.AccessMode.WRITE}
+    modes["rw"] = stf.AccessMode.RW
+    for name, mode in modes.items():
+        fast, built = getattr(ld, name)(), stf.dep(ld, mode)
+        assert type(fast) is stf.dep
+        assert (fast.ld, fast.mode, fast.dplace, fast.place, fast.key) == (
+            built.ld,
+            built.mode,
+            built.dplace,
+            built.place,
+            built.key,
+        )
+        assert type(fast.mode) is int and fast.get_ld() is ld
+    with ctx.task(ld.rw()) as t:
+        t.run(lambda xp, a: a.__imul__(2))
+    ctx.finalize()
+    for name in modes:
+        with pytest.raises(ContextFinalizedError, match="'x'"):
+            getattr(ld, name)()

@@ -97,6 +97,9 @@ class dep:
         )
 
 
+_new_dep = object.__new__
+
+
 def read(ld: logical_data, dplace: data_place | None = None) -> dep:
     """A ``read`` dependency on ``ld``."""
     return dep(ld, READ, dplace)
@@ -145,6 +148,7 @@ class logical_data:
         "_is_token",
         "_source",
         "_key",
+        "_plain_keys",
         "__weakref__",
     )
     _runtime: Runtime
@@ -156,6 +160,7 @@ class logical_data:
     _is_token: bool
     _source: Any
     _key: int
+    _plain_keys: tuple[tuple[int, int, None], ...]  # per mode, the key at no place
 
     def __init__(
         self,
@@ -228,7 +233,8 @@ class logical_data:
         self._symbol = name
         self._is_token = state.is_token
         self._source = source
-        self._key = state.key
+        self._key = key = state.key
+        self._plain_keys = tuple((key, mode, None) for mode in range(4))
         state.label = self._label()
         if not state.is_token:
             finalizer = weakref.finalize(self, runtime.data.retire, state.key)
@@ -324,16 +330,40 @@ class logical_data:
         made.place = place
         made.key = (self._key, mode, place)
 
+    # The three accessors are called for every task: without a data place, on live
+    # data that allows the access, they fill the dependency in one frame (what
+    # _dependency decides then, and the plan key made once per mode).
     def read(self, dplace: data_place | None = None) -> dep:
         """A ``read`` dependency, optionally seen at ``dplace``."""
+        if dplace is None and not self._runtime.finalized:
+            made = _new_dep(dep)
+            made.ld = self
+            made.mode = READ
+            made.dplace = made.place = None
+            made.key = self._plain_keys[READ]
+            return made
         return dep._make(self, READ, dplace)
 
     def write(self, dplace: data_place | None = None) -> dep:
         """A ``write`` dependency, optionally at ``dplace``."""
+        if dplace is None and not self._readonly and not self._runtime.finalized:
+            made = _new_dep(dep)
+            made.ld = self
+            made.mode = WRITE
+            made.dplace = made.place = None
+            made.key = self._plain_keys[WRITE]
+            return made
         return dep._make(self, WRITE, dplace)
 
     def rw(self, dplace: data_place | None = None) -> dep:
         """A ``rw`` dependency, optionally at ``dplace``."""
+        if dplace is None and not self._readonly and not self._runtime.finalized:
+            made = _new_dep(dep)
+            made.ld = self
+            made.mode = RW
+            made.dplace = made.place = None
+            made.key = self._plain_keys[RW]
+            return made
         return dep._make(self, RW, dplace)
 
     def reduce(self, op: Any = "sum", dplace: data_place | None = None) -> dep:
