@@ -50,7 +50,7 @@ from .bundles import bundle as _Bundle
 from .bundles import live_check, local_field_check, make_bundle, state_key
 from .callbacks import host_launch
 from .logical_data import dep, logical_data
-from .task import task
+from .task import new_task, task
 
 if TYPE_CHECKING:
     from .kernel import cuda_kernel as _CudaKernel
@@ -374,17 +374,9 @@ class context(RuntimeOwner):
         """A task with dependencies ``ld.read()/write()/rw()`` and an optional
         ``exec_place``; start it with ``with`` or ``start()``/``end()``."""
         runtime = self._runtime
-        if (
-            runtime is None
-            or runtime.finalized
-            or runtime.closing
-            or callback_state.active
-        ):
-            self._live().check_submit("task()")
-        assert runtime is not None  # checked above
-        made = task.__new__(task)
-        made._setup(runtime, args, symbol)
-        return made
+        if runtime is None:
+            runtime = self._live()  # raises: the context is finalized
+        return new_task(runtime, args, symbol)
 
     def host_launch(
         self,

@@ -36,7 +36,7 @@ from .bodies import open_bodies, run_body
 from .bundles import Slot, bundle_dep, check_conflicts
 from .logical_data import dep
 
-__all__ = ["body_label", "task"]
+__all__ = ["body_label", "new_task", "task"]
 
 # A task's phase (Final: the compiled build inlines them).
 _NEW: Final = 0
@@ -65,6 +65,16 @@ def body_label(handle: int) -> str | None:
         ):
             return opened._label()
     return None
+
+
+def new_task(runtime: Runtime, args: tuple, symbol: Any) -> task:
+    """``ctx.task(*args, symbol=...)`` of a context whose runtime is ``runtime``:
+    refused from a host callback and on a finalized or closing context."""
+    if runtime.finalized or runtime.closing or callback_state.active:
+        runtime.check_submit("task()")
+    made = task.__new__(task)
+    made._setup(runtime, args, symbol)
+    return made
 
 
 def _as_exec_place(value: Any) -> exec_place | None:
