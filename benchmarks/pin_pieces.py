@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     first_row = max(0, (cut - ptr) // row - nb // 2)
     column = max(0, min(args.n - nb, (cut - ptr) % row // 8 - nb // 2))
     origin = ptr + first_row * row + column * 8  # a tile the boundary crosses
-    device = check(cu.cuMemAlloc(nb * nb * 8))
+    device = int(check(cu.cuMemAlloc(nb * nb * 8)))  # a CUdeviceptr: no arithmetic
     for part in parts:
         lock(part)
 
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the same copy cut at the boundary: exact {exact}")
     for part in parts:
         unlock(part)
+    check(cu.cuMemFree(device))
     return 0
 
 
