@@ -45,15 +45,17 @@ _ENDED: Final = 2
 
 
 def _open_bodies() -> list[Any]:
-    """The tasks whose bodies this thread has started and not ended, innermost last."""
+    """The tasks whose bodies this thread has started and not ended, innermost last
+    (kept on backends with host bodies, ``Runtime.host_bodies``: the emulated one,
+    whose ``stflow.emulated.launch`` names them; a per-thread list costs every task)."""
     return open_bodies.tasks
 
 
 def body_label(handle: int) -> str | None:
     """The label ("task 'axpy'", "cuda_kernel #7") of the innermost task body open
     on this thread whose stream has the raw ``handle`` (``t.stream_ptr()``), or
-    ``None``: what work enqueued on a task stream from its body
-    (``stflow.emulated.launch``, ``t.run``) names when it fails later."""
+    ``None``: what work enqueued on an emulated task stream from its body
+    (``stflow.emulated.launch``) names when it fails later."""
     bodies = _open_bodies()
     for position in range(len(bodies) - 1, -1, -1):
         opened: task = bodies[position]
@@ -401,10 +403,11 @@ class task:
                     runtime.release(plan, stream, self, self._id, self._private)
                     raise
             self._phase = _STARTED
-            bodies = _open_bodies()
-            if bodies and bodies[-1]._phase != _STARTED:
-                bodies[:] = [t for t in bodies if t._phase == _STARTED]
-            bodies.append(self)
+            if runtime.host_bodies:  # what stflow.emulated.launch names (body_label)
+                bodies = _open_bodies()
+                if bodies and bodies[-1]._phase != _STARTED:
+                    bodies[:] = [t for t in bodies if t._phase == _STARTED]
+                bodies.append(self)
             device = plan.device
             if self._place is not None and device >= 0 and runtime.device_count > 1:
                 # The body's libraries (CuPy, PyTorch) launch on the current device.
@@ -459,11 +462,12 @@ class task:
                 )
             raise ScopeError(f"{self._label()}: end() without a matching start()")
         runtime = self._runtime
-        bodies = _open_bodies()
-        for position in range(len(bodies) - 1, -1, -1):
-            if bodies[position] is self:
-                del bodies[position]
-                break
+        if runtime.host_bodies:
+            bodies = _open_bodies()
+            for position in range(len(bodies) - 1, -1, -1):
+                if bodies[position] is self:
+                    del bodies[position]
+                    break
         if self._previous_device is not None:
             runtime.backend.set_current_device(self._previous_device)
             self._previous_device = None
