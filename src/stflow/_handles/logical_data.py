@@ -330,9 +330,10 @@ class logical_data:
         made.place = place
         made.key = (self._key, mode, place)
 
-    # The three accessors are called for every task: without a data place, on live
-    # data that allows the access, they fill the dependency in one frame (what
-    # _dependency decides then, and the plan key made once per mode).
+    # The three accessors are called for every dependency of every task: without a
+    # data place, on live data that allows the access, each fills the dependency in
+    # its own frame (what _dependency decides then, the plan key made once per mode).
+    # One helper shared by the three costs a second frame: 160 -> 210 ns per call.
     def read(self, dplace: data_place | None = None) -> dep:
         """A ``read`` dependency, optionally seen at ``dplace``."""
         if dplace is None and not self._runtime.finalized:
