@@ -13,10 +13,11 @@ after a warm-up of each variant at the smallest size:
 ``stflow in place``
     the same with ``overwrite_a=True`` (a copy of ``a`` made before the clock starts):
     one matrix page-locked and moved, as LAPACK's in-place ``potrf``.
-``stflow in place, pinned in pieces``
-    the same with the matrix page-locked in pieces of 256 MiB by several threads
-    (``STFLOW_PIN_PIECE=256MiB``; the other variants run with the setting as the
-    environment gives it, unset: the matrix locked whole).
+``stflow in place, page-locked`` / ``stflow in place, staged`` / ``stflow, staged``
+    the same with ``STFLOW_PIN_LIMIT`` unset (the matrix page-locked whole) and set to
+    0 (nothing page-locked: the tiles' copies staged through pinned chunks by host
+    threads, ``stflow/backends/_cuda_staging.py``); the other variants run with the
+    setting the environment gives.
 ``stflow, budget n²·4 B``
     ``stflow`` within a device memory budget of half the matrix, where the libraries
     below cannot run at all (the tiles are evicted and brought back).
@@ -93,22 +94,30 @@ def variants(example: Any, a: np.ndarray, nb: int) -> dict[str, Callable[[], Any
         factor, _ = torch.linalg.cholesky_ex(torch.from_numpy(a).cuda())
         return factor.cpu().numpy()
 
-    def in_pieces() -> tuple[np.ndarray, float]:
-        before = os.environ.get("STFLOW_PIN_PIECE")
-        os.environ["STFLOW_PIN_PIECE"] = "256MiB"  # read at each registration
-        try:
-            return in_place()
-        finally:
-            if before is None:
-                del os.environ["STFLOW_PIN_PIECE"]
+    def staged(run: Callable[[], Any], limit: str | None) -> Callable[[], Any]:
+        def variant() -> Any:
+            before = os.environ.get("STFLOW_PIN_LIMIT")
+            if limit is None:
+                os.environ.pop("STFLOW_PIN_LIMIT", None)
             else:
-                os.environ["STFLOW_PIN_PIECE"] = before
+                os.environ["STFLOW_PIN_LIMIT"] = limit  # read at each registration
+            try:
+                return run()
+            finally:
+                if before is None:
+                    os.environ.pop("STFLOW_PIN_LIMIT", None)
+                else:
+                    os.environ["STFLOW_PIN_LIMIT"] = before
+
+        return variant
 
     budget = a.nbytes // 2
     return {
         "stflow": lambda: example.cholesky(a, nb, "cuda"),
         "stflow in place": in_place,
-        "stflow in place, pinned in pieces": in_pieces,
+        "stflow in place, page-locked": staged(in_place, None),
+        "stflow in place, staged": staged(in_place, "0"),
+        "stflow, staged": staged(lambda: example.cholesky(a, nb, "cuda"), "0"),
         "stflow, budget half the matrix": lambda: example.cholesky(
             a, nb, "cuda", memory_budget=budget
         ),

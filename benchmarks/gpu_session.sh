@@ -16,11 +16,12 @@
 #           and as Python
 #   graphs  B2 (graph-mode cost per task; epochs launched inline and from the
 #           launcher's thread, side by side) and B3 (replay)
-#   pieces  what decides STFLOW_PIN_PIECE and STFLOW_GRAPH_LAUNCHER: page-locking 8 GiB
-#           whole and in pieces on several threads (pin_pieces.py), instantiation on
-#           another thread (instantiate_threads.py), their GPU tests and differential
-#           runs (a registration per page; epochs from the launcher), B8 in place whole
-#           and in pieces beside the device-resident factorisation
+#   staging what decides STFLOW_PIN_LIMIT: the staging tests and the differential
+#           programs with every user array pageable (copies staged by host threads),
+#           and B8 in place page-locked and staged beside the device-resident
+#           factorisation
+#   launcher  what decides STFLOW_GRAPH_LAUNCHER: instantiation on another thread
+#           (instantiate_threads.py), the launcher's tests and differential runs
 #   memory  memory_flat.py on CUDA (RSS over long graph-mode runs)
 #   reduce  B7: N tasks accumulating into one vector, reduce against rw
 #   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
@@ -104,19 +105,23 @@ PY
   graphs)
     (cd benchmarks && timeout 300 python3 b2_graph_mode.py --launcher both --json "$OUT/b2.json" ${B2_EXTRA:-}) 2>&1
     (cd benchmarks && timeout 150 python3 b3_replay.py --json "$OUT/b3.json") 2>&1 ;;
-  pieces)
-    (cd benchmarks && timeout 120 python3 pin_pieces.py && timeout 60 python3 instantiate_threads.py) 2>&1
+  staging)
+    STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 250 \
+      python3 -m pytest -q -p no:cacheprovider -p no:benchmark tests/backend/test_pageable_arrays.py \
+      -k cuda > "$OUT/staging-tests.log" 2>&1
+    echo "staging tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/staging-tests.log" | tail -n 10
+    (cd benchmarks && timeout 200 python3 b8_end_to_end.py --sizes 32768 --only \
+      "stflow in place, page-locked" "stflow in place, staged" device-resident) 2>&1 | tail -n 5 ;;
+  launcher)
+    (cd benchmarks && timeout 60 python3 instantiate_threads.py) 2>&1
     timeout 200 python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
-      tests/gpu/test_pinned_pieces.py tests/backend/test_graph_launcher.py -k "not emulated and not null" \
-      > "$OUT/pieces-tests.log" 2>&1
-    echo "tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pieces-tests.log" | tail -n 10
-    STFLOW_PIN_PIECE=1 STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 200 \
+      tests/backend/test_graph_launcher.py -k "not emulated and not null" \
+      > "$OUT/launcher-tests.log" 2>&1
+    echo "tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/launcher-tests.log" | tail -n 10
+    STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 200 \
       python3 -m pytest -q -p no:cacheprovider -p no:benchmark tests/backend/test_differential.py \
-      -k "cuda and (launched_from or in_graph_mode or test_random_programs_match)" \
-      > "$OUT/pieces-differential.log" 2>&1
-    echo "differential (a registration per page) exit $?"; tail -n 2 "$OUT/pieces-differential.log"
-    (cd benchmarks && timeout 200 python3 b8_end_to_end.py --sizes 32768 --only "stflow in place" \
-      "stflow in place, pinned in pieces" device-resident) 2>&1 | tail -n 4 ;;
+      -k "cuda and launched_from" > "$OUT/launcher-differential.log" 2>&1
+    echo "differential (epochs from the launcher) exit $?"; tail -n 2 "$OUT/launcher-differential.log" ;;
   memory)
     timeout 200 python3 benchmarks/memory_flat.py --backend cuda --json "$OUT/memory.json" 2>&1 ;;
   reduce)

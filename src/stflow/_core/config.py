@@ -48,7 +48,7 @@ __all__ = [
     "mpi_send_buffers",
     "mpi_send_limit",
     "parse_size",
-    "pin_piece",
+    "pin_limit",
     "pure_python_requested",
     "reload",
     "render_table",
@@ -70,9 +70,9 @@ _IGNORED_REFERENCE_VARIABLES = (
     "CUDASTF_NCCL",
 )
 
-PIN_PIECE_DEFAULT = 0
-"""``STFLOW_PIN_PIECE`` unset: user host arrays are page-locked whole (a size: larger
-arrays are page-locked in pieces of that size, by several threads at once)."""
+PIN_LIMIT_DEFAULT: int | None = None
+"""``STFLOW_PIN_LIMIT`` unset: every user host array is page-locked (a size: larger
+arrays are not, their copies are staged by host threads)."""
 MPI_PIECE_DEFAULT = 4 << 20
 """``STFLOW_MPI_PIECE`` unset: the largest message a value is sent in (bytes)."""
 MPI_SEND_LIMIT_DEFAULT = 512 << 20
@@ -447,13 +447,15 @@ SETTINGS: tuple[Setting, ...] = (
         ),
     ),
     Setting(
-        "STFLOW_PIN_PIECE",
-        "size (`268435456`, `256MiB`; `0`: whole)",
-        "`0`",
+        "STFLOW_PIN_LIMIT",
+        "size (`1073741824`, `1GiB`)",
+        "unset: no limit",
         "each use",
-        "User host arrays larger than this are page-locked in pieces of this size, by "
-        "several threads at once; `0` locks every array whole.",
-        _size("STFLOW_PIN_PIECE"),
+        "User host arrays larger than this are not page-locked (CUDA): their copies "
+        "to and from devices go through pinned staging buffers that host threads "
+        "fill and drain, so the first transfers start at once instead of after the "
+        "whole array is locked.",
+        _size("STFLOW_PIN_LIMIT"),
     ),
     Setting(
         "STFLOW_MPI_PIECE",
@@ -669,11 +671,11 @@ def graph_cache_entries() -> int:
     return int(_setting("STFLOW_GRAPH_CACHE_ENTRIES").value())
 
 
-def pin_piece() -> int:
-    """``STFLOW_PIN_PIECE``: the size of the pieces large user host arrays are
-    page-locked in (bytes; 0: whole)."""
-    value: int | None = _setting("STFLOW_PIN_PIECE").value()
-    return PIN_PIECE_DEFAULT if value is None else value
+def pin_limit() -> int | None:
+    """``STFLOW_PIN_LIMIT``: the largest user host array page-locked (bytes; ``None``:
+    no limit); larger ones are staged."""
+    value: int | None = _setting("STFLOW_PIN_LIMIT").value()
+    return PIN_LIMIT_DEFAULT if value is None else value
 
 
 def mpi_piece() -> int:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from .._places.numbering import COMPOSITE, LAYOUT_IDS, layout_place, place_name
-from ..backends._base import AFFINE, HOST, MANAGED, NO_AFFINE
+from ..backends._base import AFFINE, HOST, MANAGED, NO_AFFINE, USER_PAGEABLE
 from .access import READ, WRITE
 from .coherence import INVALID, MODIFIED, DataState, Instance
 from .deps import merge_events, needs_wait
@@ -252,10 +252,7 @@ def resolve(
                 place = affine_device
             if place >= 0:
                 if place >= device_count:
-                    raise DeviceOrdinalError(
-                        f"{what}: invalid device id {place}: data_place.device({place}) "
-                        f"does not exist on this backend ({device_count} device(s))"
-                    )
+                    raise _no_such_device(place, device_count, what)
                 device = place
             elif place == HOST or place == MANAGED:
                 device = place
@@ -267,6 +264,8 @@ def resolve(
                 copies.extend(Access(state, mode, member) for member in members[1:])
             else:
                 raise PlaceError(f"{what}: {place_name(place)} cannot hold an instance")
+        if device == HOST and (host_only or exec_device == HOST):
+            device = _host_instance(state)
         accesses.append(Access(state, mode, device))
     if any(access.mode & REDUCE for access in accesses):
         return _with_reductions(accesses + copies, exec_device, what)
@@ -277,6 +276,22 @@ def resolve(
         distinct = tuple(accesses)
         return Plan(distinct, distinct, exec_device)
     return _merge_repeated(accesses, exec_device, what)
+
+
+def _no_such_device(place: int, device_count: int, what: Any) -> DeviceOrdinalError:
+    return DeviceOrdinalError(
+        f"{what}: invalid device id {place}: data_place.device({place}) "
+        f"does not exist on this backend ({device_count} device(s))"
+    )
+
+
+def _host_instance(state: DataState) -> int:
+    """Where host code finds ``state``: in the user's own buffer when it is pageable
+    (``USER_PAGEABLE``), else in the host instance."""
+    reference = state.reference
+    if reference is not None and reference.device == USER_PAGEABLE:
+        return USER_PAGEABLE
+    return HOST
 
 
 def _layout_devices(

@@ -119,12 +119,14 @@ def enact_moves(
                     source = state.valid_source(access.device)
                     assert source is not None and source.allocation is not None
                     rt.order_after(lane, list(source.ready.values()))
+                ready = False
                 if lane is not stream:  # the copy's own prerequisites
-                    rt.order_after(
-                        lane,
-                        [*state.tracker.prerequisites(READ), *source.ready.values()],
-                    )
-                copy_instance(rt, state, target, source, lane, record)
+                    waits = [*state.tracker.prerequisites(READ), *source.ready.values()]
+                    rt.order_after(lane, waits)
+                    # A host source nothing writes any more may be read now, ahead
+                    # of the stream (the CUDA backend's staging of pageable memory).
+                    ready = source.device < 0 and all(map(backend.query, waits))
+                copy_instance(rt, state, target, source, lane, record, ready)
                 copied.append((state, target, source, lane))
     except BaseException:
         if copied:  # the copies in flight read their sources: order writers
@@ -220,13 +222,15 @@ def copy_instance(
     source: Instance,
     stream: Stream,
     record: WorkRecord | None,
+    source_ready: bool = False,
 ) -> None:
     """Copy the value of ``source`` into ``target`` on ``stream`` (a pitched copy
-    when either is a strided user buffer)."""
+    when either is a strided user buffer). ``source_ready``: every write to the
+    source has completed (``Backend.copy``)."""
     dst, src = target.allocation, source.allocation
     assert dst is not None and src is not None
     if dst.strides is None and src.strides is None:
-        rt.backend.copy(dst.ptr, src.ptr, state.nbytes, stream)
+        rt.backend.copy(dst.ptr, src.ptr, state.nbytes, stream, source_ready)
     elif state.nbytes:
         dtype = state.dtype
         assert dtype is not None
@@ -238,6 +242,7 @@ def copy_instance(
             state.shape,
             dtype.itemsize,
             stream,
+            source_ready,
         )
     rt.instruments.copied(record, state.label, source.device, target.device, state.nbytes)
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .._core.coherence import DataState
+from .._core.config import pin_limit
 from .._core.errors import (
     BackendUnavailableError,
     BufferOverlapError,
@@ -279,6 +280,8 @@ class DataRegistry:
         counted: slices of one array (blocks of a matrix) share pages at their edges,
         and the driver refuses overlapping registrations. A pin is undone when the
         last data using it has been retired and its work completed, or at finalize.
+        An owner larger than ``STFLOW_PIN_LIMIT`` is not page-locked: its data lives
+        at ``USER_PAGEABLE`` and the backend stages its copies.
         """
         root = array
         while isinstance(root.base, np.ndarray):
@@ -290,7 +293,8 @@ class DataRegistry:
         if pin is not None:
             pin.uses += 1
             return key
-        if self.may_pin:
+        limit = pin_limit()
+        if self.may_pin and (limit is None or root.nbytes <= limit):
             token = self.backend.register_host(root)
             if token is not None:
                 self.pins[key] = _Pin(root, token)

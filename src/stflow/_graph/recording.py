@@ -652,13 +652,20 @@ class GraphRecorder(Backend):
         return self.real.is_pinned(ptr, nbytes)
 
     # -- operations ------------------------------------------------------------------
-    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+    def copy(
+        self,
+        dst: int,
+        src: int,
+        nbytes: int,
+        stream: Stream,
+        source_ready: bool = False,
+    ) -> None:
         if isinstance(stream, RecordingStream):
             if not nbytes:
                 return
             self._capture(stream)
-            stream = stream.real
-        self.real.copy(dst, src, nbytes, stream)
+            stream, source_ready = stream.real, False  # runs at every launch
+        self.real.copy(dst, src, nbytes, stream, source_ready)
 
     def copy_strided(
         self,
@@ -669,14 +676,15 @@ class GraphRecorder(Backend):
         shape: tuple[int, ...],
         itemsize: int,
         stream: Stream,
+        source_ready: bool = False,
     ) -> None:
         if isinstance(stream, RecordingStream):
             if 0 in shape:
                 return
             self._capture(stream)
-            stream = stream.real
+            stream, source_ready = stream.real, False  # runs at every launch
         self.real.copy_strided(
-            dst, dst_strides, src, src_strides, shape, itemsize, stream
+            dst, dst_strides, src, src_strides, shape, itemsize, stream, source_ready
         )
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:

@@ -79,9 +79,11 @@ AFFINE = -3
 NO_AFFINE = -7
 """The affine place of a grid that has none: a dependency without a place fails."""
 USER_PAGEABLE = -6
-"""Place of a user's host buffer that could not be page-locked on a backend whose
-host instances must be (see :attr:`Backend.pinned_host_required`): it is only ever a
-copy source or a write-back target, never handed to a task."""
+"""Place of a user's host buffer that is not page-locked on a backend whose host
+instances must be (see :attr:`Backend.pinned_host_required`): the buffer was too large
+(``STFLOW_PIN_LIMIT``) or the driver refused. It is a copy source, a write-back target,
+and the instance of tasks that run on the host; device work that names the host as
+its data place gets a page-locked instance of the runtime's."""
 
 
 class _CallbackState(threading.local):
@@ -499,8 +501,21 @@ class Backend(abc.ABC):
 
     # -- copies and device work --------------------------------------------------
     @abc.abstractmethod
-    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
-        """Copy ``nbytes`` from address ``src`` to address ``dst`` in stream order."""
+    def copy(
+        self,
+        dst: int,
+        src: int,
+        nbytes: int,
+        stream: Stream,
+        source_ready: bool = False,
+    ) -> None:
+        """Copy ``nbytes`` from address ``src`` to address ``dst`` in stream order.
+
+        ``source_ready``: every write to the source has completed and none will be
+        made before this copy completes, so the backend may read the source now,
+        ahead of the stream (the CUDA backend gathers pageable host memory into its
+        staging buffers early; the emulated backend reads it at once, so that a
+        wrong claim shows as a wrong result)."""
 
     @abc.abstractmethod
     def copy_strided(
@@ -512,12 +527,14 @@ class Backend(abc.ABC):
         shape: tuple[int, ...],
         itemsize: int,
         stream: Stream,
+        source_ready: bool = False,
     ) -> None:
         """Copy the elements of ``shape`` (``itemsize`` bytes each) from the layout
         at ``src`` to the layout at ``dst`` in stream order; strides are in bytes,
         ``None`` for C-contiguous (``stflow._core.layout.pitched`` decomposes the copy into
         2-D pitched copies). Only the elements' bytes are written: the gaps of a
-        strided destination keep their values."""
+        strided destination keep their values. ``source_ready`` as for
+        :meth:`copy`."""
 
     @abc.abstractmethod
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:

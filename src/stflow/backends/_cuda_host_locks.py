@@ -3,36 +3,21 @@
 
 ``register_host`` page-locks a user array so that device work can reach it and copies
 run at full speed; registrations are counted (contexts registering one array share
-it) and undone off the caller's path. An array larger than ``STFLOW_PIN_PIECE`` is
-locked as one registration per piece, by several threads at once
-(``_registrations.pieces``); :attr:`CudaHostLocks._cuts` then lists where pieces
-start, and ``CudaMemory``'s copies and fills never span one (the driver refuses a copy
-spanning two registrations).
+it) and undone off the caller's path.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .._core.config import pin_piece
 from . import _cuda_driver as _cu
 from ._host_pages import populate
-from ._registrations import pieces
 
 __all__ = ["CudaHostLocks"]
-
-_PAGE = mmap.PAGESIZE
-"""What the pieces of a registration are aligned to (the driver locks whole pages,
-each in one registration)."""
-_PIN_THREADS = 16
-"""The most threads page-locking the pieces of one array at once."""
 
 
 class CudaHostLocks:
@@ -41,11 +26,8 @@ class CudaHostLocks:
     _ensure_context: Callable[[], None]
 
     def _init_host_locks(self) -> None:
-        # ptr -> [nbytes, users, array, pieces ((start, size) registrations)]
+        # ptr -> [nbytes, users, array]
         self._registered: dict[int, list[Any]] = {}
-        # Where a registration of a piece of a larger one starts, sorted: copies of
-        # host memory are cut there (``_registrations``). Replaced, never mutated.
-        self._cuts: tuple[int, ...] = ()
         self._unregistering: dict[int, tuple[int, threading.Event]] = {}
         self._registered_lock = threading.Lock()
 
@@ -79,43 +61,11 @@ class CudaHostLocks:
                 return ptr
             self._ensure_context()
             populate(ptr, nbytes)
-            parts = self._lock_pages(ptr, nbytes)
-            if parts is None:
+            flags = _cu.driver.CU_MEMHOSTREGISTER_PORTABLE
+            if _cu.driver.cuMemHostRegister(ptr, nbytes, flags)[0]:
                 return None
-            self._registered[ptr] = [nbytes, 1, array, parts]
-            if len(parts) > 1:
-                self._cuts = tuple(sorted((*self._cuts, *(at for at, _ in parts[1:]))))
+            self._registered[ptr] = [nbytes, 1, array]
         return ptr
-
-    def _lock_pages(self, ptr: int, nbytes: int) -> list[tuple[int, int]] | None:
-        """Page-lock ``[ptr, ptr + nbytes)``: whole, or beyond ``STFLOW_PIN_PIECE``
-        in pieces locked by several threads at once (``_registrations``). Returns the
-        registrations made, or ``None`` (nothing left locked) when the driver refused
-        one."""
-        piece = pin_piece()
-        if not piece or nbytes <= piece:
-            parts = [(ptr, nbytes)]
-        else:
-            parts = pieces(ptr, nbytes, piece, _PAGE)
-        flags = _cu.driver.CU_MEMHOSTREGISTER_PORTABLE
-
-        def lock(part: tuple[int, int]) -> bool:
-            self._ensure_context()
-            return not _cu.driver.cuMemHostRegister(part[0], part[1], flags)[0]
-
-        if len(parts) == 1:
-            return parts if lock(parts[0]) else None
-        with ThreadPoolExecutor(
-            min(len(parts), os.cpu_count() or 1, _PIN_THREADS),
-            thread_name_prefix="stflow-pin",
-        ) as pool:
-            locked = list(pool.map(lock, parts))
-        if all(locked):
-            return parts
-        for part, done in zip(parts, locked):
-            if done:
-                _cu.driver.cuMemHostUnregister(part[0])
-        return None
 
     def unregister_host(self, token: Any) -> None:
         """Undo :meth:`register_host` (``None`` does nothing).
@@ -133,39 +83,29 @@ class CudaHostLocks:
             if entry[1] > 0:
                 return
             del self._registered[token]
-            nbytes, array, parts = entry[0], entry[2], entry[3]
-            if len(parts) > 1:
-                gone = {at for at, _ in parts[1:]}
-                self._cuts = tuple(at for at in self._cuts if at not in gone)
+            nbytes, array = entry[0], entry[2]
             done = threading.Event()
             self._unregistering[token] = (nbytes, done)
         threading.Thread(
             target=self._unregister,
-            args=(token, parts, array, done),
+            args=(token, array, done),
             name="stflow-unregister",
             daemon=True,
         ).start()
 
-    def _unregister(
-        self,
-        ptr: int,
-        parts: list[tuple[int, int]],
-        array: Any,
-        done: threading.Event,
-    ) -> None:
+    def _unregister(self, ptr: int, array: Any, done: threading.Event) -> None:
         try:
             self._ensure_context()
-            for start, _ in parts:
-                (err,) = _cu.driver.cuMemHostUnregister(start)
-                if err:
-                    import warnings
+            (err,) = _cu.driver.cuMemHostUnregister(ptr)
+            if err:
+                import warnings
 
-                    warnings.warn(
-                        f"stflow: unregistering host memory at 0x{start:x} "
-                        f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
-                        RuntimeWarning,
-                        stacklevel=1,
-                    )
+                warnings.warn(
+                    f"stflow: unregistering host memory at 0x{ptr:x} "
+                    f"failed: {_cu.error(err, 'cuMemHostUnregister')}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
         finally:
             with self._registered_lock:
                 self._unregistering.pop(ptr, None)

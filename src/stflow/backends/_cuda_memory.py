@@ -20,19 +20,12 @@ Copies never block and are always stream-ordered
     order), blocks the host until the stream drains for a pageable destination, and
     is synchronous between host buffers. So :meth:`CudaMemory.copy` classifies both
     addresses first: device-accessible memory on both sides is one
-    ``cuMemcpyAsync``; pageable memory against device memory goes through a pinned
-    staging buffer whose host half is a ``memmove`` in a host callback; host memory
-    on both sides is one ``memmove`` in a host callback. The runtime calls copies
-    while holding its lock, so a copy that blocked could deadlock against a host
-    callback.
-
-User host memory page-locked in pieces
-    ``register_host`` page-locks an array larger than ``STFLOW_PIN_PIECE`` as one
-    registration per piece, the pieces locked by several threads at once
-    (``_registrations``). The driver refuses a copy whose host range spans two
-    registrations, so where pieces exist every copy is cut at their boundaries (a
-    tile of a matrix: its rows on each side as 2-D copies, the row crossing the
-    boundary as two 1-D copies), and a fill spanning one runs on the host.
+    ``cuMemcpyAsync``; pageable memory against device memory goes through pinned
+    chunks that host threads fill and drain, the streams waiting on flags
+    (``_cuda_staging``; in a graph, one staging buffer whose host half is a
+    ``memmove`` in a host node); host memory on both sides is one ``memmove`` in a
+    host callback. The runtime calls copies while holding its lock, so a copy that
+    blocked could deadlock against a host callback.
 
 Fills
     The pattern is reduced to its shortest period: 1, 2 or 4 bytes become one
@@ -66,8 +59,8 @@ from .._core.layout import pitched
 from . import _cuda_driver as _cu
 from ._base import HOST, MANAGED, Allocation, CompositeAllocation, Stream
 from ._cuda_host_locks import CudaHostLocks
+from ._cuda_staging import Stager
 from ._host_memory import copy_elements
-from ._registrations import cuts_within, split_range, split_rows
 
 __all__ = ["CudaMemory"]
 
@@ -122,6 +115,7 @@ class CudaMemory(CudaHostLocks):
         # buffers asks the driver nothing): entries go at ``free``, before the
         # address can be handed out again.
         self._own_kind: dict[int, int] = {}
+        self._stager = Stager(self)
         self._init_host_locks()
 
     # -- allocation ----------------------------------------------------------------
@@ -420,39 +414,43 @@ class CudaMemory(CudaHostLocks):
         )
 
     # -- copies ------------------------------------------------------------------------
-    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+    def copy(
+        self,
+        dst: int,
+        src: int,
+        nbytes: int,
+        stream: Stream,
+        source_ready: bool = False,
+    ) -> None:
         """Copy ``nbytes`` from ``src`` to ``dst`` in stream order, without blocking.
 
         Notes
         -----
         See the module docstring: pageable memory is read and written by host
-        callbacks in stream order, never by the driver at call time.
+        threads in stream order (``_cuda_staging``), never by the driver at call
+        time; a ``source_ready`` pageable source is read ahead of the stream.
         """
         if not nbytes:
             return
         source = self.pointer_kind(src)
         target = self.pointer_kind(dst)
         if PAGEABLE not in (source, target) and not source == target == PINNED:
-            if self._cuts:
-                for offset, size in self._runs(dst, src, nbytes):
-                    self._async_copy(dst + offset, src + offset, size, stream)
-            else:
-                self._async_copy(dst, src, nbytes, stream)
+            self._async_copy(dst, src, nbytes, stream)
             return
         what = f"copying {nbytes} bytes from 0x{src:x} to 0x{dst:x}"
         self._refuse_host_work(stream, what)
         if DEVICE in (source, target):
-            self._staged_copy(dst, src, nbytes, stream, source == PAGEABLE)
+            staged = not self._capturing(stream) and (
+                self._stager.to_device(
+                    dst, None, src, None, (nbytes,), 1, stream, source_ready
+                )
+                if source == PAGEABLE
+                else self._stager.to_host(dst, None, src, None, (nbytes,), 1, stream)
+            )
+            if not staged:
+                self._staged_copy(dst, src, nbytes, stream, source == PAGEABLE)
         else:
             self.launch_host_func(stream, lambda: _memmove(dst, src, nbytes))
-
-    def _runs(self, dst: int, src: int, nbytes: int) -> list[tuple[int, int]]:
-        """``(offset, size)`` of the runs of a 1-D copy of ``nbytes`` that stay
-        within one registration on both sides (``_registrations``)."""
-        cuts = self._cuts
-        inside = [cut - src for cut in cuts_within(cuts, src, src + nbytes)]
-        inside += [cut - dst for cut in cuts_within(cuts, dst, dst + nbytes)]
-        return split_range(0, nbytes, sorted(set(inside)))
 
     @staticmethod
     def _async_copy(dst: int, src: int, nbytes: int, stream: Stream) -> None:
@@ -471,6 +469,7 @@ class CudaMemory(CudaHostLocks):
         shape: tuple[int, ...],
         itemsize: int,
         stream: Stream,
+        source_ready: bool = False,
     ) -> None:
         """Copy the elements of ``shape`` between two layouts in stream order.
 
@@ -479,9 +478,10 @@ class CudaMemory(CudaHostLocks):
         Device-accessible memory on both sides: one ``cuMemcpy2DAsync`` per 2-D piece
         of :func:`~stflow._core.layout.pitched` (one for a tile of a matrix). Pageable
         memory against device memory: the host side is gathered into (or scattered
-        from) a dense pinned staging buffer with NumPy in a host callback; host
-        memory on both sides: NumPy in a host callback. Only the elements' bytes of
-        the destination are written.
+        from) pinned chunks by host threads (``_cuda_staging``; in a graph, a dense
+        pinned staging buffer with NumPy in a host node); host memory on both
+        sides: NumPy in a host callback. Only the elements' bytes of the
+        destination are written.
         """
         if 0 in shape:
             return
@@ -505,6 +505,13 @@ class CudaMemory(CudaHostLocks):
                 ),
             )
             return
+        if not self._capturing(stream):
+            args = (dst, dst_strides, src, src_strides, shape, itemsize, stream)
+            if source == PAGEABLE:
+                if self._stager.to_device(*args, source_ready):
+                    return
+            elif self._stager.to_host(*args):
+                return
         staging = self._staging(nbytes)
         if source == PAGEABLE:
             self.launch_host_func(
@@ -536,32 +543,13 @@ class CudaMemory(CudaHostLocks):
         width, height = pieces.width, pieces.height
         dst_pitch, src_pitch = pieces.dst_pitch, pieces.src_pitch
         rows_apart = max(dst_pitch, src_pitch) > _MAX_PITCH
-        cuts = self._cuts
         for dst_offset, src_offset in pieces.offsets():
             d, s = dst + dst_offset, src + src_offset
             if height == 1 or rows_apart:  # contiguous runs: 1-D copies
                 for row in range(height):
-                    at_d, at_s = d + row * dst_pitch, s + row * src_pitch
-                    if cuts:
-                        for offset, size in self._runs(at_d, at_s, width):
-                            self._async_copy(at_d + offset, at_s + offset, size, stream)
-                    else:
-                        self._async_copy(at_d, at_s, width, stream)
-            elif cuts:
-                # Host memory registered in pieces: the driver refuses a copy whose
-                # host rows span two registrations, so it is cut at their boundary.
-                parts = split_rows(s, src_pitch, width, height, cuts)
-                if len(parts) == 1:  # the source is whole: cut at the destination's
-                    parts = split_rows(d, dst_pitch, width, height, cuts)
-                for row, rows, offset, size in parts:
-                    at_d = d + row * dst_pitch + offset
-                    at_s = s + row * src_pitch + offset
-                    if rows == 1:
-                        self._async_copy(at_d, at_s, size, stream)
-                    else:
-                        self._copy_2d(
-                            at_d, dst_pitch, at_s, src_pitch, size, rows, stream
-                        )
+                    self._async_copy(
+                        d + row * dst_pitch, s + row * src_pitch, width, stream
+                    )
             else:
                 self._copy_2d(d, dst_pitch, s, src_pitch, width, height, stream)
 
@@ -650,13 +638,7 @@ class CudaMemory(CudaHostLocks):
             )
         pattern = pattern[: _period(pattern)]
         kind = self.pointer_kind(ptr)
-        if kind == PAGEABLE or (
-            kind == PINNED
-            and (
-                len(pattern) > _MAX_STRIDED_PERIOD
-                or cuts_within(self._cuts, ptr, ptr + nbytes)  # spans registrations
-            )
-        ):
+        if kind == PAGEABLE or (kind == PINNED and len(pattern) > _MAX_STRIDED_PERIOD):
             self._refuse_host_work(stream, f"filling {nbytes} bytes at 0x{ptr:x}")
             self.launch_host_func(stream, _host_filler(ptr, nbytes, pattern))
         elif len(pattern) > _MAX_STRIDED_PERIOD:
@@ -677,6 +659,10 @@ class CudaMemory(CudaHostLocks):
             chunk = min(done, nbytes - done)
             self._async_copy(ptr + done, ptr, chunk, stream)
             done += chunk
+
+    def _capturing(self, stream: Stream) -> bool:
+        """True when ``stream`` captures into a CUDA graph."""
+        return bool(self._captures) and stream.handle in self._captures
 
     def _refuse_host_work(self, stream: Stream, what: str) -> None:
         """Raise ``ScopeError`` if ``stream`` captures a loop body (no host nodes)."""

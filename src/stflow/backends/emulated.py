@@ -66,6 +66,7 @@ from ._host_memory import (
     HostView,
     combine_at,
     copy_elements,
+    element_array,
     launch_work,
     poison,
     python_kernel,
@@ -455,11 +456,21 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         return self._memory.locate(ptr)
 
     # -- copies and host work ----------------------------------------------------
-    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+    def copy(
+        self,
+        dst: int,
+        src: int,
+        nbytes: int,
+        stream: Stream,
+        source_ready: bool = False,
+    ) -> None:
+        # A ready source is read now, as the CUDA backend's staging may: a wrong
+        # claim of the runtime then shows as a wrong result.
         if nbytes:
+            source: Any = ctypes.string_at(src, nbytes) if source_ready else src
 
             def move() -> None:
-                ctypes.memmove(dst, src, nbytes)
+                ctypes.memmove(dst, source, nbytes)
 
             self.enqueue_call(stream, move)
 
@@ -472,14 +483,24 @@ class EmulatedBackend(EmulatedPartitions, Backend):
         shape: tuple[int, ...],
         itemsize: int,
         stream: Stream,
+        source_ready: bool = False,
     ) -> None:
-        if 0 not in shape:
-            self.enqueue_call(
-                stream,
-                functools.partial(
-                    copy_elements, dst, dst_strides, src, src_strides, shape, itemsize
-                ),
-            )
+        if 0 in shape:
+            return
+        if source_ready:  # read now (see copy)
+            taken = element_array(src, shape, src_strides, itemsize).copy()
+
+            def move() -> None:
+                np.copyto(element_array(dst, shape, dst_strides, itemsize), taken)
+
+            self.enqueue_call(stream, move)
+            return
+        self.enqueue_call(
+            stream,
+            functools.partial(
+                copy_elements, dst, dst_strides, src, src_strides, shape, itemsize
+            ),
+        )
 
     def combine(
         self, dst: int, src: int, count: int, dtype: np.dtype, op: str, stream: Stream

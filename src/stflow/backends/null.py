@@ -205,7 +205,14 @@ class NullBackend(EmulatedPartitions, Backend):
         return True
 
     # -- copies and device work --------------------------------------------------
-    def copy(self, dst: int, src: int, nbytes: int, stream: Stream) -> None:
+    def copy(
+        self,
+        dst: int,
+        src: int,
+        nbytes: int,
+        stream: Stream,
+        source_ready: bool = False,
+    ) -> None:
         if nbytes and not self._captured(stream, ctypes.memmove, dst, src, nbytes):
             ctypes.memmove(dst, src, nbytes)
 
@@ -218,6 +225,7 @@ class NullBackend(EmulatedPartitions, Backend):
         shape: tuple[int, ...],
         itemsize: int,
         stream: Stream,
+        source_ready: bool = False,
     ) -> None:
         args = (dst, dst_strides, src, src_strides, shape, itemsize)
         if 0 not in shape and not self._captured(stream, copy_elements, *args):
