@@ -2,7 +2,6 @@
 
     python benchmarks/b2_graph_mode.py [--backend cuda|emulated] [--epochs 500 5000 50000]
                                        [--json out.json] [--profile]
-                                       [--launcher inline|thread|both]
 
 ``context(use_graph=True)``, the B1 workloads: a chain of tasks with one ``rw``
 dependency (plus 1 or 3 ``read`` ones), each launching one empty kernel on its stream
@@ -11,9 +10,7 @@ graph, instantiated and launched by ``finalize()``. Reported: µs per task from 
 first submission to the end of ``finalize()`` (``total``), of which recording
 (``record``); the stream-mode run of the same chain in the same process for reference.
 Graph mode launches a long epoch in parts of ``stflow._graph.scopes.EPOCH_TASKS`` tasks
-(``--epoch-tasks`` sets it). ``--launcher both`` measures graph mode with the epochs
-launched on the submitting thread and from the launcher's thread
-(``STFLOW_GRAPH_LAUNCHER``, ``stflow/_graph/launcher.py``) side by side. Targets: ≤ 10
+(``--epoch-tasks`` sets it). Targets: ≤ 10
 µs per task, flat as the epoch grows; no more than stream mode (issue 27).
 """
 
@@ -21,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -96,15 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         default=None,
         help="launch an epoch every N tasks (stflow._graph.scopes.EPOCH_TASKS)",
     )
-    parser.add_argument(
-        "--launcher",
-        choices=("inline", "thread", "both"),
-        default="inline",
-        help="where graph mode instantiates and launches its epochs "
-        "(STFLOW_GRAPH_LAUNCHER); both: side by side",
-    )
     args = parser.parse_args(argv)
-    launchers = ("inline", "thread") if args.launcher == "both" else (args.launcher,)
     if args.epoch_tasks is not None:
         import stflow._graph.scopes
 
@@ -124,28 +112,23 @@ def main(argv: list[str] | None = None) -> dict:
             )
             pstats.Stats("/tmp/stflow-b2.prof").sort_stats("tottime").print_stats(18)
     rows: dict[str, Any] = {}
-    header = "".join(f"{'graph ' + name:>15}{'record':>9}" for name in launchers)
-    print(f"{'workload':<22}{header}{'stream':>9}   µs per task")
+    print(f"{'workload':<22}{'graph':>9}{'record':>9}{'stream':>9}   µs per task")
     for reads, name in ((0, "chain_1dep"), (1, "chain_2deps"), (3, "chain_4deps")):
         for tasks in args.epochs:
             if reads and tasks > 5000:
                 continue
             repeats = 1 if tasks >= 50000 else args.repeats
-            row: dict[str, Any] = {}
-            for launcher in launchers:
-                os.environ["STFLOW_GRAPH_LAUNCHER"] = launcher  # read by each context
-                row["graph" if launcher == "inline" else "graph_thread"] = measure(
-                    args.backend, body, tasks, reads, True, repeats
-                )
-            row["stream"] = measure(args.backend, body, tasks, reads, False, repeats)
+            row = {
+                "graph": measure(args.backend, body, tasks, reads, True, repeats),
+                "stream": measure(args.backend, body, tasks, reads, False, repeats),
+            }
             key = f"{name}_{tasks}"
             rows[key] = row
-            cells = "".join(
-                f"{row[k]['total_us']:>15.2f}{row[k]['record_us']:>9.2f}"
-                for k in row
-                if k != "stream"
+            graph = row["graph"]
+            print(
+                f"{key:<22}{graph['total_us']:>9.2f}{graph['record_us']:>9.2f}"
+                f"{row['stream']['total_us']:>9.2f}"
             )
-            print(f"{key:<22}{cells}{row['stream']['total_us']:>9.2f}")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(rows, out, indent=2)

@@ -14,14 +14,11 @@
 #   tests-python  the same on the Python sources (STFLOW_PURE_PYTHON=1)
 #   bench   the runtime's own cost (null backend, piece by piece too) and B1, compiled
 #           and as Python
-#   graphs  B2 (graph-mode cost per task; epochs launched inline and from the
-#           launcher's thread, side by side) and B3 (replay)
+#   graphs  B2 (graph-mode cost per task) and B3 (replay)
 #   staging what decides STFLOW_PIN_LIMIT: the staging tests and the differential
 #           programs with every user array pageable (copies staged by host threads),
 #           and B8 in place page-locked and staged beside the device-resident
 #           factorisation
-#   launcher  what decides STFLOW_GRAPH_LAUNCHER: instantiation on another thread
-#           (instantiate_threads.py), the launcher's tests and differential runs
 #   memory  memory_flat.py on CUDA (RSS over long graph-mode runs)
 #   reduce  B7: N tasks accumulating into one vector, reduce against rw
 #   evict   a working set of 1.5x a device memory budget, and 1000 contexts created
@@ -103,7 +100,7 @@ PY
        STFLOW_PURE_PYTHON=$pure timeout 150 python3 b1_overhead.py --json "$OUT/b1-pure$pure.json" ${B1_EXTRA:-}
      done) 2>&1 ;;
   graphs)
-    (cd benchmarks && timeout 300 python3 b2_graph_mode.py --launcher both --json "$OUT/b2.json" ${B2_EXTRA:-}) 2>&1
+    (cd benchmarks && timeout 300 python3 b2_graph_mode.py --json "$OUT/b2.json" ${B2_EXTRA:-}) 2>&1
     (cd benchmarks && timeout 150 python3 b3_replay.py --json "$OUT/b3.json") 2>&1 ;;
   staging)
     STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 250 \
@@ -112,16 +109,6 @@ PY
     echo "staging tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/staging-tests.log" | tail -n 10
     (cd benchmarks && timeout 200 python3 b8_end_to_end.py --sizes 32768 --only \
       "stflow in place, page-locked" "stflow in place, staged" device-resident) 2>&1 | tail -n 5 ;;
-  launcher)
-    (cd benchmarks && timeout 60 python3 instantiate_threads.py) 2>&1
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -p no:benchmark \
-      tests/backend/test_graph_launcher.py -k "not emulated and not null" \
-      > "$OUT/launcher-tests.log" 2>&1
-    echo "tests exit $?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/launcher-tests.log" | tail -n 10
-    STFLOW_DIFFERENTIAL_SEEDS=${STFLOW_DIFFERENTIAL_SEEDS:-300} timeout 200 \
-      python3 -m pytest -q -p no:cacheprovider -p no:benchmark tests/backend/test_differential.py \
-      -k "cuda and launched_from" > "$OUT/launcher-differential.log" 2>&1
-    echo "differential (epochs from the launcher) exit $?"; tail -n 2 "$OUT/launcher-differential.log" ;;
   memory)
     timeout 200 python3 benchmarks/memory_flat.py --backend cuda --json "$OUT/memory.json" 2>&1 ;;
   reduce)

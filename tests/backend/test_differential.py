@@ -98,15 +98,13 @@ def test_random_programs_in_graph_mode_match_the_oracle(backend, first):
     range(0, min(SEEDS, 400), CHUNK),
     ids=lambda first: f"seeds{first}-{first + CHUNK - 1}",
 )
-def test_graph_mode_with_epochs_launched_from_a_thread_matches_the_oracle(
+def test_graph_mode_with_an_epoch_every_three_tasks_matches_the_oracle(
     backend, first, monkeypatch
 ):
-    """``STFLOW_GRAPH_LAUNCHER=thread`` (``_graph/launcher.py``) with an epoch every
-    three tasks: the epochs are instantiated and launched on the launcher's thread
-    while the next ones record, behind gates."""
+    """Graph mode launching an epoch every three tasks: most dependencies cross
+    epochs (launched graphs, their completion events, retirement)."""
     import stflow._graph.scopes as scopes
 
-    monkeypatch.setenv("STFLOW_GRAPH_LAUNCHER", "thread")
     monkeypatch.setattr(scopes, "EPOCH_TASKS", 3)
     _run_seeds(backend, range(first, first + CHUNK), use_graph=True)
 

@@ -41,7 +41,6 @@ __all__ = [
     "config",
     "device_memory_budget",
     "distributed_check",
-    "graph_launcher",
     "mpi_cuda_aware",
     "mpi_piece",
     "mpi_send_ahead",
@@ -393,16 +392,6 @@ SETTINGS: tuple[Setting, ...] = (
         _graph_cache_entries,
     ),
     Setting(
-        "STFLOW_GRAPH_LAUNCHER",
-        "`thread` or `inline`",
-        "`inline`",
-        "each use",
-        "Where graph mode instantiates and launches its epochs: `thread`, a thread "
-        "of its own while the next epoch records (backends with gates: CUDA, "
-        "emulated); `inline`, the submitting thread.",
-        _choice("STFLOW_GRAPH_LAUNCHER", ("inline", "thread"), "inline"),
-    ),
-    Setting(
         "STFLOW_TRACE_FILE",
         "path",
         "none",
@@ -659,11 +648,6 @@ def device_memory_budget() -> int | None:
 def distributed_check() -> bool:
     """``STFLOW_DISTRIBUTED_CHECK``: compare every collective call across the ranks."""
     return bool(_setting("STFLOW_DISTRIBUTED_CHECK").value())
-
-
-def graph_launcher() -> str:
-    """``STFLOW_GRAPH_LAUNCHER``: ``thread`` or ``inline``."""
-    return str(_setting("STFLOW_GRAPH_LAUNCHER").value())
 
 
 def graph_cache_entries() -> int:

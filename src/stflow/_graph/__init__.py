@@ -6,8 +6,6 @@ This package owns the graph-mode state and mechanisms:
                   backend's graph support, its graphs, nodes and streams in ``recorded``
 - ``launches``    launching what it recorded: executables cached by topology, the
                   retirement of launched graphs, the end of a context
-- ``launcher``    epochs instantiated and launched on a thread of their own, behind
-                  gates (``STFLOW_GRAPH_LAUNCHER=thread``)
 - ``scopes``      epochs, graph scopes, loops and launchable graphs of a runtime: the
                   ``ScopeTracker`` and what it notes of every task
 - ``scope``       one scope (``Scope``, ``ScopeKind``) and a thread's stack of them

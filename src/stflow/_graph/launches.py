@@ -57,7 +57,6 @@ class Owner(Protocol):
     cache_shared: bool
     graph_instantiations: int
     graph_updates: int
-    launcher: Any  # a launcher.Launcher, or None
 
     def launch_stream(self) -> Stream:
         """The stream graphs are launched on."""
@@ -92,14 +91,13 @@ def launch(recorder: Owner, graph: Graph, release: bool = True) -> Event:
     return graph.done
 
 
-def executable(recorder: Owner, graph: Graph, retire: bool = True) -> Any:
+def executable(recorder: Owner, graph: Graph) -> Any:
     """The executable of a closed top-level graph (instantiated on first use, or
-    an updated cached executable of the same topology). ``retire=False`` on the
-    launcher's thread (``launcher.py``), where the submitting thread retires."""
+    an updated cached executable of the same topology)."""
     graphs = recorder.graphs
     executable = graph.executable
     if executable is None:
-        if retire and recorder.retiring:  # graphs that have run give theirs back
+        if recorder.retiring:  # graphs that have run give theirs back
             _retire(recorder)
         key = graphs.topology(graph.handle)
         cached = None
@@ -108,7 +106,7 @@ def executable(recorder: Owner, graph: Graph, retire: bool = True) -> Any:
                 cached = recorder.cache.pop(key, None)
         if cached is not None and graphs.update(cached, graph.handle):
             executable = cached
-            with recorder.cache_lock:  # the launcher's thread counts too
+            with recorder.cache_lock:
                 recorder.graph_updates += 1
         else:
             if cached is not None:
@@ -206,9 +204,6 @@ def context_finalized(recorder: Owner) -> None:
     are handed to :func:`_adopt_running`, destroyed once their launch completed.
     """
     _collect_orphans()
-    launcher = recorder.launcher
-    if launcher is not None:
-        launcher.close()  # every epoch launched
     for done, graph in recorder.retiring:
         if recorder.caller_stream is not None and not recorder.real.query(done):
             _adopt_running(recorder, done, graph)
@@ -216,8 +211,6 @@ def context_finalized(recorder: Owner) -> None:
         recorder.real.synchronize(done)
         _destroy(recorder, graph)
     recorder.retiring = []
-    if launcher is not None:
-        launcher.drop_gate()  # every completion behind it has completed
     recorder.drop_cached()  # a shared cache outlives the context
     for streams in recorder.spare.values():
         for real in streams:

@@ -152,7 +152,7 @@ def close(scopes: Owner, scope: Scope, launch: bool = True) -> None:
     _leave_top(scopes, scope)
     if launch:
         if scope.graph.used:
-            recorder.launch(scope.graph, epoch=scope.kind is ScopeKind.EPOCH)
+            recorder.launch(scope.graph)
             scopes.lower(scope)
         else:
             recorder.discard_graph(scope.graph)

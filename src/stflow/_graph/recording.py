@@ -51,7 +51,6 @@ from ..backends._base import (
     Stream,
 )
 from . import launches as launches
-from .launcher import Launcher
 from .recorded import Graph, GraphEvent, InlineScope, Node, RecordingStream
 
 __all__ = [
@@ -134,15 +133,6 @@ class GraphRecorder(Backend):
         self.cache_shared = False  # an async_resources owns the cache
         self.graph_instantiations = 0
         self.graph_updates = 0
-        # Epochs instantiated and launched on a thread of their own (launcher.py):
-        # where the backend has gates, unless graphs launch on a caller's stream.
-        self.launcher: Launcher | None = (
-            Launcher(self)
-            if real.gates
-            and launch_stream is None
-            and config.graph_launcher() == "thread"
-            else None
-        )
 
     # -- the recording level of the calling thread --------------------------------------
     def _level(self) -> _Level:
@@ -325,12 +315,9 @@ class GraphRecorder(Backend):
         self.graphs.destroy_graph(graph.handle)
 
     # -- launches (the functions of launches.py) ---------------------------------
-    def launch(self, graph: Graph, release: bool = True, epoch: bool = False) -> Event:
+    def launch(self, graph: Graph, release: bool = True) -> Event:
         """Launch a closed top-level graph; returns its completion event
-        (:func:`stflow._graph.launches.launch`; an ``epoch`` of graph mode from the
-        :class:`~stflow._graph.launcher.Launcher`'s thread, where there is one)."""
-        if epoch and self.launcher is not None:
-            return self.launcher.launch(graph)
+        (:func:`stflow._graph.launches.launch`)."""
         return launches.launch(self, graph, release)
 
     def executable(self, graph: Graph) -> Any:

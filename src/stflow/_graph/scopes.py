@@ -471,8 +471,6 @@ class ScopeTracker:
     def statistics(self) -> tuple[int, int]:
         """``(graph instantiations, executable updates)`` so far."""
         recorder = self.recorder
-        if recorder.launcher is not None:
-            recorder.launcher.settle()  # the epochs handed over are counted
         return recorder.graph_instantiations, recorder.graph_updates
 
     def __repr__(self) -> str:

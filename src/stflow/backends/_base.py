@@ -334,30 +334,6 @@ class Backend(abc.ABC):
     def synchronize(self, event: Event) -> None:
         """Block the host until ``event`` completes."""
 
-    # -- gates: a stream waiting for work another thread enqueues later -------------
-    gates: bool = False
-    """True when the backend has gates (:meth:`create_gate`): graph mode then
-    instantiates and launches its epochs on a thread of its own
-    (``_graph/launcher.py``)."""
-
-    def create_gate(self, device: int) -> Any:
-        """A new gate of ``device``: a counter, 0, that streams wait on
-        (:meth:`gate_wait`) and open in stream order (:meth:`gate_open`)."""
-        raise NotImplementedError(f"the {self.name} backend has no gates")
-
-    def gate_wait(self, stream: Stream, gate: Any, value: int) -> None:
-        """Make ``stream`` wait (on the device) until ``gate`` reaches ``value``, which
-        work enqueued later, on another stream, sets (CUDA: ``cuStreamWaitValue32``)."""
-        raise NotImplementedError(f"the {self.name} backend has no gates")
-
-    def gate_open(self, stream: Stream, gate: Any, value: int) -> None:
-        """Set ``gate`` to ``value`` once the work enqueued on ``stream`` so far has
-        completed (CUDA: ``cuStreamWriteValue32``); values only grow."""
-        raise NotImplementedError(f"the {self.name} backend has no gates")
-
-    def destroy_gate(self, gate: Any) -> None:
-        """Release a gate nothing waits on any more."""
-
     def synchronize_producer(self, handle: int) -> None:
         """Block until the foreign stream ``handle`` is idle (a CUDA Array Interface
         producer's pending work; only backends with :attr:`gpu_memory` get one)."""

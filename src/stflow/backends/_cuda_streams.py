@@ -333,51 +333,6 @@ class CudaStreams:
             return False
         raise _cu.error(err, f"cuEventQuery of {event!r}") from None
 
-    # -- gates ---------------------------------------------------------------------
-    gates = True
-
-    def create_gate(self, device: int) -> tuple[int, int]:
-        """A 32-bit counter in ``device``'s memory, 0: ``(address, device)``."""
-        d = _cu.driver
-        self._push(device)
-        try:
-            ptr = int(_cu.check(d.cuMemAlloc(4), f"allocating a gate on device {device}"))
-            _cu.check(d.cuMemsetD32(ptr, 0, 1), f"clearing a gate on device {device}")
-        finally:
-            self._pop(device)
-        return ptr, device
-
-    def gate_wait(self, stream: Stream, gate: Any, value: int) -> None:
-        d = _cu.driver
-        (err,) = d.cuStreamWaitValue32(
-            stream.native,  # type: ignore[attr-defined]
-            gate[0],
-            value,
-            int(d.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ),
-        )
-        if err:
-            raise _cu.error(
-                err, f"{stream!r} waiting for a gate to reach {value}"
-            ) from None
-
-    def gate_open(self, stream: Stream, gate: Any, value: int) -> None:
-        d = _cu.driver
-        (err,) = d.cuStreamWriteValue32(
-            stream.native,  # type: ignore[attr-defined]
-            gate[0],
-            value,
-            int(d.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT),
-        )
-        if err:
-            raise _cu.error(err, f"opening a gate to {value} on {stream!r}") from None
-
-    def destroy_gate(self, gate: Any) -> None:
-        self._push(gate[1])
-        try:
-            _cu.check(_cu.driver.cuMemFree(gate[0]), "freeing a gate")
-        finally:
-            self._pop(gate[1])
-
     def synchronize(self, event: Event) -> None:
         """Block the host until ``event`` completes.
 

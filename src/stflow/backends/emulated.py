@@ -145,30 +145,6 @@ class EmulatedEvent(Event):
         return self.stream.completed >= self.position  # type: ignore[attr-defined]
 
 
-class _Gate:
-    """A gate of the emulated backend (``Backend.create_gate``): a counter."""
-
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-
-class _GateWait:
-    """What a stream waiting on a gate waits for: done once the gate reached
-    ``value`` (the scheduler treats it as it treats an event)."""
-
-    __slots__ = ("gate", "value")
-
-    def __init__(self, gate: _Gate, value: int) -> None:
-        self.gate = gate
-        self.value = value
-
-    @property
-    def done(self) -> bool:
-        return self.gate.value >= self.value
-
-
 class _Scheduler:
     """Runs ready stream operations in a seeded random order on one thread."""
 
@@ -389,22 +365,6 @@ class EmulatedBackend(EmulatedPartitions, Backend):
                     cv.wait()
             finally:
                 scheduler.waiters -= 1
-
-    # -- gates -------------------------------------------------------------------
-    gates = True
-
-    def create_gate(self, device: int) -> _Gate:
-        return _Gate()
-
-    def gate_wait(self, stream: Stream, gate: Any, value: int) -> None:
-        if gate.value < value:
-            self._scheduler.enqueue(stream, _WAIT, _GateWait(gate, value))  # type: ignore[arg-type]
-
-    def gate_open(self, stream: Stream, gate: Any, value: int) -> None:
-        def open_gate() -> None:
-            gate.value = max(gate.value, value)  # the scheduler then sees its waits
-
-        self.enqueue_call(stream, open_gate)
 
     def enqueue_call(self, stream: Stream, fn: Callable[[], None]) -> None:
         """Enqueue ``fn()`` on ``stream``; exceptions go to ``stream.error_sink``.
