@@ -263,14 +263,17 @@ def clear_upper(
 
 def store(ctx: Any, tiles: Any) -> None:
     """Start copying each tile back into the matrix as soon as its last writer ends,
-    while the factorisation goes on: a host task reading the tile (the runtime
-    cannot know which writer is the last; ``finalize()`` then has nothing left to
-    copy). ``tiles`` is a ``TileGrid`` or a dict of tiles."""
-    host = stf.exec_place.host()
+    while the factorisation goes on: a host callback reading the tile where it lives
+    in the matrix (the runtime cannot know which writer is the last; ``finalize()``
+    then has nothing left to copy). ``tiles`` is a ``TileGrid`` or a dict of
+    tiles."""
     items = tiles if isinstance(tiles, stf.TileGrid) else tiles.items()
     for (i, j), tile in items:
-        with ctx.task(host, tile.read(), symbol=f"store({i},{j})"):
-            pass
+        ctx.host_launch(tile.read(), fn=_nothing, symbol=f"store({i},{j})")
+
+
+def _nothing(tile: Any) -> None:
+    pass
 
 
 def _keep_lower(xp: Any, mask: Any, a: Any) -> None:

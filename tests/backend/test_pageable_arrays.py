@@ -66,30 +66,33 @@ def test_random_programs_with_pageable_user_arrays_match_the_oracle(
     assert not failures, f"{len(failures)} failing seed(s):\n" + "\n\n".join(failures[:3])
 
 
-def test_host_tasks_work_in_the_users_own_buffer(pageable):
-    """A pageable array's host tasks get the array itself (no page-locked copy of the
-    runtime's); device tasks get their copies staged, and the tiles written back
-    touch nothing between them."""
+def test_host_callbacks_work_in_the_users_own_buffer(pageable):
+    """A pageable array's host callbacks (``host_launch``) get the array itself (no
+    page-locked copy of the runtime's); device tasks get their copies staged, host
+    tasks (whose stream may reach the data from a device) a page-locked instance,
+    and the tiles written back touch nothing between them."""
     parent = np.full((12, 10), -7.25)
     parent[:8, :8] = np.arange(64.0).reshape(8, 8)
     expected = parent.copy()
-    expected[:8, :8] = (np.arange(64.0).reshape(8, 8) * 2 + 1) * 3
+    expected[:8, :8] = ((np.arange(64.0).reshape(8, 8) * 2 + 1) * 3 + 1) * 5
     seen = []
+
+    def add_one(tile):
+        seen.append(tile.__array_interface__["data"][0])
+        tile += 1
+
     with stf.context(backend=pageable) as ctx:
         grid = stf.tiles(ctx, parent[:8, :8], 4)
         for _, tile in grid:
             with ctx.task(stf.exec_place.device(0), tile.rw()) as t:
                 t.run(lambda xp, a: xp.multiply(a, 2, out=a))
-            with ctx.task(stf.exec_place.host(), tile.rw()) as t:
-                view = t.get_arg_cai(0)
-                interface = (
-                    getattr(view, "__cuda_array_interface__", None)
-                    or view.__array_interface__
-                )
-                seen.append(interface["data"][0])
-                t.run(lambda xp, a: xp.add(a, 1, out=a))
+            ctx.host_launch(tile.rw(), fn=add_one)
             with ctx.task(stf.exec_place.device(0), tile.rw()) as t:
                 t.run(lambda xp, a: xp.multiply(a, 3, out=a))
+            with ctx.task(stf.exec_place.host(), tile.rw()) as t:
+                t.run(lambda xp, a: xp.add(a, 1, out=a))
+            with ctx.task(stf.exec_place.device(0), tile.rw()) as t:
+                t.run(lambda xp, a: xp.multiply(a, 5, out=a))
     np.testing.assert_array_equal(parent, expected)
     base = parent.__array_interface__["data"][0]
     starts = sorted(base + (r * 10 + c) * 8 for r in (0, 4) for c in (0, 4))

@@ -267,3 +267,14 @@ def test_many_streams_and_threads_stay_ordered(stager):
     assert len(results) == 80
     for got, want in results.values():
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_copy_larger_than_the_ring_drains_in_turns(stager):
+    """A copy back of more bands than the ring has chunks: each chunk is reused
+    only after its first band drained."""
+    stream = _Stream("s")
+    device = np.arange(300, dtype=np.float64)  # 2400 B: ten bands of 256 B, 4 chunks
+    host = np.zeros(300)
+    stager.to_host(_address(host), None, _address(device), None, (2400,), 1, stream)
+    stream.drain()
+    np.testing.assert_array_equal(host, device)

@@ -264,7 +264,7 @@ def resolve(
                 copies.extend(Access(state, mode, member) for member in members[1:])
             else:
                 raise PlaceError(f"{what}: {place_name(place)} cannot hold an instance")
-        if device == HOST and (host_only or exec_device == HOST):
+        if device == HOST and host_only:
             device = _host_instance(state)
         accesses.append(Access(state, mode, device))
     if any(access.mode & REDUCE for access in accesses):
@@ -286,8 +286,10 @@ def _no_such_device(place: int, device_count: int, what: Any) -> DeviceOrdinalEr
 
 
 def _host_instance(state: DataState) -> int:
-    """Where host code finds ``state``: in the user's own buffer when it is pageable
-    (``USER_PAGEABLE``), else in the host instance."""
+    """Where a host callback (``host_launch``) finds ``state``: in the user's own
+    buffer when it is pageable (``USER_PAGEABLE``), else in the host instance. A task
+    on ``exec_place.host()`` gets the host instance, page-locked: the work it enqueues
+    on its stream may reach it from a device."""
     reference = state.reference
     if reference is not None and reference.device == USER_PAGEABLE:
         return USER_PAGEABLE

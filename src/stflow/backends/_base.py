@@ -82,8 +82,9 @@ USER_PAGEABLE = -6
 """Place of a user's host buffer that is not page-locked on a backend whose host
 instances must be (see :attr:`Backend.pinned_host_required`): the buffer was too large
 (``STFLOW_PIN_LIMIT``) or the driver refused. It is a copy source, a write-back target,
-and the instance of tasks that run on the host; device work that names the host as
-its data place gets a page-locked instance of the runtime's."""
+and what host callbacks (``host_launch``) see; tasks whose stream may reach host memory
+from a device (``exec_place.host()``, a host data place) get a page-locked instance of
+the runtime's."""
 
 
 class _CallbackState(threading.local):

@@ -19,7 +19,8 @@ To a device, per chunk::
     set the flag                        copy the chunk into the device, 2-D pitched
                                         record the slot's event (the chunk is free)
 
-From a device, per chunk::
+From a device, per chunk (the waits for the flags after every chunk's copy, so the
+chunks of one copy drain side by side)::
 
     the copy's stream                   host thread
     wait for the slot's last event
@@ -142,40 +143,23 @@ class Stager:
     ) -> bool:
         """Enqueue a copy from pageable ``src`` into device memory; ``False`` (nothing
         done) when a row of it is larger than a chunk."""
-        cuts = self._cuts(shape, itemsize)
-        if cuts is None:
+        cut = self._bands(dst, dst_strides, src, src_strides, shape, itemsize)
+        if cut is None:
             return False
-        band_shape, row_bytes, parts = cuts
-        dst_step = dst_strides[0] if dst_strides else row_bytes
-        src_step = src_strides[0] if src_strides else row_bytes
         memory = self._memory
         with self._lock:
             self._start()
-            for first, rows in parts:
-                part = (rows, *band_shape)
+            for target, source, part in cut:
                 slot, value, before = self._ticket()
                 chunk = self._ring + slot * self._chunk
-                source = src + first * src_step
-                job = _Job(
-                    _gather(chunk, source, src_strides, part, itemsize),
-                    slot,
-                    value,
-                    before,
-                    source_ready,
-                    stream,
-                )
+                gather = _gather(chunk, source, src_strides, part, itemsize)
+                job = _Job(gather, slot, value, before, source_ready, stream)
                 self._post(job)
                 if not source_ready:
                     memory.launch_host_func(stream, self._trigger(job))
                 self._wait_flag(stream, slot, value)
                 memory._pitched_copies(
-                    dst + first * dst_step,
-                    dst_strides,
-                    chunk,
-                    None,
-                    part,
-                    itemsize,
-                    stream,
+                    target, dst_strides, chunk, None, part, itemsize, stream
                 )
                 self._mark(slot, stream)
         return True
@@ -191,56 +175,60 @@ class Stager:
         stream: Stream,
     ) -> bool:
         """Enqueue a copy from device memory into pageable ``dst``; ``False`` as for
-        :meth:`to_device`."""
-        cuts = self._cuts(shape, itemsize)
-        if cuts is None:
+        :meth:`to_device`. The bands of up to one ring are all copied into their
+        chunks before the stream waits for the first drain, so they drain side by
+        side."""
+        cut = self._bands(dst, dst_strides, src, src_strides, shape, itemsize)
+        if cut is None:
             return False
-        band_shape, row_bytes, parts = cuts
-        dst_step = dst_strides[0] if dst_strides else row_bytes
-        src_step = src_strides[0] if src_strides else row_bytes
         memory = self._memory
         with self._lock:
             self._start()
-            for first, rows in parts:
-                part = (rows, *band_shape)
-                slot, value, before = self._ticket()
-                chunk = self._ring + slot * self._chunk
-                if before is not None:  # the chunk's previous use is done on the device
-                    self._stream_wait(stream, before)
-                memory._pitched_copies(
-                    chunk,
-                    None,
-                    src + first * src_step,
-                    src_strides,
-                    part,
-                    itemsize,
-                    stream,
-                )
-                target = dst + first * dst_step
-                job = _Job(
-                    _scatter(target, dst_strides, chunk, part, itemsize),
-                    slot,
-                    value,
-                    None,
-                    False,
-                    stream,
-                )
-                self._post(job)
-                memory.launch_host_func(stream, self._trigger(job))
-                self._wait_flag(stream, slot, value)
-                self._mark(slot, stream)
+            for group in range(0, len(cut), self._slots):
+                drains = []
+                for target, source, part in cut[group : group + self._slots]:
+                    slot, value, before = self._ticket()
+                    chunk = self._ring + slot * self._chunk
+                    if before is not None:  # the chunk's previous use is done
+                        self._stream_wait(stream, before)
+                    memory._pitched_copies(
+                        chunk, None, source, src_strides, part, itemsize, stream
+                    )
+                    scatter = _scatter(target, dst_strides, chunk, part, itemsize)
+                    job = _Job(scatter, slot, value, None, False, stream)
+                    self._post(job)
+                    memory.launch_host_func(stream, self._trigger(job))
+                    drains.append((slot, value))
+                for slot, value in drains:
+                    self._wait_flag(stream, slot, value)
+                for slot, _ in drains:
+                    self._mark(slot, stream)
         return True
 
-    def _cuts(
-        self, shape: tuple[int, ...], itemsize: int
-    ) -> tuple[tuple[int, ...], int, list[tuple[int, int]]] | None:
-        """The shape of one row, its bytes, and the bands (:func:`bands`)."""
+    def _bands(
+        self,
+        dst: int,
+        dst_strides: tuple[int, ...] | None,
+        src: int,
+        src_strides: tuple[int, ...] | None,
+        shape: tuple[int, ...],
+        itemsize: int,
+    ) -> list[tuple[int, int, tuple[int, ...]]] | None:
+        """``(dst, src, shape)`` of each band of a copy (:func:`bands` along the
+        first axis), or ``None`` when a row is larger than a chunk."""
         if not shape:
             shape = (1,)
         band_shape = tuple(shape[1:])
         row_bytes = math.prod(band_shape) * itemsize
+        dst_step = dst_strides[0] if dst_strides else row_bytes
+        src_step = src_strides[0] if src_strides else row_bytes
         parts = bands(shape[0], row_bytes, self._chunk)
-        return (band_shape, row_bytes, parts) if parts else None
+        if not parts:
+            return None
+        return [
+            (dst + first * dst_step, src + first * src_step, (rows, *band_shape))
+            for first, rows in parts
+        ]
 
     def _ticket(self) -> tuple[int, int, Any]:
         """The next chunk: its slot, its flag's value for this use, and the event of
