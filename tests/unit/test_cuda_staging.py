@@ -227,15 +227,15 @@ def test_a_failing_job_is_reported_and_the_stream_goes_on(stager):
     def broken(*args, **kwargs):
         raise MemoryError("no room")
 
-    original = _cuda_staging.copy_elements
-    _cuda_staging.copy_elements = broken
+    original = _cuda_staging._gather
+    _cuda_staging._gather = lambda *args: broken
     try:
         stager.to_device(
             _address(target), None, _address(source), None, (4,), 8, stream, True
         )
         stream.drain()
     finally:
-        _cuda_staging.copy_elements = original
+        _cuda_staging._gather = original
     assert [type(f) for f in failures] == [MemoryError]
 
 

@@ -45,6 +45,7 @@ the error to the stream's owner, as a host callback does.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -58,13 +59,15 @@ import numpy as np
 
 from . import _cuda_driver as _cu
 from ._base import Stream, pointer_array
-from ._host_memory import copy_elements
+from ._host_memory import element_array
 
 __all__ = ["CHUNK", "SLOTS", "Stager", "bands"]
 
-CHUNK = 8 << 20
-"""Bytes of one pinned chunk: what one host job moves and one device copy carries."""
-SLOTS = 32
+CHUNK = 16 << 20
+"""Bytes of one pinned chunk: what one host job moves and one device copy carries
+(large, so that few jobs share the interpreter with the submitting thread: each one
+waits for the GIL twice, up to the interpreter's switch interval each time)."""
+SLOTS = 16
 """Chunks in the ring (256 MiB pinned, allocated at the first staged copy)."""
 THREADS = min(8, os.cpu_count() or 1)
 """Host threads filling and draining chunks (host memory bandwidth saturates at about
@@ -377,10 +380,13 @@ def _gather(
     shape: tuple[int, ...],
     itemsize: int,
 ) -> Callable[[], None]:
-    def gather() -> None:
-        copy_elements(chunk, None, src, src_strides, shape, itemsize)
-
-    return gather
+    """The host job filling ``chunk`` (its arrays made now, on the submitting
+    thread: the job itself is one NumPy copy, which releases the GIL)."""
+    return functools.partial(
+        np.copyto,
+        element_array(chunk, shape, None, itemsize),
+        element_array(src, shape, src_strides, itemsize, readonly=True),
+    )
 
 
 def _scatter(
@@ -390,7 +396,9 @@ def _scatter(
     shape: tuple[int, ...],
     itemsize: int,
 ) -> Callable[[], None]:
-    def scatter() -> None:
-        copy_elements(dst, dst_strides, chunk, None, shape, itemsize)
-
-    return scatter
+    """The host job draining ``chunk`` into ``dst`` (as :func:`_gather`)."""
+    return functools.partial(
+        np.copyto,
+        element_array(dst, shape, dst_strides, itemsize),
+        element_array(chunk, shape, None, itemsize, readonly=True),
+    )
