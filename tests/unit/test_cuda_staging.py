@@ -1,8 +1,8 @@
 """The CUDA backend's staged copies (``backends/_cuda_staging.py``) against a simulated
 driver: streams are threads running their operations in order, a flag wait polls host
 memory as ``cuStreamWaitValue32`` polls the pinned page, events complete when their
-stream reaches them. What the stager does with tickets, flags, the dispatcher and its
-pool of host threads then runs unchanged on the CPU, with chunks of a few hundred bytes
+stream reaches them. What the stager does with tickets, flags, and its
+host threads then runs unchanged on the CPU, with chunks of a few hundred bytes
 and a ring of four, so that copies wrap around the ring many times; results are
 compared with NumPy, and a deadlock shows as a timeout.
 """

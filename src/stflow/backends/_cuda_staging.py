@@ -29,15 +29,15 @@ chunks of one copy drain side by side)::
     wait for the flag                   set the flag
     record the slot's event
 
-Host jobs run in ticket order from one dispatcher thread, which hands each to a pool
-of :data:`THREADS` threads once it may run: a chunk whose previous use is still in
-flight waits for that use's event (only the dispatcher blocks, never a job), and a job
-that needs the stream to reach its point (a drain, or a gather whose source may still
-be written) waits for the host callback that *triggers* it. A gather whose source the
+:data:`THREADS` host threads take the jobs in ticket order, each once it may run: a
+job that needs the stream to reach its point (a drain, or a gather whose source may
+still be written) waits at the head of the queue for the host callback that
+*triggers* it, and a chunk whose previous use is still in flight waits for that use's
+event on the thread that took it (the others take the next jobs meanwhile). A gather whose source the
 runtime declared ready (``source_ready``: every write to it has completed) is
 triggered at once: the chunks of a matrix's tiles are filled ahead of the streams,
-while earlier copies and tasks run. Because tickets are taken and dispatched in one
-order, and every wait is for an earlier ticket, nothing waits in a circle.
+while earlier copies and tasks run. Because tickets are taken and the jobs started in
+one order, and every wait is for an earlier ticket, nothing waits in a circle.
 
 A job that fails still sets its flag (the stream must not wait forever) and reports
 the error to the stream's owner, as a host callback does.
@@ -52,7 +52,6 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -121,7 +120,7 @@ class Stager:
         self._memory = memory
         self._chunk, self._slots, self._threads = chunk, slots, threads
         self._lock = threading.Lock()  # tickets, slot events: one copy at a time
-        self._ready = threading.Condition()  # the dispatcher's queue
+        self._ready = threading.Condition()  # the queue of jobs
         self._queue: deque[_Job] = deque()
         self._ring = 0
         self._flags: np.ndarray | None = None
@@ -130,7 +129,7 @@ class Stager:
         self._values = [0] * slots  # the flag value of each slot's last use
         self._events: list[Any] = [None] * slots  # (handle, device) of the last use
         self._spare: dict[int, list[Any]] = {}  # device -> free event handles
-        self._pool: ThreadPoolExecutor | None = None
+        self._started = False
 
     # -- submission (the runtime's thread) ---------------------------------------------
     def to_device(
@@ -298,7 +297,7 @@ class Stager:
     def _start(self) -> None:
         """Allocate the ring and the flags, start the threads (first use; the lock
         is held)."""
-        if self._pool is not None:
+        if self._started:
             return
         d = _cu.driver
         memory = self._memory
@@ -322,43 +321,39 @@ class Stager:
         self._flags_device = int(
             _cu.check(d.cuMemHostGetDevicePointer(flags, 0), "mapping the staging flags")
         )
-        self._pool = ThreadPoolExecutor(
-            self._threads,
-            thread_name_prefix="stflow-stage",
-            initializer=memory._ensure_context,
-        )
-        threading.Thread(
-            target=self._dispatch, name="stflow-stage-dispatch", daemon=True
-        ).start()
+        for number in range(self._threads):
+            threading.Thread(
+                target=self._work, name=f"stflow-stage-{number}", daemon=True
+            ).start()
+        self._started = True
 
-    def _dispatch(self) -> None:
-        """Hand the jobs to the pool in ticket order, each once it may run."""
+    def _work(self) -> None:
+        """A host thread: take the jobs in ticket order, each once it may run, and
+        run it. A job waits here for its chunk's previous use, on the device (no
+        lock held: the next thread takes the next job meanwhile)."""
         self._memory._ensure_context()
         ready, queue = self._ready, self._queue
-        pool = self._pool
-        assert pool is not None
+        flags = self._flags
+        assert flags is not None
         while True:
             with ready:
                 while not (queue and queue[0].triggered):
                     ready.wait()
                 job = queue.popleft()
-            if job.before is not None:  # the chunk's previous use, on the device
-                handle, device = job.before
-                err = _cu.driver.cuEventSynchronize(handle)[0]
-                self._release_event(handle, device)
-                if err:
-                    self._report(job, _cu.error(err, "waiting for a staging chunk"))
-            pool.submit(self._run, job)
-
-    def _run(self, job: _Job) -> None:
-        flags = self._flags
-        assert flags is not None
-        try:
-            job.work()
-        except BaseException as exc:  # noqa: BLE001 - reported, never lost
-            self._report(job, exc)
-        finally:
-            flags[job.slot] = job.value  # the stream goes on, even after a failure
+                if queue and queue[0].triggered:
+                    ready.notify()  # the next one, to another thread
+            try:
+                if job.before is not None:
+                    handle, device = job.before
+                    err = _cu.driver.cuEventSynchronize(handle)[0]
+                    self._release_event(handle, device)
+                    if err:
+                        raise _cu.error(err, "waiting for a staging chunk")
+                job.work()
+            except BaseException as exc:  # noqa: BLE001 - reported, never lost
+                self._report(job, exc)
+            finally:
+                flags[job.slot] = job.value  # the stream goes on, even after a failure
 
     @staticmethod
     def _report(job: _Job, exc: BaseException) -> None:
