@@ -89,9 +89,12 @@ def factorize(
     tiles: dict[tuple[int, int], Any],
     count: int,
     where: Callable[[int, int], Any] | None = None,
+    finished: Callable[[int, int], None] | None = None,
 ) -> None:
     """Submit the tiled factorisation of the ``count × count`` lower tiles; with
-    ``where``, the task writing tile ``(i, j)`` executes on ``where(i, j)``."""
+    ``where``, the task writing tile ``(i, j)`` executes on ``where(i, j)``;
+    ``finished(i, j)`` is called once the last task writing tile ``(i, j)`` is
+    submitted (to submit what follows it at once: its write-back)."""
 
     def on(i: int, j: int) -> tuple[Any, ...]:
         return () if where is None else (where(i, j),)
@@ -99,11 +102,15 @@ def factorize(
     for k in range(count):
         with ctx.task(*on(k, k), tiles[k, k].rw(), symbol=f"potrf({k})") as t:
             t.run(potrf)
+        if finished is not None:
+            finished(k, k)
         for i in range(k + 1, count):
             with ctx.task(
                 *on(i, k), tiles[k, k].read(), tiles[i, k].rw(), symbol=f"trsm({i},{k})"
             ) as t:
                 t.run(trsm)
+            if finished is not None:
+                finished(i, k)
         for i in range(k + 1, count):
             with ctx.task(
                 *on(i, i), tiles[i, k].read(), tiles[i, i].rw(), symbol=f"syrk({i},{k})"
@@ -198,10 +205,8 @@ def cholesky(
     if devices:
         settle(ctx, tiles, device_of)
         start = time.perf_counter()
-    factorize(ctx, tiles, count, where)
-    clear_upper(ctx, grid, count, nb, overwrite_a, where)
-    if not devices:
-        store(ctx, grid if overwrite_a else tiles)
+    finish = _Finisher(ctx, grid, count, nb, overwrite_a, where, store=not devices)
+    factorize(ctx, tiles, count, where, finish)
     if devices:
         settle(ctx, tiles, device_of)
         elapsed = time.perf_counter() - start
@@ -239,26 +244,43 @@ def _assign(xp: Any, source: Any, target: Any) -> None:
     target[...] = source
 
 
-def clear_upper(
-    ctx: Any,
-    grid: Any,
-    count: int,
-    nb: int,
-    overwrite_a: bool,
-    where: Callable[[int, int], Any] | None,
-) -> None:
-    """Zero what is above the diagonal: in the diagonal tiles (a mask kept on the
-    devices) and, when ``a`` is factorised in place, the tiles above them."""
-    mask = ctx.logical_data(np.tril(np.ones((nb, nb))), name="lower")
-    for k in range(count):
-        on = () if where is None else (where(k, k),)
-        with ctx.task(*on, mask.read(), grid[k, k].rw(), symbol=f"tril({k})") as t:
-            t.run(_keep_lower)
-        if overwrite_a:
-            for j in range(k + 1, count):
-                on = () if where is None else (where(k, j),)
-                with ctx.task(*on, grid[k, j].write(), symbol=f"zero({k},{j})") as t:
+class _Finisher:
+    """What follows the last writer of a tile of the factor: a diagonal tile's upper
+    part cleared (a mask kept on the devices) and, when ``a`` is factorised in place,
+    the tiles to its right zeroed; then, without ``--devices``, each of them written
+    back into the matrix at once (``store``), while the factorisation goes on."""
+
+    def __init__(
+        self,
+        ctx: Any,
+        grid: Any,
+        count: int,
+        nb: int,
+        overwrite_a: bool,
+        where: Callable[[int, int], Any] | None,
+        store: bool,
+    ) -> None:
+        self.ctx, self.grid, self.count = ctx, grid, count
+        self.overwrite_a, self.where, self.store = overwrite_a, where, store
+        self.mask = ctx.logical_data(np.tril(np.ones((nb, nb))), name="lower")
+
+    def __call__(self, i: int, j: int) -> None:
+        ctx, grid, where = self.ctx, self.grid, self.where
+        if i == j:
+            on = () if where is None else (where(i, i),)
+            with ctx.task(
+                *on, self.mask.read(), grid[i, i].rw(), symbol=f"tril({i})"
+            ) as t:
+                t.run(_keep_lower)
+        if self.store:
+            store(ctx, {(i, j): grid[i, j]})
+        if i == j and self.overwrite_a:
+            for k in range(i + 1, self.count):
+                on = () if where is None else (where(i, k),)
+                with ctx.task(*on, grid[i, k].write(), symbol=f"zero({i},{k})") as t:
                     t.run(_zero)
+                if self.store:
+                    store(ctx, {(i, k): grid[i, k]})
 
 
 def store(ctx: Any, tiles: Any) -> None:
@@ -266,7 +288,8 @@ def store(ctx: Any, tiles: Any) -> None:
     while the factorisation goes on: a host callback reading the tile where it lives
     in the matrix (the runtime cannot know which writer is the last; ``finalize()``
     then has nothing left to copy). ``tiles`` is a ``TileGrid`` or a dict of
-    tiles."""
+    tiles; submitted right after a tile's last writer (``_Finisher``), the copies
+    back overlap the rest of the factorisation."""
     items = tiles if isinstance(tiles, stf.TileGrid) else tiles.items()
     for (i, j), tile in items:
         ctx.host_launch(tile.read(), fn=_nothing, symbol=f"store({i},{j})")
