@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import collections
 import keyword
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from .._core.access import READ, RW, WRITE, is_mode, mode_name
@@ -38,7 +38,17 @@ from .._core.errors import (
 from .._core.reduce import REDUCE
 from .logical_data import dep, logical_data
 
-__all__ = ["Regrouping", "Slot", "bundle", "bundle_dep", "constant", "expand", "is_view"]
+__all__ = [
+    "Regrouping",
+    "Slot",
+    "append_argument",
+    "bundle",
+    "bundle_dep",
+    "constant",
+    "expand",
+    "expand_arguments",
+    "is_view",
+]
 
 View = TypeVar("View")
 
@@ -564,3 +574,57 @@ class Regrouping:
             elif has_memory[entry]:
                 grouped.append(by_dependency[entry])
         return self.fn(*grouped, *extra)
+
+
+def expand_arguments(
+    args: tuple,
+    runtime: Any,
+    check: Callable[[Any, Any, str], Any],
+    label: str,
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """A task's ``args`` with each bundle expanded into its fields' dependencies:
+    ``(deps, layout, others)``, the layout mapping each argument to its dependency
+    (an index) or its fields (a :class:`Slot`), ``others`` what is neither (the
+    execution place). ``check(runtime, dep, label)`` checks a dependency made in
+    another context; bundles that reduce are checked for conflicting fields."""
+    deps: list[Any] = []
+    layout: list[Any] = []
+    others: list[Any] = []
+    reduces = False
+    for arg in args:
+        if isinstance(arg, bundle_dep):
+            layout.append(Slot(len(deps), arg))
+            if arg.runtime is runtime:  # fields checked when bundled
+                deps.extend(arg.deps)
+            else:
+                deps.extend(check(runtime, field, label) for field in arg.deps)
+            reduces = reduces or arg.reduces
+        elif isinstance(arg, dep):
+            layout.append(len(deps))
+            deps.append(arg if arg.ld._runtime is runtime else check(runtime, arg, label))
+            reduces = reduces or bool(arg.mode & REDUCE)
+        else:
+            others.append(arg)
+    if reduces:
+        check_conflicts(deps, layout, label)
+    return deps, layout, others
+
+
+def append_argument(
+    deps: list[Any],
+    layout: list[Any],
+    d: Any,
+    runtime: Any,
+    check: Callable[[Any, Any, str], Any],
+    what: str,
+) -> None:
+    """Add the dependency or bundle ``d`` to a task's ``deps`` and ``layout`` (as
+    :func:`expand_arguments` made them), each dependency checked by ``check``."""
+    start = len(deps)
+    if isinstance(d, bundle_dep):
+        deps.extend(check(runtime, field, what) for field in d.deps)
+        layout.append(Slot(start, d))
+    else:
+        deps.append(check(runtime, d, what))
+        layout.append(start)
+    check_conflicts(deps, layout, what)

@@ -26,14 +26,13 @@ from .._core.errors import (
     work_ids,
 )
 from .._core.plan import Access, Plan
-from .._core.reduce import REDUCE
 from .._engine.runtime import Runtime, RuntimeOwner
 from .._interchange.views import CudaStream, ViewTuple
 from .._places.gridwork import fork, join
 from .._places.places import exec_place, exec_place_grid
 from ..backends._base import Allocation, Event, Stream, callback_state
 from .bodies import open_bodies, run_body
-from .bundles import Slot, bundle_dep, check_conflicts
+from .bundles import Slot, append_argument, bundle_dep, expand_arguments
 from .logical_data import dep
 
 __all__ = ["body_label", "new_task", "task"]
@@ -240,38 +239,12 @@ class task:
 
     def _expand_bundles(self, args: tuple) -> tuple[dep, ...]:
         """The dependencies of ``args`` with each bundle expanded into its fields'
-        (``_bundles.expand``); the layout maps the arguments back."""
-        runtime = self._runtime
-        deps: list[Any] = []
-        layout: list[Any] = []
-        others: list[Any] = []
-        reduces = False
-        for arg in args:
-            if isinstance(arg, bundle_dep):
-                layout.append(Slot(len(deps), arg))
-                if arg.runtime is runtime:  # fields checked when bundled
-                    deps.extend(arg.deps)
-                else:
-                    label = self._label()
-                    for field in arg.deps:
-                        deps.append(check_dep(runtime, field, label))
-                if arg.reduces:
-                    reduces = True
-            elif isinstance(arg, dep):
-                layout.append(len(deps))
-                deps.append(
-                    arg
-                    if arg.ld._runtime is runtime
-                    else check_dep(runtime, arg, self._label())
-                )
-                if arg.mode & REDUCE:
-                    reduces = True
-            else:
-                others.append(arg)
+        (``bundles.expand_arguments``); the layout maps the arguments back."""
+        deps, layout, others = expand_arguments(
+            args, self._runtime, check_dep, self._label()
+        )
         if others:
             self._sort_arguments(tuple(others))  # the execution place
-        if reduces:
-            check_conflicts(deps, layout, self._label())
         self._layout = layout
         return tuple(deps)
 
@@ -323,20 +296,13 @@ class task:
 
     def _add_argument(self, d: Any) -> None:
         """``add_dep`` of a task with bundles (or of a bundle): the layout grows."""
-        what = f"{self._label()}.add_dep()"
         layout: list[Any] = (
             list(range(len(self._deps))) if self._layout is None else self._layout
         )
         deps: list[Any] = list(self._deps)
-        start = len(deps)
-        if isinstance(d, bundle_dep):
-            for field in d.deps:
-                deps.append(check_dep(self._runtime, field, what))
-            layout.append(Slot(start, d))
-        else:
-            deps.append(check_dep(self._runtime, d, what))
-            layout.append(start)
-        check_conflicts(deps, layout, what)
+        append_argument(
+            deps, layout, d, self._runtime, check_dep, f"{self._label()}.add_dep()"
+        )
         self._layout = layout
         self._deps = tuple(deps)
 
