@@ -272,7 +272,41 @@ class DataRegistry:
         return state
 
     # -- page-locking ------------------------------------------------------------------
-    def _pin(self, array: np.ndarray) -> int | None:
+    def pin_pageable(self, ptr: int, nbytes: int) -> None:
+        """Page-lock, whatever ``STFLOW_PIN_LIMIT`` says, the user arrays of the
+        pageable data whose buffers hold the host bytes ``[ptr, ptr + nbytes)``.
+
+        For a copy recorded into a loop body: a conditional graph node runs kernels,
+        copies and fills only, so a copy of pageable memory there cannot be staged
+        by host work; page-locked, it is a plain copy node. The pin is the data's
+        own (undone when it is retired, or at finalize). Data whose buffer is not a
+        NumPy array cannot be page-locked here and is left as it is (the backend
+        then refuses the copy with a ``ScopeError``). The lock must be held.
+        """
+        ranges = self.ranges
+        end = ptr + nbytes
+        index = bisect.bisect_right(ranges, (ptr, float("inf")))
+        while index > 0:
+            index -= 1
+            start, stop, key, _ = ranges[index]
+            if start + self.longest <= ptr:
+                break
+            state = self.states.get(key)
+            if (
+                state is None
+                or stop < end
+                or state.pin is not None
+                or state.reference is None
+                or state.reference.device != USER_PAGEABLE
+            ):
+                continue
+            allocation = state.reference.allocation
+            keepalive = None if allocation is None else allocation.owner
+            owner = keepalive[-1] if isinstance(keepalive, tuple) else keepalive
+            if isinstance(owner, np.ndarray):
+                state.pin = self._pin(owner, limited=False)
+
+    def _pin(self, array: np.ndarray, limited: bool = True) -> int | None:
         """Page-lock the memory of a user host array; returns the pin's key, or
         ``None`` when it was not page-locked here.
 
@@ -280,8 +314,9 @@ class DataRegistry:
         counted: slices of one array (blocks of a matrix) share pages at their edges,
         and the driver refuses overlapping registrations. A pin is undone when the
         last data using it has been retired and its work completed, or at finalize.
-        An owner larger than ``STFLOW_PIN_LIMIT`` is not page-locked: its data lives
-        at ``USER_PAGEABLE`` and the backend stages its copies.
+        An owner larger than ``STFLOW_PIN_LIMIT`` is not page-locked (unless not
+        ``limited``: :meth:`pin_pageable`): its data lives at ``USER_PAGEABLE`` and the
+        backend stages its copies.
         """
         root = array
         while isinstance(root.base, np.ndarray):
@@ -293,7 +328,7 @@ class DataRegistry:
         if pin is not None:
             pin.uses += 1
             return key
-        limit = pin_limit()
+        limit = pin_limit() if limited else None
         if self.may_pin and (limit is None or root.nbytes <= limit):
             token = self.backend.register_host(root)
             if token is not None:

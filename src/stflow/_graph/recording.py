@@ -42,7 +42,9 @@ import numpy as np
 
 from .._core import config
 from .._core.errors import ScopeError
+from .._core.layout import extent
 from ..backends._base import (
+    HOST,
     Allocation,
     Backend,
     CompositeAllocation,
@@ -112,6 +114,9 @@ class GraphRecorder(Backend):
         self.nvtx_ranges = real.nvtx_ranges
         self.seed = real.seed
         self.error_sink: Callable[..., None] | None = None
+        # The registry's DataRegistry.pin_pageable: copies recorded into loop bodies
+        # page-lock the pageable user memory they touch (_loop_body_copy).
+        self.pin_pageable: Callable[[int, int], None] | None = None
         self.per_thread = False
         self.split_bodies = False
         self._shared = _Level()
@@ -651,6 +656,8 @@ class GraphRecorder(Backend):
             if not nbytes:
                 return
             self._capture(stream)
+            if self.pinned_host_required and self._in_loop_body():
+                self._loop_body_copy(((dst, nbytes), (src, nbytes)))
             stream, source_ready = stream.real, False  # runs at every launch
         self.real.copy(dst, src, nbytes, stream, source_ready)
 
@@ -669,10 +676,43 @@ class GraphRecorder(Backend):
             if 0 in shape:
                 return
             self._capture(stream)
+            if self.pinned_host_required and self._in_loop_body():
+                self._loop_body_copy(
+                    (
+                        (dst, extent(shape, dst_strides, itemsize)),
+                        (src, extent(shape, src_strides, itemsize)),
+                    )
+                )
             stream, source_ready = stream.real, False  # runs at every launch
         self.real.copy_strided(
             dst, dst_strides, src, src_strides, shape, itemsize, stream, source_ready
         )
+
+    def _in_loop_body(self) -> bool:
+        graph = self.current
+        return graph is not None and graph.parent is not None
+
+    def _loop_body_copy(self, spans: tuple[tuple[int, int], ...]) -> None:
+        """A copy recorded into a loop body, where no host work can run (a
+        conditional graph node holds kernels, copies and fills): the pageable user
+        memory among ``spans`` (address, bytes) is page-locked first
+        (``pin_pageable``), so that the copy is a plain copy node rather than a copy
+        staged by host callbacks; memory that stays pageable is refused."""
+        real = self.real
+        for ptr, nbytes in spans:
+            if real.locate(ptr) != HOST or real.is_pinned(ptr, nbytes):
+                continue
+            if self.pin_pageable is not None:
+                self.pin_pageable(ptr, nbytes)
+                if real.is_pinned(ptr, nbytes):
+                    continue
+            raise ScopeError(
+                f"copying {nbytes} bytes at 0x{ptr:x} of pageable host memory in the "
+                "body of a loop: a conditional graph node runs kernels, copies and "
+                "fills only, so the copy cannot be staged by host work, and this "
+                "buffer could not be page-locked (only NumPy arrays can be); "
+                "register a page-locked array, or copy the data in before the loop"
+            )
 
     def fill(self, ptr: int, nbytes: int, pattern: bytes, stream: Stream) -> None:
         if isinstance(stream, RecordingStream):

@@ -23,6 +23,7 @@ from .._core.streams import StreamPools
 
 if TYPE_CHECKING:
     from .._core.errors import ErrorLog
+    from .._engine.registry import DataRegistry
     from ..backends._base import Event
     from .recorded import Graph, InlineScope
 
@@ -33,6 +34,7 @@ class ScopeOwner(Protocol):
     """What a :class:`ScopeTracker` uses of the runtime that owns it."""
 
     errors: ErrorLog
+    data: DataRegistry
     finalized: bool
 
     def wake(self) -> None:

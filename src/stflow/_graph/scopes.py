@@ -101,6 +101,7 @@ class ScopeTracker:
         self.per_thread = not epochs
         recorder.per_thread = self.per_thread
         recorder.error_sink = runtime.errors.capture
+        recorder.pin_pageable = runtime.data.pin_pageable
         self._shared = Recording()
         self._local = threading.local()
         self.open_tops: dict[Scope, int] = {}  # per thread: open top scopes -> thread

@@ -318,13 +318,19 @@ class HostMemory:
 
     def locate(self, ptr: int) -> int:
         """The device of the buffer holding ``ptr``; ``HOST`` for any other address."""
+        device = self.allocated(ptr)
+        return HOST if device is None else device
+
+    def allocated(self, ptr: int) -> int | None:
+        """The device of the allocation holding ``ptr``, ``None`` when no allocation
+        of this memory does (user memory)."""
         with self._lock:
             index = bisect.bisect_right(self._starts, ptr) - 1
             if index >= 0:
                 end, device = self._ranges[self._starts[index]]
                 if ptr < end:
                     return device
-        return HOST
+        return None
 
 
 def combine_at(dst: int, src: int, count: int, dtype: np.dtype, op: str) -> None:

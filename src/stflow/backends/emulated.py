@@ -289,6 +289,7 @@ class EmulatedBackend(EmulatedPartitions, Backend):
             weakref.WeakValueDictionary()
         )
         self._memory = HostMemory()
+        self._pinned: list[tuple[int, int]] = []  # register_host's ranges
         self._local = CurrentDevice()
         self._default_stream = self.create_stream(0)
 
@@ -414,6 +415,29 @@ class EmulatedBackend(EmulatedPartitions, Backend):
 
     def locate(self, ptr: int) -> int:
         return self._memory.locate(ptr)
+
+    # -- page-locking, played only where asked (``pinned_host_required``) --------------
+    def register_host(self, array: np.ndarray) -> Any:
+        """Page-lock nothing, but note the range where host instances must be
+        page-locked (tests set ``pinned_host_required`` to play CUDA's rules): then
+        :meth:`is_pinned` answers as CUDA would."""
+        if not self.pinned_host_required:
+            return None
+        ptr = int(array.__array_interface__["data"][0])
+        token = (ptr, ptr + array.nbytes)
+        self._pinned.append(token)
+        return token
+
+    def unregister_host(self, token: Any) -> None:
+        self._pinned.remove(token)
+
+    def is_pinned(self, ptr: int, nbytes: int) -> bool:
+        """The runtime's own host allocations are (as ``cuMemAllocHost``'s on CUDA),
+        and user memory inside a range :meth:`register_host` noted."""
+        if self._memory.allocated(ptr) is not None:
+            return True
+        end = ptr + max(nbytes, 1)
+        return any(start <= ptr and end <= stop for start, stop in self._pinned)
 
     # -- copies and host work ----------------------------------------------------
     def copy(
