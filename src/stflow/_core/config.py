@@ -443,7 +443,8 @@ SETTINGS: tuple[Setting, ...] = (
         "User host arrays larger than this are not page-locked (CUDA): their copies "
         "to and from devices go through pinned staging buffers that host threads "
         "fill and drain, so the first transfers start at once instead of after the "
-        "whole array is locked.",
+        "whole array is locked (a loop body that copies such an array page-locks "
+        "it: a conditional graph node cannot hold host work).",
         _size("STFLOW_PIN_LIMIT"),
     ),
     Setting(
