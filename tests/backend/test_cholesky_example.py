@@ -19,6 +19,25 @@ def test_the_tiled_factor_matches_numpy(backend, n, nb):
     np.testing.assert_allclose(lower, np.linalg.cholesky(a), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"devices": 1}, {"use_graph": True}, {"memory_budget": 4 * 64 * 64 * 8}],
+    ids=["stream", "devices", "graph", "budget"],
+)
+def test_in_place_the_matrix_becomes_its_factor(backend, options):
+    """``overwrite_a``: the factor is written into ``a`` itself, its upper
+    triangle zeroed (the tiles right of the diagonal in the matrix, by host
+    callbacks, or on the devices with ``devices``), and ``a`` is returned."""
+    example = _example()
+    a = example.spd_matrix(256, seed=3)
+    expected = np.linalg.cholesky(a)
+    a[np.triu_indices(256, 1)] = 7.0  # the upper triangle is not read
+    lower, _ = example.cholesky(a, 64, backend, overwrite_a=True, **options)
+    assert lower is a
+    np.testing.assert_allclose(a, expected, rtol=1e-10, atol=1e-10)
+    assert not np.triu(a, 1).any()
+
+
 def test_graph_mode_on_the_emulated_backend():
     example = _example()
     a = example.spd_matrix(256)
