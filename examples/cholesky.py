@@ -246,11 +246,9 @@ def _assign(xp: Any, source: Any, target: Any) -> None:
 
 class _Finisher:
     """What follows the last writer of a tile of the factor: a diagonal tile's upper
-    part cleared (a mask kept on the devices) and, without ``--devices``, each tile
-    written back into the matrix at once (``store``), while the factorisation goes
-    on; when ``a`` is factorised in place, the tiles to the diagonal tile's right are
-    zeroed too, in the matrix itself by host callbacks (without ``--devices``; no
-    device memory and no copy back), else on their devices."""
+    part cleared (a mask kept on the devices) and, when ``a`` is factorised in place,
+    the tiles to its right zeroed; then, without ``--devices``, each of them written
+    back into the matrix at once (``store``), while the factorisation goes on."""
 
     def __init__(
         self,
@@ -278,14 +276,11 @@ class _Finisher:
             store(ctx, {(i, j): grid[i, j]})
         if i == j and self.overwrite_a:
             for k in range(i + 1, self.count):
-                if self.store:  # zeros written in the matrix itself: nothing to copy
-                    ctx.host_launch(
-                        grid[i, k].write(), fn=_zero_in_place, symbol=f"zero({i},{k})"
-                    )
-                    continue
                 on = () if where is None else (where(i, k),)
                 with ctx.task(*on, grid[i, k].write(), symbol=f"zero({i},{k})") as t:
                     t.run(_zero)
+                if self.store:
+                    store(ctx, {(i, k): grid[i, k]})
 
 
 def store(ctx: Any, tiles: Any) -> None:
@@ -310,10 +305,6 @@ def _keep_lower(xp: Any, mask: Any, a: Any) -> None:
 
 
 def _zero(xp: Any, a: Any) -> None:
-    a.fill(0)
-
-
-def _zero_in_place(a: Any) -> None:  # a tile of the matrix, on the host
     a.fill(0)
 
 

@@ -26,8 +26,8 @@ def test_the_tiled_factor_matches_numpy(backend, n, nb):
 )
 def test_in_place_the_matrix_becomes_its_factor(backend, options):
     """``overwrite_a``: the factor is written into ``a`` itself, its upper
-    triangle zeroed (the tiles right of the diagonal in the matrix, by host
-    callbacks, or on the devices with ``devices``), and ``a`` is returned."""
+    triangle zeroed (the tiles right of the diagonal zeroed on the devices and
+    written back), and ``a`` is returned."""
     example = _example()
     a = example.spd_matrix(256, seed=3)
     expected = np.linalg.cholesky(a)
