@@ -5,9 +5,11 @@
 
 The matrix is cut into ``nb × nb`` tiles by ``stf.tiles`` (each tile a logical data
 registered in place: a strided view of the matrix, moved to the device by one pitched
-copy and written back into the matrix at ``finalize()``). The factor is a new matrix
-whose tiles are first written on the devices from the tiles of ``A`` (or, with
-``overwrite_a``, ``A`` itself, factorised in place): nothing is copied on the host.
+copy and written back into the matrix; only the tiles of the lower triangle, which is
+all the factorisation reads). The factor is a new matrix whose tiles are first written
+on the devices from the tiles of ``A`` (or, with ``overwrite_a``, ``A`` itself,
+factorised in place, its upper triangle zeroed on the host meanwhile by a thread of
+the example's): nothing is copied on the host.
 For every column ``k`` of tiles::
 
     POTRF  A[k][k] = chol(A[k][k])
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -174,16 +177,17 @@ def cholesky(
         raise ValueError(f"a must be a square matrix, got shape {a.shape}")
     count = -(-n // nb)
     ctx = stf.context(backend=backend, use_graph=use_graph, memory_budget=memory_budget)
+    zeros = None
     if overwrite_a:
         result = a
-        grid = stf.tiles(ctx, result, nb, name="A")  # in place: written back there
+        grid = stf.tiles(ctx, result, nb, name="A", triangle="lower")  # in place
         sources = None
     else:
         result = np.zeros(a.shape, a.dtype)  # calloc'd: the upper triangle stays 0
-        grid = stf.tiles(ctx, result, nb, name="L")
+        grid = stf.tiles(ctx, result, nb, name="L", triangle="lower")
         original = a.view()
         original.flags.writeable = False
-        sources = stf.tiles(ctx, original, nb, name="A")
+        sources = stf.tiles(ctx, original, nb, name="A", triangle="lower")
     tiles = {(i, j): grid[i, j] for i in range(count) for j in range(i + 1)}
     where: Callable[[int, int], Any] | None = None
     device_of: Callable[[int, int], int] = lambda i, j: 0  # noqa: E731
@@ -201,11 +205,16 @@ def cholesky(
             return stf.exec_place.device(device_of(i, j))
 
         where = on_its_device
+    if overwrite_a:
+        # The tiles above the diagonal are not registered: zeroed here, on the host,
+        # while the factorisation runs (NumPy releases the interpreter as it fills).
+        zeros = threading.Thread(target=_zero_upper_tiles, args=(result, nb))
+        zeros.start()
     load(ctx, tiles, sources, where)
     if devices:
         settle(ctx, tiles, device_of)
         start = time.perf_counter()
-    finish = _Finisher(ctx, grid, count, nb, overwrite_a, where, store=not devices)
+    finish = _Finisher(ctx, grid, nb, where, store=not devices)
     factorize(ctx, tiles, count, where, finish)
     if devices:
         settle(ctx, tiles, device_of)
@@ -213,8 +222,18 @@ def cholesky(
         ctx.finalize()
     else:
         ctx.finalize()
+    if zeros is not None:
+        zeros.join()
+    if not devices:
         elapsed = time.perf_counter() - start
     return result, elapsed
+
+
+def _zero_upper_tiles(a: np.ndarray, nb: int) -> None:
+    """Zero the blocks of ``a`` right of its diagonal tiles (a row of tiles at a
+    time; the diagonal tiles' own upper parts are cleared on the devices)."""
+    for top in range(0, a.shape[0], nb):
+        a[top : top + nb, top + nb :] = 0
 
 
 def load(
@@ -246,22 +265,19 @@ def _assign(xp: Any, source: Any, target: Any) -> None:
 
 class _Finisher:
     """What follows the last writer of a tile of the factor: a diagonal tile's upper
-    part cleared (a mask kept on the devices) and, when ``a`` is factorised in place,
-    the tiles to its right zeroed; then, without ``--devices``, each of them written
-    back into the matrix at once (``store``), while the factorisation goes on."""
+    part cleared (a mask kept on the devices) and, without ``--devices``, the tile
+    written back into the matrix at once (``store``), while the factorisation goes
+    on."""
 
     def __init__(
         self,
         ctx: Any,
         grid: Any,
-        count: int,
         nb: int,
-        overwrite_a: bool,
         where: Callable[[int, int], Any] | None,
         store: bool,
     ) -> None:
-        self.ctx, self.grid, self.count = ctx, grid, count
-        self.overwrite_a, self.where, self.store = overwrite_a, where, store
+        self.ctx, self.grid, self.where, self.store = ctx, grid, where, store
         self.mask = ctx.logical_data(np.tril(np.ones((nb, nb))), name="lower")
 
     def __call__(self, i: int, j: int) -> None:
@@ -274,13 +290,6 @@ class _Finisher:
                 t.run(_keep_lower)
         if self.store:
             store(ctx, {(i, j): grid[i, j]})
-        if i == j and self.overwrite_a:
-            for k in range(i + 1, self.count):
-                on = () if where is None else (where(i, k),)
-                with ctx.task(*on, grid[i, k].write(), symbol=f"zero({i},{k})") as t:
-                    t.run(_zero)
-                if self.store:
-                    store(ctx, {(i, k): grid[i, k]})
 
 
 def store(ctx: Any, tiles: Any) -> None:
@@ -302,10 +311,6 @@ def _nothing(tile: Any) -> None:
 def _keep_lower(xp: Any, mask: Any, a: Any) -> None:
     rows, cols = a.shape
     xp.multiply(a, mask[:rows, :cols], out=a)
-
-
-def _zero(xp: Any, a: Any) -> None:
-    a.fill(0)
 
 
 def check_factor(

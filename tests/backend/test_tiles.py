@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -138,3 +139,40 @@ def test_mistakes_are_refused_with_the_fix():
         assert repr(grid) == (
             "<stflow.TileGrid 2x2 tiles of 2x2 over an array of shape (3, 3)>"
         )
+
+
+@pytest.mark.parametrize("triangle", ["lower", "upper"])
+def test_one_triangle_of_tiles_leaves_the_other_blocks_to_the_caller(backend, triangle):
+    """``triangle=``: only the tiles on and below (above) the diagonal are logical
+    data; the other blocks are neither read nor written back, so the caller may
+    change them while the context works (the Cholesky example zeroes them on a
+    thread of its own)."""
+    A = np.arange(7.0 * 7.0).reshape(7, 7) + 1
+    expected = A.copy()
+    inside = (lambda i, j: j <= i) if triangle == "lower" else (lambda i, j: j >= i)
+    with stf.context(backend=backend) as ctx:
+        grid = stf.tiles(ctx, A, 3, name="A", triangle=triangle)  # 3 x 3 tiles
+        assert grid.triangle == triangle and len(grid) == 6
+        assert [index for index, _ in grid] == [
+            (i, j) for i in range(3) for j in range(3) if inside(i, j)
+        ]
+        outside = (0, 2) if triangle == "lower" else (2, 0)
+        with pytest.raises(KeyError, match=re.escape(f"tile {outside} is not regist")):
+            grid[outside]
+        _negate_every_tile(ctx, grid)
+        for (i, j), _ in grid:
+            expected[grid.bounds(i, j)] *= -1
+        block = A[grid.bounds(*outside)]
+        block[...] = 0.5  # the caller's meanwhile: nothing writes it back
+        expected[grid.bounds(*outside)] = 0.5
+    np.testing.assert_array_equal(A, expected)
+    assert repr(grid) == (
+        f"<stflow.TileGrid 3x3 tiles ({triangle} triangle) of 3x3 over an array "
+        "of shape (7, 7)>"
+    )
+
+
+def test_a_triangle_must_be_lower_or_upper():
+    with stf.context(backend="emulated") as ctx:
+        with pytest.raises(ValueError, match='"lower", "upper" or None'):
+            stf.tiles(ctx, np.ones((4, 4)), 2, triangle="diagonal")

@@ -104,11 +104,15 @@ class TileGrid:
     array_shape : tuple of int
         The shape of the tiled array.
 
+    triangle : str or None
+        ``"lower"`` / ``"upper"`` when only the tiles on and below / above the
+        diagonal of tiles are registered, else ``None``.
+
     Notes
     -----
     ``grid[i, j]`` is the logical data of tile ``(i, j)``; ``grid.bounds(i, j)`` its
-    slices into the array; ``len(grid)`` the number of tiles; iterating yields
-    ``((i, j), logical_data)`` pairs in C order.
+    slices into the array; ``len(grid)`` the number of tiles registered; iterating
+    yields ``((i, j), logical_data)`` pairs in C order, registered tiles only.
     """
 
     def __init__(
@@ -116,15 +120,25 @@ class TileGrid:
         data: list[list[Any]],
         tile_shape: tuple[int, int],
         array_shape: tuple[int, int],
+        triangle: str | None = None,
     ) -> None:
         self._data = data
         self.tile_shape = tile_shape
         self.array_shape = array_shape
+        self.triangle = triangle
         self.shape = (len(data), len(data[0]) if data else 0)
 
     def __getitem__(self, index: tuple[int, int]) -> Any:
         i, j = self._index(index)
-        return self._data[i][j]
+        tile = self._data[i][j]
+        if tile is None:
+            side = "below" if self.triangle == "lower" else "above"
+            raise KeyError(
+                f"tile ({i}, {j}) is not registered: stf.tiles(triangle="
+                f"{self.triangle!r}) registers the tiles on and {side} the diagonal "
+                "only; its block of the array is the caller's"
+            )
+        return tile
 
     def _index(self, index: Any) -> tuple[int, int]:
         if not isinstance(index, tuple) or len(index) != 2:
@@ -150,16 +164,18 @@ class TileGrid:
         )
 
     def __len__(self) -> int:
-        return self.shape[0] * self.shape[1]
+        return sum(ld is not None for row in self._data for ld in row)
 
     def __iter__(self) -> Iterator[tuple[tuple[int, int], Any]]:
         for i, row in enumerate(self._data):
             for j, ld in enumerate(row):
-                yield (i, j), ld
+                if ld is not None:
+                    yield (i, j), ld
 
     def __repr__(self) -> str:
+        part = "" if self.triangle is None else f" ({self.triangle} triangle)"
         return (
-            f"<stflow.TileGrid {self.shape[0]}x{self.shape[1]} tiles of "
+            f"<stflow.TileGrid {self.shape[0]}x{self.shape[1]} tiles{part} of "
             f"{self.tile_shape[0]}x{self.tile_shape[1]} over an array of shape "
             f"{self.array_shape}>"
         )
@@ -189,6 +205,7 @@ def tiles(
     *,
     name: str | None = None,
     owner: Callable[[int, int], int] | None = None,
+    triangle: str | None = None,
 ) -> TileGrid:
     """Register the tiles of a 2-D array as a grid of logical data.
 
@@ -219,6 +236,10 @@ def tiles(
         size). Every rank passes an array of the same shape and dtype and gets back
         only its tiles' blocks (the rest may be a placeholder taking no memory, such
         as ``np.broadcast_to(np.float64(0), shape)``).
+    triangle : {"lower", "upper"}, optional
+        Only the tiles with ``j <= i`` (``"lower"``) or ``j >= i``, for algorithms on
+        one triangle (a tiled Cholesky); the other blocks stay the caller's, never
+        copied (``grid[i, j]`` raises ``KeyError`` for them). Default: every tile.
 
     Returns
     -------
@@ -232,7 +253,8 @@ def tiles(
         would lose its meaning); ``tile_shape`` is not integers.
     ValueError
         ``array`` is not 2-D or is empty; ``tile_shape`` is not positive; a caller
-        stream with rows not contiguous; ``owner`` names a rank outside the group.
+        stream with rows not contiguous; ``owner`` names a rank outside the group;
+        ``triangle`` is not ``"lower"``, ``"upper"`` or ``None``.
     BufferOverlapError
         A block of ``array`` is already registered in ``ctx`` (another grid of tiles
         over the same array, or the array itself).
@@ -251,17 +273,11 @@ def tiles(
     ((3, 2), -29.0)
     """
     _check_array(array)
-    mb, nb = _tile_sizes(tile_shape)
-    owner_of = _owners(ctx, owner)
-    local = ctx.local if owner_of is not None else ctx  # who writes the blocks back
-    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None = None
-    if array.shape[1] != 1 and array.strides[1] != array.itemsize:  # rows not contiguous
-        _refuse_caller_stream(local)
-        copies = []
-    grid = _grid(ctx, array, (mb, nb), "tile" if name is None else name, owner_of, copies)
-    if copies:
-        local.attach(_WriteBack(array, copies))
-    return TileGrid(grid, (mb, nb), array.shape)
+    _check_triangle(triangle)
+    prefix = "tile" if name is None else name
+    return _grid(
+        ctx, array, _tile_sizes(tile_shape), prefix, _owners(ctx, owner), triangle
+    )
 
 
 def _grid(
@@ -270,17 +286,37 @@ def _grid(
     tile_shape: tuple[int, int],
     prefix: str,
     owner_of: Callable[[int, int], int] | None,
-    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None,
-) -> list[list[Any]]:
-    """The logical data of every tile, by rows of tiles (:func:`_tile`)."""
+    triangle: str | None,
+) -> TileGrid:
+    """The grid of the tiles (:func:`_tile`), by rows of tiles; ``None`` for the
+    tiles outside ``triangle``. Rows that are not contiguous make copies, written back
+    into ``array`` when the context has finalized (``_WriteBack``)."""
     mb, nb = tile_shape
-    return [
+    local = ctx.local if owner_of is not None else ctx  # who writes the blocks back
+    copies: list[tuple[tuple[slice, slice], np.ndarray]] | None = None
+    if array.shape[1] != 1 and array.strides[1] != array.itemsize:  # rows not contiguous
+        _refuse_caller_stream(local)
+        copies = []
+    grid = [
         [
             _tile(ctx, array, (i, j), tile_shape, f"{prefix}[{i},{j}]", owner_of, copies)
+            if triangle is None or (j <= i if triangle == "lower" else j >= i)
+            else None
             for j in range(-(-array.shape[1] // nb))
         ]
         for i in range(-(-array.shape[0] // mb))
     ]
+    if copies:
+        local.attach(_WriteBack(array, copies))
+    return TileGrid(grid, tile_shape, array.shape, triangle)
+
+
+def _check_triangle(triangle: Any) -> None:
+    if triangle not in (None, "lower", "upper"):
+        raise ValueError(
+            f'stf.tiles(triangle={triangle!r}): give "lower", "upper" or None '
+            "(every tile)"
+        )
 
 
 def _check_array(array: Any) -> None:
