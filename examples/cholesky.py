@@ -287,19 +287,16 @@ class _Finisher:
             ) as t:
                 t.run(_keep_lower)
         if self.store:
-            store(ctx, {(i, j): grid[i, j]})
+            store(ctx, grid[i, j], f"store({i},{j})")
 
 
-def store(ctx: Any, tiles: Any) -> None:
-    """Start copying each tile back into the matrix as soon as its last writer ends,
+def store(ctx: Any, tile: Any, symbol: str) -> None:
+    """Start copying ``tile`` back into the matrix as soon as its last writer ends,
     while the factorisation goes on: a host callback reading the tile where it lives
     in the matrix (the runtime cannot know which writer is the last; ``finalize()``
-    then has nothing left to copy). ``tiles`` is a ``TileGrid`` or a dict of
-    tiles; submitted right after a tile's last writer (``_Finisher``), the copies
-    back overlap the rest of the factorisation."""
-    items = tiles if isinstance(tiles, stf.TileGrid) else tiles.items()
-    for (i, j), tile in items:
-        ctx.host_launch(tile.read(), fn=_nothing, symbol=f"store({i},{j})")
+    then has nothing left to copy). Submitted right after the tile's last writer
+    (``_Finisher``), the copy back overlaps the rest of the factorisation."""
+    ctx.host_launch(tile.read(), fn=_nothing, symbol=symbol)
 
 
 def _nothing(tile: Any) -> None:
